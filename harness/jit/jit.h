@@ -1,0 +1,203 @@
+// coldstart JIT runtime: compile keys with Triton-style argument specialization, an NVRTC
+// compiler, an in-memory and an on-disk kernel cache, the JIT monitor, and the launcher.
+//
+// This header is torch-free on purpose (it is included widely); harness/runtime/tensor_args.h
+// turns at::Tensor arguments into KernelArg.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/common/error.h"
+
+namespace coldstart::jit {
+
+/// Element types a kernel argument can carry.
+enum class DType : uint8_t { kF32, kF16, kBF16, kU8, kI8, kI16, kI32, kI64 };
+
+/// Short Triton-like name: "fp32", "fp16", "bf16", "u8", "i8", "i16", "i32", "i64".
+const char* dtype_name(DType dtype);
+
+/// One launch argument as the launcher sees it (no torch types).
+/// - kPointer: `address` is the device address passed to the kernel (in compile-only mode, the
+///   byte offset inside its allocation, which keeps the alignment a real allocation would have);
+///   `dtype` is the element type.
+/// - kI32 / kI64: an integer, `value` holds it.
+/// - kF32: a float, `fvalue` holds it. Floats are never specialized.
+struct KernelArg {
+  enum class Kind : uint8_t { kPointer, kI32, kI64, kF32 };
+  Kind kind = Kind::kI32;
+  DType dtype = DType::kI32;
+  uint64_t address = 0;
+  int64_t value = 0;
+  float fvalue = 0.f;
+
+  static KernelArg pointer(uint64_t address, DType dtype);
+  static KernelArg i32(int32_t v);
+  static KernelArg i64(int64_t v);
+  static KernelArg f32(float v);
+};
+
+/// Triton's specialization of one argument: "1" for an integer equal to 1, "16" for an integer or
+/// pointer divisible by 16, "" otherwise (and always "" for floats). Mirrors Triton 3.x
+/// `specialize_impl` (ints: ==1 / %16; pointers: %16 alignment).
+std::string specialization(const KernelArg& arg);
+
+/// A compile-time constant of a kernel (a `tl.constexpr` in Triton terms). Passed to NVRTC as
+/// `-D<name>=<value>`; part of the compile key.
+struct Constexpr {
+  std::string name;
+  int64_t value;
+};
+
+/// A runtime-compiled kernel: its CUDA C++ source and the `extern "C" __global__` entry name.
+/// `arg_names` name the launch arguments in order; for an integer or pointer argument named N
+/// that is specialized, the compiled source sees `-DCS_SPEC_<N>=1` (equal to one) or
+/// `-DCS_SPEC_<N>=16` (divisible by 16), so a kernel can assume what its compile key promises.
+/// `do_not_specialize` lists arguments left out of specialization (Triton's parameter of the
+/// same name).
+struct KernelSource {
+  std::string name;    ///< kernel name as reported ("tq_decode_stage1")
+  std::string entry;   ///< extern "C" symbol in `source`
+  const char* source;  ///< CUDA C++ text (embedded into the binary at build time)
+  std::vector<std::string> arg_names;
+  std::vector<std::string> do_not_specialize;
+};
+
+/// Everything that makes a new binary. Same key = cache hit.
+struct CompileKey {
+  std::string kernel;                 ///< KernelSource::name
+  uint64_t source_hash = 0;           ///< FNV-1a 64 of the source text
+  std::vector<Constexpr> constexprs;  ///< in the order given by the caller
+  std::string signature;              ///< per argument "<type>[:<spec>]", comma separated,
+                                      ///< e.g. "*bf16:16,*u8:16,i32:1,i32,fp32"
+  std::string arch;                   ///< "sm_90"
+  std::string compiler;               ///< "nvrtc-13.0"
+
+  /// Canonical text, e.g. "tq_decode_stage1[HEAD_DIM=128,...](*bf16:16,...)@sm_90/nvrtc-13.0#<src>".
+  std::string str() const;
+  /// 16 hex digits of a 64-bit hash of str(); names the on-disk cache entry.
+  std::string digest() const;
+  bool operator==(const CompileKey& o) const { return str() == o.str(); }
+};
+
+/// Builds the compile key for a launch of `kernel` with these constexprs and arguments.
+/// Throws Error if `args.size() != kernel.arg_names.size()`.
+CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                            const std::vector<KernelArg>& args, const std::string& arch,
+                            const std::string& compiler);
+
+/// What the JIT monitor does with a compile after startup finished.
+enum class MonitorMode { kRecord, kWarn, kError };
+
+/// One compile (or disk-cache load) the monitor saw.
+struct CompileRecord {
+  std::string kernel;
+  std::string key;        ///< CompileKey::str()
+  double compile_ms = 0;  ///< host wall time of NVRTC + module load (or of the disk load)
+  std::string phase;      ///< phase current when it happened
+  bool hot_path = false;  ///< after JitMonitor::activate()
+  std::string source;     ///< "nvrtc" (compiled) or "disk" (loaded from the on-disk cache)
+};
+
+/// A compile after startup, raised under MonitorMode::kError (`--jit-monitor error`). The text
+/// names the kernel, its compile key and the phase.
+class HotPathCompileError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Records every compile with its key, duration and phase. Compiles after `activate()` (the end
+/// of startup) are hot-path compiles. Mirrors vLLM's JIT monitor for Triton kernels.
+class JitMonitor {
+ public:
+  explicit JitMonitor(MonitorMode mode = MonitorMode::kRecord);
+  void set_phase(std::string phase);
+  const std::string& phase() const;
+  /// Startup is over: from now on every compile is a hot-path compile.
+  void activate();
+  bool active() const;
+  /// Called by the runtime for each compile. Under kError and when active, throws
+  /// HotPathCompileError *before* the compile happens (so the error costs no compile).
+  void before_compile(const CompileKey& key);
+  void record(CompileRecord rec);
+  /// Optional observer, called after each record (the replay streams compiles to its parent).
+  void set_observer(std::function<void(const CompileRecord&)> fn);
+  std::vector<CompileRecord> records() const;
+  MonitorMode mode() const { return mode_; }
+
+ private:
+  MonitorMode mode_;
+  std::string phase_ = "init";
+  bool active_ = false;
+  std::vector<CompileRecord> records_;
+  std::function<void(const CompileRecord&)> observer_;
+  mutable std::mutex mu_;
+};
+
+/// Launch geometry. `shared_bytes` is dynamic shared memory.
+struct LaunchDims {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;
+};
+
+/// Options of the JIT runtime.
+struct JitOptions {
+  std::string arch;       ///< "sm_90"; empty = the current GPU's (error when there is none)
+  std::string cache_dir;  ///< on-disk cache; empty = a fresh temporary directory per runtime,
+                          ///< removed at destruction, so a previous run can never hide a
+                          ///< missing warmup (`--cache-dir` makes it persistent)
+  bool launch = true;     ///< false in compile-only mode: compile, never load or launch
+  MonitorMode monitor = MonitorMode::kRecord;
+};
+
+struct CompiledKernel;  // opaque: cubin bytes, CUmodule, CUfunction
+
+/// The JIT runtime of one process. Thread-safe for lookups and compiles.
+class JitRuntime {
+ public:
+  explicit JitRuntime(JitOptions options);
+  ~JitRuntime();
+  JitRuntime(const JitRuntime&) = delete;
+  JitRuntime& operator=(const JitRuntime&) = delete;
+
+  /// Returns the compiled kernel for this launch's key, compiling it (NVRTC -> cubin for
+  /// `arch()`, then cuModuleLoadData when launching is enabled) on a miss, and recording the
+  /// compile with the monitor. Throws CudaError on an NVRTC/driver failure (the NVRTC log is in
+  /// the text) and HotPathCompileError under `--jit-monitor error`.
+  const CompiledKernel& ensure(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                               const std::vector<KernelArg>& args);
+
+  /// ensure() then cuLaunchKernel on `stream` (a CUstream; nullptr = legacy default stream).
+  /// In compile-only mode (`launch == false`) only ensure() runs.
+  void launch(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+              const std::vector<KernelArg>& args, const LaunchDims& dims, void* stream);
+
+  const std::string& arch() const;
+  /// "nvrtc-<major>.<minor>"
+  const std::string& compiler() const;
+  JitMonitor& monitor();
+  /// Number of distinct compiled keys held in memory.
+  size_t cached_kernels() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// NVRTC's version as "major.minor".
+std::string nvrtc_version();
+
+/// Compiles `kernel` with `constexprs` and `args`' specialization for `arch` and returns the
+/// cubin bytes; used by the multi-arch compile test and by JitRuntime. Throws CudaError with the
+/// NVRTC log on failure.
+std::vector<char> compile_to_cubin(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                                   const std::vector<KernelArg>& args, const std::string& arch);
+
+}  // namespace coldstart::jit

@@ -1,0 +1,44 @@
+// The device a replay runs on: a CUDA GPU through libtorch, or compile-only mode (no GPU; tensors on
+// torch's meta device, kernels compiled by NVRTC but never launched). Torch-free header.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace coldstart {
+
+enum class DeviceMode { kCuda, kCompileOnly };
+
+/// "cuda" | "compile-only"
+const char* device_mode_name(DeviceMode mode);
+
+/// Where a result came from; goes into the result's `meta` block.
+struct DeviceInfo {
+  DeviceMode mode = DeviceMode::kCompileOnly;
+  std::string name;             ///< "NVIDIA H200", or "compile-only (sm_90)"
+  int sm = 0;                   ///< compute capability * 10, e.g. 90; the target arch in compile-only
+  int sm_count = 0;             ///< multiprocessors; 0 in compile-only
+  long long total_memory_bytes = 0;  ///< 0 in compile-only
+  std::string driver_version;   ///< "13.0" from cuDriverGetVersion; "" without a driver
+  std::string cuda_runtime_version;  ///< CUDA version libtorch was built with ("" for CPU builds)
+  std::string torch_version;    ///< "2.11.0"
+  std::string nvrtc_version;    ///< "13.0"
+  std::string arch() const { return "sm_" + std::to_string(sm); }
+};
+
+/// Whether this build's libtorch has CUDA (the GPU backend was compiled in).
+bool built_with_cuda();
+
+/// Picks the device: "cuda" (error when no usable GPU), "compile-only", or "auto" (cuda when a GPU
+/// and a CUDA libtorch are there, else compile-only). `arch` ("sm_90") sets the compile target in
+/// compile-only mode and must match the GPU if given in cuda mode. Throws InputError on a bad
+/// name or an impossible request.
+DeviceInfo select_device(const std::string& requested, const std::string& arch);
+
+/// Host-visible CUstream of torch's current CUDA stream (nullptr in compile-only mode).
+void* current_cuda_stream();
+
+/// Blocks until the GPU finished all work (no-op in compile-only mode).
+void device_synchronize(DeviceMode mode);
+
+}  // namespace coldstart
