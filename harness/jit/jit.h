@@ -185,6 +185,9 @@ class JitRuntime {
   JitMonitor& monitor();
   /// Number of distinct compiled keys held in memory.
   size_t cached_kernels() const;
+  /// The on-disk cache directory in use: JitOptions::cache_dir, or the fresh temporary directory
+  /// made when that was empty (removed, with its contents, when the runtime is destroyed).
+  const std::string& cache_dir() const;
 
  private:
   struct Impl;

@@ -1,0 +1,139 @@
+// Compile keys and Triton-style argument specialization. See jit.h.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "harness/jit/jit.h"
+#include "harness/jit/jit_internal.h"
+
+namespace coldstart::jit {
+
+namespace detail {
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+bool is_specialized(const KernelSource& kernel, size_t i) {
+  if (i >= kernel.arg_names.size()) return true;
+  const std::string& name = kernel.arg_names[i];
+  return std::find(kernel.do_not_specialize.begin(), kernel.do_not_specialize.end(), name) ==
+         kernel.do_not_specialize.end();
+}
+
+}  // namespace detail
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "fp32";
+    case DType::kF16: return "fp16";
+    case DType::kBF16: return "bf16";
+    case DType::kU8: return "u8";
+    case DType::kI8: return "i8";
+    case DType::kI16: return "i16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+  }
+  return "?";
+}
+
+KernelArg KernelArg::pointer(uint64_t address, DType dtype) {
+  KernelArg a;
+  a.kind = Kind::kPointer;
+  a.dtype = dtype;
+  a.address = address;
+  return a;
+}
+
+KernelArg KernelArg::i32(int32_t v) {
+  KernelArg a;
+  a.kind = Kind::kI32;
+  a.dtype = DType::kI32;
+  a.value = v;
+  return a;
+}
+
+KernelArg KernelArg::i64(int64_t v) {
+  KernelArg a;
+  a.kind = Kind::kI64;
+  a.dtype = DType::kI64;
+  a.value = v;
+  return a;
+}
+
+KernelArg KernelArg::f32(float v) {
+  KernelArg a;
+  a.kind = Kind::kF32;
+  a.dtype = DType::kF32;
+  a.fvalue = v;
+  return a;
+}
+
+std::string specialization(const KernelArg& arg) {
+  switch (detail::spec_code(arg)) {
+    case 1: return "1";
+    case 16: return "16";
+    default: return "";
+  }
+}
+
+std::string CompileKey::str() const {
+  std::string s = kernel;
+  s += '[';
+  for (size_t i = 0; i < constexprs.size(); ++i) {
+    if (i) s += ',';
+    s += constexprs[i].name;
+    s += '=';
+    s += std::to_string(constexprs[i].value);
+  }
+  s += "](";
+  s += signature;
+  s += ")@";
+  s += arch;
+  s += '/';
+  s += compiler;
+  s += '#';
+  s += detail::hex64(source_hash);
+  return s;
+}
+
+std::string CompileKey::digest() const {
+  const std::string text = str();
+  return detail::hex64(detail::fnv1a(text.data(), text.size()));
+}
+
+CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                            const std::vector<KernelArg>& args, const std::string& arch,
+                            const std::string& compiler) {
+  if (args.size() != kernel.arg_names.size()) {
+    throw Error(fmt::format("kernel {}: {} launch arguments given, {} declared in arg_names",
+                            kernel.name, args.size(), kernel.arg_names.size()));
+  }
+  CompileKey key;
+  key.kernel = kernel.name;
+  key.source_hash = detail::fnv1a_cstr(kernel.source);
+  key.constexprs = constexprs;
+  key.arch = arch;
+  key.compiler = compiler;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelArg& a = args[i];
+    if (i) key.signature += ',';
+    switch (a.kind) {
+      case KernelArg::Kind::kPointer:
+        key.signature += '*';
+        key.signature += dtype_name(a.dtype);
+        break;
+      case KernelArg::Kind::kI32: key.signature += "i32"; break;
+      case KernelArg::Kind::kI64: key.signature += "i64"; break;
+      case KernelArg::Kind::kF32: key.signature += "fp32"; break;
+    }
+    if (detail::is_specialized(kernel, i)) {
+      const std::string spec = specialization(a);
+      if (!spec.empty()) {
+        key.signature += ':';
+        key.signature += spec;
+      }
+    }
+  }
+  return key;
+}
+
+}  // namespace coldstart::jit

@@ -1,0 +1,62 @@
+// coldstart JIT: helpers shared by the JIT's translation units (not part of the public API).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/jit/jit.h"
+
+namespace coldstart::jit::detail {
+
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+
+/// FNV-1a 64 over `n` bytes, continuing from `h`.
+inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+/// FNV-1a 64 of a NUL-terminated string (nullptr hashes as "").
+inline uint64_t fnv1a_cstr(const char* s, uint64_t h = kFnvOffset) {
+  if (s == nullptr) return h;
+  for (; *s != '\0'; ++s) {
+    h ^= static_cast<unsigned char>(*s);
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+/// 16 lower-case hex digits.
+std::string hex64(uint64_t v);
+
+/// Specialization as a small code: 0 = none, 1 = "1", 16 = "16". Ignores do_not_specialize.
+inline uint8_t spec_code(const KernelArg& a) {
+  switch (a.kind) {
+    case KernelArg::Kind::kPointer:
+      return (a.address % 16 == 0) ? 16 : 0;
+    case KernelArg::Kind::kI32:
+    case KernelArg::Kind::kI64:
+      if (a.value == 1) return 1;
+      return (a.value % 16 == 0) ? 16 : 0;
+    case KernelArg::Kind::kF32:
+      return 0;
+  }
+  return 0;
+}
+
+/// Whether argument `i` of `kernel` takes part in specialization.
+bool is_specialized(const KernelSource& kernel, size_t i);
+
+/// compile_to_cubin with the key text already built (it goes into error messages).
+std::vector<char> compile_cubin(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                                const std::vector<KernelArg>& args, const std::string& arch,
+                                const std::string& key_text);
+
+}  // namespace coldstart::jit::detail

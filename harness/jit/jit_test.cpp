@@ -1,0 +1,592 @@
+// Tests of the JIT runtime: specialization, compile keys, NVRTC for sm_86/sm_90/sm_100, the
+// monitor, the in-memory and on-disk caches, and (with a GPU) a real launch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/jit/compiled_kernel.h"
+#include "harness/jit/driver.h"
+#include "harness/jit/jit.h"
+
+namespace coldstart::jit {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A small kernel that uses bf16 (so the CUDA include path is exercised) and the specialization
+// macros: y[i] = a * x[i] + b[i], n elements.
+const char* const kAxpySource = R"(
+#include <cuda_bf16.h>
+extern "C" __global__ void axpy(float* y, const float* x, const __nv_bfloat16* b, int n, float a) {
+#if defined(CS_SPEC_n) && CS_SPEC_n == 16
+  static_assert(BLOCK % 16 == 0, "BLOCK from -D");
+#endif
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + __bfloat162float(b[i]);
+}
+)";
+
+KernelSource axpy_kernel() {
+  return KernelSource{"axpy", "axpy", kAxpySource, {"y", "x", "b", "n", "a"}, {}};
+}
+
+std::vector<KernelArg> axpy_args(uint64_t base, int n) {
+  return {KernelArg::pointer(base, DType::kF32), KernelArg::pointer(base + 4096, DType::kF32),
+          KernelArg::pointer(base + 8192, DType::kBF16), KernelArg::i32(n),
+          KernelArg::f32(2.0f)};
+}
+
+const std::vector<Constexpr> kBlock128 = {{"BLOCK", 128}};
+
+const char* const kBrokenSource = R"(
+extern "C" __global__ void broken(float* y) {
+  y[0] = undeclared_identifier_xyz;
+}
+)";
+
+bool is_elf(const std::vector<char>& b) {
+  return b.size() > 4 && b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F';
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  return names;
+}
+
+JitOptions compile_only(const std::string& cache_dir = "") {
+  JitOptions o;
+  o.arch = "sm_90";
+  o.launch = false;
+  o.cache_dir = cache_dir;
+  return o;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "cs-jit-test-XXXXXX").string();
+    path = mkdtemp(t.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// ---------------------------------------------------------------- specialization
+
+TEST(Specialization, Integers) {
+  EXPECT_EQ(specialization(KernelArg::i32(1)), "1");
+  EXPECT_EQ(specialization(KernelArg::i64(1)), "1");
+  EXPECT_EQ(specialization(KernelArg::i32(16)), "16");
+  EXPECT_EQ(specialization(KernelArg::i32(32)), "16");
+  EXPECT_EQ(specialization(KernelArg::i64(int64_t{1} << 40)), "16");
+  EXPECT_EQ(specialization(KernelArg::i32(0)), "16");  // 0 is divisible by 16
+  EXPECT_EQ(specialization(KernelArg::i32(17)), "");
+  EXPECT_EQ(specialization(KernelArg::i32(2)), "");
+  EXPECT_EQ(specialization(KernelArg::i32(-1)), "");
+  EXPECT_EQ(specialization(KernelArg::i32(-16)), "16");
+  EXPECT_EQ(specialization(KernelArg::i32(-17)), "");
+}
+
+TEST(Specialization, Pointers) {
+  EXPECT_EQ(specialization(KernelArg::pointer(0x7f0000000000, DType::kBF16)), "16");
+  EXPECT_EQ(specialization(KernelArg::pointer(256, DType::kF32)), "16");
+  EXPECT_EQ(specialization(KernelArg::pointer(0x7f0000000008, DType::kF32)), "");
+  EXPECT_EQ(specialization(KernelArg::pointer(1, DType::kU8)), "");  // a pointer is never "1"
+}
+
+TEST(Specialization, FloatsNever) {
+  EXPECT_EQ(specialization(KernelArg::f32(1.0f)), "");
+  EXPECT_EQ(specialization(KernelArg::f32(16.0f)), "");
+  EXPECT_EQ(specialization(KernelArg::f32(0.0f)), "");
+}
+
+// ---------------------------------------------------------------- compile keys
+
+TEST(CompileKey, SignatureText) {
+  KernelSource k{"k", "k", "src", {"out", "in", "n", "one", "odd", "big", "scale"}, {}};
+  std::vector<KernelArg> args = {KernelArg::pointer(4096, DType::kBF16),
+                                 KernelArg::pointer(4100, DType::kU8),
+                                 KernelArg::i32(4096),
+                                 KernelArg::i32(1),
+                                 KernelArg::i32(7),
+                                 KernelArg::i64(64),
+                                 KernelArg::f32(1.0f)};
+  CompileKey key = make_compile_key(k, {{"HEAD_DIM", 128}, {"SPLITS", 32}}, args, "sm_90",
+                                    "nvrtc-13.0");
+  EXPECT_EQ(key.signature, "*bf16:16,*u8,i32:16,i32:1,i32,i64:16,fp32");
+  EXPECT_EQ(key.kernel, "k");
+  EXPECT_EQ(key.str().rfind("k[HEAD_DIM=128,SPLITS=32](*bf16:16,*u8,i32:16,i32:1,i32,i64:16,fp32)"
+                            "@sm_90/nvrtc-13.0#",
+                            0),
+            0u)
+      << key.str();
+  EXPECT_EQ(key.str().size(), key.str().find('#') + 1 + 16);
+}
+
+TEST(CompileKey, DoNotSpecialize) {
+  KernelSource k{"k", "k", "src", {"p", "n", "m"}, {"n", "p"}};
+  std::vector<KernelArg> args = {KernelArg::pointer(4096, DType::kF16), KernelArg::i32(1),
+                                 KernelArg::i32(32)};
+  EXPECT_EQ(make_compile_key(k, {}, args, "sm_90", "c").signature, "*fp16,i32,i32:16");
+}
+
+TEST(CompileKey, ArgCountMismatchThrows) {
+  KernelSource k{"k", "k", "src", {"a", "b"}, {}};
+  EXPECT_THROW(make_compile_key(k, {}, {KernelArg::i32(3)}, "sm_90", "c"), Error);
+}
+
+TEST(CompileKey, EveryComponentMatters) {
+  KernelSource k{"k", "k", "source A", {"p", "n"}, {}};
+  std::vector<KernelArg> args = {KernelArg::pointer(4096, DType::kF32), KernelArg::i32(3)};
+  const CompileKey base = make_compile_key(k, {{"B", 64}}, args, "sm_90", "nvrtc-13.0");
+  EXPECT_TRUE(base == make_compile_key(k, {{"B", 64}}, args, "sm_90", "nvrtc-13.0"));
+
+  KernelSource renamed = k;
+  renamed.name = "k2";
+  EXPECT_FALSE(base == make_compile_key(renamed, {{"B", 64}}, args, "sm_90", "nvrtc-13.0"));
+  EXPECT_FALSE(base == make_compile_key(k, {{"B", 128}}, args, "sm_90", "nvrtc-13.0"));
+  EXPECT_FALSE(base == make_compile_key(k, {{"C", 64}}, args, "sm_90", "nvrtc-13.0"));
+  EXPECT_FALSE(base == make_compile_key(k, {}, args, "sm_90", "nvrtc-13.0"));
+  std::vector<KernelArg> spec = {KernelArg::pointer(4096, DType::kF32), KernelArg::i32(1)};
+  EXPECT_FALSE(base == make_compile_key(k, {{"B", 64}}, spec, "sm_90", "nvrtc-13.0"));
+  std::vector<KernelArg> dtype = {KernelArg::pointer(4096, DType::kBF16), KernelArg::i32(3)};
+  EXPECT_FALSE(base == make_compile_key(k, {{"B", 64}}, dtype, "sm_90", "nvrtc-13.0"));
+  std::vector<KernelArg> unaligned = {KernelArg::pointer(4104, DType::kF32), KernelArg::i32(3)};
+  EXPECT_FALSE(base == make_compile_key(k, {{"B", 64}}, unaligned, "sm_90", "nvrtc-13.0"));
+  EXPECT_FALSE(base == make_compile_key(k, {{"B", 64}}, args, "sm_100", "nvrtc-13.0"));
+  EXPECT_FALSE(base == make_compile_key(k, {{"B", 64}}, args, "sm_90", "nvrtc-12.8"));
+  KernelSource other_src = k;
+  other_src.source = "source B";
+  EXPECT_FALSE(base == make_compile_key(other_src, {{"B", 64}}, args, "sm_90", "nvrtc-13.0"));
+
+  // Same values, different unspecialized ones: same key (3 and 5 both unspecialized).
+  std::vector<KernelArg> five = {KernelArg::pointer(8192, DType::kF32), KernelArg::i32(5)};
+  EXPECT_TRUE(base == make_compile_key(k, {{"B", 64}}, five, "sm_90", "nvrtc-13.0"));
+}
+
+TEST(CompileKey, DigestIsStable) {
+  KernelSource k{"k", "k", "abc", {"n"}, {}};
+  const CompileKey a = make_compile_key(k, {{"X", 1}}, {KernelArg::i32(16)}, "sm_90", "nvrtc-13.0");
+  const CompileKey b = make_compile_key(k, {{"X", 1}}, {KernelArg::i32(32)}, "sm_90", "nvrtc-13.0");
+  EXPECT_EQ(a.digest(), b.digest());
+  EXPECT_EQ(a.digest().size(), 16u);
+  EXPECT_EQ(a.digest().find_first_not_of("0123456789abcdef"), std::string::npos);
+  // FNV-1a 64 of a fixed text is a fixed value: the on-disk names survive rebuilds.
+  CompileKey fixed;
+  fixed.kernel = "k";
+  fixed.source_hash = 0;
+  fixed.arch = "sm_90";
+  fixed.compiler = "nvrtc-13.0";
+  EXPECT_EQ(fixed.str(), "k[]()@sm_90/nvrtc-13.0#0000000000000000");
+  EXPECT_EQ(fixed.digest(), fixed.digest());
+  EXPECT_NE(a.digest(), fixed.digest());
+  // source_hash is FNV-1a 64: of "" it is the offset basis.
+  KernelSource empty{"e", "e", "", {}, {}};
+  EXPECT_EQ(make_compile_key(empty, {}, {}, "sm_90", "c").source_hash, 0xcbf29ce484222325ull);
+}
+
+// ---------------------------------------------------------------- NVRTC
+
+TEST(Nvrtc, VersionLooksRight) {
+  const std::string v = nvrtc_version();
+  EXPECT_NE(v.find('.'), std::string::npos);
+  EXPECT_GE(std::stoi(v), 12);
+}
+
+class NvrtcArch : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(NvrtcArch, CompilesToCubin) {
+  const std::vector<char> cubin =
+      compile_to_cubin(axpy_kernel(), kBlock128, axpy_args(1 << 20, 4096), GetParam());
+  EXPECT_TRUE(is_elf(cubin)) << "not an ELF cubin, " << cubin.size() << " bytes";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, NvrtcArch, ::testing::Values("sm_86", "sm_90", "sm_100"));
+
+TEST(Nvrtc, BrokenKernelReportsLog) {
+  KernelSource k{"broken", "broken", kBrokenSource, {"y"}, {}};
+  try {
+    compile_to_cubin(k, {}, {KernelArg::pointer(4096, DType::kF32)}, "sm_90");
+    FAIL() << "expected CudaError";
+  } catch (const CudaError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("undeclared_identifier_xyz"), std::string::npos) << text;
+    EXPECT_NE(text.find("broken[](*fp32:16)@sm_90/nvrtc-"), std::string::npos) << text;
+    EXPECT_NE(text.find("NVRTC_ERROR_COMPILATION"), std::string::npos) << text;
+  }
+}
+
+TEST(Nvrtc, BadArchIsAnError) {
+  EXPECT_THROW(compile_to_cubin(axpy_kernel(), kBlock128, axpy_args(4096, 64), "90"), Error);
+}
+
+// ---------------------------------------------------------------- monitor
+
+CompileKey some_key() {
+  KernelSource k{"kern", "kern", "s", {}, {}};
+  return make_compile_key(k, {}, {}, "sm_90", "nvrtc-13.0");
+}
+
+TEST(Monitor, RecordsPhaseAndHotPath) {
+  JitMonitor m;
+  EXPECT_EQ(m.phase(), "init");
+  m.set_phase("kernel_warmup");
+  m.record({"a", "ka", 1.5, "", false, "nvrtc"});
+  m.activate();
+  EXPECT_TRUE(m.active());
+  m.set_phase("first_decode");
+  m.record({"b", "kb", 2.5, "", false, "nvrtc"});
+  const auto recs = m.records();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].phase, "kernel_warmup");
+  EXPECT_FALSE(recs[0].hot_path);
+  EXPECT_EQ(recs[1].phase, "first_decode");
+  EXPECT_TRUE(recs[1].hot_path);
+}
+
+TEST(Monitor, ErrorModeThrowsOnlyWhenActive) {
+  JitMonitor m(MonitorMode::kError);
+  m.set_phase("kernel_warmup");
+  EXPECT_NO_THROW(m.before_compile(some_key()));
+  m.activate();
+  m.set_phase("first_decode");
+  try {
+    m.before_compile(some_key());
+    FAIL() << "expected HotPathCompileError";
+  } catch (const HotPathCompileError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "hot-path compile of kern in phase first_decode with --jit-monitor error: key " +
+                  some_key().str());
+  }
+}
+
+TEST(Monitor, WarnModePrintsOneLinePerHotPathCompile) {
+  JitMonitor m(MonitorMode::kWarn);
+  ::testing::internal::CaptureStderr();
+  m.record({"startup", "k0", 1, "", false, "nvrtc"});  // before activate: silent
+  m.activate();
+  m.set_phase("prefill");
+  EXPECT_NO_THROW(m.before_compile(some_key()));
+  m.record({"kern", "k1", 2, "", false, "nvrtc"});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("hot-path compile of kern in phase prefill"), std::string::npos) << err;
+  EXPECT_NE(err.find("key k1"), std::string::npos) << err;
+}
+
+TEST(Monitor, ObserverSeesEachRecord) {
+  JitMonitor m;
+  std::vector<std::string> seen;
+  m.set_observer([&](const CompileRecord& r) { seen.push_back(r.kernel); });
+  m.record({"a", "ka", 1, "", false, "nvrtc"});
+  m.record({"b", "kb", 1, "", false, "disk"});
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(Monitor, RuntimeErrorModeThrowsBeforeCompiling) {
+  JitOptions o = compile_only();
+  o.monitor = MonitorMode::kError;
+  JitRuntime rt(o);
+  const KernelSource k = axpy_kernel();
+  rt.ensure(k, kBlock128, axpy_args(4096, 64));  // startup compile: allowed
+  rt.monitor().activate();
+  rt.monitor().set_phase("prefill");
+  EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 64)));  // a hit is no compile
+  EXPECT_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 1)), HotPathCompileError);
+  EXPECT_EQ(rt.monitor().records().size(), 1u);
+  EXPECT_EQ(rt.cached_kernels(), 1u);  // nothing was compiled
+  EXPECT_EQ(list_dir(rt.cache_dir()).size(), 1u);
+}
+
+TEST(Monitor, RuntimeRecordModeKeepsGoing) {
+  JitRuntime rt(compile_only());
+  const KernelSource k = axpy_kernel();
+  rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  rt.monitor().activate();
+  rt.monitor().set_phase("first_decode");
+  EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 1)));
+  const auto recs = rt.monitor().records();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_FALSE(recs[0].hot_path);
+  EXPECT_EQ(recs[0].phase, "init");
+  EXPECT_TRUE(recs[1].hot_path);
+  EXPECT_EQ(recs[1].phase, "first_decode");
+  EXPECT_EQ(recs[1].source, "nvrtc");
+  EXPECT_GT(recs[1].compile_ms, 0.0);
+  EXPECT_NE(recs[1].key.find("i32:1"), std::string::npos) << recs[1].key;
+}
+
+// ---------------------------------------------------------------- runtime (compile-only)
+
+TEST(Runtime, SecondEnsureIsAHit) {
+  JitRuntime rt(compile_only());
+  EXPECT_EQ(rt.arch(), "sm_90");
+  EXPECT_EQ(rt.compiler(), "nvrtc-" + nvrtc_version());
+  const KernelSource k = axpy_kernel();
+  const CompiledKernel& a = rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  EXPECT_TRUE(is_elf(a.cubin));
+  EXPECT_EQ(a.function, nullptr);  // compile-only: never loaded
+  // Other values with the same specialization: same key, no new record.
+  const CompiledKernel& b = rt.ensure(k, kBlock128, axpy_args(8192, 4096));
+  EXPECT_EQ(&a, &b);
+  EXPECT_EQ(rt.monitor().records().size(), 1u);
+  EXPECT_EQ(rt.cached_kernels(), 1u);
+  // A KernelSource rebuilt per call (same text pointer) still hits.
+  KernelSource again = axpy_kernel();
+  EXPECT_EQ(&rt.ensure(again, kBlock128, axpy_args(4096, 64)), &a);
+  EXPECT_EQ(rt.monitor().records().size(), 1u);
+}
+
+TEST(Runtime, NewSpecializationCompilesNewKey) {
+  JitRuntime rt(compile_only());
+  const KernelSource k = axpy_kernel();
+  const CompiledKernel& a = rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  const CompiledKernel& b = rt.ensure(k, kBlock128, axpy_args(4096, 1));         // n == 1
+  const CompiledKernel& c = rt.ensure(k, kBlock128, axpy_args(4096 + 4, 64));    // unaligned
+  const CompiledKernel& d = rt.ensure(k, {{"BLOCK", 256}}, axpy_args(4096, 64));  // constexpr
+  EXPECT_NE(&a, &b);
+  EXPECT_NE(&a, &c);
+  EXPECT_NE(&a, &d);
+  EXPECT_EQ(rt.cached_kernels(), 4u);
+  const auto recs = rt.monitor().records();
+  ASSERT_EQ(recs.size(), 4u);
+  EXPECT_NE(recs[0].key, recs[1].key);
+  EXPECT_EQ(b.key.signature, "*fp32:16,*fp32:16,*bf16:16,i32:1,fp32");
+  EXPECT_EQ(c.key.signature, "*fp32,*fp32,*bf16,i32:16,fp32");
+}
+
+TEST(Runtime, ConcurrentEnsureCompilesOnce) {
+  JitRuntime rt(compile_only());
+  const KernelSource k = axpy_kernel();
+  std::vector<std::thread> threads;
+  std::atomic<const CompiledKernel*> first{nullptr};
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      const CompiledKernel* p = &rt.ensure(k, kBlock128, axpy_args(4096, 64));
+      const CompiledKernel* expected = nullptr;
+      if (!first.compare_exchange_strong(expected, p) && expected != p) ++mismatches;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(rt.monitor().records().size(), 1u);
+}
+
+TEST(Runtime, NoArchWithoutGpuIsAnError) {
+  if (driver_available()) GTEST_SKIP() << "a GPU is present: the arch comes from it";
+  JitOptions o;
+  o.launch = false;
+  try {
+    JitRuntime rt(o);
+    FAIL() << "expected CudaError";
+  } catch (const CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("no arch given"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Runtime, LaunchWithoutDriverIsAnError) {
+  if (driver_available()) GTEST_SKIP() << "a GPU is present";
+  JitOptions o;
+  o.arch = "sm_90";
+  o.launch = true;
+  EXPECT_THROW(JitRuntime rt(o), CudaError);
+}
+
+TEST(Runtime, LaunchInCompileOnlyModeOnlyEnsures) {
+  JitRuntime rt(compile_only());
+  LaunchDims dims;
+  rt.launch(axpy_kernel(), kBlock128, axpy_args(4096, 64), dims, nullptr);
+  EXPECT_EQ(rt.cached_kernels(), 1u);
+}
+
+// ---------------------------------------------------------------- disk cache
+
+TEST(DiskCache, SharedDirGivesDiskHit) {
+  TempDir dir;
+  const KernelSource k = axpy_kernel();
+  std::string key;
+  {
+    JitRuntime first(compile_only(dir.path));
+    EXPECT_EQ(first.cache_dir(), dir.path);
+    first.ensure(k, kBlock128, axpy_args(4096, 64));
+    ASSERT_EQ(first.monitor().records().size(), 1u);
+    EXPECT_EQ(first.monitor().records()[0].source, "nvrtc");
+    key = first.monitor().records()[0].key;
+  }
+  ASSERT_TRUE(fs::exists(dir.path));  // a given cache_dir is persistent
+  JitRuntime second(compile_only(dir.path));
+  const CompiledKernel& ck = second.ensure(k, kBlock128, axpy_args(4096, 64));
+  ASSERT_EQ(second.monitor().records().size(), 1u);
+  EXPECT_EQ(second.monitor().records()[0].source, "disk");
+  EXPECT_EQ(second.monitor().records()[0].key, key);
+  EXPECT_TRUE(is_elf(ck.cubin));
+  // The file is named by the digest and starts with the key text.
+  const std::string file = dir.path + "/" + ck.key.digest() + ".cubin";
+  ASSERT_TRUE(fs::exists(file));
+  std::ifstream in(file, std::ios::binary);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_NE(header.find(key), std::string::npos) << header;
+}
+
+TEST(DiskCache, ErrorModeAllowsDiskLoadsAndRecordsThem) {
+  TempDir dir;
+  const KernelSource k = axpy_kernel();
+  { JitRuntime warm(compile_only(dir.path)); warm.ensure(k, kBlock128, axpy_args(4096, 64)); }
+  JitOptions o = compile_only(dir.path);
+  o.monitor = MonitorMode::kError;
+  JitRuntime rt(o);
+  rt.monitor().activate();
+  EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 64)));
+  ASSERT_EQ(rt.monitor().records().size(), 1u);
+  EXPECT_TRUE(rt.monitor().records()[0].hot_path);
+  EXPECT_EQ(rt.monitor().records()[0].source, "disk");
+}
+
+TEST(DiskCache, DefaultDirIsFreshAndRemoved) {
+  std::string path;
+  std::string other;
+  {
+    JitRuntime rt(compile_only());
+    JitRuntime rt2(compile_only());
+    path = rt.cache_dir();
+    other = rt2.cache_dir();
+    EXPECT_NE(path, other);  // cold by default: never shared between runtimes
+    ASSERT_TRUE(fs::is_directory(path));
+    rt.ensure(axpy_kernel(), kBlock128, axpy_args(4096, 64));
+    rt2.ensure(axpy_kernel(), kBlock128, axpy_args(4096, 64));
+    EXPECT_EQ(rt2.monitor().records()[0].source, "nvrtc");
+    EXPECT_EQ(list_dir(path).size(), 1u);
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(other));
+}
+
+TEST(DiskCache, AtomicWriteLeavesNoTempFiles) {
+  TempDir dir;
+  JitRuntime rt(compile_only(dir.path));
+  const KernelSource k = axpy_kernel();
+  rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  rt.ensure(k, kBlock128, axpy_args(4096, 1));
+  rt.ensure(k, kBlock128, axpy_args(4100, 3));
+  const auto names = list_dir(dir.path);
+  EXPECT_EQ(names.size(), 3u);
+  for (const std::string& n : names) {
+    EXPECT_EQ(n.size(), 16u + 6u) << n;
+    EXPECT_EQ(n.substr(16), ".cubin") << n;
+  }
+}
+
+TEST(DiskCache, ForeignFileUnderDigestIsAMiss) {
+  TempDir dir;
+  const KernelSource k = axpy_kernel();
+  const CompileKey key = make_compile_key(k, kBlock128, axpy_args(4096, 64), "sm_90",
+                                          "nvrtc-" + nvrtc_version());
+  {
+    std::ofstream out(dir.path + "/" + key.digest() + ".cubin", std::ios::binary);
+    out << "coldstart-cubin/1 some other key\n\x7f" << "ELFgarbage";
+  }
+  JitRuntime rt(compile_only(dir.path));
+  rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  ASSERT_EQ(rt.monitor().records().size(), 1u);
+  EXPECT_EQ(rt.monitor().records()[0].source, "nvrtc");
+}
+
+// ---------------------------------------------------------------- driver
+
+TEST(Driver, UnavailableHasAReason) {
+  if (driver_available()) {
+    EXPECT_TRUE(driver_unavailable_reason().empty());
+    EXPECT_FALSE(driver_version().empty());
+  } else {
+    EXPECT_FALSE(driver_unavailable_reason().empty());
+    EXPECT_THROW(driver(), CudaError);
+    EXPECT_EQ(driver_version(), "");
+  }
+}
+
+TEST(Driver, CheckMacroNamesCallAndError) {
+  if (!driver_available()) {
+    GTEST_SKIP() << "no CUDA driver/GPU: " << driver_unavailable_reason();
+  }
+  try {
+    CUdevice dev;
+    CS_CU_CHECK(driver().cuDeviceGet(&dev, 1 << 20));
+    FAIL() << "expected CudaError";
+  } catch (const CudaError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("jit_test.cpp:"), std::string::npos) << text;
+    EXPECT_NE(text.find("cuDeviceGet(&dev, 1 << 20) failed: CUDA_ERROR_INVALID_DEVICE"),
+              std::string::npos)
+        << text;
+  }
+}
+
+TEST(Driver, NvrtcCheckMacroNamesCall) {
+  try {
+    CS_NVRTC_CHECK(nvrtcCreateProgram(nullptr, "x", "x.cu", 0, nullptr, nullptr));
+    FAIL() << "expected CudaError";
+  } catch (const CudaError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("nvrtcCreateProgram(nullptr"), std::string::npos) << text;
+    EXPECT_NE(text.find("NVRTC_ERROR_INVALID_PROGRAM"), std::string::npos) << text;
+  }
+}
+
+// ---------------------------------------------------------------- GPU launch
+
+TEST(Gpu, LaunchesAndComputes) {
+  if (!driver_available()) {
+    GTEST_SKIP() << "no CUDA driver/GPU: " << driver_unavailable_reason();
+  }
+  JitOptions o;  // arch from the GPU, launching on
+  JitRuntime rt(o);
+  const DriverApi& d = driver();
+  ensure_context();
+  const int n = 1000;
+  CUdeviceptr y = 0, x = 0, b = 0;
+  CS_CU_CHECK(d.cuMemAlloc(&y, n * sizeof(float)));
+  CS_CU_CHECK(d.cuMemAlloc(&x, n * sizeof(float)));
+  CS_CU_CHECK(d.cuMemAlloc(&b, n * 2));
+  std::vector<float> hx(n);
+  std::vector<uint16_t> hb(n);
+  for (int i = 0; i < n; ++i) {
+    hx[i] = static_cast<float>(i);
+    hb[i] = 0x3f80;  // bf16 1.0
+  }
+  CS_CU_CHECK(d.cuMemcpyHtoD(x, hx.data(), n * sizeof(float)));
+  CS_CU_CHECK(d.cuMemcpyHtoD(b, hb.data(), n * 2));
+  CS_CU_CHECK(d.cuMemsetD8(y, 0xff, n * sizeof(float)));  // poison: NaN everywhere
+  std::vector<KernelArg> args = {KernelArg::pointer(y, DType::kF32),
+                                 KernelArg::pointer(x, DType::kF32),
+                                 KernelArg::pointer(b, DType::kBF16), KernelArg::i32(n),
+                                 KernelArg::f32(3.0f)};
+  LaunchDims dims;
+  dims.grid[0] = (n + 127) / 128;
+  dims.block[0] = 128;
+  rt.launch(axpy_kernel(), kBlock128, args, dims, nullptr);
+  CS_CU_CHECK(d.cuStreamSynchronize(nullptr));
+  std::vector<float> hy(n);
+  CS_CU_CHECK(d.cuMemcpyDtoH(hy.data(), y, n * sizeof(float)));
+  for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(hy[i], 3.0f * i + 1.0f) << "at " << i;
+  const auto recs = rt.monitor().records();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_NE(rt.ensure(axpy_kernel(), kBlock128, args).function, nullptr);
+  d.cuMemFree(y);
+  d.cuMemFree(x);
+  d.cuMemFree(b);
+}
+
+}  // namespace
+}  // namespace coldstart::jit

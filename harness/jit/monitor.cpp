@@ -1,0 +1,71 @@
+// The JIT monitor: records every compile with key, duration and phase. See jit.h.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "harness/jit/jit.h"
+
+namespace coldstart::jit {
+
+JitMonitor::JitMonitor(MonitorMode mode) : mode_(mode) {}
+
+void JitMonitor::set_phase(std::string phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = std::move(phase);
+}
+
+const std::string& JitMonitor::phase() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_;
+}
+
+void JitMonitor::activate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_ = true;
+}
+
+bool JitMonitor::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_;
+}
+
+void JitMonitor::before_compile(const CompileKey& key) {
+  std::string phase;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!active_ || mode_ != MonitorMode::kError) return;
+    phase = phase_;
+  }
+  throw HotPathCompileError(fmt::format(
+      "hot-path compile of {} in phase {} with --jit-monitor error: key {}", key.kernel, phase,
+      key.str()));
+}
+
+void JitMonitor::record(CompileRecord rec) {
+  std::function<void(const CompileRecord&)> observer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rec.phase.empty()) rec.phase = phase_;
+    rec.hot_path = active_;
+    if (rec.hot_path && mode_ == MonitorMode::kWarn) {
+      std::fprintf(stderr, "coldstart: hot-path compile of %s in phase %s (%.1f ms, %s): key %s\n",
+                   rec.kernel.c_str(), rec.phase.c_str(), rec.compile_ms, rec.source.c_str(),
+                   rec.key.c_str());
+    }
+    records_.push_back(rec);
+    observer = observer_;
+  }
+  if (observer) observer(rec);  // outside the lock: the observer may call back into the monitor
+}
+
+void JitMonitor::set_observer(std::function<void(const CompileRecord&)> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = std::move(fn);
+}
+
+std::vector<CompileRecord> JitMonitor::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+}  // namespace coldstart::jit

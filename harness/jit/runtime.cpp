@@ -1,0 +1,403 @@
+// The JIT runtime: in-memory cache with an allocation-free hit path, on-disk cache written
+// atomically, NVRTC compiles on a miss, module loading and launches through the driver API.
+//
+// Hit path: ensure() hashes (kernel source pointer, kernel name, constexpr names/values, each
+// argument's kind/dtype/specialization) into 64 bits without building any string, finds the entry
+// under a shared lock and verifies it field by field (so a hash collision can never return the
+// wrong kernel). Only a miss builds the CompileKey text; the miss then looks the key up among the
+// compiled keys (another call site may have compiled the same key), then in the on-disk cache,
+// and only then compiles with NVRTC.
+//
+// Lazy loading: with CUDA_MODULE_LOADING=LAZY (the default since CUDA 12.2) cuModuleLoadData
+// defers uploading a function's code to its first launch. The runtime calls cuFuncLoad (driver
+// 12.4+) right after cuModuleGetFunction, so that cost lands in the compile record (compile_ms)
+// when the kernel is compiled or loaded, not silently in the first launch afterwards.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "harness/jit/compiled_kernel.h"
+#include "harness/jit/driver.h"
+#include "harness/jit/jit.h"
+#include "harness/jit/jit_internal.h"
+
+namespace coldstart::jit {
+namespace {
+
+constexpr const char* kDiskMagic = "coldstart-cubin/1 ";
+constexpr size_t kMaxInlineArgs = 32;
+constexpr unsigned kDefaultMaxDynamicSmem = 48 * 1024;
+
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * detail::kFnvPrime;
+}
+
+// One byte per argument: kind (2 bits), dtype (3 bits), specialization code (2 bits).
+inline uint8_t arg_descriptor(const KernelArg& a) {
+  const uint8_t spec = detail::spec_code(a);
+  const uint8_t spec2 = spec == 1 ? 1 : (spec == 16 ? 2 : 0);
+  return static_cast<uint8_t>((static_cast<uint8_t>(a.kind) & 3u) |
+                              ((static_cast<uint8_t>(a.dtype) & 7u) << 2) | (spec2 << 5));
+}
+
+uint64_t fast_hash(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                   const std::vector<KernelArg>& args) {
+  uint64_t h = mix(detail::kFnvOffset, reinterpret_cast<uintptr_t>(kernel.source));
+  h = detail::fnv1a(kernel.name.data(), kernel.name.size(), h);
+  h = mix(h, constexprs.size());
+  for (const Constexpr& c : constexprs) {
+    h = detail::fnv1a(c.name.data(), c.name.size(), h);
+    h = mix(h, static_cast<uint64_t>(c.value));
+  }
+  h = mix(h, args.size());
+  for (const KernelArg& a : args) h = mix(h, arg_descriptor(a));
+  return h;
+}
+
+bool is_elf(const std::vector<char>& bytes) {
+  return bytes.size() >= 4 && bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' &&
+         bytes[3] == 'F';
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+struct JitRuntime::Impl {
+  // What the hit path compares; one per distinct (call-site-visible) launch configuration.
+  struct FastEntry {
+    const char* source = nullptr;
+    std::string name;
+    std::string entry;
+    size_t n_arg_names = 0;
+    size_t n_do_not_specialize = 0;
+    std::vector<Constexpr> constexprs;
+    std::vector<uint8_t> arg_desc;
+    CompiledKernel* kernel = nullptr;
+
+    bool matches(const KernelSource& k, const std::vector<Constexpr>& cx,
+                 const std::vector<KernelArg>& args) const {
+      if (source != k.source || n_arg_names != k.arg_names.size() ||
+          n_do_not_specialize != k.do_not_specialize.size() || cx.size() != constexprs.size() ||
+          args.size() != arg_desc.size() || name != k.name || entry != k.entry) {
+        return false;
+      }
+      for (size_t i = 0; i < cx.size(); ++i) {
+        if (cx[i].value != constexprs[i].value || cx[i].name != constexprs[i].name) return false;
+      }
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (arg_descriptor(args[i]) != arg_desc[i]) return false;
+      }
+      return true;
+    }
+  };
+
+  JitOptions options;
+  std::string arch;
+  std::string compiler;
+  std::string cache_dir;
+  bool owns_cache_dir = false;
+  JitMonitor monitor;
+
+  mutable std::shared_mutex map_mu;  // guards `fast` and `by_key` (writers also hold compile_mu)
+  std::mutex compile_mu;             // serializes misses
+  std::unordered_map<uint64_t, std::unique_ptr<FastEntry>> fast;
+  std::unordered_map<std::string, std::unique_ptr<CompiledKernel>> by_key;
+
+  explicit Impl(JitOptions opts) : options(std::move(opts)), monitor(options.monitor) {}
+
+  // Reads `<digest>.cubin`; true when it exists and holds this key's cubin. A file for another
+  // key (a digest collision) or a damaged one counts as a miss and is later replaced atomically.
+  bool read_disk(const std::string& path, const std::string& key_text, std::vector<char>* cubin) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return false;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("JIT disk cache: cannot open {}: {}", path, errno_text()));
+    std::string header;
+    std::getline(in, header);
+    if (header != kDiskMagic + key_text) return false;
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!is_elf(bytes)) return false;
+    *cubin = std::move(bytes);
+    return true;
+  }
+
+  // Writes `<digest>.cubin` atomically: a temporary file in the same directory, then rename(2),
+  // so a concurrent reader sees either no file or a complete one.
+  void write_disk(const std::string& path, const std::string& key_text,
+                  const std::vector<char>& cubin) {
+    std::string tmpl = path + ".tmp.XXXXXX";
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) {
+      throw Error(fmt::format("JIT disk cache: mkstemp({}) failed: {}", tmpl, errno_text()));
+    }
+    const std::string header = kDiskMagic + key_text + "\n";
+    auto write_all = [fd](const char* p, size_t n) {
+      while (n > 0) {
+        const ssize_t w = ::write(fd, p, n);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          return false;
+        }
+        p += w;
+        n -= static_cast<size_t>(w);
+      }
+      return true;
+    };
+    const bool ok = write_all(header.data(), header.size()) && write_all(cubin.data(), cubin.size());
+    const std::string write_err = ok ? "" : errno_text();
+    const bool closed = ::close(fd) == 0;
+    if (!ok || !closed) {
+      const std::string err = ok ? errno_text() : write_err;
+      ::unlink(tmpl.c_str());
+      throw Error(fmt::format("JIT disk cache: writing {} failed: {}", tmpl, err));
+    }
+    if (std::rename(tmpl.c_str(), path.c_str()) != 0) {
+      const std::string err = errno_text();
+      ::unlink(tmpl.c_str());
+      throw Error(fmt::format("JIT disk cache: rename({}, {}) failed: {}", tmpl, path, err));
+    }
+  }
+
+  // Loads the cubin and resolves the entry (and, where the driver can, uploads its code now).
+  void load_module(CompiledKernel& ck, const KernelSource& kernel) {
+    const DriverApi& d = driver();
+    ensure_context();
+    CUmodule module = nullptr;
+    CS_CU_CHECK(d.cuModuleLoadData(&module, ck.cubin.data()));
+    try {
+      CUfunction fn = nullptr;
+      CS_CU_CHECK(d.cuModuleGetFunction(&fn, module, kernel.entry.c_str()));
+      if (d.cuFuncLoad != nullptr) CS_CU_CHECK(d.cuFuncLoad(fn));
+      ck.function = fn;
+      ck.module = module;
+    } catch (...) {
+      d.cuModuleUnload(module);  // cleanup only; the first error is the one reported
+      throw;
+    }
+  }
+
+  // The miss path, under compile_mu: disk cache, else NVRTC (after asking the monitor), then the
+  // module load when launching; records the compile.
+  std::unique_ptr<CompiledKernel> load_or_compile(const KernelSource& kernel,
+                                                  const std::vector<Constexpr>& constexprs,
+                                                  const std::vector<KernelArg>& args,
+                                                  CompileKey key, std::string key_text) {
+    auto ck = std::make_unique<CompiledKernel>();
+    const std::string path = cache_dir + "/" + key.digest() + ".cubin";
+    const auto t0 = std::chrono::steady_clock::now();
+    double ms = 0;
+    std::string source;
+    if (read_disk(path, key_text, &ck->cubin)) {
+      source = "disk";
+      ms = ms_since(t0);
+    } else {
+      monitor.before_compile(key);  // may throw HotPathCompileError: nothing compiled
+      const auto t1 = std::chrono::steady_clock::now();
+      ck->cubin = detail::compile_cubin(kernel, constexprs, args, arch, key_text);
+      ms = ms_since(t1);
+      source = "nvrtc";
+      write_disk(path, key_text, ck->cubin);
+    }
+    if (options.launch) {
+      const auto t2 = std::chrono::steady_clock::now();
+      load_module(*ck, kernel);
+      ms += ms_since(t2);
+    }
+    ck->key = std::move(key);
+    ck->key_text = std::move(key_text);
+    CompileRecord rec;
+    rec.kernel = kernel.name;
+    rec.key = ck->key_text;
+    rec.compile_ms = ms;
+    rec.source = source;
+    monitor.record(std::move(rec));
+    return ck;
+  }
+
+  const CompiledKernel& miss(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                             const std::vector<KernelArg>& args, uint64_t h) {
+    std::lock_guard<std::mutex> compile_lock(compile_mu);
+    {
+      std::shared_lock<std::shared_mutex> lock(map_mu);
+      auto it = fast.find(h);
+      if (it != fast.end() && it->second->matches(kernel, constexprs, args)) {
+        return *it->second->kernel;  // another thread got here first
+      }
+    }
+    CompileKey key = make_compile_key(kernel, constexprs, args, arch, compiler);
+    std::string key_text = key.str();
+    CompiledKernel* ck = nullptr;
+    auto found = by_key.find(key_text);  // by_key only changes under compile_mu
+    if (found != by_key.end()) {
+      ck = found->second.get();
+    } else {
+      std::unique_ptr<CompiledKernel> made =
+          load_or_compile(kernel, constexprs, args, std::move(key), key_text);
+      ck = made.get();
+      std::unique_lock<std::shared_mutex> lock(map_mu);
+      by_key.emplace(std::move(key_text), std::move(made));
+    }
+    auto entry = std::make_unique<FastEntry>();
+    entry->source = kernel.source;
+    entry->name = kernel.name;
+    entry->entry = kernel.entry;
+    entry->n_arg_names = kernel.arg_names.size();
+    entry->n_do_not_specialize = kernel.do_not_specialize.size();
+    entry->constexprs = constexprs;
+    entry->arg_desc.reserve(args.size());
+    for (const KernelArg& a : args) entry->arg_desc.push_back(arg_descriptor(a));
+    entry->kernel = ck;
+    std::unique_lock<std::shared_mutex> lock(map_mu);
+    fast[h] = std::move(entry);  // a (vanishingly rare) 64-bit collision just replaces the entry
+    return *ck;
+  }
+};
+
+JitRuntime::JitRuntime(JitOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  Impl& s = *impl_;
+  s.compiler = "nvrtc-" + nvrtc_version();
+  if (s.options.launch) {
+    if (!driver_available()) {
+      throw CudaError("JitRuntime: launching kernels needs a CUDA driver and GPU: " +
+                      driver_unavailable_reason() + " (use compile-only mode, launch = false)");
+    }
+    ensure_context();
+  }
+  if (s.options.arch.empty()) {
+    if (!driver_available()) {
+      throw CudaError("JitRuntime: no arch given and no GPU to take it from (" +
+                      driver_unavailable_reason() + "); pass an arch such as sm_90");
+    }
+    s.arch = current_device_arch();
+  } else {
+    s.arch = s.options.arch;
+  }
+  if (s.options.cache_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                       "/coldstart-jit-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      throw Error(fmt::format("JitRuntime: mkdtemp({}) failed: {}", tmpl, errno_text()));
+    }
+    s.cache_dir = tmpl;
+    s.owns_cache_dir = true;
+  } else {
+    s.cache_dir = s.options.cache_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(s.cache_dir, ec);
+    if (ec || !std::filesystem::is_directory(s.cache_dir)) {
+      throw Error(fmt::format("JitRuntime: cannot create cache directory {}: {}", s.cache_dir,
+                              ec ? ec.message() : "not a directory"));
+    }
+  }
+}
+
+JitRuntime::~JitRuntime() {
+  Impl& s = *impl_;
+  if (s.options.launch && driver_available()) {
+    try {
+      ensure_context();
+      for (auto& [text, ck] : s.by_key) {
+        if (ck->module != nullptr) driver().cuModuleUnload(ck->module);  // teardown: best effort
+      }
+    } catch (...) {
+      // A destructor cannot report; a sticky context error was already raised where it happened.
+    }
+  }
+  if (s.owns_cache_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(s.cache_dir, ec);
+  }
+}
+
+const CompiledKernel& JitRuntime::ensure(const KernelSource& kernel,
+                                         const std::vector<Constexpr>& constexprs,
+                                         const std::vector<KernelArg>& args) {
+  const uint64_t h = fast_hash(kernel, constexprs, args);
+  {
+    std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
+    auto it = impl_->fast.find(h);
+    if (it != impl_->fast.end() && it->second->matches(kernel, constexprs, args)) {
+      return *it->second->kernel;
+    }
+  }
+  return impl_->miss(kernel, constexprs, args, h);
+}
+
+void JitRuntime::launch(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
+                        const std::vector<KernelArg>& args, const LaunchDims& dims, void* stream) {
+  const CompiledKernel& k = ensure(kernel, constexprs, args);
+  if (!impl_->options.launch) return;
+  const DriverApi& d = driver();
+  ensure_context();
+
+  // Kernel parameters point into `args` (pointers, i64, f32) or into a local int32 copy.
+  void* inline_params[kMaxInlineArgs];
+  int32_t inline_i32[kMaxInlineArgs];
+  std::vector<void*> heap_params;
+  std::vector<int32_t> heap_i32;
+  void** params = inline_params;
+  int32_t* i32 = inline_i32;
+  if (args.size() > kMaxInlineArgs) {
+    heap_params.resize(args.size());
+    heap_i32.resize(args.size());
+    params = heap_params.data();
+    i32 = heap_i32.data();
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelArg& a = args[i];
+    switch (a.kind) {
+      case KernelArg::Kind::kPointer: params[i] = const_cast<uint64_t*>(&a.address); break;
+      case KernelArg::Kind::kI64: params[i] = const_cast<int64_t*>(&a.value); break;
+      case KernelArg::Kind::kF32: params[i] = const_cast<float*>(&a.fvalue); break;
+      case KernelArg::Kind::kI32:
+        i32[i] = static_cast<int32_t>(a.value);
+        params[i] = &i32[i];
+        break;
+    }
+  }
+
+  auto& ck = const_cast<CompiledKernel&>(k);
+  if (dims.shared_bytes > kDefaultMaxDynamicSmem &&
+      dims.shared_bytes > ck.max_dynamic_smem.load(std::memory_order_relaxed)) {
+    CS_CU_CHECK(d.cuFuncSetAttribute(ck.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     static_cast<int>(dims.shared_bytes)));
+    ck.max_dynamic_smem.store(dims.shared_bytes, std::memory_order_relaxed);
+  }
+  CS_CU_CHECK(d.cuLaunchKernel(k.function, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
+                               dims.block[1], dims.block[2], dims.shared_bytes,
+                               static_cast<CUstream>(stream), params, nullptr));
+}
+
+const std::string& JitRuntime::arch() const { return impl_->arch; }
+
+const std::string& JitRuntime::compiler() const { return impl_->compiler; }
+
+JitMonitor& JitRuntime::monitor() { return impl_->monitor; }
+
+size_t JitRuntime::cached_kernels() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
+  return impl_->by_key.size();
+}
+
+const std::string& JitRuntime::cache_dir() const { return impl_->cache_dir; }
+
+}  // namespace coldstart::jit
