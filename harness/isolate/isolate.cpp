@@ -1,0 +1,504 @@
+// coldstart: child processes with a result channel, stderr capture and a watchdog.
+#include "harness/isolate/isolate.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "harness/common/error.h"
+
+extern char** environ;
+
+namespace coldstart::isolate {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Pipe ends are moved to fds >= 10 so that dup2 onto 2 and 3 in the child can never clobber
+// another end of ours; all of them are close-on-exec in the parent.
+constexpr int kLowestPipeFd = 10;
+
+int raise_fd(int fd) {
+  int high = ::fcntl(fd, F_DUPFD_CLOEXEC, kLowestPipeFd);
+  int saved = errno;
+  ::close(fd);
+  errno = saved;
+  return high;
+}
+
+// Owns every resource of one run, so that an early return or a callback's exception still
+// kills and reaps the child and closes the fds.
+struct RunState {
+  pid_t pid = -1;
+  bool reaped = false;
+  int fds[5] = {-1, -1, -1, -1, -1};  // result r/w, stderr r/w, pidfd
+
+  ~RunState() {
+    if (pid > 0 && !reaped) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    for (int& fd : fds) close_fd(fd);
+  }
+  static void close_fd(int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+// Splits a byte stream into lines.
+class LineSplitter {
+ public:
+  explicit LineSplitter(size_t max_line) : max_line_(max_line) {}
+  template <typename F>
+  void feed(const char* data, size_t n, F&& emit) {
+    buf_.append(data, n);
+    size_t start = 0;
+    for (;;) {
+      size_t nl = buf_.find('\n', start);
+      if (nl == std::string::npos) break;
+      emit(buf_.substr(start, nl - start));
+      start = nl + 1;
+    }
+    buf_.erase(0, start);
+    // A line longer than max_line_ is passed on in pieces instead of growing without bound.
+    while (max_line_ && buf_.size() > max_line_) {
+      emit(buf_.substr(0, max_line_));
+      buf_.erase(0, max_line_);
+    }
+  }
+  const std::string& rest() const { return buf_; }
+
+ private:
+  std::string buf_;
+  size_t max_line_;
+};
+
+std::vector<std::string> child_environment(const ChildSpec& spec) {
+  auto overridden = [&](const char* entry) {
+    const char* eq = std::strchr(entry, '=');
+    std::string name = eq ? std::string(entry, eq) : std::string(entry);
+    if (name == kResultFdEnv) return true;
+    for (const auto& kv : spec.env) {
+      if (kv.first == name) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    if (!overridden(*e)) env.emplace_back(*e);
+  }
+  for (const auto& kv : spec.env) {
+    if (kv.first != kResultFdEnv) env.push_back(kv.first + "=" + kv.second);  // the fd is ours
+  }
+  env.push_back(fmt::format("{}={}", kResultFdEnv, kResultFd));
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+std::string last_line(const std::string& text) {
+  size_t end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  size_t start = text.rfind('\n', end);
+  start = (start == std::string::npos) ? 0 : start + 1;
+  std::string line = text.substr(start, end - start + 1);
+  constexpr size_t kMax = 500;
+  if (line.size() > kMax) line = line.substr(0, kMax) + "...";
+  return line;
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGSYS: return "SIGSYS";
+    default: return fmt::format("SIG{}", sig);
+  }
+}
+
+ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&)> on_message,
+                    std::function<void(const std::string&)> on_stderr_line) {
+  ChildExit out;
+  out.timeout_s = spec.timeout_s;
+  const auto t0 = Clock::now();
+  auto spawn_failed = [&](std::string why) {
+    out.how = ChildExit::How::kSpawnFailed;
+    out.spawn_error = std::move(why);
+    out.wall_ms = ms_between(t0, Clock::now());
+    return out;
+  };
+  if (spec.argv.empty()) return spawn_failed("empty argv");
+
+  RunState st;
+  int& res_r = st.fds[0];
+  int& res_w = st.fds[1];
+  int& err_r = st.fds[2];
+  int& err_w = st.fds[3];
+  int& pidfd = st.fds[4];
+  for (int which : {0, 2}) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return spawn_failed(fmt::format("pipe2: {}", std::strerror(errno)));
+    st.fds[which] = raise_fd(p[0]);
+    st.fds[which + 1] = raise_fd(p[1]);
+    if (st.fds[which] < 0 || st.fds[which + 1] < 0) {
+      return spawn_failed(fmt::format("fcntl(F_DUPFD_CLOEXEC): {}", std::strerror(errno)));
+    }
+  }
+
+  // Everything the spawn needs is built before it, in this process.
+  std::vector<std::string> argv_s = spec.argv;
+  std::vector<std::string> env_s = child_environment(spec);
+  std::vector<char*> argv_c = c_strings(argv_s);
+  std::vector<char*> env_c = c_strings(env_s);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_adddup2(&fa, res_w, kResultFd);
+  posix_spawn_file_actions_adddup2(&fa, err_w, STDERR_FILENO);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  // Nothing of ours beyond the channel leaks into the child (our pipe ends included).
+  posix_spawn_file_actions_addclosefrom_np(&fa, kResultFd + 1);
+#endif
+  sigset_t empty, all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  sigdelset(&all, SIGKILL);
+  sigdelset(&all, SIGSTOP);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &all);  // undo any SIG_IGN of ours (SIGPIPE, ...)
+  posix_spawnattr_setpgroup(&attr, 0);         // the child leads a new process group
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv_c[0], &fa, &attr, argv_c.data(), env_c.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    return spawn_failed(fmt::format("posix_spawn({}): {}", spec.argv[0], std::strerror(rc)));
+  }
+  st.pid = pid;
+  RunState::close_fd(res_w);
+  RunState::close_fd(err_w);
+  ::fcntl(res_r, F_SETFL, ::fcntl(res_r, F_GETFL) | O_NONBLOCK);
+  ::fcntl(err_r, F_SETFL, ::fcntl(err_r, F_GETFL) | O_NONBLOCK);
+#ifdef SYS_pidfd_open
+  // Readable when the child ends: wakes the loop at once even while a grandchild keeps the pipes
+  // open. Without it (old kernels) the loop polls for the exit every few milliseconds.
+  pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+
+  LineSplitter msg_lines(0);
+  LineSplitter err_lines(64 * 1024);
+  std::string tail;
+  auto add_tail = [&](const char* data, size_t n) {
+    tail.append(data, n);
+    if (tail.size() > 2 * kStderrTailBytes) tail.erase(0, tail.size() - kStderrTailBytes);
+  };
+  auto emit_message = [&](std::string line) {
+    out.messages.push_back(line);
+    if (on_message) on_message(out.messages.back());
+  };
+  auto emit_stderr = [&](const std::string& line) {
+    if (on_stderr_line) on_stderr_line(line);
+  };
+
+  // Reads what is there now; returns false at EOF (and closes the fd).
+  char buf[65536];
+  auto read_some = [&](int& fd, bool drain) {
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) {
+        if (fd == res_r) {
+          msg_lines.feed(buf, static_cast<size_t>(n), emit_message);
+        } else {
+          add_tail(buf, static_cast<size_t>(n));
+          err_lines.feed(buf, static_cast<size_t>(n), emit_stderr);
+        }
+        if (!drain) return true;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      RunState::close_fd(fd);  // EOF, or an error we cannot recover from
+      return false;
+    }
+  };
+
+  const bool has_deadline = spec.timeout_s > 0;
+  const auto deadline =
+      has_deadline ? t0 + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(spec.timeout_s))
+                   : Clock::time_point::max();
+  Clock::time_point kill_at = Clock::time_point::max();
+  bool timed_out = false, killed = false;
+
+  for (;;) {
+    // Has the child ended? WNOWAIT leaves it a zombie, so its pid (and process group id) cannot be
+    // reused before we have cleaned up the group below.
+    siginfo_t si;
+    std::memset(&si, 0, sizeof si);
+    int w = ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT);
+    if (w == 0 && si.si_pid == pid) break;
+    if (w < 0 && errno != EINTR) break;  // ECHILD: someone else reaped it; waitpid below reports
+
+    const auto now = Clock::now();
+    if (!timed_out && now >= deadline) {
+      timed_out = true;
+      ::kill(-pid, SIGTERM);
+      kill_at = now + std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(kKillGraceSeconds));
+    }
+    if (timed_out && !killed && now >= kill_at) {
+      killed = true;
+      ::kill(-pid, SIGKILL);
+    }
+
+    // Sleep until something is readable, the child ends, or the next watchdog step.
+    Clock::time_point next = timed_out ? (killed ? Clock::time_point::max() : kill_at) : deadline;
+    const int tick_ms = pidfd >= 0 ? 500 : 10;
+    int wait_ms = tick_ms;
+    if (next != Clock::time_point::max()) {
+      double left = std::chrono::duration<double, std::milli>(next - now).count();
+      wait_ms = static_cast<int>(std::clamp(left + 1.0, 0.0, static_cast<double>(tick_ms)));
+    }
+    pollfd pfd[3];
+    int n = 0;
+    int i_res = -1, i_err = -1;
+    if (res_r >= 0) { i_res = n; pfd[n++] = {res_r, POLLIN, 0}; }
+    if (err_r >= 0) { i_err = n; pfd[n++] = {err_r, POLLIN, 0}; }
+    if (pidfd >= 0) pfd[n++] = {pidfd, POLLIN, 0};
+    int pr = ::poll(pfd, static_cast<nfds_t>(n), wait_ms);
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      ::usleep(1000);  // should not happen (EINVAL/ENOMEM); do not spin
+      continue;
+    }
+    if (i_res >= 0 && pfd[i_res].revents) read_some(res_r, false);
+    if (i_err >= 0 && pfd[i_err].revents) read_some(err_r, false);
+  }
+
+  // The child has ended (still a zombie). Kill whatever it left in its group, take what is
+  // already in the pipes without waiting for writers that may still hold them, then reap.
+  ::kill(-pid, SIGKILL);
+  if (res_r >= 0) read_some(res_r, true);
+  if (err_r >= 0) read_some(err_r, true);
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  st.reaped = true;
+  out.wall_ms = ms_between(t0, Clock::now());
+
+  if (!err_lines.rest().empty()) emit_stderr(err_lines.rest());
+  // An unterminated result line is a message cut short: dropped (see the protocol).
+  if (tail.size() > kStderrTailBytes) {
+    tail.erase(0, tail.size() - kStderrTailBytes);
+    size_t nl = tail.find('\n');
+    if (nl != std::string::npos && nl + 1 < tail.size()) tail.erase(0, nl + 1);
+  }
+  out.stderr_tail = std::move(tail);
+
+  if (r != pid) {
+    out.how = timed_out ? ChildExit::How::kTimedOut : ChildExit::How::kExited;
+    out.exit_code = -1;
+    return out;
+  }
+  if (WIFEXITED(status)) out.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) {
+    out.signal = WTERMSIG(status);
+    out.signal_name = signal_name(out.signal);
+  }
+  if (timed_out) {
+    out.how = ChildExit::How::kTimedOut;
+  } else if (WIFSIGNALED(status)) {
+    out.how = ChildExit::How::kSignaled;
+  } else {
+    out.how = ChildExit::How::kExited;
+  }
+  return out;
+}
+
+// ---- child side -------------------------------------------------------------------------------
+
+ResultChannel ResultChannel::from_env() {
+  const char* text = std::getenv(kResultFdEnv);
+  if (!text || !*text) return ResultChannel(-1);
+  char* end = nullptr;
+  errno = 0;
+  long fd = std::strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || fd < 0 || fd > 1 << 20) return ResultChannel(-1);
+  int flags = ::fcntl(static_cast<int>(fd), F_GETFD);
+  if (flags < 0) return ResultChannel(-1);
+  // Programs this child starts (compilers, helpers) do not inherit the channel, so they cannot
+  // keep it open or write into it.
+  ::fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
+  return ResultChannel(static_cast<int>(fd));
+}
+
+void ResultChannel::send(const std::string& line) const {
+  if (fd_ < 0) return;
+  if (line.find('\n') != std::string::npos) {
+    throw Error("result channel: a message must be one line (it holds a '\\n')");
+  }
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::string data = line + "\n";
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error(fmt::format("result channel: write to fd {} failed: {}", fd_, std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string snapshot_line(const StrategyResult& r, const std::optional<std::string>& current_phase,
+                          bool final) {
+  nlohmann::json j = r;
+  j["current_phase"] = current_phase ? nlohmann::json(*current_phase) : nlohmann::json(nullptr);
+  j["final"] = final;
+  // dump() escapes control characters, so the text never holds a raw newline; invalid UTF-8 in
+  // an error text is replaced rather than thrown on.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void send_snapshot(const ResultChannel& channel, const StrategyResult& r,
+                   const std::optional<std::string>& current_phase, bool final) {
+  if (!channel.active()) return;
+  channel.send(snapshot_line(r, current_phase, final));
+}
+
+std::optional<StrategyResult> parse_snapshot(const std::string& line) {
+  try {
+    auto j = nlohmann::json::parse(line);
+    if (!j.is_object()) return std::nullopt;
+    return j.get<StrategyResult>();
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  } catch (const Error&) {  // e.g. an unknown outcome name
+    return std::nullopt;
+  }
+}
+
+StrategyResult last_snapshot(const std::vector<std::string>& messages, StrategyResult fallback) {
+  for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
+    if (auto s = parse_snapshot(*it)) return std::move(*s);
+  }
+  return fallback;
+}
+
+StrategyResult classify(const ChildExit& ex, StrategyResult r) {
+  if (!r.extra.is_object()) r.extra = nlohmann::json::object();
+  const auto fin = r.extra.find("final");
+  const bool final = fin != r.extra.end() && fin->is_boolean() && fin->get<bool>();
+  std::optional<std::string> running;
+  const auto cur = r.extra.find("current_phase");
+  if (cur != r.extra.end() && cur->is_string()) running = cur->get<std::string>();
+  if (!running && r.failed_phase) running = r.failed_phase;
+  if (!running && final) running = "teardown";
+  r.extra.erase("final");
+  r.extra.erase("current_phase");
+
+  r.wall_ms = ex.wall_ms;
+  r.exit_code = std::nullopt;
+  r.signal = std::nullopt;
+  if (ex.how != ChildExit::How::kSpawnFailed && ex.exit_code >= 0 && ex.signal == 0) {
+    r.exit_code = ex.exit_code;
+  }
+  if (ex.signal != 0) r.signal = ex.signal_name.empty() ? signal_name(ex.signal) : ex.signal_name;
+
+  const std::string err_line = last_line(ex.stderr_tail);
+  const std::string with_stderr = err_line.empty() ? "" : "; last stderr line: " + err_line;
+
+  switch (ex.how) {
+    case ChildExit::How::kSpawnFailed:
+      r.outcome = Outcome::kError;
+      r.error = "cannot start child: " + ex.spawn_error;
+      r.failed_phase = std::nullopt;
+      break;
+    case ChildExit::How::kTimedOut: {
+      r.outcome = Outcome::kTimeout;
+      std::string how_killed;
+      if (ex.signal == SIGKILL) {
+        how_killed = fmt::format(", killed with SIGKILL {:g} s after SIGTERM", kKillGraceSeconds);
+      }
+      r.error = fmt::format("no progress after {:g} s (watchdog){}", ex.timeout_s, how_killed);
+      r.failed_phase = running;
+      break;
+    }
+    case ChildExit::How::kSignaled:
+      r.outcome = Outcome::kCrash;
+      r.error = fmt::format("child killed by {} (signal {}){}{}", r.signal.value_or("?"), ex.signal,
+                            final ? " after sending its final result" : "", with_stderr);
+      r.failed_phase = running;
+      break;
+    case ChildExit::How::kExited:
+      if (!final) {
+        r.outcome = Outcome::kError;
+        r.error = fmt::format("child exited with code {} before sending its final result{}",
+                              ex.exit_code, with_stderr);
+        r.failed_phase = running;
+      } else if (ex.exit_code != 0 && r.outcome == Outcome::kOk) {
+        r.outcome = Outcome::kError;
+        r.error = fmt::format("child exited with code {} after sending its final result{}",
+                              ex.exit_code, with_stderr);
+        r.failed_phase = "teardown";
+      }
+      // Otherwise the child's own verdict stands (ok, or the crash it caught and reported).
+      break;
+  }
+  if (r.outcome != Outcome::kOk && !ex.stderr_tail.empty()) r.extra["stderr_tail"] = ex.stderr_tail;
+  return r;
+}
+
+}  // namespace coldstart::isolate

@@ -1,0 +1,28 @@
+// Registry of every runtime-compiled kernel family, for tests that must cover all of them (the
+// multi-arch NVRTC compile test). Torch-free.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/jit/jit.h"
+
+namespace coldstart {
+
+/// One kernel with constexprs and launch arguments whose specialization is representative of
+/// serving. Pointers carry a 256-byte aligned address (as a real allocation would).
+struct KernelCompileCase {
+  std::string family;  ///< "turboquant"
+  std::string label;   ///< printable identity, e.g. "tq_decode_stage1[HEAD_DIM=128,...]"
+  const jit::KernelSource* kernel = nullptr;
+  std::vector<jit::Constexpr> constexprs;
+  std::vector<jit::KernelArg> args;
+};
+
+/// Every family's compile cases. A new family appends its own here (kernel_registry.cpp).
+std::vector<KernelCompileCase> all_compile_cases();
+
+/// Every family's kernel sources.
+std::vector<const jit::KernelSource*> all_kernel_sources();
+
+}  // namespace coldstart

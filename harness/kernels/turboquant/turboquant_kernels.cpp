@@ -1,0 +1,175 @@
+#include "harness/kernels/turboquant/turboquant_kernels.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+// Embedded by cs_embed_sources (harness/kernels/CMakeLists.txt).
+extern const char* const kSource_tq_common;
+extern const char* const kSource_tq_cache_store;
+extern const char* const kSource_tq_decode_stage1;
+extern const char* const kSource_tq_decode_stage2;
+extern const char* const kSource_tq_dequant_kv;
+
+namespace coldstart::tq {
+namespace {
+
+bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+jit::KernelSource make_source(const char* name, const char* text,
+                              std::vector<std::string> arg_names, std::string& storage) {
+  jit::KernelSource k;
+  k.name = name;
+  k.entry = name;
+  // Each NVRTC program is the shared device helpers followed by one kernel file; the #line makes
+  // NVRTC's messages point into the kernel file.
+  storage = std::string(kSource_tq_common) + "\n#line 1 \"" + name + ".cu\"\n" + text;
+  k.source = storage.c_str();
+  k.arg_names = std::move(arg_names);
+  return k;
+}
+
+std::string label_of(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs) {
+  std::string s = k.name + "[";
+  for (size_t i = 0; i < cs.size(); ++i) {
+    s += fmt::format("{}{}={}", i ? "," : "", cs[i].name, cs[i].value);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+TqLayout TqLayout::make(int head_dim, int block_size, int num_kv_heads) {
+  if (!is_pow2(head_dim) || head_dim < 16 || head_dim > 256) {
+    throw InputError(fmt::format(
+        "turboquant: head_dim {} is not supported (must be a power of two in [16, 256])",
+        head_dim));
+  }
+  if (block_size <= 0) {
+    throw InputError(fmt::format("turboquant: block_size {} must be positive", block_size));
+  }
+  if (num_kv_heads <= 0) {
+    throw InputError(fmt::format("turboquant: num_kv_heads {} must be positive", num_kv_heads));
+  }
+  TqLayout l;
+  l.head_dim = head_dim;
+  l.block_size = block_size;
+  l.num_kv_heads = num_kv_heads;
+  l.key_bytes = head_dim / 2 + 2;
+  l.value_bytes = head_dim / 2 + 4;
+  l.slot_bytes = (l.key_bytes + l.value_bytes + 1) / 2 * 2;
+  return l;
+}
+
+const jit::KernelSource& cache_store_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k = make_source(
+      "tq_cache_store", kSource_tq_cache_store,
+      {"key", "value", "slot_mapping", "cache", "key_stride_t", "key_stride_h", "value_stride_t",
+       "value_stride_h"},
+      storage);
+  return k;
+}
+
+const jit::KernelSource& decode_stage1_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k = make_source(
+      "tq_decode_stage1", kSource_tq_decode_stage1,
+      {"q", "cache", "block_table", "seq_lens", "mid_o", "q_stride_b", "q_stride_h",
+       "block_table_stride", "sm_scale"},
+      storage);
+  return k;
+}
+
+const jit::KernelSource& decode_stage2_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k =
+      make_source("tq_decode_stage2", kSource_tq_decode_stage2,
+                  {"mid_o", "out", "lse", "out_stride_b", "out_stride_h"}, storage);
+  return k;
+}
+
+const jit::KernelSource& dequant_kv_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k =
+      make_source("tq_dequant_kv", kSource_tq_dequant_kv,
+                  {"cache", "block_table", "k_out", "v_out", "num_tokens", "alloc_len"}, storage);
+  return k;
+}
+
+std::vector<const jit::KernelSource*> all_kernels() {
+  return {&cache_store_kernel(), &decode_stage1_kernel(), &decode_stage2_kernel(),
+          &dequant_kv_kernel()};
+}
+
+std::vector<jit::Constexpr> cache_store_constexprs(const TqLayout& layout) {
+  return {{"HEAD_DIM", layout.head_dim}};
+}
+
+std::vector<jit::Constexpr> decode_stage1_constexprs(const TqLayout& layout, int num_q_heads,
+                                                     int num_kv_splits) {
+  if (num_q_heads <= 0 || num_q_heads % layout.num_kv_heads != 0) {
+    throw InputError(fmt::format(
+        "turboquant: {} query heads is not a positive multiple of {} KV heads", num_q_heads,
+        layout.num_kv_heads));
+  }
+  return {{"HEAD_DIM", layout.head_dim},
+          {"BLOCK_SIZE", layout.block_size},
+          {"NUM_KV_SPLITS", num_kv_splits},
+          {"KV_GROUP", num_q_heads / layout.num_kv_heads}};
+}
+
+std::vector<jit::Constexpr> decode_stage2_constexprs(const TqLayout& layout, int num_kv_splits) {
+  return {{"HEAD_DIM", layout.head_dim}, {"NUM_KV_SPLITS", num_kv_splits}};
+}
+
+std::vector<jit::Constexpr> dequant_kv_constexprs(const TqLayout& layout) {
+  return {{"HEAD_DIM", layout.head_dim}, {"BLOCK_SIZE", layout.block_size}};
+}
+
+std::vector<KernelCompileCase> compile_cases() {
+  using jit::DType;
+  using jit::KernelArg;
+  std::vector<KernelCompileCase> cases;
+  const int hq = 32;
+  const int hk = 8;
+  const int max_model_len = 32768;
+  for (int d : {128, 64}) {
+    const TqLayout l = TqLayout::make(d, 16, hk);
+    const int64_t qkv_stride = static_cast<int64_t>(hq + 2 * hk) * d;  // q/k/v views of qkv
+    const uint64_t base = 1u << 20;                                     // 256-byte aligned
+    auto add = [&](const jit::KernelSource& k, std::vector<jit::Constexpr> cs,
+                   std::vector<KernelArg> args) {
+      KernelCompileCase c;
+      c.family = "turboquant";
+      c.label = label_of(k, cs);
+      c.kernel = &k;
+      c.constexprs = std::move(cs);
+      c.args = std::move(args);
+      cases.push_back(std::move(c));
+    };
+    add(cache_store_kernel(), cache_store_constexprs(l),
+        {KernelArg::pointer(base + 2ull * hq * d, DType::kBF16),
+         KernelArg::pointer(base + 2ull * (hq + hk) * d, DType::kBF16),
+         KernelArg::pointer(base, DType::kI64), KernelArg::pointer(base, DType::kU8),
+         KernelArg::i64(qkv_stride), KernelArg::i64(d), KernelArg::i64(qkv_stride),
+         KernelArg::i64(d)});
+    add(decode_stage1_kernel(), decode_stage1_constexprs(l, hq),
+        {KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, DType::kU8),
+         KernelArg::pointer(base, DType::kI32), KernelArg::pointer(base, DType::kI32),
+         KernelArg::pointer(base, DType::kF32), KernelArg::i64(qkv_stride), KernelArg::i64(d),
+         KernelArg::i32(max_model_len / l.block_size),
+         KernelArg::f32(1.0f / std::sqrt(static_cast<float>(d)))});
+    add(decode_stage2_kernel(), decode_stage2_constexprs(l),
+        {KernelArg::pointer(base, DType::kF32), KernelArg::pointer(base, DType::kBF16),
+         KernelArg::pointer(base, DType::kF32), KernelArg::i64(static_cast<int64_t>(hq) * d),
+         KernelArg::i64(d)});
+    add(dequant_kv_kernel(), dequant_kv_constexprs(l),
+        {KernelArg::pointer(base, DType::kU8), KernelArg::pointer(base, DType::kI32),
+         KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, DType::kBF16),
+         KernelArg::i32(2048), KernelArg::i32(2048)});
+  }
+  return cases;
+}
+
+}  // namespace coldstart::tq

@@ -1,0 +1,160 @@
+// Dense decoder (Qwen3 / Llama family): RMSNorm, fused QKV projection, per-head q/k RMSNorm
+// (Qwen3), neox-style RoPE, attention through the backend, SiLU-gated MLP. All libtorch
+// operations (cuBLAS GEMMs etc.): an engine's ahead-of-time kernels, never JIT compiles.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "harness/models/model.h"
+
+namespace coldstart {
+namespace {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return (xf * inv).to(x.scalar_type()) * weight;
+}
+
+struct LayerWeights {
+  at::Tensor input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
+};
+
+class DenseModel final : public Model {
+ public:
+  DenseModel(const ModelConfig& c, c10::Device device) : c_(c), device_(device) {
+    has_qk_norm_ = c.model_type == "qwen3";
+  }
+
+  std::string name() const override { return c_.architecture; }
+  int num_layers() const override { return c_.num_hidden_layers; }
+
+  int64_t load_weights(uint64_t seed) override {
+    const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(device_);
+    const bool meta = device_.is_meta();
+    int64_t bytes = 0;
+    auto make = [&](std::vector<int64_t> shape, double std) {
+      at::Tensor t = at::empty(shape, opt);
+      if (!meta) t.normal_(0.0, std);
+      bytes += t.numel() * 2;
+      return t;
+    };
+    auto ones = [&](int64_t n) {
+      at::Tensor t = at::empty({n}, opt);
+      if (!meta) t.fill_(1.0);
+      bytes += n * 2;
+      return t;
+    };
+    if (!meta) at::manual_seed(seed);
+    const int64_t H = c_.hidden_size, D = c_.head_dim, Hq = c_.num_attention_heads,
+                  Hk = c_.num_key_value_heads, I = c_.intermediate_size, V = c_.vocab_size;
+    embed_ = make({V, H}, 1.0);
+    layers_.clear();
+    for (int l = 0; l < c_.num_hidden_layers; ++l) {
+      LayerWeights w;
+      w.input_norm = ones(H);
+      w.qkv = make({(Hq + 2 * Hk) * D, H}, 1.0 / std::sqrt(double(H)));
+      if (has_qk_norm_) {
+        w.q_norm = ones(D);
+        w.k_norm = ones(D);
+      }
+      w.o_proj = make({H, Hq * D}, 1.0 / std::sqrt(double(Hq * D)));
+      w.post_norm = ones(H);
+      w.gate_up = make({2 * I, H}, 1.0 / std::sqrt(double(H)));
+      w.down = make({H, I}, 1.0 / std::sqrt(double(I)));
+      layers_.push_back(std::move(w));
+    }
+    final_norm_ = ones(H);
+    lm_head_ = c_.tie_word_embeddings ? embed_ : make({V, H}, 1.0 / std::sqrt(double(H)));
+    // RoPE table [max_positions, D]: cos in the first half, sin in the second (float32).
+    const int64_t max_pos = c_.max_position_embeddings;
+    const auto fopt = at::TensorOptions().dtype(at::kFloat).device(device_);
+    if (meta) {
+      rope_ = at::empty({max_pos, D}, fopt);
+    } else {
+      at::Tensor inv_freq =
+          at::pow(c_.rope_theta, -at::arange(0, D, 2, fopt) / static_cast<double>(D));
+      at::Tensor freqs = at::outer(at::arange(max_pos, fopt), inv_freq);
+      rope_ = at::cat({freqs.cos(), freqs.sin()}, -1).contiguous();
+    }
+    return bytes;
+  }
+
+  void piece(int i, ForwardState& st, const ForwardBatch& batch,
+             const at::Tensor& logit_rows) override {
+    const int L = c_.num_hidden_layers;
+    if (i == 0) {
+      st.hidden = embed_.index({batch.input_ids});
+    } else {
+      // Rest of layer i-1: output projection, residual, MLP.
+      const LayerWeights& w = layers_[i - 1];
+      at::Tensor attn = at::linear(st.attn_out, w.o_proj);
+      st.residual = attn + st.residual;
+      at::Tensor h = rms_norm(st.residual, w.post_norm, c_.rms_norm_eps);
+      at::Tensor gu = at::linear(h, w.gate_up);
+      const int64_t I = c_.intermediate_size;
+      at::Tensor act = at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I);
+      st.hidden = at::linear(act, w.down);
+    }
+    if (i == L) {
+      st.residual = st.hidden + st.residual;
+      at::Tensor h = rms_norm(st.residual, final_norm_, c_.rms_norm_eps);
+      if (logit_rows.defined()) h = h.index({logit_rows});
+      st.logits = at::linear(h, lm_head_).to(at::kFloat);
+      return;
+    }
+    // Layer i up to attention.
+    const LayerWeights& w = layers_[i];
+    st.residual = (i == 0) ? st.hidden : st.hidden + st.residual;
+    at::Tensor h = rms_norm(st.residual, w.input_norm, c_.rms_norm_eps);
+    at::Tensor qkv = at::linear(h, w.qkv);
+    const int64_t N = qkv.size(0), D = c_.head_dim, Hq = c_.num_attention_heads,
+                  Hk = c_.num_key_value_heads;
+    at::Tensor q = qkv.narrow(-1, 0, Hq * D).view({N, Hq, D});
+    at::Tensor k = qkv.narrow(-1, Hq * D, Hk * D).view({N, Hk, D});
+    st.v = qkv.narrow(-1, (Hq + Hk) * D, Hk * D);
+    if (has_qk_norm_) {
+      q = rms_norm(q, w.q_norm, c_.rms_norm_eps);
+      k = rms_norm(k, w.k_norm, c_.rms_norm_eps);
+    }
+    at::Tensor cs = rope_.index({batch.positions}).unsqueeze(1);  // [N, 1, D]
+    st.q = apply_rope(q, cs).reshape({N, Hq * D});
+    st.k = apply_rope(k, cs).reshape({N, Hk * D});
+  }
+
+ private:
+  // Neox-style rotation of the two halves of each head.
+  static at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos_sin) {
+    const int64_t half = x.size(-1) / 2;
+    at::Tensor cos = cos_sin.narrow(-1, 0, half), sin = cos_sin.narrow(-1, half, half);
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+    return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
+  }
+
+  ModelConfig c_;
+  c10::Device device_;
+  bool has_qk_norm_ = false;
+  at::Tensor embed_, final_norm_, lm_head_, rope_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace
+
+bool ForwardBatch::uniform_decode() const {
+  if (num_reqs == 0) return false;
+  for (int q : query_lens)
+    if (q != 1) return false;
+  return true;
+}
+
+std::unique_ptr<Model> make_model(const ModelConfig& config, c10::Device device) {
+  if (config.architecture == "Qwen3ForCausalLM" || config.architecture == "LlamaForCausalLM") {
+    return std::make_unique<DenseModel>(config, device);
+  }
+  throw InputError("model architecture '" + config.architecture +
+                   "' has no forward pass in coldstart yet (known: Qwen3ForCausalLM, "
+                   "Qwen2ForCausalLM, LlamaForCausalLM)");
+}
+
+}  // namespace coldstart

@@ -1,0 +1,525 @@
+#include "harness/replay/engine.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "harness/runtime/nvtx.h"
+#include "warmers/warmer.h"
+
+namespace coldstart {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+/// The text of an exception as a result's `error`: c10 errors without their C++ backtrace.
+std::string error_text(const std::exception& e) {
+  if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+}  // namespace
+
+// ---- graphs --------------------------------------------------------------------------------
+
+/// Static tensors shared by the graphs of one capture size.
+struct StaticInputs {
+  at::Tensor input_ids, positions, slot_mapping, seq_lens;
+  ForwardBatch batch;  ///< the batch the graphs were captured with (views of the tensors above)
+};
+
+/// Piecewise graphs of one capture size: one graph per piece, attention eager in between
+/// (vLLM's CUDAGraphMode.PIECEWISE).
+class PiecewiseGraphs {
+ public:
+  int size = 0;
+  StaticInputs in;
+  std::vector<CapturedGraph> graphs;
+  std::vector<ForwardState> states;  ///< state after each piece (kept alive: static outputs)
+  at::Tensor attn_out;               ///< [size, Hq*D] written by eager attention
+};
+
+/// One full graph of a uniform-decode size, attention inside (vLLM's CUDAGraphMode.FULL for
+/// decode batches in full_and_piecewise).
+class FullGraph {
+ public:
+  int size = 0;
+  StaticInputs in;
+  std::unique_ptr<CapturedGraph> graph;
+  at::Tensor logits;
+};
+
+// ---- engine --------------------------------------------------------------------------------
+
+Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::string variant,
+               EngineOptions options)
+    : scenario_(scenario), strategy_(strategy), variant_(std::move(variant)),
+      options_(std::move(options)) {
+  result_.strategy = strategy_.name;
+  result_.variant = variant_;
+  result_.warmers = strategy_.warmers;
+  result_.outcome = Outcome::kError;
+}
+
+Engine::~Engine() = default;
+
+c10::Device Engine::device() const {
+  return mode() == DeviceMode::kCuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kMeta);
+}
+
+int Engine::max_blocks_per_req() const {
+  return cdiv(scenario_.engine.max_model_len, scenario_.engine.block_size);
+}
+
+void Engine::log(const std::string& line) {
+  if (options_.on_log) options_.on_log(line);
+}
+
+void Engine::snapshot() {
+  result_.extra["current_phase"] = current_phase_;
+  const auto recs = jit_ ? jit_->monitor().records() : std::vector<jit::CompileRecord>{};
+  result_.startup_compiles = 0;
+  result_.hot_path_compiles.clear();
+  result_.startup_compile_list.clear();
+  for (const auto& r : recs) {
+    CompileEvent ev{r.kernel, r.key, r.compile_ms, r.phase, r.source};
+    if (r.hot_path) {
+      result_.hot_path_compiles.push_back(ev);
+    } else {
+      if (r.source == "nvrtc") ++result_.startup_compiles;
+      result_.startup_compile_list.push_back(ev);
+    }
+  }
+  if (workspace_) {
+    result_.workspace.locked_bytes = workspace_->locked_bytes();
+    result_.workspace.peak_requested_bytes = workspace_->peak_requested_bytes();
+    result_.workspace.num_slots = workspace_->num_slots();
+    result_.extra["workspace_current_bytes"] = workspace_->current_bytes();
+  }
+  if (options_.on_snapshot) options_.on_snapshot(result_);
+}
+
+void Engine::phase(const std::string& name, int request, const std::function<void()>& body) {
+  current_phase_ = name;
+  if (jit_) jit_->monitor().set_phase(name);
+  log(request < 0 ? name : fmt::format("request {}: {}", request, name));
+  snapshot();
+  NvtxRange range(name.c_str());
+  const auto t0 = Clock::now();
+  body();
+  device_synchronize(mode());
+  result_.phases.push_back(PhaseTiming{name, ms_since(t0), std::nullopt, request});
+  snapshot();
+}
+
+StrategyResult Engine::run() {
+  run_start_ = Clock::now();
+  const DeviceInfo& dev = options_.device;
+  result_.extra["device_mode"] = device_mode_name(dev.mode);
+  result_.extra["meta"] = {{"mode", device_mode_name(dev.mode)}, {"device_name", dev.name},
+                           {"sm", dev.sm}, {"sm_count", dev.sm_count},
+                           {"driver", dev.driver_version}, {"cuda", dev.cuda_runtime_version},
+                           {"nvrtc", dev.nvrtc_version}, {"torch", dev.torch_version}};
+  try {
+    double startup = 0;
+    auto timed = [&](const char* name, void (Engine::*fn)()) {
+      phase(name, -1, [&] { (this->*fn)(); });
+      startup += result_.phases.back().ms;
+    };
+    timed("init", &Engine::do_init);
+    timed("load_weights", &Engine::do_load_weights);
+    timed("profile_run", &Engine::do_profile_run);
+    timed("kv_cache_alloc", &Engine::do_kv_cache_alloc);
+    timed("kernel_warmup", &Engine::do_kernel_warmup);
+    timed("graph_capture", &Engine::do_graph_capture);
+    timed("workspace_lock", &Engine::do_workspace_lock);
+    result_.startup_ms = startup;
+    for (size_t r = 0; r < scenario_.requests.size() && r < 2; ++r) do_request(static_cast<int>(r));
+    result_.outcome = Outcome::kOk;
+    current_phase_.clear();
+  } catch (const std::exception& e) {
+    result_.outcome = Outcome::kCrash;
+    result_.error = error_text(e);
+    result_.failed_phase = current_phase_;
+    log("crash in " + current_phase_ + ": " + *result_.error);
+  }
+  snapshot();
+  return result_;
+}
+
+void Engine::do_init() {
+  jit::JitOptions jo = options_.jit;
+  if (jo.arch.empty()) jo.arch = options_.device.arch();
+  jo.launch = mode() == DeviceMode::kCuda;
+  jit_ = std::make_unique<jit::JitRuntime>(jo);
+  jit_->monitor().set_phase("init");
+  workspace_ = std::make_unique<WorkspaceManager>(device());
+  if (mode() == DeviceMode::kCuda) {
+    // Creates the CUDA context and torch's allocator state, as an engine's worker init does.
+    at::empty({1}, at::TensorOptions().device(device())).fill_(0);
+  }
+  AttentionContext ctx{mode(), device(), jit_.get(), workspace_.get(), &scenario_.model,
+                       &scenario_.engine};
+  attention_ = make_attention_backend(ctx);
+  model_ = make_model(scenario_.model, device());
+  block_table_ = at::zeros({scenario_.engine.max_num_seqs, max_blocks_per_req()},
+                           at::TensorOptions().dtype(at::kInt).device(
+                               mode() == DeviceMode::kCuda ? device() : c10::Device(c10::kCPU)));
+  if (mode() != DeviceMode::kCuda) block_table_ = at::empty_like(block_table_, at::kMeta);
+}
+
+void Engine::do_load_weights() {
+  const int64_t bytes = model_->load_weights(options_.seed);
+  result_.extra["weights_bytes"] = bytes;
+}
+
+void Engine::do_profile_run() {
+  // vLLM's profile run: one dummy forward at max_num_batched_tokens with no attention metadata,
+  // so attention layers are skipped; its peak activation memory sizes the KV cache.
+  reset_peak_memory(mode());
+  SeqStep s;
+  s.query_len = scenario_.engine.max_num_batched_tokens;
+  s.blocks.assign(1, 0);
+  ForwardBatch b = make_batch({s}, /*skip_attention=*/true);
+  run_eager(b, /*last_rows_only=*/true);
+  const MemoryStats m = memory_stats(mode());
+  result_.extra["profile_peak_bytes"] = m.peak_allocated;
+}
+
+void Engine::do_kv_cache_alloc() {
+  const EngineConfig& e = scenario_.engine;
+  const int L = model_->num_layers();
+  const int64_t per_block = attention_->kv_bytes_per_block() * L;
+  if (e.num_gpu_blocks) {
+    num_blocks_ = *e.num_gpu_blocks;
+    result_.extra["kv_cache_sizing"] = "num_gpu_blocks from the scenario";
+  } else if (mode() == DeviceMode::kCuda) {
+    const MemoryStats m = memory_stats(mode());
+    const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
+    const double non_kv = static_cast<double>(m.peak_allocated) +
+                          static_cast<double>(m.total_device - m.free_device - m.reserved);
+    num_blocks_ = static_cast<int64_t>((budget - non_kv) / static_cast<double>(per_block));
+    result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
+  } else {
+    num_blocks_ = static_cast<int64_t>(e.max_num_seqs) * max_blocks_per_req() + 1;
+    result_.extra["kv_cache_sizing"] =
+        "compile-only: max_num_seqs full-length sequences + the null block";
+  }
+  const int64_t needed = max_blocks_per_req() + 1;
+  if (num_blocks_ < needed) {
+    throw Error(fmt::format("KV cache too small: {} blocks, one max_model_len request needs {}",
+                            num_blocks_, needed));
+  }
+  attention_->allocate_kv_cache(L, num_blocks_);
+  result_.extra["num_gpu_blocks"] = num_blocks_;
+  result_.extra["kv_cache_bytes"] = num_blocks_ * per_block;
+}
+
+void Engine::do_kernel_warmup() {
+  for (const std::string& name : strategy_.warmers) {
+    auto w = make_warmer(name);
+    log("warmer " + name);
+    const auto t0 = Clock::now();
+    w->run(*this);
+    device_synchronize(mode());
+    result_.extra["warmer_ms"][name] = ms_since(t0);
+  }
+}
+
+void Engine::do_graph_capture() {
+  const EngineConfig& e = scenario_.engine;
+  const bool piecewise = e.cudagraph_mode == CudaGraphMode::kPiecewise ||
+                         e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise;
+  const bool full_decode = e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise ||
+                           e.cudagraph_mode == CudaGraphMode::kFullDecodeOnly ||
+                           e.cudagraph_mode == CudaGraphMode::kFull;
+  if (e.cudagraph_mode == CudaGraphMode::kFull) {
+    throw InputError("cudagraph_mode 'full' (mixed batches in full graphs) is not replayed yet; "
+                     "use full_and_piecewise or full_decode_only");
+  }
+  const int L = model_->num_layers();
+  const int64_t Hq = scenario_.model.num_attention_heads, D = scenario_.model.head_dim;
+  std::vector<int> sizes = e.cudagraph_capture_sizes;
+  std::sort(sizes.rbegin(), sizes.rend());  // largest first, as vLLM captures
+  auto make_static = [&](int P, bool with_attention) {
+    std::vector<SeqStep> seqs;
+    if (with_attention) {
+      for (int r = 0; r < P; ++r) {  // P decode requests, one token each, in the null block
+        SeqStep s;
+        s.req_slot = r;
+        s.context_len = 0;
+        s.query_len = 1;
+        s.blocks.assign(1, 0);
+        seqs.push_back(s);
+      }
+    } else {
+      SeqStep s;
+      s.query_len = P;
+      s.blocks.assign(cdiv(P, e.block_size), 0);
+      seqs.push_back(s);
+    }
+    StaticInputs in;
+    in.batch = make_batch(seqs, !with_attention);
+    in.input_ids = in.batch.input_ids;
+    in.positions = in.batch.positions;
+    in.slot_mapping = in.batch.slot_mapping;
+    in.seq_lens = in.batch.seq_lens;
+    return in;
+  };
+  int captured = 0;
+  if (full_decode) {
+    for (int P : sizes) {
+      if (P > e.max_num_seqs) continue;
+      auto g = std::make_unique<FullGraph>();
+      g->size = P;
+      g->in = make_static(P, /*with_attention=*/true);
+      run_eager(g->in.batch, false);  // one eager warmup run per size, as vLLM does
+      g->graph = std::make_unique<CapturedGraph>(mode());
+      g->graph->capture([&] { g->logits = run_eager(g->in.batch, false); }, pool_);
+      full_[P] = std::move(g);
+      ++captured;
+    }
+  }
+  if (piecewise) {
+    for (int P : sizes) {
+      auto g = std::make_unique<PiecewiseGraphs>();
+      g->size = P;
+      g->in = make_static(P, /*with_attention=*/false);
+      run_eager(g->in.batch, false);  // eager warmup; attention skipped (no metadata)
+      g->attn_out = at::empty({P, Hq * D}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
+      ForwardState st;
+      for (int i = 0; i <= L; ++i) {
+        CapturedGraph graph(mode());
+        graph.capture([&] { model_->piece(i, st, g->in.batch, at::Tensor()); }, pool_);
+        g->graphs.push_back(std::move(graph));
+        g->states.push_back(st);
+        st.attn_out = g->attn_out;
+      }
+      piecewise_[P] = std::move(g);
+      ++captured;
+    }
+  }
+  result_.extra["graphs_captured"] = captured;
+}
+
+void Engine::do_workspace_lock() {
+  workspace_->lock();
+  jit_->monitor().activate();  // startup is over: the JIT monitor watches the hot path
+}
+
+ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_attention) {
+  ForwardBatch b;
+  b.skip_attention = skip_attention;
+  b.num_reqs = static_cast<int>(seqs.size());
+  std::vector<int64_t> ids, pos, slots;
+  std::vector<int32_t> seq_lens;
+  const int bs = scenario_.engine.block_size;
+  for (const SeqStep& s : seqs) {
+    b.query_start.push_back(static_cast<int>(pos.size()));
+    b.query_lens.push_back(s.query_len);
+    b.context_lens.push_back(s.context_len);
+    seq_lens.push_back(s.context_len + s.query_len);
+    for (int t = 0; t < s.query_len; ++t) {
+      const int p = s.context_len + t;
+      pos.push_back(p);
+      ids.push_back((static_cast<int64_t>(p) * 7919 + 17) % scenario_.model.vocab_size);
+      const int blk = p / bs;
+      slots.push_back(blk < static_cast<int>(s.blocks.size())
+                          ? static_cast<int64_t>(s.blocks[blk]) * bs + p % bs
+                          : -1);
+    }
+  }
+  b.num_tokens = static_cast<int>(pos.size());
+  const c10::Device dev = device();
+  auto to_dev = [&](auto& v, c10::ScalarType t) {
+    const auto n = static_cast<int64_t>(v.size());
+    if (dev.is_meta()) return at::empty({n}, at::TensorOptions().dtype(t).device(dev));
+    at::Tensor h = at::from_blob(v.data(), {n}, at::TensorOptions().dtype(t)).clone();
+    return h.to(dev, /*non_blocking=*/false);
+  };
+  b.input_ids = to_dev(ids, at::kLong);
+  b.positions = to_dev(pos, at::kLong);
+  b.slot_mapping = to_dev(slots, at::kLong);
+  b.seq_lens = to_dev(seq_lens, at::kInt);
+  // Block-table rows of the batch's request slots, written in place so the batch keeps the
+  // engine table's stride (max_blocks_per_req), as vLLM's persistent block table does.
+  int max_slot = 0;
+  for (const SeqStep& s : seqs) max_slot = std::max(max_slot, s.req_slot);
+  CS_CHECK(max_slot < block_table_.size(0), "request slot beyond max_num_seqs");
+  for (size_t r = 0; r < seqs.size(); ++r) CS_CHECK(seqs[r].req_slot == static_cast<int>(r),
+                                                    "batches use request slots 0..B-1 in order");
+  if (!dev.is_meta()) {
+    for (const SeqStep& s : seqs) {
+      std::vector<int32_t> row(max_blocks_per_req(), 0);
+      std::copy(s.blocks.begin(), s.blocks.begin() + std::min<size_t>(s.blocks.size(), row.size()),
+                row.begin());
+      block_table_[s.req_slot].copy_(
+          at::from_blob(row.data(), {static_cast<int64_t>(row.size())}, at::kInt));
+    }
+  }
+  b.block_table = block_table_.narrow(0, 0, b.num_reqs);
+  return b;
+}
+
+at::Tensor Engine::run_eager(const ForwardBatch& batch, bool last_rows_only) {
+  ForwardState st;
+  const int L = model_->num_layers();
+  at::Tensor rows;
+  if (last_rows_only) {
+    std::vector<int64_t> last;
+    for (int r = 0; r < batch.num_reqs; ++r) last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
+    rows = device().is_meta()
+               ? at::empty({batch.num_reqs}, at::TensorOptions().dtype(at::kLong).device(device()))
+               : at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device());
+  }
+  for (int i = 0; i <= L; ++i) {
+    model_->piece(i, st, batch, i == L ? rows : at::Tensor());
+    if (i == L) break;
+    if (batch.skip_attention) {
+      st.attn_out = st.q;  // no metadata: attention leaves its output buffer as it is (vLLM)
+    } else {
+      st.attn_out = at::empty_like(st.q);
+      attention_->forward(i, st.q, st.k, st.v, st.attn_out, batch);
+    }
+  }
+  return st.logits;
+}
+
+std::vector<int64_t> Engine::sample(const at::Tensor& logits, int rows) {
+  std::vector<int64_t> out(rows, 0);
+  if (mode() != DeviceMode::kCuda) return out;  // compile-only: nothing to read
+  at::Tensor ids = at::argmax(logits.narrow(0, 0, rows), -1).to(at::kCPU);  // syncs
+  for (int r = 0; r < rows; ++r) out[r] = ids[r].item<int64_t>();
+  return out;
+}
+
+std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
+  const int N = batch.num_tokens;
+  // Full decode graph (attention inside).
+  if (batch.uniform_decode()) {
+    auto it = full_.lower_bound(N);
+    if (it != full_.end()) {
+      FullGraph& g = *it->second;
+      StaticInputs& s = g.in;
+      if (mode() == DeviceMode::kCuda) {
+        s.input_ids.narrow(0, 0, N).copy_(batch.input_ids);
+        s.positions.narrow(0, 0, N).copy_(batch.positions);
+        s.slot_mapping.narrow(0, 0, N).copy_(batch.slot_mapping);
+        s.seq_lens.narrow(0, 0, N).copy_(batch.seq_lens);
+        if (g.size > N) {
+          s.input_ids.narrow(0, N, g.size - N).fill_(0);
+          s.positions.narrow(0, N, g.size - N).fill_(0);
+          s.slot_mapping.narrow(0, N, g.size - N).fill_(-1);
+          s.seq_lens.narrow(0, N, g.size - N).fill_(0);
+        }
+      }
+      g.graph->replay();
+      return sample(g.logits, batch.num_reqs);
+    }
+  }
+  // Piecewise graphs, attention eager in between.
+  auto it = piecewise_.lower_bound(N);
+  if (it != piecewise_.end()) {
+    PiecewiseGraphs& g = *it->second;
+    if (mode() == DeviceMode::kCuda) {
+      g.in.input_ids.narrow(0, 0, N).copy_(batch.input_ids);
+      g.in.positions.narrow(0, 0, N).copy_(batch.positions);
+      if (g.size > N) {
+        g.in.input_ids.narrow(0, N, g.size - N).fill_(0);
+        g.in.positions.narrow(0, N, g.size - N).fill_(0);
+      }
+    }
+    const int L = model_->num_layers();
+    for (int i = 0; i <= L; ++i) {
+      g.graphs[i].replay();
+      if (i == L) break;
+      const ForwardState& st = g.states[i];
+      at::Tensor out = g.attn_out.narrow(0, 0, N);
+      attention_->forward(i, st.q.narrow(0, 0, N), st.k.narrow(0, 0, N), st.v.narrow(0, 0, N), out,
+                          batch);
+    }
+    std::vector<int64_t> last;
+    for (int r = 0; r < batch.num_reqs; ++r) last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
+    at::Tensor logits = g.states[L].logits;
+    if (mode() == DeviceMode::kCuda) {
+      logits = logits.index({at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device())});
+    }
+    return sample(logits, batch.num_reqs);
+  }
+  return sample(run_eager(batch, /*last_rows_only=*/true), batch.num_reqs);
+}
+
+void Engine::do_request(int index) {
+  const RequestSpec& spec = scenario_.requests[index];
+  const EngineConfig& e = scenario_.engine;
+  const bool timed = mode() == DeviceMode::kCuda;
+  // A fresh sequence in request slot 0 with its own blocks: no prefix-cache hits.
+  SeqStep seq;
+  const int total = spec.prompt_tokens + spec.decode_steps;
+  for (int i = 0; i < cdiv(total, e.block_size); ++i) seq.blocks.push_back(next_free_block_++);
+  CS_CHECK(next_free_block_ <= num_blocks_, "KV cache blocks exhausted by the requests");
+  device_synchronize(mode());
+  const auto arrival = Clock::now();
+  int done = 0;
+  while (done < spec.prompt_tokens) {
+    const int n = std::min(e.max_num_batched_tokens, spec.prompt_tokens - done);
+    const std::string name = done == 0 ? "prefill" : "continuation_prefill";
+    phase(name, index, [&] {
+      seq.context_len = done;
+      seq.query_len = n;
+      execute(make_batch({seq}));
+    });
+    done += n;
+  }
+  const double ttft = ms_since(arrival);
+  std::vector<double> steps;
+  for (int s = 0; s < spec.decode_steps; ++s) {
+    auto body = [&] {
+      seq.context_len = spec.prompt_tokens + s;
+      seq.query_len = 1;
+      execute(make_batch({seq}));
+    };
+    if (s == 0) {
+      phase("first_decode", index, body);
+      steps.push_back(result_.phases.back().ms);
+    } else {
+      const auto t0 = Clock::now();
+      if (s == 1) {
+        current_phase_ = "decode";
+        jit_->monitor().set_phase("decode");
+      }
+      body();
+      device_synchronize(mode());
+      steps.push_back(ms_since(t0));
+    }
+  }
+  if (spec.decode_steps > 1) {
+    result_.phases.push_back(PhaseTiming{
+        "decode", std::accumulate(steps.begin() + 1, steps.end(), 0.0), std::nullopt, index});
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::vector<double> rest(steps.size() > 1 ? steps.begin() + 1 : steps.end(), steps.end());
+  if (index == 0) {
+    if (timed) {
+      result_.ttft_ms = ttft;
+      if (!steps.empty()) result_.first_decode_ms = steps[0];
+    }
+    result_.extra["first_request_decode_median_ms"] =
+        timed && !rest.empty() ? nlohmann::json(median(rest)) : nlohmann::json(nullptr);
+  } else if (timed) {
+    result_.steady_ttft_ms = ttft;
+    if (!rest.empty()) result_.steady_decode_ms = median(rest);
+  }
+  snapshot();
+}
+
+}  // namespace coldstart

@@ -1,0 +1,371 @@
+// coldstart: JSON form of the replay results and the atomic results-file writer.
+#include "harness/replay/result.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+
+using nlohmann::json;
+
+namespace {
+
+// Optional value: JSON null when empty.
+template <typename T>
+json opt_to_json(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+// Optional field: missing or null reads as empty; any other type must convert.
+template <typename T>
+std::optional<T> opt_from(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return it->get<T>();
+}
+
+// Field with a default when missing. A null number reads as NaN: the writer turns NaN into null.
+template <typename T>
+T value_or(const json& j, const char* key, T dflt) {
+  auto it = j.find(key);
+  if (it == j.end()) return dflt;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (it->is_null()) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return it->get<T>();
+}
+
+// Required field: a missing one throws nlohmann's out_of_range error naming the key.
+template <typename T>
+T required(const json& j, const char* key) {
+  return j.at(key).get<T>();
+}
+
+// Doubles compare equal when both are NaN (a NaN round-trips as null and reads back as NaN).
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+bool same(const std::optional<double>& a, const std::optional<double>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || same(*a, *b);
+}
+
+// Keys StrategyResult owns; anything else in a result object lands in `extra`.
+const std::set<std::string>& strategy_keys() {
+  static const std::set<std::string> keys = {
+      "strategy",      "variant",         "warmers",          "outcome",
+      "error",         "failed_phase",    "startup_ms",       "phases",
+      "ttft_ms",       "first_decode_ms", "steady_ttft_ms",   "steady_decode_ms",
+      "startup_compiles", "hot_path_compiles", "startup_compile_list", "workspace",
+      "exit_code",     "signal",          "wall_ms"};
+  return keys;
+}
+
+std::string os_error(const std::string& what, const std::string& path) {
+  return fmt::format("{}: {}: {}", path, what, std::strerror(errno));
+}
+
+}  // namespace
+
+const char* outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::kOk: return "ok";
+    case Outcome::kCrash: return "crash";
+    case Outcome::kTimeout: return "timeout";
+    case Outcome::kError: return "error";
+  }
+  return "error";
+}
+
+Outcome parse_outcome(const std::string& text) {
+  if (text == "ok") return Outcome::kOk;
+  if (text == "crash") return Outcome::kCrash;
+  if (text == "timeout") return Outcome::kTimeout;
+  if (text == "error") return Outcome::kError;
+  throw InputError(fmt::format("unknown outcome '{}' (expected ok, crash, timeout or error)", text));
+}
+
+// ---- equality ---------------------------------------------------------------------------------
+
+bool operator==(const PhaseTiming& a, const PhaseTiming& b) {
+  return a.name == b.name && same(a.ms, b.ms) && same(a.gpu_ms, b.gpu_ms) && a.request == b.request;
+}
+
+bool operator==(const CompileEvent& a, const CompileEvent& b) {
+  return a.kernel == b.kernel && a.key == b.key && same(a.compile_ms, b.compile_ms) &&
+         a.phase == b.phase && a.source == b.source;
+}
+
+bool operator==(const WorkspaceStats& a, const WorkspaceStats& b) {
+  return a.locked_bytes == b.locked_bytes && a.peak_requested_bytes == b.peak_requested_bytes &&
+         a.num_slots == b.num_slots;
+}
+
+bool operator==(const StrategyResult& a, const StrategyResult& b) {
+  return a.strategy == b.strategy && a.variant == b.variant && a.warmers == b.warmers &&
+         a.outcome == b.outcome && a.error == b.error && a.failed_phase == b.failed_phase &&
+         same(a.startup_ms, b.startup_ms) && a.phases == b.phases && same(a.ttft_ms, b.ttft_ms) &&
+         same(a.first_decode_ms, b.first_decode_ms) && same(a.steady_ttft_ms, b.steady_ttft_ms) &&
+         same(a.steady_decode_ms, b.steady_decode_ms) && a.startup_compiles == b.startup_compiles &&
+         a.hot_path_compiles == b.hot_path_compiles &&
+         a.startup_compile_list == b.startup_compile_list && a.workspace == b.workspace &&
+         a.exit_code == b.exit_code && a.signal == b.signal && same(a.wall_ms, b.wall_ms) &&
+         a.extra == b.extra;
+}
+
+bool operator==(const RunMeta& a, const RunMeta& b) {
+  return a.coldstart_version == b.coldstart_version && a.git_sha == b.git_sha && a.mode == b.mode &&
+         a.device_name == b.device_name && a.sm == b.sm && a.sm_count == b.sm_count &&
+         a.driver == b.driver && a.cuda == b.cuda && a.nvrtc == b.nvrtc && a.torch == b.torch &&
+         a.hostname == b.hostname && a.started_at == b.started_at &&
+         a.command_line == b.command_line;
+}
+
+bool operator==(const ScenarioSummary& a, const ScenarioSummary& b) {
+  return a.name == b.name && a.file == b.file && a.model == b.model && a.engine == b.engine;
+}
+
+bool operator==(const RunResults& a, const RunResults& b) {
+  return a.meta == b.meta && a.scenario == b.scenario && a.results == b.results;
+}
+
+// ---- JSON -------------------------------------------------------------------------------------
+
+void to_json(json& j, const PhaseTiming& v) {
+  j = json{{"name", v.name}, {"ms", v.ms}, {"gpu_ms", opt_to_json(v.gpu_ms)}, {"request", v.request}};
+}
+
+void from_json(const json& j, PhaseTiming& v) {
+  v.name = required<std::string>(j, "name");
+  v.ms = value_or<double>(j, "ms", 0.0);
+  v.gpu_ms = opt_from<double>(j, "gpu_ms");
+  v.request = value_or<int>(j, "request", -1);
+}
+
+void to_json(json& j, const CompileEvent& v) {
+  j = json{{"kernel", v.kernel},         {"key", v.key},     {"compile_ms", v.compile_ms},
+           {"phase", v.phase},           {"source", v.source}};
+}
+
+void from_json(const json& j, CompileEvent& v) {
+  v.kernel = required<std::string>(j, "kernel");
+  v.key = value_or<std::string>(j, "key", "");
+  v.compile_ms = value_or<double>(j, "compile_ms", 0.0);
+  v.phase = value_or<std::string>(j, "phase", "");
+  v.source = value_or<std::string>(j, "source", "");
+}
+
+void to_json(json& j, const WorkspaceStats& v) {
+  j = json{{"locked_bytes", v.locked_bytes},
+           {"peak_requested_bytes", v.peak_requested_bytes},
+           {"num_slots", v.num_slots}};
+}
+
+void from_json(const json& j, WorkspaceStats& v) {
+  v.locked_bytes = value_or<long long>(j, "locked_bytes", 0);
+  v.peak_requested_bytes = value_or<long long>(j, "peak_requested_bytes", 0);
+  v.num_slots = value_or<int>(j, "num_slots", 1);
+}
+
+void to_json(json& j, const StrategyResult& v) {
+  j = json::object();
+  j["strategy"] = v.strategy;
+  j["variant"] = v.variant;
+  j["warmers"] = v.warmers;
+  j["outcome"] = outcome_name(v.outcome);
+  j["error"] = opt_to_json(v.error);
+  j["failed_phase"] = opt_to_json(v.failed_phase);
+  j["startup_ms"] = opt_to_json(v.startup_ms);
+  j["phases"] = v.phases;
+  j["ttft_ms"] = opt_to_json(v.ttft_ms);
+  j["first_decode_ms"] = opt_to_json(v.first_decode_ms);
+  j["steady_ttft_ms"] = opt_to_json(v.steady_ttft_ms);
+  j["steady_decode_ms"] = opt_to_json(v.steady_decode_ms);
+  j["startup_compiles"] = v.startup_compiles;
+  j["hot_path_compiles"] = v.hot_path_compiles;
+  j["startup_compile_list"] = v.startup_compile_list;
+  j["workspace"] = v.workspace;
+  j["exit_code"] = opt_to_json(v.exit_code);
+  j["signal"] = opt_to_json(v.signal);
+  j["wall_ms"] = v.wall_ms;
+  if (v.extra.is_object()) {
+    for (auto it = v.extra.begin(); it != v.extra.end(); ++it) {
+      // A named field always wins: extra can add meaning, never change it.
+      if (!j.contains(it.key())) j[it.key()] = it.value();
+    }
+  }
+}
+
+void from_json(const json& j, StrategyResult& v) {
+  if (!j.is_object()) {
+    throw json::type_error::create(302, "a strategy result must be an object, not " +
+                                            std::string(j.type_name()), &j);
+  }
+  v = StrategyResult{};
+  v.strategy = required<std::string>(j, "strategy");
+  v.variant = value_or<std::string>(j, "variant", "");
+  v.warmers = value_or<std::vector<std::string>>(j, "warmers", {});
+  v.outcome = parse_outcome(required<std::string>(j, "outcome"));
+  v.error = opt_from<std::string>(j, "error");
+  v.failed_phase = opt_from<std::string>(j, "failed_phase");
+  v.startup_ms = opt_from<double>(j, "startup_ms");
+  v.phases = value_or<std::vector<PhaseTiming>>(j, "phases", {});
+  v.ttft_ms = opt_from<double>(j, "ttft_ms");
+  v.first_decode_ms = opt_from<double>(j, "first_decode_ms");
+  v.steady_ttft_ms = opt_from<double>(j, "steady_ttft_ms");
+  v.steady_decode_ms = opt_from<double>(j, "steady_decode_ms");
+  v.startup_compiles = value_or<int>(j, "startup_compiles", 0);
+  v.hot_path_compiles = value_or<std::vector<CompileEvent>>(j, "hot_path_compiles", {});
+  v.startup_compile_list = value_or<std::vector<CompileEvent>>(j, "startup_compile_list", {});
+  v.workspace = value_or<WorkspaceStats>(j, "workspace", WorkspaceStats{});
+  v.exit_code = opt_from<int>(j, "exit_code");
+  v.signal = opt_from<std::string>(j, "signal");
+  v.wall_ms = value_or<double>(j, "wall_ms", 0.0);
+  v.extra = json::object();
+  const auto& known = strategy_keys();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!known.count(it.key())) v.extra[it.key()] = it.value();
+  }
+}
+
+void to_json(json& j, const RunMeta& v) {
+  j = json{{"coldstart_version", v.coldstart_version},
+           {"git_sha", v.git_sha},
+           {"mode", v.mode},
+           {"device_name", v.device_name},
+           {"sm", v.sm},
+           {"sm_count", v.sm_count},
+           {"driver", v.driver},
+           {"cuda", v.cuda},
+           {"nvrtc", v.nvrtc},
+           {"torch", v.torch},
+           {"hostname", v.hostname},
+           {"started_at", v.started_at},
+           {"command_line", v.command_line}};
+}
+
+void from_json(const json& j, RunMeta& v) {
+  v.coldstart_version = value_or<std::string>(j, "coldstart_version", "");
+  v.git_sha = value_or<std::string>(j, "git_sha", "");
+  v.mode = value_or<std::string>(j, "mode", "");
+  v.device_name = value_or<std::string>(j, "device_name", "");
+  v.sm = value_or<int>(j, "sm", 0);
+  v.sm_count = value_or<int>(j, "sm_count", 0);
+  v.driver = value_or<std::string>(j, "driver", "");
+  v.cuda = value_or<std::string>(j, "cuda", "");
+  v.nvrtc = value_or<std::string>(j, "nvrtc", "");
+  v.torch = value_or<std::string>(j, "torch", "");
+  v.hostname = value_or<std::string>(j, "hostname", "");
+  v.started_at = value_or<std::string>(j, "started_at", "");
+  v.command_line = value_or<std::string>(j, "command_line", "");
+}
+
+void to_json(json& j, const ScenarioSummary& v) {
+  j = json{{"name", v.name}, {"file", v.file}, {"model", v.model}, {"engine", v.engine}};
+}
+
+void from_json(const json& j, ScenarioSummary& v) {
+  v.name = value_or<std::string>(j, "name", "");
+  v.file = value_or<std::string>(j, "file", "");
+  v.model = value_or<json>(j, "model", json::object());
+  v.engine = value_or<json>(j, "engine", json::object());
+}
+
+void to_json(json& j, const RunResults& v) {
+  j = json::object();
+  j["schema"] = kResultSchema;
+  j["meta"] = v.meta;
+  j["scenario"] = v.scenario;
+  j["results"] = v.results;
+}
+
+void from_json(const json& j, RunResults& v) {
+  if (!j.is_object()) {
+    throw InputError(fmt::format("expected a JSON object with schema \"{}\", found {}",
+                                 kResultSchema, j.type_name()));
+  }
+  auto it = j.find("schema");
+  if (it == j.end()) {
+    throw InputError(fmt::format("no \"schema\" field (expected \"{}\")", kResultSchema));
+  }
+  if (!it->is_string() || it->get<std::string>() != kResultSchema) {
+    throw InputError(fmt::format("schema is {}, expected \"{}\"", it->dump(), kResultSchema));
+  }
+  v.meta = value_or<RunMeta>(j, "meta", RunMeta{});
+  v.scenario = value_or<ScenarioSummary>(j, "scenario", ScenarioSummary{});
+  v.results = required<std::vector<StrategyResult>>(j, "results");
+}
+
+// ---- files ------------------------------------------------------------------------------------
+
+void write_results_json(const std::string& path, const RunResults& results) {
+  const std::string text = json(results).dump(2) + "\n";
+
+  // The temp file lives next to the target so rename() stays within one file system.
+  std::string tmpl = path + ".tmp.XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  int fd = ::mkstemp(name.data());
+  if (fd < 0) throw Error(os_error("cannot create temporary file " + tmpl, path));
+  const std::string tmp(name.data());
+
+  auto fail = [&](const std::string& what) {
+    const std::string msg = os_error(what, path);
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(msg);
+  };
+
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write to " + tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  // mkstemp creates 0600; a results file is an ordinary, readable file.
+  if (::fchmod(fd, 0644) != 0) fail("chmod " + tmp);
+  if (::fsync(fd) != 0) fail("fsync " + tmp);
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) fail("close " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename " + tmp);
+}
+
+RunResults read_results_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError(fmt::format("{}: cannot open results file: {}", path, std::strerror(errno)));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(buf.str());
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  try {
+    return j.get<RunResults>();
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", path, e.what()));
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("{}: bad results file: {}", path, e.what()));
+  }
+}
+
+}  // namespace coldstart

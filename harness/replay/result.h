@@ -1,0 +1,152 @@
+// coldstart: the result of one replay run, and its JSON form (schema "coldstart.replay/1").
+//
+// These structs are what a strategy's child process reports (as JSON snapshots, see
+// harness/isolate/isolate.h), what the parent collects, and what the renderers in reports/ print.
+// Nothing here measures anything.
+//
+// JSON rules (DESIGN.md, "Result schema"):
+//   * field names are fixed; a field's meaning never changes, new fields may be added;
+//   * every std::optional member is written as JSON null when empty, never omitted;
+//   * readers accept unknown fields (StrategyResult keeps them in `extra`) and treat a missing
+//     optional field as null, so files written by newer versions still load.
+// Units: every `*_ms` is milliseconds (double), every `*_bytes` is bytes.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace coldstart {
+
+/// The schema tag written at the top of every results file.
+inline constexpr const char* kResultSchema = "coldstart.replay/1";
+
+/// How one strategy's run ended.
+///   kOk      - every phase ran and the first request completed;
+///   kCrash   - the replay failed in a phase (the workspace-lock assertion, an abort, a signal...);
+///   kTimeout - the watchdog stopped the child;
+///   kError   - the harness itself could not run the strategy (spawn failure, bad exit, no result).
+enum class Outcome { kOk, kCrash, kTimeout, kError };
+
+/// "ok" | "crash" | "timeout" | "error".
+const char* outcome_name(Outcome o);
+
+/// Inverse of outcome_name. Throws InputError naming the bad text for anything else.
+Outcome parse_outcome(const std::string& text);
+
+/// Time spent in one phase (DESIGN.md "phase"). JSON: {name, ms, gpu_ms, request}.
+struct PhaseTiming {
+  std::string name;
+  double ms = 0;                  ///< host wall time of the phase, milliseconds
+  std::optional<double> gpu_ms;   ///< CUDA-event time, milliseconds; null in compile-only mode
+  int request = -1;               ///< -1 startup phase, 0 first request, 1 steady (second) request
+};
+
+/// One JIT compile. JSON: {kernel, key, compile_ms, phase, source}.
+struct CompileEvent {
+  std::string kernel;   ///< kernel name
+  std::string key;      ///< printable compile key
+  double compile_ms = 0;
+  std::string phase;    ///< phase that was running when the compile happened
+  std::string source;   ///< "nvrtc" (compiled now) or "disk" (loaded from the on-disk cache)
+};
+
+/// Workspace manager figures. JSON: {locked_bytes, peak_requested_bytes, num_slots}.
+struct WorkspaceStats {
+  long long locked_bytes = 0;          ///< per-slot size when the workspace was locked, bytes
+  long long peak_requested_bytes = 0;  ///< largest single-slot request seen, bytes (may exceed
+                                       ///< locked_bytes: that is the lock assertion)
+  int num_slots = 1;                   ///< micro-batch slots, each with its own buffer
+};
+
+/// One strategy's result. Field names in JSON equal the member names; `extra` is merged into
+/// the same JSON object (its keys never replace a named field).
+struct StrategyResult {
+  std::string strategy;                 ///< strategy name, e.g. "none", "tq-decode-warmup"
+  std::string variant;                  ///< "" or a scenario override, e.g. "cudagraph_mode=full_and_piecewise"
+  std::vector<std::string> warmers;     ///< the strategy's warmers in run order
+  Outcome outcome = Outcome::kError;
+  std::optional<std::string> error;     ///< full error text when outcome != ok
+  std::optional<std::string> failed_phase;
+  std::optional<double> startup_ms;     ///< init .. workspace_lock, milliseconds
+  std::vector<PhaseTiming> phases;
+  std::optional<double> ttft_ms;        ///< first request: arrival to first sampled token
+  std::optional<double> first_decode_ms;
+  std::optional<double> steady_ttft_ms;   ///< second request, same length, no prefix hits
+  std::optional<double> steady_decode_ms;
+  int startup_compiles = 0;                       ///< number of compiles before the lock
+  std::vector<CompileEvent> hot_path_compiles;    ///< compiles after startup
+  std::vector<CompileEvent> startup_compile_list; ///< the startup compiles themselves
+  WorkspaceStats workspace;
+  std::optional<int> exit_code;         ///< child exit status, null when it did not exit normally
+  std::optional<std::string> signal;    ///< e.g. "SIGSEGV" when a signal ended the child
+  double wall_ms = 0;                   ///< child wall time as the parent measured it
+  nlohmann::json extra = nlohmann::json::object();  ///< free-form fields, merged into the object
+};
+
+/// Where a result came from. JSON keys equal the member names.
+struct RunMeta {
+  std::string coldstart_version, git_sha, mode, device_name;
+  int sm = 0, sm_count = 0;             ///< e.g. sm = 90; sm_count = number of multiprocessors
+  std::string driver, cuda, nvrtc, torch, hostname;
+  std::string started_at;               ///< ISO-8601 UTC, e.g. "2025-01-31T12:00:00Z"
+  std::string command_line;
+};
+
+/// Which scenario ran. `model` and `engine` are free-form summaries (JSON objects).
+struct ScenarioSummary {
+  std::string name, file;
+  nlohmann::json model = nlohmann::json::object();
+  nlohmann::json engine = nlohmann::json::object();
+};
+
+/// A whole results file: {schema, meta, scenario, results}.
+struct RunResults {
+  RunMeta meta;
+  ScenarioSummary scenario;
+  std::vector<StrategyResult> results;
+};
+
+bool operator==(const PhaseTiming& a, const PhaseTiming& b);
+bool operator==(const CompileEvent& a, const CompileEvent& b);
+bool operator==(const WorkspaceStats& a, const WorkspaceStats& b);
+bool operator==(const StrategyResult& a, const StrategyResult& b);
+bool operator==(const RunMeta& a, const RunMeta& b);
+bool operator==(const ScenarioSummary& a, const ScenarioSummary& b);
+bool operator==(const RunResults& a, const RunResults& b);
+inline bool operator!=(const StrategyResult& a, const StrategyResult& b) { return !(a == b); }
+inline bool operator!=(const RunResults& a, const RunResults& b) { return !(a == b); }
+
+// nlohmann::json conversions (found by ADL). from_json throws nlohmann::json::exception on a wrong
+// type or a missing required field (`name`, `strategy`, `outcome`, `kernel`); from_json of
+// RunResults also throws InputError when `schema` is not "coldstart.replay/1".
+void to_json(nlohmann::json& j, const PhaseTiming& v);
+void from_json(const nlohmann::json& j, PhaseTiming& v);
+void to_json(nlohmann::json& j, const CompileEvent& v);
+void from_json(const nlohmann::json& j, CompileEvent& v);
+void to_json(nlohmann::json& j, const WorkspaceStats& v);
+void from_json(const nlohmann::json& j, WorkspaceStats& v);
+void to_json(nlohmann::json& j, const StrategyResult& v);
+void from_json(const nlohmann::json& j, StrategyResult& v);
+void to_json(nlohmann::json& j, const RunMeta& v);
+void from_json(const nlohmann::json& j, RunMeta& v);
+void to_json(nlohmann::json& j, const ScenarioSummary& v);
+void from_json(const nlohmann::json& j, ScenarioSummary& v);
+void to_json(nlohmann::json& j, const RunResults& v);
+void from_json(const nlohmann::json& j, RunResults& v);
+
+/// Writes `results` as pretty JSON (2-space indent, trailing newline) to `path`, atomically: the
+/// text goes to a temporary file in the same directory, is flushed to disk, then renamed over
+/// `path`, so a reader sees either the old file or the complete new one.
+/// Throws Error naming the path and the OS error when any step fails (the temp file is removed).
+void write_results_json(const std::string& path, const RunResults& results);
+
+/// Reads a results file written by write_results_json.
+/// Throws InputError "<path>: ..." when the file cannot be opened, is not valid JSON (with the
+/// parser's message), has no or a different `schema`, or a field has the wrong type.
+RunResults read_results_json(const std::string& path);
+
+}  // namespace coldstart

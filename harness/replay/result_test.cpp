@@ -1,0 +1,169 @@
+// Tests of the result schema's JSON form and the results-file reader/writer.
+#include "harness/replay/result.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+namespace {
+
+using nlohmann::json;
+
+StrategyResult sample() {
+  StrategyResult r;
+  r.strategy = "none";
+  r.variant = "cudagraph_mode=full_and_piecewise";
+  r.warmers = {};
+  r.outcome = Outcome::kCrash;
+  r.error = "Workspace is locked but allocation from 'a.cu:1:f' requires 2.00 MB, current size is "
+            "0.26 MB. Workspace growth is not allowed after locking.";
+  r.failed_phase = "first_decode";
+  r.startup_ms = 1234.5;
+  r.phases = {{"init", 1.25, std::nullopt, -1}, {"prefill", 8.5, 7.75, 0}};
+  r.hot_path_compiles = {{"tq_decode_stage1", "k1", 210.0, "first_decode", "nvrtc"}};
+  r.startup_compile_list = {{"tq_store", "k0", 150.0, "kernel_warmup", "disk"}};
+  r.startup_compiles = 1;
+  r.workspace = {270336, 2097152, 2};
+  r.exit_code = 0;
+  r.wall_ms = 4000.25;
+  r.extra["lazy_module_load_ms"] = 3.5;
+  return r;
+}
+
+TEST(Outcome, NamesRoundTrip) {
+  for (Outcome o : {Outcome::kOk, Outcome::kCrash, Outcome::kTimeout, Outcome::kError}) {
+    EXPECT_EQ(parse_outcome(outcome_name(o)), o);
+  }
+  EXPECT_STREQ(outcome_name(Outcome::kTimeout), "timeout");
+  EXPECT_THROW(parse_outcome("fine"), InputError);
+}
+
+TEST(StrategyResultJson, FieldNamesAndNulls) {
+  json j = sample();
+  for (const char* k : {"strategy", "variant", "warmers", "outcome", "error", "failed_phase",
+                        "startup_ms", "phases", "ttft_ms", "first_decode_ms", "steady_ttft_ms",
+                        "steady_decode_ms", "startup_compiles", "hot_path_compiles",
+                        "startup_compile_list", "workspace", "exit_code", "signal", "wall_ms"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(j["outcome"], "crash");
+  EXPECT_TRUE(j["ttft_ms"].is_null());
+  EXPECT_TRUE(j["signal"].is_null());
+  EXPECT_TRUE(j["startup_compiles"].is_number_integer());
+  EXPECT_EQ(j["phases"][0]["name"], "init");
+  EXPECT_TRUE(j["phases"][0]["gpu_ms"].is_null());
+  EXPECT_EQ(j["hot_path_compiles"][0]["kernel"], "tq_decode_stage1");
+  EXPECT_EQ(j["hot_path_compiles"][0]["compile_ms"], 210.0);
+  EXPECT_EQ(j["workspace"]["locked_bytes"], 270336);
+  EXPECT_EQ(j["workspace"]["peak_requested_bytes"], 2097152);
+  EXPECT_EQ(j["lazy_module_load_ms"], 3.5);  // extra is merged in
+}
+
+TEST(StrategyResultJson, RoundTripKeepsEverything) {
+  StrategyResult r = sample();
+  StrategyResult back = json(r).get<StrategyResult>();
+  EXPECT_EQ(back, r);
+  EXPECT_EQ(back.extra, json({{"lazy_module_load_ms", 3.5}}));
+}
+
+TEST(StrategyResultJson, ExtraNeverOverridesANamedField) {
+  StrategyResult r = sample();
+  r.extra["outcome"] = "ok";
+  json j = r;
+  EXPECT_EQ(j["outcome"], "crash");
+}
+
+TEST(StrategyResultJson, ReaderToleratesMissingOptionalsAndRejectsBadTypes) {
+  auto r = json::parse(R"({"strategy":"x","outcome":"ok","new_field":[1]})").get<StrategyResult>();
+  EXPECT_EQ(r.strategy, "x");
+  EXPECT_FALSE(r.ttft_ms.has_value());
+  EXPECT_EQ(r.extra["new_field"], json::array({1}));
+  EXPECT_THROW(json::parse(R"({"outcome":"ok"})").get<StrategyResult>(), json::exception);
+  EXPECT_THROW(json::parse(R"({"strategy":"x","outcome":"ok","ttft_ms":"fast"})").get<StrategyResult>(),
+               json::exception);
+}
+
+TEST(StrategyResultJson, NanBecomesNullAndReadsBackAsNan) {
+  StrategyResult r = sample();
+  r.wall_ms = std::nan("");
+  json j = json::parse(json(r).dump());
+  EXPECT_TRUE(j["wall_ms"].is_null());
+  EXPECT_TRUE(std::isnan(j.get<StrategyResult>().wall_ms));
+}
+
+RunResults sample_run() {
+  RunResults run;
+  run.meta.coldstart_version = "0.1.0";
+  run.meta.mode = "compile-only";
+  run.meta.sm = 90;
+  run.meta.started_at = "2025-01-01T00:00:00Z";
+  run.scenario.name = "qwen3-8b-turboquant";
+  run.scenario.model = {{"hidden_size", 4096}};
+  run.results = {sample()};
+  return run;
+}
+
+std::string temp_path(const std::string& stem) {
+  return ::testing::TempDir() + stem + "." + std::to_string(::getpid()) + ".json";
+}
+
+TEST(ResultsFile, WriteThenReadRoundTrips) {
+  RunResults run = sample_run();
+  std::string path = temp_path("roundtrip");
+  write_results_json(path, run);
+  RunResults back = read_results_json(path);
+  EXPECT_EQ(back, run);
+  std::ifstream in(path);
+  json j = json::parse(in);
+  EXPECT_EQ(j["schema"], "coldstart.replay/1");
+  std::remove(path.c_str());
+}
+
+TEST(ResultsFile, WriteReplacesAnExistingFileAndLeavesNoTemp) {
+  std::string path = temp_path("replace");
+  { std::ofstream(path) << "old"; }
+  write_results_json(path, sample_run());
+  EXPECT_NO_THROW(read_results_json(path));
+  std::remove(path.c_str());
+}
+
+TEST(ResultsFile, WriteToMissingDirectoryThrows) {
+  EXPECT_THROW(write_results_json("/nonexistent-dir-coldstart/x.json", sample_run()), Error);
+}
+
+void expect_input_error(const std::string& text, const std::string& needle) {
+  std::string path = temp_path("bad");
+  { std::ofstream(path) << text; }
+  try {
+    read_results_json(path);
+    ADD_FAILURE() << "no error for: " << text;
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(ResultsFile, ReadErrorsNameTheFileAndTheProblem) {
+  expect_input_error("{ not json", "not valid JSON");
+  expect_input_error("[]", "expected a JSON object");
+  expect_input_error(R"({"results": []})", "no \"schema\"");
+  expect_input_error(R"({"schema": "coldstart.replay/2", "results": []})", "coldstart.replay/2");
+  expect_input_error(R"({"schema": "coldstart.replay/1"})", "results");
+  expect_input_error(R"({"schema": "coldstart.replay/1", "results": [{"strategy": 3, "outcome": "ok"}]})",
+                     "type");
+  expect_input_error(R"({"schema": "coldstart.replay/1", "results": [{"strategy": "x", "outcome": "meh"}]})",
+                     "unknown outcome 'meh'");
+  EXPECT_THROW(read_results_json("/nonexistent-dir-coldstart/x.json"), InputError);
+}
+
+}  // namespace
+}  // namespace coldstart

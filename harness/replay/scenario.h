@@ -1,0 +1,204 @@
+// coldstart: scenario files. A scenario names a model, the engine settings a vLLM V1 server would
+// start with, the requests to replay after startup, and the warmup strategies to compare.
+//
+// ---------------------------------------------------------------------------------------------
+// File format (YAML). Every key below is the complete set accepted at its level; anything else is
+// an error that suggests the closest known key. Values are typed: a quoted "16" is a string and is
+// rejected where an integer is expected.
+//
+//   name: qwen3-8b-turboquant          # optional; default: the file name without extension
+//   description: free text             # optional
+//   model:                             # required
+//     config: ../fixtures/hf-configs/qwen3-8b.json
+//                                      # an HF config.json, relative to this file's directory
+//     overrides:                       # optional: replaces top-level keys of the config; the key
+//       num_hidden_layers: 4           # must exist there and the value must have the same JSON
+//                                      # type (an integer where the config has a float is fine;
+//                                      # a config value of null accepts anything)
+//   engine:                            # required
+//     max_num_seqs: 4                  # required, > 0
+//     max_num_batched_tokens: 2048     # required, > 0 and >= max_num_seqs
+//     max_model_len: 32768             # default: the model's derived limit (see below)
+//     block_size: 16                   # default 16; one of 1, 8, 16, 32, 64, 128, 256
+//     kv_cache_dtype: auto             # default auto; auto | bfloat16 | fp8 | fp8_e4m3 |
+//                                      # turboquant_4bit_nc (needs a power-of-two head_dim)
+//     cudagraph_mode: piecewise        # default full_and_piecewise (vLLM >= 0.11); none |
+//                                      # piecewise | full | full_decode_only | full_and_piecewise
+//     cudagraph_capture_sizes: [1, 2]  # default: vLLM V1's list (default_capture_sizes); when
+//                                      # listed: positive, strictly ascending, each at most
+//                                      # max_num_batched_tokens. Ignored (empty) when mode is none.
+//     gpu_memory_utilization: 0.9      # default 0.9; in (0, 1]
+//     num_gpu_blocks: 4096             # optional; fixes the KV cache size instead of sizing it
+//                                      # from memory; blocks * block_size must hold max_model_len
+//     enable_chunked_prefill: true     # default true (V1); when false, max_num_batched_tokens
+//                                      # must be >= max_model_len
+//     allow_long_max_model_len: false  # default false; the twin of vLLM's
+//                                      # VLLM_ALLOW_LONG_MAX_MODEL_LEN: lets max_model_len exceed
+//                                      # the model's derived limit
+//   requests:                          # required: one or two entries
+//     - {prompt_tokens: 512, decode_steps: 32}   # [0] the first request after startup
+//     - {prompt_tokens: 512, decode_steps: 32}   # [1] optional: the steady-state request
+//                                      # prompt_tokens > 0, decode_steps >= 0, and
+//                                      # prompt_tokens + decode_steps <= max_model_len
+//   strategies:                        # required, at least one; names are [A-Za-z0-9_.+-]
+//     none: []                         # a list of warmer names, run in that order, or
+//     both: {warmers: [a, b], allow_hot_path_compiles: false}   # the long form (allow defaults
+//                                      # to true; false makes a hot-path compile a failure)
+//   matrix:                            # optional: axes of variants; each axis key is a scenario
+//     engine.cudagraph_mode: [piecewise, full_and_piecewise]   # key as for --set, each value a
+//                                      # replacement. Several axes give their cross product.
+//   timeout_s: 600                     # optional, > 0: per-strategy watchdog in seconds
+//   expect: {...}                      # optional mapping, kept as JSON, unchecked here (CI gates)
+//
+// Model values. ModelConfig reads these keys of the merged HF config: architectures[0] (or
+// model_type when absent), model_type, hidden_size, num_hidden_layers, num_attention_heads,
+// vocab_size (all required); num_key_value_heads (default: num_attention_heads); head_dim (else
+// attention_head_dim, else hidden_size / num_attention_heads, which must divide); intermediate_size
+// (0 when absent, e.g. pure-MoE configs); max_position_embeddings (else the smallest of the other
+// length keys vLLM knows: n_positions, max_seq_len, seq_length, ...); rms_norm_eps (else
+// layer_norm_epsilon, else 1e-6); rope_theta (else 10000); torch_dtype (else dtype, else
+// "bfloat16", what vLLM's dtype=auto serves); tie_word_embeddings (default true, as in HF).
+// The derived length limit is max_position_embeddings, times rope_scaling.factor when the config
+// has one (yarn: original_max_position_embeddings times factor), as vLLM derives it.
+// Bare Infinity / -Infinity / NaN tokens (outside strings) are accepted in config.json: they are
+// read as +/-1.7976931348623157e308 (the largest double) and null.
+//
+// Errors. Every bad input throws InputError. Its text holds one line per problem found (the loader
+// collects as many as it can) of the form
+//     <file>:<line>:<col>: key '<dotted.key>': <what is wrong>
+// where <file> is the scenario, or the HF config for a value read from it. A problem in a value
+// given on the command line reads `--set <KEY as typed>: key '<dotted.key>': ...`; one from a
+// matrix value points at that value in the file and ends with `[variant '<name>']`.
+//
+// --set KEY=VALUE. KEY is a dotted path (engine.cudagraph_mode, model.overrides.num_hidden_layers,
+// requests.0.prompt_tokens; a list index may equal the list's length to append) or a bare name
+// that is an engine key or a top-level key (cudagraph_mode, timeout_s). VALUE is read as a YAML
+// node (`[1, 2, 4]`, `{prompt_tokens: 8, decode_steps: 1}`; an empty VALUE is the empty string).
+// Overrides are applied, in order, to the YAML tree before validation, so they are checked exactly
+// as the file is. A model.config path given by --set is relative to the working directory. An
+// override whose key equals, contains or lies inside a matrix axis removes that axis. `matrix`
+// itself can be replaced as a whole (`--set 'matrix={}'`), not key by key.
+//
+// Warmer names. The loader does not know which warmers exist: pass their names as known_warmers
+// and every warmer listed in a strategy is checked against them (with a suggestion); with an empty
+// list the check is left to the caller.
+// ---------------------------------------------------------------------------------------------
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace coldstart {
+
+/// The model's shape, read from an HF config.json with the scenario's overrides applied.
+struct ModelConfig {
+  std::string architecture;         ///< architectures[0], e.g. "Qwen3ForCausalLM"
+  std::string model_type;           ///< e.g. "qwen3"
+  int hidden_size = 0;              ///< width of the residual stream
+  int num_hidden_layers = 0;        ///< decoder layers
+  int num_attention_heads = 0;      ///< query heads
+  int num_key_value_heads = 0;      ///< KV heads (GQA); equals query heads when absent
+  int head_dim = 0;                 ///< per-head width (explicit or hidden / heads)
+  int intermediate_size = 0;        ///< dense MLP width; 0 when the config has none
+  int vocab_size = 0;               ///< embedding rows
+  int max_position_embeddings = 0;  ///< the config's context length key
+  double rms_norm_eps = 1e-6;       ///< RMSNorm epsilon
+  double rope_theta = 10000.0;      ///< RoPE base
+  std::string torch_dtype;          ///< weight dtype, e.g. "bfloat16"
+  bool tie_word_embeddings = true;  ///< lm_head shares the embedding matrix
+  nlohmann::json raw;               ///< the whole merged config, for keys other families read
+  std::string config_file;          ///< the config.json path as resolved (not canonicalized)
+};
+
+/// vLLM V1's CUDA graph modes (CompilationConfig.cudagraph_mode).
+enum class CudaGraphMode { kNone, kPiecewise, kFull, kFullDecodeOnly, kFullAndPiecewise };
+
+/// The engine settings a vLLM V1 server starts with.
+struct EngineConfig {
+  int max_num_seqs = 0;            ///< most requests in one batch
+  int max_num_batched_tokens = 0;  ///< most tokens in one scheduler step (the prefill chunk)
+  int max_model_len = 0;           ///< longest sequence (prompt + output)
+  int block_size = 16;             ///< tokens per KV cache block
+  /// "auto" | "bfloat16" | "fp8" | "fp8_e4m3" | "turboquant_4bit_nc"
+  std::string kv_cache_dtype = "auto";
+  CudaGraphMode cudagraph_mode = CudaGraphMode::kFullAndPiecewise;  ///< which graphs are captured
+  std::vector<int> cudagraph_capture_sizes;  ///< ascending; vLLM V1's default list unless listed;
+                                             ///< empty when cudagraph_mode is kNone
+  bool capture_sizes_listed = false;         ///< true when the scenario listed the capture sizes
+  double gpu_memory_utilization = 0.9;       ///< fraction of GPU memory the engine may use
+  std::optional<long long> num_gpu_blocks;   ///< explicit KV cache size in blocks, else from memory
+  bool enable_chunked_prefill = true;        ///< V1 default: long prompts are split into chunks
+  bool allow_long_max_model_len = false;     ///< max_model_len may exceed the model's derived limit
+};
+
+/// One request replayed after startup.
+struct RequestSpec {
+  int prompt_tokens = 0;  ///< prompt length (distinct tokens: no prefix-cache hits)
+  int decode_steps = 0;   ///< decode steps after the first sampled token
+};
+
+/// One warmup strategy: warmers run in order before graph capture.
+struct StrategySpec {
+  std::string name;                     ///< as written in the scenario, e.g. "none"
+  std::vector<std::string> warmers;     ///< warmer names, in run order (empty for "none")
+  bool allow_hot_path_compiles = true;  ///< false: a compile after startup fails the strategy
+};
+
+/// One point of the scenario's `matrix`: the overrides that turn the scenario into that variant.
+struct Variant {
+  std::string name;  ///< "" for the scenario as written, else e.g. "cudagraph_mode=piecewise"
+  /// (dotted key, YAML text of the value), applied like --set overrides.
+  std::vector<std::pair<std::string, std::string>> overrides;
+};
+
+/// A loaded, validated scenario.
+struct Scenario {
+  std::string name;                      ///< `name:`, or the file name without extension
+  std::string description;               ///< `description:`, or ""
+  std::string file;                      ///< the scenario path as given to load_scenario
+  ModelConfig model;                     ///< the model shape
+  EngineConfig engine;                   ///< the engine settings
+  std::vector<RequestSpec> requests;     ///< [0] the first request; [1] (optional) the steady state
+  std::vector<StrategySpec> strategies;  ///< in file order
+  /// Without a matrix: one entry, the scenario as written (name ""). With one: every point of the
+  /// matrix's cross product, in order. After apply_variant: just the applied variant.
+  std::vector<Variant> variants;
+  double timeout_s = 600;  ///< per-strategy watchdog, seconds
+  nlohmann::json expect;   ///< the `expect:` block as JSON, or null when absent
+
+  /// What apply_variant needs to rebuild the scenario: the file text as read, the --set overrides
+  /// and the known warmer names given to load_scenario. Not meant for other uses.
+  struct Source {
+    std::string text;
+    std::vector<std::string> set_overrides;
+    std::vector<std::string> known_warmers;
+  } source;
+};
+
+/// Reads, overrides (`--set KEY=VALUE` strings, applied in order) and validates a scenario file,
+/// and checks every variant of its matrix too, so a bad matrix value fails here. Warmer names in
+/// strategies are checked against known_warmers unless it is empty. Throws InputError listing
+/// every problem found.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides = {},
+                       const std::vector<std::string>& known_warmers = {});
+
+/// The scenario of one variant (normally one of s.variants): the file as loaded, the --set
+/// overrides, then the variant's overrides, validated again. Throws InputError when the result is
+/// invalid (only possible for a variant that load_scenario did not produce).
+Scenario apply_variant(const Scenario& s, const Variant& v);
+
+/// vLLM V1's (>= 0.11) default CUDA graph capture sizes: with m = min(2 * max_num_seqs, 512), the
+/// list 1, 2, 4, 8, 16, ..., 248 (step 8), 256, 272, ... (step 16), cut to sizes <= m and
+/// <= max_num_batched_tokens. Ascending; empty when either argument is < 1.
+std::vector<int> default_capture_sizes(int max_num_seqs, int max_num_batched_tokens);
+
+/// vLLM's lowercase name of a mode, e.g. "full_and_piecewise".
+const char* cudagraph_mode_name(CudaGraphMode mode);
+
+/// The mode named `name` (case-insensitive, so vLLM's "FULL_AND_PIECEWISE" works), or nullopt.
+std::optional<CudaGraphMode> parse_cudagraph_mode(const std::string& name);
+
+}  // namespace coldstart

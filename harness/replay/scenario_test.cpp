@@ -1,0 +1,801 @@
+// Tests of the scenario loader: the shipped scenarios, every validation rule (each error must name
+// the file, the line and the key), --set overrides, matrix variants, Infinity in config.json, and
+// vLLM's default capture sizes.
+#include "harness/replay/scenario.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cfloat>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string source_dir() {
+  const char* dir = std::getenv("COLDSTART_SOURCE_DIR");
+  return dir ? dir : "";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// A valid scenario; its line numbers are used by the tests below.
+const char* const kBase =
+    "name: t\n"                                                     // 1
+    "model:\n"                                                      // 2
+    "  config: qwen3.json\n"                                        // 3
+    "engine:\n"                                                     // 4
+    "  max_num_seqs: 4\n"                                           // 5
+    "  max_num_batched_tokens: 2048\n"                              // 6
+    "  max_model_len: 32768\n"                                      // 7
+    "  block_size: 16\n"                                            // 8
+    "  kv_cache_dtype: turboquant_4bit_nc\n"                        // 9
+    "  cudagraph_mode: piecewise\n"                                 // 10
+    "requests:\n"                                                   // 11
+    "  - {prompt_tokens: 512, decode_steps: 32}\n"                  // 12
+    "strategies:\n"                                                 // 13
+    "  none: []\n"                                                  // 14
+    "  both: {warmers: [a, b], allow_hot_path_compiles: false}\n";  // 15
+
+// Replaces the first occurrence of `from` (which must occur) with `to`.
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "test bug: '" << from << "' not in the text";
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+class ScenarioFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
+    std::string templ = (fs::temp_directory_path() / "cs_scenario_XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    fs::copy_file(fs::path(source_dir()) / "fixtures/hf-configs/qwen3-8b.json",
+                  fs::path(dir_) / "qwen3.json");
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = (fs::path(dir_) / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Loads `text` as a scenario and returns the InputError text (failing when none is thrown).
+  std::string error_of(const std::string& text, const std::vector<std::string>& sets = {},
+                       const std::vector<std::string>& warmers = {}) {
+    std::string path = write("s.yaml", text);
+    try {
+      load_scenario(path, sets, warmers);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "no InputError for:\n" << text;
+    return "";
+  }
+
+  Scenario load(const std::string& text, const std::vector<std::string>& sets = {}) {
+    return load_scenario(write("s.yaml", text), sets);
+  }
+
+  // Asserts the error names the scenario file at `line` and the key.
+  void expect_at(const std::string& err, int line, const std::string& key,
+                 const std::string& what = "") {
+    std::string loc = (fs::path(dir_) / "s.yaml").string() + ":" + std::to_string(line) + ":";
+    EXPECT_NE(err.find(loc), std::string::npos) << "want " << loc << " in:\n" << err;
+    EXPECT_NE(err.find("key '" + key + "'"), std::string::npos) << "want key " << key << " in:\n"
+                                                                << err;
+    if (!what.empty())
+      EXPECT_NE(err.find(what), std::string::npos) << "want " << what << " in:\n" << err;
+  }
+
+  std::string dir_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The shipped scenarios
+
+TEST(RealScenarios, Qwen3TurboQuant) {
+  ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
+  const std::string path = source_dir() + "/scenarios/qwen3-8b-turboquant.yaml";
+  Scenario s = load_scenario(path, {}, {"tq-decode-warmup", "tq-reserve-max"});
+  EXPECT_EQ(s.name, "qwen3-8b-turboquant");
+  EXPECT_EQ(s.file, path);
+  EXPECT_FALSE(s.description.empty());
+
+  const ModelConfig& m = s.model;
+  EXPECT_EQ(m.architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(m.model_type, "qwen3");
+  EXPECT_EQ(m.hidden_size, 4096);
+  EXPECT_EQ(m.num_hidden_layers, 36);
+  EXPECT_EQ(m.num_attention_heads, 32);
+  EXPECT_EQ(m.num_key_value_heads, 8);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.intermediate_size, 12288);
+  EXPECT_EQ(m.vocab_size, 151936);
+  EXPECT_EQ(m.max_position_embeddings, 40960);
+  EXPECT_DOUBLE_EQ(m.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(m.rope_theta, 1e6);
+  EXPECT_EQ(m.torch_dtype, "bfloat16");
+  EXPECT_FALSE(m.tie_word_embeddings);
+  EXPECT_EQ(m.raw.at("hidden_act"), "silu");
+  EXPECT_TRUE(fs::exists(m.config_file)) << m.config_file;
+  EXPECT_EQ(fs::path(m.config_file).filename(), "qwen3-8b.json");
+
+  const EngineConfig& e = s.engine;
+  EXPECT_EQ(e.max_num_seqs, 4);
+  EXPECT_EQ(e.max_num_batched_tokens, 2048);
+  EXPECT_EQ(e.max_model_len, 32768);
+  EXPECT_EQ(e.block_size, 16);
+  EXPECT_EQ(e.kv_cache_dtype, "turboquant_4bit_nc");
+  EXPECT_EQ(e.cudagraph_mode, CudaGraphMode::kPiecewise);
+  EXPECT_EQ(e.cudagraph_capture_sizes, (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_FALSE(e.capture_sizes_listed);
+  EXPECT_DOUBLE_EQ(e.gpu_memory_utilization, 0.9);
+  EXPECT_FALSE(e.num_gpu_blocks.has_value());
+  EXPECT_TRUE(e.enable_chunked_prefill);
+
+  ASSERT_EQ(s.requests.size(), 2u);
+  for (const auto& r : s.requests) {
+    EXPECT_EQ(r.prompt_tokens, 512);
+    EXPECT_EQ(r.decode_steps, 32);
+  }
+  ASSERT_EQ(s.strategies.size(), 4u);
+  EXPECT_EQ(s.strategies[0].name, "none");
+  EXPECT_TRUE(s.strategies[0].warmers.empty());
+  EXPECT_EQ(s.strategies[1].name, "tq-decode-warmup");
+  EXPECT_EQ(s.strategies[1].warmers, (std::vector<std::string>{"tq-decode-warmup"}));
+  EXPECT_EQ(s.strategies[2].name, "tq-reserve-max");
+  EXPECT_EQ(s.strategies[2].warmers, (std::vector<std::string>{"tq-reserve-max"}));
+  EXPECT_EQ(s.strategies[3].name, "both");
+  EXPECT_EQ(s.strategies[3].warmers,
+            (std::vector<std::string>{"tq-decode-warmup", "tq-reserve-max"}));
+  for (const auto& st : s.strategies) EXPECT_TRUE(st.allow_hot_path_compiles);
+  EXPECT_DOUBLE_EQ(s.timeout_s, 600);
+  EXPECT_TRUE(s.expect.is_null());
+
+  ASSERT_EQ(s.variants.size(), 2u);
+  EXPECT_EQ(s.variants[0].name, "cudagraph_mode=piecewise");
+  EXPECT_EQ(s.variants[1].name, "cudagraph_mode=full_and_piecewise");
+  ASSERT_EQ(s.variants[1].overrides.size(), 1u);
+  EXPECT_EQ(s.variants[1].overrides[0].first, "engine.cudagraph_mode");
+  EXPECT_EQ(s.variants[1].overrides[0].second, "full_and_piecewise");
+
+  Scenario full = apply_variant(s, s.variants[1]);
+  EXPECT_EQ(full.engine.cudagraph_mode, CudaGraphMode::kFullAndPiecewise);
+  EXPECT_EQ(full.engine.cudagraph_capture_sizes, (std::vector<int>{1, 2, 4, 8}));
+  ASSERT_EQ(full.variants.size(), 1u);
+  EXPECT_EQ(full.variants[0].name, "cudagraph_mode=full_and_piecewise");
+  EXPECT_EQ(full.model.num_hidden_layers, 36);
+  Scenario piece = apply_variant(s, s.variants[0]);
+  EXPECT_EQ(piece.engine.cudagraph_mode, CudaGraphMode::kPiecewise);
+}
+
+TEST(RealScenarios, Qwen3TurboQuantLongPrompt) {
+  ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
+  Scenario s = load_scenario(source_dir() + "/scenarios/qwen3-8b-turboquant-long-prompt.yaml", {},
+                             {"tq-decode-warmup", "tq-reserve-max"});
+  EXPECT_EQ(s.name, "qwen3-8b-turboquant-long-prompt");
+  EXPECT_EQ(s.model.num_hidden_layers, 36);
+  EXPECT_EQ(s.engine.max_num_batched_tokens, 2048);
+  EXPECT_EQ(s.engine.kv_cache_dtype, "turboquant_4bit_nc");
+  EXPECT_EQ(s.engine.cudagraph_capture_sizes, (std::vector<int>{1, 2, 4, 8}));
+  ASSERT_EQ(s.requests.size(), 2u);
+  EXPECT_EQ(s.requests[0].prompt_tokens, 4096);
+  EXPECT_EQ(s.requests[1].prompt_tokens, 4096);
+  // The prompt takes two prefill chunks: the second continues over 2048 cached tokens.
+  EXPECT_EQ(s.requests[0].prompt_tokens - s.engine.max_num_batched_tokens, 2048);
+  EXPECT_EQ(s.strategies.size(), 4u);
+  EXPECT_EQ(s.variants.size(), 2u);
+}
+
+TEST(RealScenarios, SetOverrideOnRealScenarioRemovesMatrixAxis) {
+  ASSERT_FALSE(source_dir().empty());
+  Scenario s = load_scenario(source_dir() + "/scenarios/qwen3-8b-turboquant.yaml",
+                             {"cudagraph_mode=full_and_piecewise"});
+  EXPECT_EQ(s.engine.cudagraph_mode, CudaGraphMode::kFullAndPiecewise);
+  ASSERT_EQ(s.variants.size(), 1u);
+  EXPECT_EQ(s.variants[0].name, "");
+  EXPECT_TRUE(s.variants[0].overrides.empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults and the basic shape
+
+TEST_F(ScenarioFiles, BaseLoadsWithLongFormStrategy) {
+  Scenario s = load(kBase);
+  EXPECT_EQ(s.name, "t");
+  ASSERT_EQ(s.strategies.size(), 2u);
+  EXPECT_EQ(s.strategies[1].name, "both");
+  EXPECT_EQ(s.strategies[1].warmers, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(s.strategies[1].allow_hot_path_compiles);
+  ASSERT_EQ(s.variants.size(), 1u);
+  EXPECT_EQ(s.variants[0].name, "");
+  EXPECT_EQ(s.requests.size(), 1u);
+}
+
+TEST_F(ScenarioFiles, Defaults) {
+  Scenario s = load(
+      "model: {config: qwen3.json}\n"
+      "engine: {max_num_seqs: 256, max_num_batched_tokens: 8192}\n"
+      "requests: [{prompt_tokens: 1, decode_steps: 0}]\n"
+      "strategies: {none: []}\n");
+  EXPECT_EQ(s.name, "s");                    // the file's stem
+  EXPECT_EQ(s.engine.max_model_len, 40960);  // the model's max_position_embeddings
+  EXPECT_EQ(s.engine.block_size, 16);
+  EXPECT_EQ(s.engine.kv_cache_dtype, "auto");
+  EXPECT_EQ(s.engine.cudagraph_mode, CudaGraphMode::kFullAndPiecewise);
+  EXPECT_EQ(s.engine.cudagraph_capture_sizes, default_capture_sizes(256, 8192));
+  EXPECT_DOUBLE_EQ(s.engine.gpu_memory_utilization, 0.9);
+  EXPECT_TRUE(s.engine.enable_chunked_prefill);
+  EXPECT_FALSE(s.engine.allow_long_max_model_len);
+  EXPECT_DOUBLE_EQ(s.timeout_s, 600);
+}
+
+TEST_F(ScenarioFiles, ListedCaptureSizesAndModeNone) {
+  Scenario s =
+      load(replace(kBase, "  cudagraph_mode: piecewise\n",
+                   "  cudagraph_mode: piecewise\n  cudagraph_capture_sizes: [1, 3, 2048]\n"));
+  EXPECT_TRUE(s.engine.capture_sizes_listed);
+  EXPECT_EQ(s.engine.cudagraph_capture_sizes, (std::vector<int>{1, 3, 2048}));
+  Scenario none = load(replace(kBase, "cudagraph_mode: piecewise", "cudagraph_mode: none"));
+  EXPECT_EQ(none.engine.cudagraph_mode, CudaGraphMode::kNone);
+  EXPECT_TRUE(none.engine.cudagraph_capture_sizes.empty());
+}
+
+TEST_F(ScenarioFiles, ExpectBlockIsKeptAsJson) {
+  Scenario s = load(std::string(kBase) +
+                    "expect:\n  none: {outcome: crash, phase: first_decode}\n  max_ttft_ms: 1.5\n");
+  EXPECT_EQ(s.expect["none"]["outcome"], "crash");
+  EXPECT_DOUBLE_EQ(s.expect["max_ttft_ms"].get<double>(), 1.5);
+}
+
+TEST_F(ScenarioFiles, NumGpuBlocks) {
+  Scenario s =
+      load(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  num_gpu_blocks: 4096\n"));
+  ASSERT_TRUE(s.engine.num_gpu_blocks.has_value());
+  EXPECT_EQ(*s.engine.num_gpu_blocks, 4096);
+  // 100 blocks * 16 tokens cannot hold max_model_len 32768.
+  expect_at(
+      error_of(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  num_gpu_blocks: 100\n")),
+      9, "engine.num_gpu_blocks", "fewer than max_model_len");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation rules: each error names file, line and key
+
+TEST_F(ScenarioFiles, UnknownTopLevelKeySuggests) {
+  std::string err = error_of(std::string(kBase) + "timeout: 5\n");
+  expect_at(err, 16, "timeout", "did you mean 'timeout_s'?");
+}
+
+TEST_F(ScenarioFiles, UnknownEngineKeyAndMissingRequiredKey) {
+  std::string err = error_of(replace(kBase, "  max_num_seqs: 4", "  max_num_seq: 4"));
+  expect_at(err, 5, "engine.max_num_seq", "did you mean 'max_num_seqs'?");
+  // The required key that is now absent is reported too, at the `engine:` line.
+  expect_at(err, 4, "engine.max_num_seqs", "missing (required)");
+}
+
+TEST_F(ScenarioFiles, UnknownKeysInNestedLevels) {
+  expect_at(error_of(replace(kBase, "{prompt_tokens: 512,", "{prompt_token: 512,")), 12,
+            "requests.0.prompt_token", "did you mean 'prompt_tokens'?");
+  expect_at(error_of(replace(kBase, "  config: qwen3.json", "  config: qwen3.json\n  overide: {}")),
+            4, "model.overide", "did you mean 'overrides'?");
+  expect_at(
+      error_of(replace(kBase, "allow_hot_path_compiles: false", "allow_hot_path_compile: false")),
+      15, "strategies.both.allow_hot_path_compile", "did you mean 'allow_hot_path_compiles'?");
+}
+
+TEST_F(ScenarioFiles, WrongTypes) {
+  expect_at(error_of(replace(kBase, "max_num_seqs: 4", "max_num_seqs: \"4\"")), 5,
+            "engine.max_num_seqs", "expected an integer, got a string");
+  expect_at(error_of(replace(kBase, "max_num_seqs: 4", "max_num_seqs: four")), 5,
+            "engine.max_num_seqs", "expected an integer");
+  expect_at(error_of(replace(kBase, "max_model_len: 32768", "max_model_len: 327.68")), 7,
+            "engine.max_model_len", "expected an integer, got a number");
+  expect_at(
+      error_of(replace(kBase, "allow_hot_path_compiles: false", "allow_hot_path_compiles: 0")), 15,
+      "strategies.both.allow_hot_path_compiles", "expected true or false");
+  expect_at(error_of(replace(kBase, "engine:\n", "engine: 5\nx:\n")), 4, "engine",
+            "expected a mapping");
+}
+
+TEST_F(ScenarioFiles, NonPositiveSizes) {
+  expect_at(error_of(replace(kBase, "max_num_seqs: 4", "max_num_seqs: 0")), 5,
+            "engine.max_num_seqs", "must be at least 1");
+  expect_at(error_of(replace(kBase, "max_num_batched_tokens: 2048", "max_num_batched_tokens: -1")),
+            6, "engine.max_num_batched_tokens", "must be at least 1");
+  expect_at(error_of(replace(kBase, "prompt_tokens: 512", "prompt_tokens: 0")), 12,
+            "requests.0.prompt_tokens", "must be at least 1");
+  expect_at(error_of(replace(kBase, "decode_steps: 32", "decode_steps: -2")), 12,
+            "requests.0.decode_steps", "must be at least 0");
+}
+
+TEST_F(ScenarioFiles, CaptureSizes) {
+  auto with_sizes = [&](const std::string& list) {
+    return replace(kBase, "  cudagraph_mode: piecewise\n",
+                   "  cudagraph_mode: piecewise\n  cudagraph_capture_sizes: " + list + "\n");
+  };
+  expect_at(error_of(with_sizes("[1, 2, 4096]")), 11, "engine.cudagraph_capture_sizes.2",
+            "above max_num_batched_tokens (2048)");
+  expect_at(error_of(with_sizes("[1, 4, 2]")), 11, "engine.cudagraph_capture_sizes.2",
+            "strictly ascending");
+  expect_at(error_of(with_sizes("[2, 2]")), 11, "engine.cudagraph_capture_sizes.1",
+            "strictly ascending");
+  expect_at(error_of(with_sizes("[0, 1]")), 11, "engine.cudagraph_capture_sizes.0", "positive");
+  expect_at(error_of(with_sizes("[]")), 11, "engine.cudagraph_capture_sizes",
+            "cudagraph_mode: none");
+  expect_at(error_of(with_sizes("8")), 11, "engine.cudagraph_capture_sizes", "expected a list");
+}
+
+TEST_F(ScenarioFiles, BlockSize) {
+  expect_at(error_of(replace(kBase, "block_size: 16", "block_size: 12")), 8, "engine.block_size",
+            "not a block size vLLM accepts");
+  for (int ok : {1, 8, 16, 32, 64, 128, 256})
+    EXPECT_EQ(load(replace(kBase, "block_size: 16", "block_size: " + std::to_string(ok)))
+                  .engine.block_size,
+              ok);
+}
+
+TEST_F(ScenarioFiles, KvHeadsMustDivideHeads) {
+  std::string err =
+      error_of(replace(kBase, "  config: qwen3.json\n",
+                       "  config: qwen3.json\n  overrides: {num_key_value_heads: 5}\n"));
+  expect_at(err, 4, "model.overrides.num_key_value_heads",
+            "not divisible by num_key_value_heads 5");
+}
+
+TEST_F(ScenarioFiles, HeadDimFromHiddenMustDivide) {
+  // A config without head_dim: head_dim = hidden / heads, which must divide.
+  write("nohd.json",
+        "{\n"
+        "  \"architectures\": [\"X\"],\n"
+        "  \"model_type\": \"x\",\n"
+        "  \"hidden_size\": 4096,\n"
+        "  \"num_hidden_layers\": 2,\n"
+        "  \"num_attention_heads\": 30,\n"
+        "  \"num_key_value_heads\": 30,\n"
+        "  \"vocab_size\": 1000,\n"
+        "  \"max_position_embeddings\": 40960\n"
+        "}\n");
+  std::string err = error_of(replace(kBase, "qwen3.json", "nohd.json"));
+  std::string cfg = (fs::path(dir_) / "nohd.json").string();
+  EXPECT_NE(err.find(cfg + ":6:3: key 'num_attention_heads'"), std::string::npos) << err;
+  EXPECT_NE(err.find("not divisible"), std::string::npos) << err;
+  // With 32 heads it divides: head_dim 128.
+  Scenario s =
+      load(replace(kBase, "qwen3.json", "nohd.json"),
+           {"model.overrides.num_attention_heads=32", "model.overrides.num_key_value_heads=8"});
+  EXPECT_EQ(s.model.head_dim, 128);
+  EXPECT_EQ(s.model.num_key_value_heads, 8);
+  EXPECT_EQ(s.model.intermediate_size, 0);  // absent in this config
+}
+
+TEST_F(ScenarioFiles, TurboQuantNeedsPowerOfTwoHeadDim) {
+  std::string text = replace(kBase, "  config: qwen3.json\n",
+                             "  config: qwen3.json\n  overrides: {head_dim: 96}\n");
+  // Line 9 moved to 10 by the inserted line.
+  expect_at(error_of(text), 10, "engine.kv_cache_dtype", "power-of-two head_dim");
+  Scenario s = load(replace(text, "kv_cache_dtype: turboquant_4bit_nc", "kv_cache_dtype: auto"));
+  EXPECT_EQ(s.model.head_dim, 96);
+}
+
+TEST_F(ScenarioFiles, MaxModelLenAboveModelLimit) {
+  std::string text = replace(kBase, "max_model_len: 32768", "max_model_len: 50000");
+  expect_at(error_of(text), 7, "engine.max_model_len", "longer than the model allows (40960");
+  EXPECT_EQ(load(replace(text, "  block_size: 16\n",
+                         "  block_size: 16\n  allow_long_max_model_len: true\n"))
+                .engine.max_model_len,
+            50000);
+  EXPECT_EQ(load(replace(text, "  config: qwen3.json\n",
+                         "  config: qwen3.json\n  overrides: {max_position_embeddings: 65536}\n"))
+                .engine.max_model_len,
+            50000);
+}
+
+TEST_F(ScenarioFiles, RopeScalingRaisesTheLimit) {
+  Scenario s = load(replace(kBase, "max_model_len: 32768", "max_model_len: 131072"),
+                    {"model.overrides.rope_scaling={rope_type: yarn, factor: 4.0, "
+                     "original_max_position_embeddings: 32768}"});
+  EXPECT_EQ(s.engine.max_model_len, 131072);
+}
+
+TEST_F(ScenarioFiles, RequestLongerThanMaxModelLen) {
+  expect_at(error_of(replace(kBase, "max_model_len: 32768", "max_model_len: 520")), 12,
+            "requests.0", "= 544 exceeds max_model_len (520)");
+}
+
+TEST_F(ScenarioFiles, RequestsCountAndShape) {
+  expect_at(error_of(replace(kBase, "  - {prompt_tokens: 512, decode_steps: 32}\n", "  []\n")), 12,
+            "requests", "empty");
+  std::string three = replace(kBase, "  - {prompt_tokens: 512, decode_steps: 32}\n",
+                              "  - {prompt_tokens: 1, decode_steps: 1}\n"
+                              "  - {prompt_tokens: 1, decode_steps: 1}\n"
+                              "  - {prompt_tokens: 1, decode_steps: 1}\n");
+  expect_at(error_of(three), 14, "requests.2", "at most two requests");
+}
+
+TEST_F(ScenarioFiles, BatchedTokensBelowMaxNumSeqs) {
+  expect_at(error_of(replace(kBase, "max_num_seqs: 4", "max_num_seqs: 4096")), 6,
+            "engine.max_num_batched_tokens", "smaller than max_num_seqs (4096)");
+}
+
+TEST_F(ScenarioFiles, ChunkedPrefillOffNeedsRoomForMaxModelLen) {
+  expect_at(error_of(replace(kBase, "  block_size: 16\n",
+                             "  block_size: 16\n  enable_chunked_prefill: false\n")),
+            6, "engine.max_num_batched_tokens", "chunked prefill disabled");
+}
+
+TEST_F(ScenarioFiles, KvCacheDtypeAndCudagraphModeNames) {
+  expect_at(error_of(replace(kBase, "turboquant_4bit_nc", "fp9")), 9, "engine.kv_cache_dtype",
+            "did you mean 'fp8'?");
+  expect_at(error_of(replace(kBase, "cudagraph_mode: piecewise", "cudagraph_mode: piecwise")), 10,
+            "engine.cudagraph_mode", "did you mean 'piecewise'?");
+  for (const char* dt : {"auto", "bfloat16", "fp8", "fp8_e4m3", "turboquant_4bit_nc"})
+    EXPECT_EQ(load(replace(kBase, "turboquant_4bit_nc", dt)).engine.kv_cache_dtype, dt);
+  EXPECT_EQ(load(replace(kBase, "cudagraph_mode: piecewise", "cudagraph_mode: FULL_DECODE_ONLY"))
+                .engine.cudagraph_mode,
+            CudaGraphMode::kFullDecodeOnly);
+}
+
+TEST_F(ScenarioFiles, GpuMemoryUtilizationRange) {
+  auto with = [&](const std::string& v) {
+    return replace(kBase, "  block_size: 16\n",
+                   "  block_size: 16\n  gpu_memory_utilization: " + v + "\n");
+  };
+  expect_at(error_of(with("1.5")), 9, "engine.gpu_memory_utilization", "(0, 1]");
+  expect_at(error_of(with("0")), 9, "engine.gpu_memory_utilization", "(0, 1]");
+  EXPECT_DOUBLE_EQ(load(with("1")).engine.gpu_memory_utilization, 1.0);
+}
+
+TEST_F(ScenarioFiles, Strategies) {
+  // Duplicate names.
+  expect_at(error_of(std::string(kBase) + "  none: [a]\n"), 16, "strategies.none",
+            "duplicate key (first at line 14)");
+  // Empty.
+  std::string text = kBase;
+  text = text.substr(0, text.find("strategies:")) + "strategies: {}\n";
+  expect_at(error_of(text), 13, "strategies", "no strategies");
+  // A warmer twice in one strategy.
+  expect_at(error_of(replace(kBase, "warmers: [a, b]", "warmers: [a, a]")), 15,
+            "strategies.both.warmers.1", "listed twice");
+  // Not a list.
+  expect_at(error_of(replace(kBase, "none: []", "none: x")), 14, "strategies.none",
+            "expected a list of warmer names");
+  // Unknown warmer, checked only when the caller gives the known names.
+  std::string err = error_of(kBase, {}, {"a", "c"});
+  expect_at(err, 15, "strategies.both.warmers.1", "unknown warmer 'b' (did you mean 'a'?)");
+  EXPECT_NE(err.find("known warmers: a, c"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, MissingRequiredSections) {
+  std::string err = error_of("name: x\n");
+  for (const char* key : {"model", "engine", "requests", "strategies"})
+    EXPECT_NE(err.find(std::string("key '") + key + "': missing (required)"), std::string::npos)
+        << err;
+}
+
+TEST_F(ScenarioFiles, CollectsAllProblems) {
+  std::string text = replace(kBase, "block_size: 16", "block_size: 12");
+  text = replace(text, "turboquant_4bit_nc", "fp9");
+  text = replace(text, "decode_steps: 32", "decode_steps: x");
+  std::string err = error_of(text);
+  expect_at(err, 8, "engine.block_size");
+  expect_at(err, 9, "engine.kv_cache_dtype");
+  expect_at(err, 12, "requests.0.decode_steps");
+  // Reported in file order.
+  EXPECT_LT(err.find("engine.block_size"), err.find("engine.kv_cache_dtype")) << err;
+  EXPECT_LT(err.find("engine.kv_cache_dtype"), err.find("requests.0.decode_steps")) << err;
+}
+
+TEST_F(ScenarioFiles, HandMadeVariantIsValidated) {
+  Scenario s = load(kBase);
+  Scenario v = apply_variant(s, Variant{"bs32", {{"engine.block_size", "32"}}});
+  EXPECT_EQ(v.engine.block_size, 32);
+  ASSERT_EQ(v.variants.size(), 1u);
+  EXPECT_EQ(v.variants[0].name, "bs32");
+  try {
+    apply_variant(s, Variant{"bs12", {{"block_size", "12"}}});
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("variant 'bs12': key 'engine.block_size': 12 is not"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(ScenarioFiles, YamlSyntaxError) {
+  std::string err = error_of(replace(kBase, "  - {prompt_tokens: 512, decode_steps: 32}",
+                                     "  - {prompt_tokens: 512, decode_steps: 32"));
+  EXPECT_NE(err.find((fs::path(dir_) / "s.yaml").string() + ":"), std::string::npos) << err;
+  EXPECT_NE(err.find("invalid YAML"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, TimeoutMustBePositive) {
+  expect_at(error_of(std::string(kBase) + "timeout_s: -1\n"), 16, "timeout_s", "positive");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The HF config
+
+TEST_F(ScenarioFiles, ConfigMissing) {
+  std::string err = error_of(replace(kBase, "qwen3.json", "nope.json"));
+  expect_at(err, 3, "model.config", "cannot read HF config");
+  EXPECT_NE(err.find("nope.json"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, ConfigInvalidJson) {
+  write("bad.json", "{\n  \"hidden_size\": 4096,\n  \"vocab_size\": ,\n}\n");
+  std::string err = error_of(replace(kBase, "qwen3.json", "bad.json"));
+  expect_at(err, 3, "model.config", "invalid JSON");
+  EXPECT_NE(err.find((fs::path(dir_) / "bad.json").string() + ":3:17 (byte "), std::string::npos)
+      << err;
+}
+
+TEST_F(ScenarioFiles, ConfigValueOfWrongType) {
+  std::string text = read_text((fs::path(dir_) / "qwen3.json").string());
+  write("strtype.json", replace(text, "\"hidden_size\": 4096", "\"hidden_size\": \"4096\""));
+  std::string err = error_of(replace(kBase, "qwen3.json", "strtype.json"));
+  std::string cfg = (fs::path(dir_) / "strtype.json").string();
+  EXPECT_NE(err.find(cfg + ":11:3: key 'hidden_size': expected an integer, got a string"),
+            std::string::npos)
+      << err;
+}
+
+TEST_F(ScenarioFiles, OverrideKeyMustExistAndMatchType) {
+  auto with = [&](const std::string& ov) {
+    return replace(kBase, "  config: qwen3.json\n",
+                   "  config: qwen3.json\n  overrides: " + ov + "\n");
+  };
+  expect_at(error_of(with("{num_hidden_layer: 2}")), 4, "model.overrides.num_hidden_layer",
+            "did you mean 'num_hidden_layers'?");
+  expect_at(error_of(with("{num_hidden_layers: \"2\"}")), 4, "model.overrides.num_hidden_layers",
+            "expected an integer (as in qwen3.json), got a string");
+  expect_at(error_of(with("{num_hidden_layers: 2.5}")), 4, "model.overrides.num_hidden_layers",
+            "got a number");
+  expect_at(error_of(with("{num_hidden_layers: 0}")), 4, "model.overrides.num_hidden_layers",
+            "must be in [1,");
+  // An integer for a float key, and anything for a null key, are fine.
+  Scenario s = load(with("{rms_norm_eps: 1, sliding_window: 4096, num_hidden_layers: 2}"));
+  EXPECT_DOUBLE_EQ(s.model.rms_norm_eps, 1.0);
+  EXPECT_EQ(s.model.raw["sliding_window"], 4096);
+  EXPECT_EQ(s.model.num_hidden_layers, 2);
+}
+
+// Nemotron-H configs hold a bare `Infinity` (Python's json writes it).
+TEST_F(ScenarioFiles, InfinityInRealNemotronConfig) {
+  fs::copy_file(fs::path(source_dir()) / "fixtures/hf-configs/nemotron-h-56b-base-8k.json",
+                fs::path(dir_) / "nemo.json");
+  Scenario s = load(
+      "model: {config: nemo.json}\n"
+      "engine: {max_num_seqs: 4, max_num_batched_tokens: 2048, kv_cache_dtype: "
+      "turboquant_4bit_nc}\n"
+      "requests: [{prompt_tokens: 512, decode_steps: 32}]\n"
+      "strategies: {none: []}\n");
+  EXPECT_EQ(s.model.architecture, "NemotronHForCausalLM");
+  EXPECT_EQ(s.model.hidden_size, 8192);
+  EXPECT_EQ(s.model.head_dim, 128);  // from attention_head_dim
+  EXPECT_EQ(s.model.num_key_value_heads, 8);
+  EXPECT_DOUBLE_EQ(s.model.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(s.model.rope_theta, 10000.0);  // absent: the default
+  EXPECT_EQ(s.engine.max_model_len, 8192);
+  const auto& limit = s.model.raw.at("time_step_limit");
+  ASSERT_EQ(limit.size(), 2u);
+  EXPECT_DOUBLE_EQ(limit[0].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(limit[1].get<double>(), DBL_MAX);
+  EXPECT_EQ(s.model.raw.at("hybrid_override_pattern").get<std::string>().substr(0, 4), "M-M-");
+}
+
+TEST_F(ScenarioFiles, NonFiniteTokensOnlyOutsideStrings) {
+  std::string text = read_text((fs::path(dir_) / "qwen3.json").string());
+  text = replace(text, "\"attention_bias\": false,",
+                 "\"attention_bias\": false, \"a\": -Infinity, \"b\": NaN, \"c\": \"Infinity NaN\","
+                 " \"d\": [Infinity,-Infinity],");
+  write("inf.json", text);
+  Scenario s = load(replace(kBase, "qwen3.json", "inf.json"));
+  EXPECT_DOUBLE_EQ(s.model.raw["a"].get<double>(), -DBL_MAX);
+  EXPECT_TRUE(s.model.raw["b"].is_null());
+  EXPECT_EQ(s.model.raw["c"], "Infinity NaN");
+  EXPECT_DOUBLE_EQ(s.model.raw["d"][0].get<double>(), DBL_MAX);
+  EXPECT_DOUBLE_EQ(s.model.raw["d"][1].get<double>(), -DBL_MAX);
+  // A parse error after a replacement still points at the original column.
+  write("inf-bad.json", "{\"a\": [Infinity, NaN, x]}\n");
+  std::string err = error_of(replace(kBase, "qwen3.json", "inf-bad.json"));
+  EXPECT_NE(err.find("inf-bad.json:1:23"), std::string::npos) << err;
+  // A token that only starts like one is not replaced.
+  write("inf-word.json", "{\"a\": Infinityx}\n");
+  EXPECT_NE(error_of(replace(kBase, "qwen3.json", "inf-word.json")).find("invalid JSON"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --set overrides
+
+TEST_F(ScenarioFiles, SetValid) {
+  Scenario s =
+      load(kBase, {"cudagraph_mode=full_and_piecewise", "model.overrides.num_hidden_layers=2",
+                   "requests.0.prompt_tokens=100", "requests.1={prompt_tokens: 8, decode_steps: 1}",
+                   "engine.cudagraph_capture_sizes=[1, 2]", "timeout_s=30", "description="});
+  EXPECT_EQ(s.engine.cudagraph_mode, CudaGraphMode::kFullAndPiecewise);
+  EXPECT_EQ(s.model.num_hidden_layers, 2);
+  ASSERT_EQ(s.requests.size(), 2u);
+  EXPECT_EQ(s.requests[0].prompt_tokens, 100);
+  EXPECT_EQ(s.requests[1].prompt_tokens, 8);
+  EXPECT_EQ(s.requests[1].decode_steps, 1);
+  EXPECT_TRUE(s.engine.capture_sizes_listed);
+  EXPECT_EQ(s.engine.cudagraph_capture_sizes, (std::vector<int>{1, 2}));
+  EXPECT_DOUBLE_EQ(s.timeout_s, 30);
+  EXPECT_EQ(s.description, "");
+}
+
+TEST_F(ScenarioFiles, SetModelConfigIsRelativeToWorkingDirectory) {
+  std::string abs = (fs::path(dir_) / "qwen3.json").string();
+  EXPECT_EQ(load(replace(kBase, "qwen3.json", "elsewhere.json"), {"model.config=" + abs})
+                .model.config_file,
+            abs);
+}
+
+TEST_F(ScenarioFiles, SetUnknownKey) {
+  std::string err = error_of(kBase, {"cudagrph_mode=full"});
+  EXPECT_NE(err.find("--set cudagrph_mode: key 'cudagrph_mode': unknown key (did you mean "
+                     "'cudagraph_mode'?)"),
+            std::string::npos)
+      << err;
+  err = error_of(kBase, {"engine.max_num_seq=4"});
+  EXPECT_NE(err.find("--set engine.max_num_seq:"), std::string::npos) << err;
+  EXPECT_NE(err.find("did you mean 'max_num_seqs'?"), std::string::npos) << err;
+  err = error_of(kBase, {"max_num_seqs.x=4"});
+  EXPECT_NE(err.find("did you mean 'engine.max_num_seqs'?"), std::string::npos) << err;
+  err = error_of(kBase, {"model.overrides.num_hiden_layers=2"});
+  EXPECT_NE(
+      err.find("--set model.overrides.num_hiden_layers: key 'model.overrides.num_hiden_layers'"
+               ": no such key"),
+      std::string::npos)
+      << err;
+  err = error_of(kBase, {"block_size"});
+  EXPECT_NE(err.find("--set block_size: expected KEY=VALUE"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, SetBadValue) {
+  std::string err = error_of(kBase, {"block_size=12"});
+  EXPECT_NE(err.find("--set block_size: key 'engine.block_size': 12 is not a block size"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("s.yaml:"), std::string::npos) << "a --set error has no file line:\n" << err;
+  err = error_of(kBase, {"max_num_seqs=abc"});
+  EXPECT_NE(err.find("--set max_num_seqs: key 'engine.max_num_seqs': expected an integer"),
+            std::string::npos)
+      << err;
+  err = error_of(kBase, {"engine.cudagraph_capture_sizes=[1, 2"});
+  EXPECT_NE(err.find("--set engine.cudagraph_capture_sizes: key 'engine.cudagraph_capture_sizes': "
+                     "value '[1, 2' is not valid YAML"),
+            std::string::npos)
+      << err;
+  err = error_of(kBase, {"requests.5.prompt_tokens=1"});
+  EXPECT_NE(err.find("past the end"), std::string::npos) << err;
+  // A value replacing a whole section is checked key by key, reported at the --set.
+  err = error_of(kBase, {"engine={max_num_seqs: 4, max_num_batched_tokens: 2048, foo: 1}"});
+  EXPECT_NE(err.find("--set engine: key 'engine.foo': unknown key"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, SetRemovesMatrixAxis) {
+  std::string text = std::string(kBase) +
+                     "matrix:\n"
+                     "  engine.cudagraph_mode: [piecewise, full_and_piecewise]\n"
+                     "  block_size: [16, 32]\n";
+  Scenario all = load(text);
+  ASSERT_EQ(all.variants.size(), 4u);
+  EXPECT_EQ(all.variants[0].name, "cudagraph_mode=piecewise,block_size=16");
+  EXPECT_EQ(all.variants[3].name, "cudagraph_mode=full_and_piecewise,block_size=32");
+  Scenario v3 = apply_variant(all, all.variants[3]);
+  EXPECT_EQ(v3.engine.cudagraph_mode, CudaGraphMode::kFullAndPiecewise);
+  EXPECT_EQ(v3.engine.block_size, 32);
+
+  Scenario pinned = load(text, {"cudagraph_mode=full"});
+  ASSERT_EQ(pinned.variants.size(), 2u);
+  EXPECT_EQ(pinned.variants[0].name, "block_size=16");
+  EXPECT_EQ(pinned.engine.cudagraph_mode, CudaGraphMode::kFull);
+  EXPECT_EQ(apply_variant(pinned, pinned.variants[1]).engine.cudagraph_mode, CudaGraphMode::kFull);
+
+  Scenario flat = load(text, {"engine.cudagraph_mode=full", "engine.block_size=64"});
+  ASSERT_EQ(flat.variants.size(), 1u);
+  EXPECT_EQ(flat.variants[0].name, "");
+  EXPECT_EQ(flat.engine.block_size, 64);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matrix problems
+
+TEST_F(ScenarioFiles, MatrixBadValuePointsAtTheValue) {
+  std::string err = error_of(std::string(kBase) +
+                             "matrix:\n"
+                             "  cudagraph_mode: [piecewise, bogus]\n");
+  expect_at(err, 17, "engine.cudagraph_mode", "unknown cudagraph_mode 'bogus'");
+  EXPECT_NE(err.find("s.yaml:17:31"), std::string::npos) << err;
+  EXPECT_NE(err.find("[variant 'cudagraph_mode=bogus']"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, MatrixBadAxes) {
+  expect_at(error_of(std::string(kBase) + "matrix:\n  cudagraph_mod: [full]\n"), 17,
+            "matrix.cudagraph_mod", "did you mean 'cudagraph_mode'?");
+  expect_at(error_of(std::string(kBase) + "matrix:\n  block_size: []\n"), 17, "matrix.block_size",
+            "non-empty list");
+  expect_at(error_of(std::string(kBase) + "matrix:\n  block_size: [16, 16]\n"), 17,
+            "matrix.block_size.1", "listed twice");
+  expect_at(
+      error_of(std::string(kBase) + "matrix:\n  engine: [{max_num_seqs: 1}]\n  block_size: [16]\n"),
+      18, "matrix.block_size", "overlaps the axis 'engine'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Default capture sizes (vLLM V1 >= 0.11), computed by hand from the rule
+
+TEST(DefaultCaptureSizes, SmallBatches) {
+  EXPECT_EQ(default_capture_sizes(4, 2048), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(default_capture_sizes(1, 2048), (std::vector<int>{1, 2}));
+  EXPECT_EQ(default_capture_sizes(3, 2048), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(default_capture_sizes(8, 2048), (std::vector<int>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(default_capture_sizes(1024, 1), (std::vector<int>{1}));
+  EXPECT_EQ(default_capture_sizes(4, 5), (std::vector<int>{1, 2, 4}));
+  EXPECT_TRUE(default_capture_sizes(0, 2048).empty());
+  EXPECT_TRUE(default_capture_sizes(4, 0).empty());
+}
+
+TEST(DefaultCaptureSizes, LargeBatches) {
+  // 256 seqs: max 512 -> [1, 2, 4] + 8..248 step 8 (31) + 256..512 step 16 (17) = 51 sizes.
+  auto s = default_capture_sizes(256, 8192);
+  ASSERT_EQ(s.size(), 51u);
+  EXPECT_EQ(s.front(), 1);
+  EXPECT_EQ(s[3], 8);
+  EXPECT_EQ(s[33], 248);
+  EXPECT_EQ(s[34], 256);
+  EXPECT_EQ(s[35], 272);
+  EXPECT_EQ(s.back(), 512);
+  EXPECT_TRUE(std::is_sorted(s.begin(), s.end()));
+  // The cap stays at 512 for more seqs.
+  EXPECT_EQ(default_capture_sizes(1024, 1 << 20), s);
+  // 128 seqs: max 256 -> 3 + 31 + [256] = 35 sizes.
+  auto m = default_capture_sizes(128, 8192);
+  ASSERT_EQ(m.size(), 35u);
+  EXPECT_EQ(m.back(), 256);
+  // 200 seqs: max 400 -> 3 + 31 + 256..400 step 16 (10) = 44, last 400.
+  auto n = default_capture_sizes(200, 8192);
+  ASSERT_EQ(n.size(), 44u);
+  EXPECT_EQ(n.back(), 400);
+  // Bounded by max_num_batched_tokens: 256 seqs, 100 tokens -> 1, 2, 4, 8..96 = 15 sizes.
+  auto b = default_capture_sizes(256, 100);
+  ASSERT_EQ(b.size(), 15u);
+  EXPECT_EQ(b.back(), 96);
+}
+
+TEST(CudaGraphModeNames, RoundTrip) {
+  for (auto m : {CudaGraphMode::kNone, CudaGraphMode::kPiecewise, CudaGraphMode::kFull,
+                 CudaGraphMode::kFullDecodeOnly, CudaGraphMode::kFullAndPiecewise}) {
+    auto back = parse_cudagraph_mode(cudagraph_mode_name(m));
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(*back, m);
+  }
+  EXPECT_STREQ(cudagraph_mode_name(CudaGraphMode::kFullAndPiecewise), "full_and_piecewise");
+  EXPECT_EQ(parse_cudagraph_mode("FULL_AND_PIECEWISE"), CudaGraphMode::kFullAndPiecewise);
+  EXPECT_FALSE(parse_cudagraph_mode("bogus").has_value());
+  EXPECT_FALSE(parse_cudagraph_mode("").has_value());
+}
+
+}  // namespace
+}  // namespace coldstart

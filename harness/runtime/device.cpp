@@ -1,0 +1,214 @@
+#include "harness/runtime/device.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include "harness/common/error.h"
+#include "harness/jit/driver.h"
+#include "harness/jit/jit.h"
+#include "harness/runtime/graph.h"
+
+#ifdef COLDSTART_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace coldstart {
+
+const char* device_mode_name(DeviceMode mode) {
+  return mode == DeviceMode::kCuda ? "cuda" : "compile-only";
+}
+
+bool built_with_cuda() {
+#ifdef COLDSTART_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+int parse_arch(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0 || arch.size() < 5) {
+    throw InputError("--arch '" + arch + "': expected sm_XX, e.g. sm_86, sm_90, sm_100");
+  }
+  try {
+    size_t used = 0;
+    int v = std::stoi(arch.substr(3), &used);
+    if (used != arch.size() - 3 || v < 50) throw std::invalid_argument(arch);
+    return v;
+  } catch (const std::exception&) {
+    throw InputError("--arch '" + arch + "': expected sm_XX, e.g. sm_86, sm_90, sm_100");
+  }
+}
+
+std::string version_string(int v) {  // 13000 -> "13.0"
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+bool cuda_usable(std::string* why) {
+#ifdef COLDSTART_WITH_CUDA
+  if (!jit::driver_available()) {
+    *why = "no CUDA driver: " + jit::driver_unavailable_reason();
+    return false;
+  }
+  if (!at::hasCUDA() || at::cuda::device_count() == 0) {
+    *why = "libtorch sees no CUDA device";
+    return false;
+  }
+  return true;
+#else
+  *why = "this build's libtorch has no CUDA (compile-only build)";
+  return false;
+#endif
+}
+
+}  // namespace
+
+DeviceInfo select_device(const std::string& requested, const std::string& arch) {
+  if (requested != "auto" && requested != "cuda" && requested != "compile-only") {
+    throw InputError("--device '" + requested + "': expected auto, cuda or compile-only");
+  }
+  DeviceInfo info;
+  info.torch_version = TORCH_VERSION;
+  info.nvrtc_version = jit::nvrtc_version();
+  if (jit::driver_available()) {
+    int v = 0;
+    if (jit::driver().cuDriverGetVersion(&v) == CUDA_SUCCESS) info.driver_version = version_string(v);
+  }
+  std::string why;
+  const bool usable = requested != "compile-only" && cuda_usable(&why);
+  if (requested == "cuda" && !usable) throw InputError("--device cuda: " + why);
+  if (!usable) {
+    info.mode = DeviceMode::kCompileOnly;
+    info.sm = parse_arch(arch.empty() ? "sm_90" : arch);
+    info.name = "compile-only (" + info.arch() + ")";
+    return info;
+  }
+#ifdef COLDSTART_WITH_CUDA
+  info.mode = DeviceMode::kCuda;
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(0);
+  info.name = prop->name;
+  info.sm = prop->major * 10 + prop->minor;
+  info.sm_count = prop->multiProcessorCount;
+  info.total_memory_bytes = static_cast<long long>(prop->totalGlobalMem);
+  int rt = 0;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) info.cuda_runtime_version = version_string(rt);
+  if (!arch.empty() && parse_arch(arch) != info.sm) {
+    throw InputError("--arch " + arch + " does not match the GPU (" + info.name + " is " +
+                     info.arch() + "); --arch only picks the target in compile-only mode");
+  }
+#endif
+  return info;
+}
+
+void* current_cuda_stream() {
+#ifdef COLDSTART_WITH_CUDA
+  return static_cast<void*>(c10::cuda::getCurrentCUDAStream().stream());
+#else
+  return nullptr;
+#endif
+}
+
+void device_synchronize(DeviceMode mode) {
+#ifdef COLDSTART_WITH_CUDA
+  if (mode == DeviceMode::kCuda) c10::cuda::device_synchronize();
+#else
+  (void)mode;
+#endif
+}
+
+// ---- graphs ---------------------------------------------------------------------------------
+
+struct CapturedGraph::Impl {
+#ifdef COLDSTART_WITH_CUDA
+  at::cuda::CUDAGraph graph;
+#endif
+};
+
+CapturedGraph::CapturedGraph(DeviceMode mode) : mode_(mode), impl_(std::make_unique<Impl>()) {}
+CapturedGraph::~CapturedGraph() = default;
+CapturedGraph::CapturedGraph(CapturedGraph&&) noexcept = default;
+CapturedGraph& CapturedGraph::operator=(CapturedGraph&&) noexcept = default;
+
+void CapturedGraph::capture(const std::function<void()>& body, GraphPool& pool) {
+  if (mode_ == DeviceMode::kCompileOnly) {
+    body();
+    return;
+  }
+#ifdef COLDSTART_WITH_CUDA
+  // Capture on a side stream, as torch.cuda.graph does; the legacy stream cannot be captured.
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  side.synchronize();
+  c10::cuda::device_synchronize();
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    at::cuda::MempoolId_t id{pool.id_first, pool.id_second};
+    impl_->graph.capture_begin(pool.valid ? id : at::cuda::MempoolId_t{0, 0});
+    try {
+      body();
+    } catch (...) {
+      // End the capture so the stream is usable; the first error is the one reported.
+      try {
+        impl_->graph.capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    impl_->graph.capture_end();
+  }
+  if (!pool.valid) {
+    auto id = impl_->graph.pool();
+    pool.id_first = id.first;
+    pool.id_second = id.second;
+    pool.valid = true;
+  }
+  c10::cuda::device_synchronize();
+#else
+  (void)body;
+  (void)pool;
+  throw Error("CUDA graph capture needs a CUDA build");
+#endif
+}
+
+void CapturedGraph::replay() {
+  if (mode_ == DeviceMode::kCompileOnly) return;
+#ifdef COLDSTART_WITH_CUDA
+  impl_->graph.replay();
+#endif
+}
+
+MemoryStats memory_stats(DeviceMode mode) {
+  MemoryStats s;
+#ifdef COLDSTART_WITH_CUDA
+  if (mode != DeviceMode::kCuda) return s;
+  auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const size_t agg = 0;  // StatType::AGGREGATE in every libtorch 2.x (the enum moved namespaces)
+  s.allocated = st.allocated_bytes[agg].current;
+  s.reserved = st.reserved_bytes[agg].current;
+  s.peak_allocated = st.allocated_bytes[agg].peak;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    s.free_device = static_cast<long long>(free_b);
+    s.total_device = static_cast<long long>(total_b);
+  }
+#else
+  (void)mode;
+#endif
+  return s;
+}
+
+void reset_peak_memory(DeviceMode mode) {
+#ifdef COLDSTART_WITH_CUDA
+  if (mode == DeviceMode::kCuda) c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+#else
+  (void)mode;
+#endif
+}
+
+}  // namespace coldstart

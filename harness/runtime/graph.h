@@ -1,0 +1,50 @@
+// CUDA graph capture through libtorch (at::cuda::CUDAGraph), with a compile-only stand-in.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "harness/runtime/device.h"
+
+namespace coldstart {
+
+/// A memory pool shared by every graph of one engine, as vLLM shares one pool across all capture
+/// sizes. Opaque; empty until the first capture.
+struct GraphPool {
+  unsigned long long id_first = 0;
+  unsigned long long id_second = 0;
+  bool valid = false;
+};
+
+/// One captured graph. On CUDA, capture() runs `body` under stream capture on a side stream
+/// (global capture mode, like torch.cuda.graph) and replay() launches it. In compile-only mode
+/// capture() runs `body` once (so compiles and workspace requests happen exactly as they would)
+/// and replay() does nothing: a replay neither compiles nor asks the workspace for memory.
+/// Throws CudaError when capture fails (e.g. a kernel compiled or memory allocated mid-capture).
+class CapturedGraph {
+ public:
+  explicit CapturedGraph(DeviceMode mode);
+  ~CapturedGraph();
+  CapturedGraph(CapturedGraph&&) noexcept;
+  CapturedGraph& operator=(CapturedGraph&&) noexcept;
+  void capture(const std::function<void()>& body, GraphPool& pool);
+  void replay();
+
+ private:
+  struct Impl;
+  DeviceMode mode_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Device memory counters of torch's caching allocator, bytes (all 0 in compile-only mode).
+struct MemoryStats {
+  long long allocated = 0;       ///< currently allocated by tensors
+  long long reserved = 0;        ///< held by the caching allocator (segments)
+  long long peak_allocated = 0;  ///< since the last reset
+  long long free_device = 0;     ///< cuMemGetInfo free
+  long long total_device = 0;    ///< cuMemGetInfo total
+};
+MemoryStats memory_stats(DeviceMode mode);
+void reset_peak_memory(DeviceMode mode);
+
+}  // namespace coldstart

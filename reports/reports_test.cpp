@@ -1,0 +1,214 @@
+// Tests of the renderers: JSON round trip, the table against a golden file, results-file errors.
+// Regenerate the golden file with COLDSTART_UPDATE_GOLDEN=1.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "harness/common/error.h"
+#include "harness/replay/result.h"
+#include "reports/json_report.h"
+#include "reports/table.h"
+
+namespace coldstart::reports {
+namespace {
+
+using nlohmann::json;
+
+StrategyResult make(const std::string& strategy, std::vector<std::string> warmers, Outcome o) {
+  StrategyResult r;
+  r.strategy = strategy;
+  r.warmers = std::move(warmers);
+  r.outcome = o;
+  r.exit_code = 0;
+  return r;
+}
+
+// A fixed run: four strategies in compile-only mode (times null) plus one variant row on a GPU
+// shape, covering ok, crash, timeout, error, null and measured values.
+RunResults fixed_run() {
+  RunResults run;
+  run.meta.coldstart_version = "0.1.0";
+  run.meta.git_sha = "3cb4a10deadb";
+  run.meta.mode = "compile-only";
+  run.meta.device_name = "compile-only";
+  run.meta.sm = 90;
+  run.meta.hostname = "ci-1";
+  run.meta.started_at = "2025-01-31T12:00:00Z";
+  run.meta.command_line = "coldstart replay scenarios/qwen3-8b-turboquant.yaml";
+  run.scenario.name = "qwen3-8b-turboquant";
+  run.scenario.file = "scenarios/qwen3-8b-turboquant.yaml";
+  run.scenario.model = {{"hidden_size", 4096}, {"num_hidden_layers", 36}};
+  run.scenario.engine = {{"max_num_seqs", 4}, {"cudagraph_mode", "piecewise"}};
+
+  StrategyResult none = make("none", {}, Outcome::kCrash);
+  none.failed_phase = "first_decode";
+  none.error =
+      "Workspace is locked but allocation from 'tq_decode.cpp:120:run_decode' requires 1.07 MB, "
+      "current size is 0.00 MB. Workspace growth is not allowed after locking.";
+  none.startup_ms = 812.25;
+  none.phases = {{"init", 10.5, std::nullopt, -1}, {"graph_capture", 300.0, 280.5, -1}};
+  none.hot_path_compiles = {{"tq_store", "a", 120.0, "prefill", "nvrtc"},
+                            {"tq_decode_stage1", "b", 180.0, "first_decode", "nvrtc"}};
+  none.workspace = {0, 1122304, 1};
+
+  StrategyResult warm = make("tq-decode-warmup", {"tq-decode-warmup"}, Outcome::kOk);
+  warm.startup_ms = 1290.5;
+  warm.startup_compiles = 4;
+  warm.workspace = {270336, 270336, 1};
+
+  StrategyResult reserve = make("tq-reserve-max", {"tq-reserve-max"}, Outcome::kOk);
+  reserve.startup_ms = 805.0;
+  reserve.hot_path_compiles = {
+      {"tq_store", "a", 120.0, "prefill", "nvrtc"},
+      {"tq_store", "a2", 110.0, "prefill", "nvrtc"},
+      {"tq_decode_stage1", "b", 180.0, "first_decode", "nvrtc"},
+      {"tq_decode_stage2", "c", 90.0, "first_decode", "nvrtc"},
+      {"tq_dequant_continuation", "d", 95.0, "continuation_prefill", "nvrtc"}};
+  reserve.workspace = {4194304, 2097152, 1};
+
+  StrategyResult both = make("tq-decode-warmup+tq-reserve-max",
+                             {"tq-decode-warmup", "tq-reserve-max"}, Outcome::kTimeout);
+  both.failed_phase = "graph_capture";
+  both.error = "no progress after 600 s (watchdog)";
+  both.exit_code = std::nullopt;
+  both.signal = "SIGTERM";
+
+  StrategyResult gpu = make("none", {}, Outcome::kOk);
+  gpu.variant = "cudagraph_mode=full_and_piecewise";
+  gpu.startup_ms = 15321.75;
+  gpu.ttft_ms = 48.125;
+  gpu.first_decode_ms = 9.5;
+  gpu.steady_ttft_ms = 45.0;
+  gpu.steady_decode_ms = 9.25;
+  gpu.workspace = {1122304, 1122304, 2};
+
+  StrategyResult broken = make("tq-reserve-max", {"tq-reserve-max"}, Outcome::kError);
+  broken.variant = "cudagraph_mode=full_and_piecewise";
+  broken.error = "child exited with code 3 before sending its final result\nsecond line";
+  broken.exit_code = 3;
+
+  // Out of variant order on purpose: the table groups by variant.
+  run.results = {none, warm, gpu, reserve, both, broken};
+  return run;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(JsonReport, RoundTripEqualsAndKeepsNulls) {
+  RunResults run = fixed_run();
+  std::string text = render_json(run);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  json j = json::parse(text);
+  EXPECT_EQ(j["schema"], "coldstart.replay/1");
+  ASSERT_EQ(j["results"].size(), 6u);
+  const json& first = j["results"][0];
+  EXPECT_TRUE(first.contains("ttft_ms"));
+  EXPECT_TRUE(first["ttft_ms"].is_null());
+  EXPECT_TRUE(first["steady_decode_ms"].is_null());
+  EXPECT_TRUE(first["signal"].is_null());
+  EXPECT_EQ(first["failed_phase"], "first_decode");
+  EXPECT_EQ(j["results"][1]["error"], nullptr);
+  EXPECT_EQ(j["meta"]["sm"], 90);
+  EXPECT_EQ(j["scenario"]["model"]["hidden_size"], 4096);
+
+  RunResults back = j.get<RunResults>();
+  EXPECT_EQ(back, run);
+  EXPECT_EQ(render_json(back), text);  // stable text
+}
+
+TEST(JsonReport, SameTextAsTheResultsFile) {
+  RunResults run = fixed_run();
+  std::string path = ::testing::TempDir() + "reports_test." + std::to_string(::getpid()) + ".json";
+  write_results_json(path, run);
+  EXPECT_EQ(read_file(path), render_json(run));
+  EXPECT_EQ(read_results_json(path), run);
+  std::remove(path.c_str());
+}
+
+TEST(Table, MatchesGolden) {
+  const std::string golden = std::string(CS_REPORTS_TESTDATA) + "/table_golden.txt";
+  std::string text = render_table(fixed_run(), false);
+  const char* update = std::getenv("COLDSTART_UPDATE_GOLDEN");
+  if (update && std::string(update) == "1") {
+    std::ofstream(golden, std::ios::binary) << text;
+    GTEST_SKIP() << "golden file rewritten: " << golden;
+  }
+  std::string want = read_file(golden);
+  ASSERT_FALSE(want.empty()) << "missing golden file " << golden
+                             << " (run with COLDSTART_UPDATE_GOLDEN=1 to create it)";
+  EXPECT_EQ(text, want) << "render_table output:\n" << text;
+}
+
+TEST(Table, ColorOnlyAddsEscapes) {
+  RunResults run = fixed_run();
+  std::string plain = render_table(run, false);
+  std::string colored = render_table(run, true);
+  EXPECT_NE(plain, colored);
+  EXPECT_EQ(plain.find('\033'), std::string::npos);
+  std::string stripped = std::regex_replace(colored, std::regex("\033\\[[0-9;]*m"), "");
+  EXPECT_EQ(stripped, plain);
+}
+
+TEST(Table, ShowsEveryRowAndEveryErrorInFull) {
+  RunResults run = fixed_run();
+  std::string text = render_table(run, false);
+  for (const auto& r : run.results) {
+    if (r.error) {
+      std::string first_line = r.error->substr(0, r.error->find('\n'));
+      EXPECT_NE(text.find(first_line), std::string::npos) << first_line;
+    }
+  }
+  EXPECT_NE(text.find("crash @ first_decode"), std::string::npos);
+  EXPECT_NE(text.find("timeout @ graph_capture"), std::string::npos);
+  EXPECT_NE(text.find("  second line\n"), std::string::npos);
+}
+
+TEST(Table, EmptyRun) {
+  RunResults run;
+  std::string text = render_table(run, false);
+  EXPECT_NE(text.find("(no results)"), std::string::npos);
+}
+
+TEST(ReadResults, ErrorsNameTheFile) {
+  std::string path = ::testing::TempDir() + "reports_bad." + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream(path) << R"({"schema": "something-else", "results": []})";
+  }
+  try {
+    read_results_json(path);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find("something-else"), std::string::npos) << msg;
+  }
+  {
+    std::ofstream(path) << R"({"schema": "coldstart.replay/1", "results": [)";
+  }
+  try {
+    read_results_json(path);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parse error"), std::string::npos) << msg;  // nlohmann's own message
+  }
+  std::remove(path.c_str());
+  EXPECT_THROW(read_results_json(path), InputError);
+}
+
+}  // namespace
+}  // namespace coldstart::reports

@@ -1,0 +1,206 @@
+// coldstart: terminal comparison table. Reads a RunResults; measures nothing.
+#include "reports/table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace coldstart::reports {
+
+namespace {
+
+constexpr const char* kReset = "\033[0m";
+constexpr const char* kBold = "\033[1m";
+constexpr const char* kRed = "\033[1;31m";
+constexpr const char* kGreen = "\033[32m";
+constexpr const char* kYellow = "\033[33m";
+constexpr const char* kMagenta = "\033[35m";
+constexpr size_t kMaxKernelText = 40;  // characters of kernel names in the compiles column
+
+// Display width of UTF-8 text: one column per code point (good enough for names and numbers).
+size_t width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string pad(const std::string& s, size_t w, bool right) {
+  size_t have = width(s);
+  if (have >= w) return s;
+  std::string fill(w - have, ' ');
+  return right ? fill + s : s + fill;
+}
+
+std::string ms(const std::optional<double>& v) {
+  if (!v || !std::isfinite(*v)) return "-";
+  return fmt::format("{:.2f}", *v);
+}
+
+std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
+
+std::string outcome_cell(const StrategyResult& r) {
+  std::string s = outcome_name(r.outcome);
+  if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) {
+    s += " @ " + *r.failed_phase;
+  }
+  return s;
+}
+
+const char* outcome_color(Outcome o) {
+  switch (o) {
+    case Outcome::kOk: return kGreen;
+    case Outcome::kCrash: return kRed;
+    case Outcome::kTimeout: return kYellow;
+    case Outcome::kError: return kMagenta;
+  }
+  return "";
+}
+
+// "0", or "3: tq_store, tq_decode_stage1, +1 more": distinct kernel names in first-seen order,
+// cut to kMaxKernelText characters.
+std::string compiles_cell(const std::vector<CompileEvent>& events) {
+  if (events.empty()) return "0";
+  std::vector<std::string> names;
+  for (const auto& e : events) {
+    if (std::find(names.begin(), names.end(), e.kernel) == names.end()) names.push_back(e.kernel);
+  }
+  std::string text;
+  size_t shown = 0;
+  for (const auto& n : names) {
+    std::string next = text.empty() ? n : text + ", " + n;
+    if (shown > 0 && width(next) > kMaxKernelText) break;
+    text = std::move(next);
+    ++shown;
+  }
+  if (shown < names.size()) text += fmt::format(", +{} more", names.size() - shown);
+  return fmt::format("{}: {}", events.size(), text);
+}
+
+std::string label(const StrategyResult& r) {
+  return r.variant.empty() ? r.strategy : fmt::format("{} [{}]", r.strategy, r.variant);
+}
+
+}  // namespace
+
+std::string render_table(const RunResults& run, bool color) {
+  auto paint = [&](const std::string& text, const char* code) {
+    return color && code && *code ? std::string(code) + text + kReset : text;
+  };
+
+  // Rows grouped by variant, variants in order of first appearance, strategies in run order.
+  std::vector<std::string> variants;
+  for (const auto& r : run.results) {
+    if (std::find(variants.begin(), variants.end(), r.variant) == variants.end()) {
+      variants.push_back(r.variant);
+    }
+  }
+  std::vector<const StrategyResult*> rows;
+  for (const auto& v : variants) {
+    for (const auto& r : run.results) {
+      if (r.variant == v) rows.push_back(&r);
+    }
+  }
+
+  struct Column {
+    std::string title;
+    bool right;
+  };
+  const std::vector<Column> cols = {
+      {"strategy", false},      {"variant", false},       {"outcome", false},
+      {"startup ms", true},     {"TTFT ms", true},        {"1st decode ms", true},
+      {"steady TTFT ms", true}, {"hot-path compiles", false}, {"workspace MB", true}};
+  constexpr size_t kOutcomeCol = 2;
+
+  std::vector<std::vector<std::string>> cells;
+  bool any_null = false;
+  for (const StrategyResult* r : rows) {
+    std::vector<std::string> c = {
+        r->strategy.empty() ? "?" : r->strategy,
+        r->variant.empty() ? "-" : r->variant,
+        outcome_cell(*r),
+        ms(r->startup_ms),
+        ms(r->ttft_ms),
+        ms(r->first_decode_ms),
+        ms(r->steady_ttft_ms),
+        compiles_cell(r->hot_path_compiles),
+        fmt::format("{} / {}", mb(r->workspace.locked_bytes), mb(r->workspace.peak_requested_bytes)),
+    };
+    for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == "-";
+    cells.push_back(std::move(c));
+  }
+
+  std::vector<size_t> w(cols.size());
+  for (size_t i = 0; i < cols.size(); ++i) {
+    w[i] = width(cols[i].title);
+    for (const auto& row : cells) w[i] = std::max(w[i], width(row[i]));
+  }
+
+  std::string out;
+  const RunMeta& m = run.meta;
+  std::string scenario = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
+  if (!run.scenario.file.empty()) scenario += " (" + run.scenario.file + ")";
+  out += paint("coldstart replay: " + scenario, kBold) + "\n";
+  std::string device = m.device_name.empty() ? "unknown device" : m.device_name;
+  if (m.sm > 0) {
+    device += m.sm_count > 0 ? fmt::format(" (sm_{}, {} SMs)", m.sm, m.sm_count)
+                             : fmt::format(" (sm_{})", m.sm);
+  }
+  out += fmt::format("device: {}  mode: {}  coldstart {}{}\n", device,
+                     m.mode.empty() ? "?" : m.mode, m.coldstart_version.empty() ? "?" : m.coldstart_version,
+                     m.git_sha.empty() ? "" : " (" + m.git_sha + ")");
+  out += "\n";
+
+  auto join_row = [&](const std::vector<std::string>& row, const std::vector<std::string>& paints) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i) line += "  ";
+      // The last column is not padded on the right, so lines carry no trailing blanks.
+      bool last = i + 1 == row.size();
+      std::string cell = (last && !cols[i].right) ? row[i] : pad(row[i], w[i], cols[i].right);
+      line += paints.empty() ? cell : paint(cell, paints[i].c_str());
+    }
+    return line + "\n";
+  };
+  std::vector<std::string> titles;
+  for (const auto& c : cols) titles.push_back(c.title);
+  out += join_row(titles, std::vector<std::string>(cols.size(), color ? kBold : ""));
+  size_t total = 0;
+  for (size_t x : w) total += x;
+  total += 2 * (w.size() - 1);
+  out += std::string(total, '-') + "\n";
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::vector<std::string> paints(cols.size());
+    paints[kOutcomeCol] = outcome_color(rows[k]->outcome);
+    out += join_row(cells[k], paints);
+  }
+  if (rows.empty()) out += "(no results)\n";
+  out += "workspace MB: locked / peak requested per slot (MB = 2^20 bytes)";
+  out += any_null ? "; -: not measured (compile-only mode) or not reached\n" : "\n";
+
+  // Full error text of every result that did not end ok.
+  bool first = true;
+  for (const StrategyResult* r : rows) {
+    if (r->outcome == Outcome::kOk) continue;
+    if (first) out += "\n";
+    first = false;
+    std::string where = r->failed_phase ? " in " + *r->failed_phase : "";
+    out += paint(fmt::format("{}: {}{}", label(*r), outcome_name(r->outcome), where),
+                 outcome_color(r->outcome)) + "\n";
+    std::string text = r->error.value_or("(no error text)");
+    size_t start = 0;
+    while (start <= text.size()) {
+      size_t nl = text.find('\n', start);
+      std::string line = text.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+      out += "  " + line + "\n";
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace coldstart::reports

@@ -1,0 +1,44 @@
+// Warmers: startup steps run in the kernel_warmup phase, before CUDA graph capture, that compile
+// kernels and/or size buffers. Each lives in its own file in warmers/ and registers itself by name
+// with CS_REGISTER_WARMER; a strategy is an ordered list of warmer names.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace coldstart {
+
+class Engine;
+
+/// One warmer. `run` gets the engine after the KV cache exists and before graph capture.
+/// It may compile kernels (through the engine's JIT runtime), run backend calls on synthetic
+/// inputs and grow the workspace; it must not keep state that changes serving results.
+class Warmer {
+ public:
+  virtual ~Warmer() = default;
+  /// Registered name, e.g. "tq-decode-warmup".
+  virtual std::string name() const = 0;
+  /// One line for `coldstart list`: what it does and which engine behaviour it mirrors.
+  virtual std::string description() const = 0;
+  /// Runs the warmer. Errors propagate and make the strategy's outcome a crash in kernel_warmup.
+  virtual void run(Engine& engine) = 0;
+};
+
+using WarmerFactory = std::function<std::unique_ptr<Warmer>()>;
+
+/// Adds a warmer to the registry; returns true (for static registration). Throws Error on a
+/// duplicate name.
+bool register_warmer(const std::string& name, WarmerFactory factory);
+/// Builds the named warmer; throws InputError listing the known names when unknown.
+std::unique_ptr<Warmer> make_warmer(const std::string& name);
+/// Every registered name, sorted.
+std::vector<std::string> warmer_names();
+bool warmer_exists(const std::string& name);
+
+#define CS_REGISTER_WARMER(Class)                                           \
+  static const bool cs_registered_##Class = ::coldstart::register_warmer(   \
+      Class().name(), [] { return std::unique_ptr<::coldstart::Warmer>(new Class()); })
+
+}  // namespace coldstart
