@@ -163,12 +163,13 @@ int child_main(const ReplayArgs& a) {
   return 0;
 }
 
-RunMeta make_meta(const std::vector<StrategyResult>& results, const std::string& cmdline) {
+RunMeta make_meta(const std::vector<StrategyResult>& results, const std::string& cmdline,
+                  const std::string& started_at) {
   RunMeta m;
   m.coldstart_version = COLDSTART_VERSION;
   m.git_sha = COLDSTART_GIT_SHA;
   m.hostname = hostname();
-  m.started_at = now_iso8601();
+  m.started_at = started_at;
   m.command_line = cmdline;
   m.nvrtc = jit::nvrtc_version();
   for (const auto& r : results) {
@@ -204,6 +205,7 @@ int replay_main(const ReplayArgs& a, const std::string& cmdline) {
   RunResults run;
   run.scenario = summarize(s);
   const bool tty = isatty(STDERR_FILENO);
+  const std::string started_at = now_iso8601();
   const auto t_start = std::chrono::steady_clock::now();
   int harness_errors = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -244,7 +246,7 @@ int replay_main(const ReplayArgs& a, const std::string& cmdline) {
                              outcome_name(r.outcome),
                              r.failed_phase ? " in " + *r.failed_phase : std::string(), elapsed);
     run.results.push_back(std::move(r));
-    run.meta = make_meta(run.results, cmdline);
+    run.meta = make_meta(run.results, cmdline, started_at);
     // Written after every strategy, atomically, so results survive a later failure.
     if (!a.json.empty()) write_results_json(a.json, run);
   }

@@ -273,6 +273,7 @@ void Engine::do_graph_capture() {
     return in;
   };
   int captured = 0;
+  CaptureStreamScope capture_stream(mode());
   if (full_decode) {
     for (int P : sizes) {
       if (P > e.max_num_seqs) continue;

@@ -142,38 +142,53 @@ void CapturedGraph::capture(const std::function<void()>& body, GraphPool& pool) 
     return;
   }
 #ifdef COLDSTART_WITH_CUDA
-  // Capture on a side stream, as torch.cuda.graph does; the legacy stream cannot be captured.
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  side.synchronize();
-  c10::cuda::device_synchronize();
-  {
-    c10::cuda::CUDAStreamGuard guard(side);
-    at::cuda::MempoolId_t id{pool.id_first, pool.id_second};
-    impl_->graph.capture_begin(pool.valid ? id : at::cuda::MempoolId_t{0, 0});
+  at::cuda::MempoolId_t id{pool.id_first, pool.id_second};
+  impl_->graph.capture_begin(pool.valid ? id : at::cuda::MempoolId_t{0, 0});
+  try {
+    body();
+  } catch (...) {
+    // End the capture so the stream is usable again; the first error is the one reported.
     try {
-      body();
+      impl_->graph.capture_end();
     } catch (...) {
-      // End the capture so the stream is usable; the first error is the one reported.
-      try {
-        impl_->graph.capture_end();
-      } catch (...) {
-      }
-      throw;
     }
-    impl_->graph.capture_end();
+    throw;
   }
+  impl_->graph.capture_end();
   if (!pool.valid) {
-    auto id = impl_->graph.pool();
-    pool.id_first = id.first;
-    pool.id_second = id.second;
+    auto pid = impl_->graph.pool();
+    pool.id_first = pid.first;
+    pool.id_second = pid.second;
     pool.valid = true;
   }
-  c10::cuda::device_synchronize();
 #else
   (void)body;
   (void)pool;
   throw Error("CUDA graph capture needs a CUDA build");
 #endif
+}
+
+struct CaptureStreamScope::Impl {
+#ifdef COLDSTART_WITH_CUDA
+  explicit Impl(c10::cuda::CUDAStream s) : guard(s) {}
+  c10::cuda::CUDAStreamGuard guard;
+#endif
+};
+
+CaptureStreamScope::CaptureStreamScope(DeviceMode mode) : mode_(mode) {
+#ifdef COLDSTART_WITH_CUDA
+  if (mode_ != DeviceMode::kCuda) return;
+  static c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::device_synchronize();
+  impl_ = std::make_unique<Impl>(side);
+#endif
+}
+
+CaptureStreamScope::~CaptureStreamScope() {
+#ifdef COLDSTART_WITH_CUDA
+  if (mode_ == DeviceMode::kCuda) c10::cuda::device_synchronize();
+#endif
+  impl_.reset();
 }
 
 void CapturedGraph::replay() {

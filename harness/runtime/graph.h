@@ -16,8 +16,9 @@ struct GraphPool {
   bool valid = false;
 };
 
-/// One captured graph. On CUDA, capture() runs `body` under stream capture on a side stream
-/// (global capture mode, like torch.cuda.graph) and replay() launches it. In compile-only mode
+/// One captured graph. On CUDA, capture() runs `body` under stream capture (global capture mode,
+/// like torch.cuda.graph) on the current stream, which must not be the default stream (use
+/// CaptureStreamScope), and replay() launches it on the current stream. In compile-only mode
 /// capture() runs `body` once (so compiles and workspace requests happen exactly as they would)
 /// and replay() does nothing: a replay neither compiles nor asks the workspace for memory.
 /// Throws CudaError when capture fails (e.g. a kernel compiled or memory allocated mid-capture).
@@ -29,6 +30,23 @@ class CapturedGraph {
   CapturedGraph& operator=(CapturedGraph&&) noexcept;
   void capture(const std::function<void()>& body, GraphPool& pool);
   void replay();
+
+ private:
+  struct Impl;
+  DeviceMode mode_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Makes a process-wide side stream torch's current stream for its lifetime (no-op in
+/// compile-only mode). Graph capture needs a non-default stream, and the eager warmup runs before
+/// each capture go on the same stream, as vLLM's capture does, so cuBLAS handles and workspaces
+/// for that stream exist before capture begins. Synchronizes the device on entry and exit.
+class CaptureStreamScope {
+ public:
+  explicit CaptureStreamScope(DeviceMode mode);
+  ~CaptureStreamScope();
+  CaptureStreamScope(const CaptureStreamScope&) = delete;
+  CaptureStreamScope& operator=(const CaptureStreamScope&) = delete;
 
  private:
   struct Impl;

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Nightly GPU CI / GPU check: builds against the PyTorch install's libtorch (CUDA), runs every test
+# (GPU tests included), replays both TurboQuant scenarios on the GPU and runs the launch
+# benchmark. Results go to $OUT (default ./out/gpu): replay JSONs, bench JSON, one log.
+#
+#   OUT=/tmp/gpu scripts/gpu-ci.sh [sm arch number, default: the GPU's, e.g. 90]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT"
+LOG="$OUT/gpu-ci.log"
+: >"$LOG"
+step() { echo "== $*" | tee -a "$LOG"; }
+ARCH=${1:-$(python3 -c 'import torch; p=torch.cuda.get_device_capability(); print(p[0]*10+p[1])')}
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+BUILD=${COLDSTART_BUILD_DIR:-build-gpu}
+rc=0
+
+step "configure (libtorch from $TORCH_PREFIX, CUDA arch $ARCH)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >>"$LOG" 2>&1 || { echo "configure failed" | tee -a "$LOG"; tail -40 "$LOG"; exit 1; }
+step "build"
+cmake --build "$BUILD" -j"$(nproc)" >>"$LOG" 2>&1 || { echo "build failed" | tee -a "$LOG"; grep -E "error|Error" "$LOG" | head -40; exit 1; }
+
+step "tests"
+(cd "$BUILD" && ctest --output-on-failure -j4 --timeout 600) >>"$LOG" 2>&1 || rc=1
+grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Total Test" "$LOG" | tail -20
+
+for s in qwen3-8b-turboquant qwen3-8b-turboquant-long-prompt; do
+  step "replay $s"
+  "$BUILD/coldstart" replay "scenarios/$s.yaml" --device cuda --json "$OUT/$s.json" 2>>"$LOG" | tee -a "$LOG" || rc=1
+done
+
+step "launch benchmark"
+"$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  --benchmark_out="$OUT/launch_bench.json" --benchmark_out_format=json >>"$LOG" 2>&1 || rc=1
+grep -E "^BM_" "$LOG" | tail -12
+exit $rc
