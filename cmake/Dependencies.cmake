@@ -55,6 +55,12 @@ if(COLDSTART_WITH_CUDA)
   target_compile_definitions(cs_torch INTERFACE COLDSTART_WITH_CUDA=1)
 endif()
 
+# fmt header-only everywhere: a PyTorch wheel's include directory carries its own fmt (v12 in
+# torch 2.11), which shadows the system headers in every target that includes torch; compiled
+# against those headers but linked to the system libfmt (v9) they fail to link. Header-only, each
+# translation unit uses the fmt it sees, and versioned inline namespaces keep them apart.
+add_compile_definitions(FMT_HEADER_ONLY)
+
 # The ABI flag must match libtorch's for every target that shares std::string across the
 # boundary; torch's own flag is the source of truth.
 add_compile_options(${CS_TORCH_CXX_FLAGS})

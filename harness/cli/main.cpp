@@ -12,14 +12,15 @@
 // (outcome "error"), 2 on bad input.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <execinfo.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <ctime>
-#include <filesystem>
 #include <iostream>
 
+#include "harness/common/paths.h"
 #include "harness/isolate/isolate.h"
 #include "harness/jit/jit.h"
 #include "harness/replay/engine.h"
@@ -63,12 +64,7 @@ jit::MonitorMode parse_monitor(const std::string& s) {
   throw InputError("--jit-monitor '" + s + "': expected record, warn or error");
 }
 
-std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw Error("cannot read /proc/self/exe: " + ec.message());
-  return p.string();
-}
+std::string self_exe() { return paths::self_executable(); }
 
 std::string now_iso8601() {
   std::time_t t = std::time(nullptr);
@@ -141,8 +137,24 @@ StrategyResult run_in_process(const ReplayArgs& a, const Scenario& base, int var
   return engine.run();
 }
 
+/// On a fatal signal in a child, print a backtrace to stderr (the parent keeps the stderr tail
+/// in the result) and die of the same signal, so the parent classifies it as that signal.
+void install_crash_backtrace() {
+  auto handler = [](int sig) {
+    void* frames[64];
+    const int n = backtrace(frames, 64);
+    const char msg[] = "coldstart child: fatal signal, backtrace:\n";
+    (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+    backtrace_symbols_fd(frames, n, STDERR_FILENO);
+    std::signal(sig, SIG_DFL);
+    raise(sig);
+  };
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, handler);
+}
+
 int child_main(const ReplayArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);
+  install_crash_backtrace();
   const Scenario s = load(a);
   const StrategySpec* strategy = nullptr;
   for (const auto& st : s.strategies)

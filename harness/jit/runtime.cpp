@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <shared_mutex>
 #include <unordered_map>
@@ -30,6 +29,7 @@
 
 #include "harness/jit/compiled_kernel.h"
 #include "harness/jit/driver.h"
+#include "harness/common/paths.h"
 #include "harness/jit/jit.h"
 #include "harness/jit/jit_internal.h"
 
@@ -126,8 +126,7 @@ struct JitRuntime::Impl {
   // Reads `<digest>.cubin`; true when it exists and holds this key's cubin. A file for another
   // key (a digest collision) or a damaged one counts as a miss and is later replaced atomically.
   bool read_disk(const std::string& path, const std::string& key_text, std::vector<char>* cubin) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return false;
+    if (!paths::exists(path)) return false;
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(fmt::format("JIT disk cache: cannot open {}: {}", path, errno_text()));
     std::string header;
@@ -301,11 +300,9 @@ JitRuntime::JitRuntime(JitOptions options) : impl_(std::make_unique<Impl>(std::m
     s.owns_cache_dir = true;
   } else {
     s.cache_dir = s.options.cache_dir;
-    std::error_code ec;
-    std::filesystem::create_directories(s.cache_dir, ec);
-    if (ec || !std::filesystem::is_directory(s.cache_dir)) {
-      throw Error(fmt::format("JitRuntime: cannot create cache directory {}: {}", s.cache_dir,
-                              ec ? ec.message() : "not a directory"));
+    paths::make_dirs(s.cache_dir);  // throws Error naming the directory
+    if (!paths::is_directory(s.cache_dir)) {
+      throw Error(fmt::format("JitRuntime: cache directory {} is not a directory", s.cache_dir));
     }
   }
 }
@@ -323,8 +320,7 @@ JitRuntime::~JitRuntime() {
     }
   }
   if (s.owns_cache_dir) {
-    std::error_code ec;
-    std::filesystem::remove_all(s.cache_dir, ec);
+    paths::remove_tree(s.cache_dir);  // best effort
   }
 }
 

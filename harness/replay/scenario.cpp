@@ -5,6 +5,7 @@
 // and value, and fills a Scenario. Each problem is recorded with the place it came from and the
 // walk goes on, so one load reports everything it can. Where a value came from is decided by its
 // dotted path: a path at or below an override's path belongs to that override.
+#include "harness/common/paths.h"
 #include "harness/replay/scenario.h"
 
 #include <fmt/format.h>
@@ -15,7 +16,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -28,7 +28,6 @@
 namespace coldstart {
 namespace {
 
-namespace fs = std::filesystem;
 using Path = std::vector<std::string>;
 using json = nlohmann::json;
 
@@ -796,16 +795,15 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
   if (!cfg_name) return false;
 
   // A path from the file is relative to the file; one typed on the command line to the cwd.
-  fs::path cfg_path(*cfg_name);
-  if (cfg_path.is_relative() && !c.from_command_line(cfg_entry->path))
-    cfg_path = fs::path(c.file()).parent_path() / cfg_path;
-  cfg_path = cfg_path.lexically_normal();
-  m.config_file = cfg_path.string();
+  std::string cfg_path = *cfg_name;
+  if (!cfg_path.empty() && cfg_path[0] != '/' && !c.from_command_line(cfg_entry->path))
+    cfg_path = paths::join(paths::parent(c.file()), cfg_path);
+  cfg_path = paths::normalize(cfg_path);
+  m.config_file = cfg_path;
   const Path& cfg_key = cfg_entry->path;
   const YAML::Mark cfg_mark = cfg_entry->value.Mark();
 
-  std::error_code ec;
-  if (fs::is_directory(cfg_path, ec)) {
+  if (paths::is_directory(cfg_path)) {
     c.fail(cfg_key, cfg_mark, fmt::format("'{}' is a directory, not a config.json", m.config_file));
     return false;
   }
@@ -860,7 +858,7 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
       if (!same_type(cfg[e.key], v)) {
         c.fail(e.path, e.value.Mark(),
                fmt::format("expected {} (as in {}), got {}", json_kind(cfg[e.key]),
-                           cfg_path.filename().string(), json_kind(v)));
+                           paths::filename(cfg_path), json_kind(v)));
         continue;
       }
       if (cfg[e.key].is_number_float()) v = v.get<double>();
@@ -1005,7 +1003,7 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
   }
   if (len_key.empty()) missing("length key (" + names(kLengthKeys) + ")");
   limit.tokens = len;
-  limit.why = fmt::format("{} in {}", len_key, cfg_path.filename().string());
+  limit.why = fmt::format("{} in {}", len_key, paths::filename(cfg_path));
   if (const json* rs = find("rope_scaling"); rs && rs->is_object() && len > 0) {
     std::string type = rs->value("rope_type", rs->value("type", std::string()));
     auto factor = rs->find("factor");
@@ -1363,7 +1361,7 @@ void load_matrix(Checker& c, const Entry& mx, std::vector<Variant>& out) {
 // Validates the (overridden) tree and fills a Scenario; problems are left in `c`.
 Scenario build(Checker& c, const YAML::Node& root, const std::vector<std::string>& known_warmers) {
   Scenario s;
-  s.name = fs::path(c.file()).stem().string();
+  s.name = paths::stem(c.file());
   MapView top(c, root, {}, YAML::Mark(), &kTopKeys);
   if (!top.ok()) return s;
 
@@ -1492,11 +1490,10 @@ Scenario build_from_text(const std::string& file, const std::string& text,
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides,
                        const std::vector<std::string>& known_warmers) {
   std::ifstream f(path, std::ios::binary);
-  std::error_code ec;
-  if (!f || fs::is_directory(path, ec))
+  if (!f || paths::is_directory(path))
     throw InputError(
         fmt::format("{}: cannot read the scenario: {}", path,
-                    fs::is_directory(path, ec) ? "is a directory" : std::strerror(errno)));
+                    paths::is_directory(path) ? "is a directory" : std::strerror(errno)));
   std::stringstream ss;
   ss << f.rdbuf();
   Scenario s = build_from_text(path, ss.str(), set_overrides, known_warmers, nullptr);

@@ -1,0 +1,33 @@
+// Small POSIX path helpers. Code that ends up in a binary linked with a PyTorch wheel's libtorch
+// must not use std::filesystem: those wheels export their own, statically linked copy of the
+// libstdc++ std::filesystem symbols, which can replace the system ones at load time and crash
+// (pytorch/pytorch#133437; seen here as a crash in std::filesystem::remove_all with libtorch
+// 2.11). Tests that never link torch may still use std::filesystem.
+#pragma once
+
+#include <string>
+
+namespace coldstart::paths {
+
+bool exists(const std::string& path);
+bool is_directory(const std::string& path);
+/// Directory part of `path` ("" for a bare file name), like dirname without the "." fallback.
+std::string parent(const std::string& path);
+/// Last component ("a/b.yaml" -> "b.yaml").
+std::string filename(const std::string& path);
+/// File name without directory and without the last extension ("a/b.yaml" -> "b").
+std::string stem(const std::string& path);
+/// `a/b`, or `b` when `b` is absolute or `a` is empty.
+std::string join(const std::string& a, const std::string& b);
+/// Lexically normalized: "a/./b//c/../d" -> "a/b/d"; keeps leading ".." of a relative path.
+std::string normalize(const std::string& path);
+/// Creates `path` and missing parents (mode 0755). Throws Error naming the path and errno text.
+void make_dirs(const std::string& path);
+/// Removes `path` and everything below it; best effort, never throws. Returns false on a failure.
+bool remove_tree(const std::string& path) noexcept;
+/// A new private directory under $TMPDIR (or /tmp) named `<prefix>XXXXXX`. Throws Error.
+std::string make_temp_dir(const std::string& prefix);
+/// The running executable (readlink /proc/self/exe). Throws Error.
+std::string self_executable();
+
+}  // namespace coldstart::paths

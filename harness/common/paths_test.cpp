@@ -1,0 +1,60 @@
+#include "harness/common/paths.h"
+#include "harness/common/error.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace coldstart::paths {
+namespace {
+
+TEST(Paths, NormalizeCollapsesDotsAndSlashes) {
+  EXPECT_EQ(normalize("a/./b//c/../d"), "a/b/d");
+  EXPECT_EQ(normalize("scenarios/../fixtures/x.json"), "fixtures/x.json");
+  EXPECT_EQ(normalize("../a/../../b"), "../../b");
+  EXPECT_EQ(normalize("/a/../../b"), "/b");
+  EXPECT_EQ(normalize("./"), ".");
+}
+
+TEST(Paths, Components) {
+  EXPECT_EQ(parent("a/b/c.yaml"), "a/b");
+  EXPECT_EQ(parent("c.yaml"), "");
+  EXPECT_EQ(parent("/c"), "/");
+  EXPECT_EQ(filename("a/b/c.yaml"), "c.yaml");
+  EXPECT_EQ(stem("a/b/c.yaml"), "c");
+  EXPECT_EQ(stem(".hidden"), ".hidden");
+  EXPECT_EQ(join("a", "b"), "a/b");
+  EXPECT_EQ(join("a/", "b"), "a/b");
+  EXPECT_EQ(join("a", "/abs"), "/abs");
+  EXPECT_EQ(join("", "b"), "b");
+}
+
+TEST(Paths, TempDirMakeDirsAndRemoveTree) {
+  const std::string root = make_temp_dir("cs-paths-test-");
+  ASSERT_TRUE(is_directory(root));
+  const std::string deep = join(root, "x/y/z");
+  make_dirs(deep);
+  ASSERT_TRUE(is_directory(deep));
+  std::ofstream(join(deep, "f.txt")) << "data";
+  EXPECT_TRUE(exists(join(deep, "f.txt")));
+  EXPECT_FALSE(is_directory(join(deep, "f.txt")));
+  EXPECT_TRUE(remove_tree(root));
+  EXPECT_FALSE(exists(root));
+  EXPECT_TRUE(remove_tree(root));  // already gone: nothing to do
+}
+
+TEST(Paths, MakeDirsReportsTheFailingPath) {
+  try {
+    make_dirs("/proc/cs-cannot-create/x");
+    FAIL() << "creating under /proc must fail";
+  } catch (const coldstart::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/proc/cs-cannot-create"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Paths, SelfExecutableIsThisTest) {
+  EXPECT_NE(self_executable().find("paths_test"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coldstart::paths
