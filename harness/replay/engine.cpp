@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "harness/runtime/nvtx.h"
@@ -122,6 +123,8 @@ StrategyResult Engine::run() {
   run_start_ = Clock::now();
   const DeviceInfo& dev = options_.device;
   result_.extra["device_mode"] = device_mode_name(dev.mode);
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  result_.extra["cuda_module_loading"] = loading ? loading : "LAZY (driver default)";
   result_.extra["meta"] = {{"mode", device_mode_name(dev.mode)}, {"device_name", dev.name},
                            {"sm", dev.sm}, {"sm_count", dev.sm_count},
                            {"driver", dev.driver_version}, {"cuda", dev.cuda_runtime_version},
@@ -456,6 +459,24 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   return sample(run_eager(batch, /*last_rows_only=*/true), batch.num_reqs);
 }
 
+void Engine::record_first_time_costs() {
+  // What the first request paid that the same-length second one did not, per request phase:
+  // first-request phase ms minus steady-request phase ms (positive = a first-time cost).
+  nlohmann::json costs = nlohmann::json::object();
+  for (const PhaseTiming& first : result_.phases) {
+    if (first.request != 0) continue;
+    for (const PhaseTiming& steady : result_.phases) {
+      if (steady.request == 1 && steady.name == first.name) {
+        costs[first.name] = first.ms - steady.ms;
+      }
+    }
+  }
+  result_.extra["first_time_cost_ms"] = costs;
+  if (result_.ttft_ms && result_.steady_ttft_ms && *result_.steady_ttft_ms > 0) {
+    result_.extra["ttft_first_over_steady"] = *result_.ttft_ms / *result_.steady_ttft_ms;
+  }
+}
+
 void Engine::do_request(int index) {
   const RequestSpec& spec = scenario_.requests[index];
   const EngineConfig& e = scenario_.engine;
@@ -518,7 +539,8 @@ void Engine::do_request(int index) {
         timed && !rest.empty() ? nlohmann::json(median(rest)) : nlohmann::json(nullptr);
   } else if (timed) {
     result_.steady_ttft_ms = ttft;
-    if (!rest.empty()) result_.steady_decode_ms = median(rest);
+    if (!steps.empty()) result_.steady_decode_ms = median(steps);
+    record_first_time_costs();
   }
   snapshot();
 }

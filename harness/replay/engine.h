@@ -85,6 +85,7 @@ class Engine {
   void do_graph_capture();
   void do_workspace_lock();
   void do_request(int index);
+  void record_first_time_costs();
   /// One model step: graph replay when a captured size fits, else eager. Returns sampled token
   /// ids (host; zeros in compile-only mode), one per request.
   std::vector<int64_t> execute(const ForwardBatch& batch);
