@@ -14,6 +14,7 @@
 #include "harness/jit/jit.h"
 #include "harness/replay/scenario.h"
 #include "harness/runtime/device.h"
+#include "harness/runtime/graph.h"
 #include "harness/runtime/workspace.h"
 
 namespace coldstart {
@@ -46,6 +47,7 @@ struct AttentionContext {
   WorkspaceManager* workspace;
   const ModelConfig* model;
   const EngineConfig* engine;
+  GpuSpans* prefill_attention_spans = nullptr;  ///< times libtorch SDPA calls when set
 };
 
 /// Attention over a paged KV cache for every layer of one model. A kernel family (TurboQuant,

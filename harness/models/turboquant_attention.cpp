@@ -95,8 +95,10 @@ void TurboQuantAttention::forward(int layer, const at::Tensor& q, const at::Tens
                vr = v.narrow(0, start, len);
     at::Tensor outr = out.narrow(0, start, len);
     if (batch.context_lens[r] == 0) {
+      if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->begin();
       outr.copy_(chunk_attention(qr.view({len, num_q_heads_, D}), kr.view({len, Hk, D}),
                                  vr.view({len, Hk, D}), 0));
+      if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->end();
     } else {
       continuation_prefill(layer, r, qr, kr, vr, outr, batch);
     }
@@ -127,7 +129,9 @@ void TurboQuantAttention::continuation_prefill(int layer, int r, const at::Tenso
   // Cached tokens (dequantized) followed by the chunk's own tokens, [context + L, Hk, D].
   at::Tensor k_all = at::cat({ws[0].narrow(1, 0, context).transpose(0, 1), k.view({L, Hk, D})}, 0);
   at::Tensor v_all = at::cat({ws[1].narrow(1, 0, context).transpose(0, 1), v.view({L, Hk, D})}, 0);
+  if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->begin();
   out.copy_(chunk_attention(q.view({L, num_q_heads_, D}), k_all, v_all, context));
+  if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->end();
 }
 
 static const bool kRegistered = register_attention_backend(

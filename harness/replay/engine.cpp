@@ -116,6 +116,12 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   body();
   device_synchronize(mode());
   result_.phases.push_back(PhaseTiming{name, ms_since(t0), std::nullopt, request});
+  if (sdpa_spans_) {
+    const double sdpa = sdpa_spans_->take_total_ms();
+    if (request >= 0 && mode() == DeviceMode::kCuda) {
+      result_.extra["prefill_attention_gpu_ms"][std::to_string(request) + "." + name] = sdpa;
+    }
+  }
   snapshot();
 }
 
@@ -167,8 +173,14 @@ void Engine::do_init() {
     // Creates the CUDA context and torch's allocator state, as an engine's worker init does.
     at::empty({1}, at::TensorOptions().device(device())).fill_(0);
   }
+  // Prefill attention stand-in: libtorch SDPA without its cuDNN backend unless asked
+  // (COLDSTART_SDPA_CUDNN=1), see configure_sdpa_backends().
+  const char* cudnn = std::getenv("COLDSTART_SDPA_CUDNN");
+  result_.extra["sdpa_backends"] =
+      configure_sdpa_backends(mode(), cudnn != nullptr && std::string(cudnn) == "1");
+  sdpa_spans_ = std::make_unique<GpuSpans>(mode());
   AttentionContext ctx{mode(), device(), jit_.get(), workspace_.get(), &scenario_.model,
-                       &scenario_.engine};
+                       &scenario_.engine, sdpa_spans_.get()};
   attention_ = make_attention_backend(ctx);
   model_ = make_model(scenario_.model, device());
   block_table_ = at::zeros({scenario_.engine.max_num_seqs, max_blocks_per_req()},
@@ -468,6 +480,12 @@ void Engine::record_first_time_costs() {
     for (const PhaseTiming& steady : result_.phases) {
       if (steady.request == 1 && steady.name == first.name) {
         costs[first.name] = first.ms - steady.ms;
+        const auto& att = result_.extra["prefill_attention_gpu_ms"];
+        const std::string k0 = "0." + first.name, k1 = "1." + first.name;
+        if (att.is_object() && att.contains(k0) && att.contains(k1)) {
+          costs[first.name + ".prefill_attention"] =
+              att[k0].get<double>() - att[k1].get<double>();
+        }
       }
     }
   }

@@ -10,6 +10,7 @@
 
 #ifdef COLDSTART_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -196,6 +197,52 @@ void CapturedGraph::replay() {
 #ifdef COLDSTART_WITH_CUDA
   impl_->graph.replay();
 #endif
+}
+
+struct GpuSpans::Impl {
+#ifdef COLDSTART_WITH_CUDA
+  std::vector<std::pair<at::cuda::CUDAEvent, at::cuda::CUDAEvent>> spans;
+#endif
+};
+
+GpuSpans::GpuSpans(DeviceMode mode) : mode_(mode), impl_(std::make_unique<Impl>()) {}
+GpuSpans::~GpuSpans() = default;
+
+void GpuSpans::begin() {
+#ifdef COLDSTART_WITH_CUDA
+  if (mode_ != DeviceMode::kCuda) return;
+  impl_->spans.emplace_back(at::cuda::CUDAEvent(cudaEventDefault), at::cuda::CUDAEvent(cudaEventDefault));
+  impl_->spans.back().first.record();
+#endif
+}
+
+void GpuSpans::end() {
+#ifdef COLDSTART_WITH_CUDA
+  if (mode_ != DeviceMode::kCuda || impl_->spans.empty()) return;
+  impl_->spans.back().second.record();
+#endif
+}
+
+double GpuSpans::take_total_ms() {
+  double total = 0;
+#ifdef COLDSTART_WITH_CUDA
+  for (auto& sp : impl_->spans) {
+    sp.second.synchronize();
+    total += sp.first.elapsed_time(sp.second);
+  }
+  impl_->spans.clear();
+#endif
+  return total;
+}
+
+std::string configure_sdpa_backends(DeviceMode mode, bool allow_cudnn) {
+#if defined(COLDSTART_WITH_CUDA) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
+  if (mode == DeviceMode::kCuda) at::globalContext().setSDPUseCuDNN(allow_cudnn);
+#else
+  (void)mode;
+#endif
+  return allow_cudnn ? "flash, mem-efficient, cudnn, math (libtorch default)"
+                     : "flash, mem-efficient, math (cuDNN off, like an engine's FlashAttention prefill)";
 }
 
 MemoryStats memory_stats(DeviceMode mode) {

@@ -54,6 +54,29 @@ class CaptureStreamScope {
   std::unique_ptr<Impl> impl_;
 };
 
+/// GPU time of a set of spans on the current stream, measured with CUDA events (no host sync
+/// until total_ms()). In compile-only mode nothing is recorded and total_ms() is 0.
+class GpuSpans {
+ public:
+  explicit GpuSpans(DeviceMode mode);
+  ~GpuSpans();
+  void begin();
+  void end();
+  /// Sum of the finished spans, milliseconds; waits for them. Then forgets them.
+  double take_total_ms();
+
+ private:
+  struct Impl;
+  DeviceMode mode_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Selects libtorch's scaled-dot-product-attention backends for the prefill attention stand-in.
+/// `allow_cudnn` false leaves flash / memory-efficient / math, which matches an engine whose
+/// prefill runs FlashAttention (vLLM); cuDNN's backend builds an execution plan per new shape on
+/// first use. No-op without CUDA. Returns a description of the setting for the result.
+std::string configure_sdpa_backends(DeviceMode mode, bool allow_cudnn);
+
 /// Device memory counters of torch's caching allocator, bytes (all 0 in compile-only mode).
 struct MemoryStats {
   long long allocated = 0;       ///< currently allocated by tensors
