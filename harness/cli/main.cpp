@@ -1,9 +1,15 @@
 // The `coldstart` command.
 //
-//   coldstart replay SCENARIO [--strategy NAME]... [--device auto|cuda|compile-only] [--arch sm_XX]
-//                    [--set KEY=VALUE]... [--json FILE] [--cache-dir DIR]
-//                    [--jit-monitor record|warn|error] [--timeout S] [--no-isolate] [-v]
-//   coldstart list   [SCENARIO...]
+//   coldstart replay SCENARIO... [--strategy NAME]... [--filter REGEX] [--repeat N]
+//                    [--device auto|cuda|compile-only] [--arch sm_XX] [--set KEY=VALUE]...
+//                    [--json FILE] [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
+//                    [--cache-dir DIR] [--jit-monitor record|warn|error] [--timeout S]
+//                    [--no-isolate] [-v]
+//   coldstart report RESULTS.json... [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
+//   coldstart compare BASELINE.json CURRENT.json [--max-regression PCT]
+//   coldstart merge RESULTS.json... -o MERGED.json
+//   coldstart list [SCENARIO...] [--filter REGEX]
+//   coldstart doctor
 //
 // The parent process never touches the GPU: it validates the scenario, then starts one child per
 // (variant, strategy) (`coldstart _child ...`, the same binary), collects what each child
@@ -12,6 +18,7 @@
 // (outcome "error"), 2 on bad input.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <dirent.h>
 #include <execinfo.h>
 #include <unistd.h>
 
@@ -19,13 +26,17 @@
 #include <csignal>
 #include <ctime>
 #include <iostream>
+#include <regex>
 
+#include "harness/cli/compare.h"
+#include "harness/cli/doctor.h"
 #include "harness/common/paths.h"
 #include "harness/isolate/isolate.h"
 #include "harness/jit/jit.h"
 #include "harness/replay/engine.h"
 #include "harness/replay/result.h"
 #include "harness/replay/scenario.h"
+#include "reports/renderers.h"
 #include "reports/table.h"
 #include "warmers/warmer.h"
 
@@ -40,7 +51,11 @@ namespace coldstart {
 namespace {
 
 struct ReplayArgs {
-  std::string scenario;
+  std::string scenario;                     // the one scenario of a child
+  std::vector<std::string> scenario_files;  // replay: one or more
+  std::string filter;
+  int repeat = 1;
+  std::string junit, md, html, trace;
   std::vector<std::string> strategies;
   std::string device = "auto";
   std::string arch;
@@ -200,91 +215,240 @@ RunMeta make_meta(const std::vector<StrategyResult>& results, const std::string&
   return m;
 }
 
+/// Folds N runs of one strategy: the first run's result, with startup / TTFT / first-decode /
+/// steady figures replaced by their medians and the spread kept as `<field>_min` / `<field>_max`
+/// (what `coldstart compare` uses to tell a regression from noise), plus every run's outcome.
+StrategyResult fold_repeats(std::vector<StrategyResult> runs) {
+  StrategyResult out = runs.front();
+  if (runs.size() == 1) return out;
+  out.extra["repeats"] = runs.size();
+  nlohmann::json outcomes = nlohmann::json::array();
+  for (const auto& r : runs) outcomes.push_back(outcome_name(r.outcome));
+  out.extra["repeat_outcomes"] = outcomes;
+  auto fold = [&](const char* name, std::optional<double> StrategyResult::*field) {
+    std::vector<double> v;
+    for (const auto& r : runs)
+      if (r.*field) v.push_back(*(r.*field));
+    if (v.empty()) return;
+    std::sort(v.begin(), v.end());
+    out.*field = v[v.size() / 2];
+    out.extra[std::string(name) + "_min"] = v.front();
+    out.extra[std::string(name) + "_max"] = v.back();
+  };
+  fold("startup_ms", &StrategyResult::startup_ms);
+  fold("ttft_ms", &StrategyResult::ttft_ms);
+  fold("first_decode_ms", &StrategyResult::first_decode_ms);
+  fold("steady_ttft_ms", &StrategyResult::steady_ttft_ms);
+  fold("steady_decode_ms", &StrategyResult::steady_decode_ms);
+  return out;
+}
+
+/// The live progress line: what runs now, how many done of how many, elapsed time. Only on a
+/// terminal; quiet otherwise.
+class Progress {
+ public:
+  Progress(size_t total, bool enabled) : total_(total), enabled_(enabled) {}
+  void update(size_t index, const std::string& label, const std::string& phase) {
+    if (!enabled_) return;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::cerr << fmt::format("\r\033[K[{}/{}] {}{} ({:.1f} s)", index + 1, total_, label,
+                             phase.empty() ? "" : ": " + phase, s)
+              << std::flush;
+  }
+  void done(size_t index, const std::string& label, const StrategyResult& r) {
+    if (!enabled_) return;
+    std::cerr << fmt::format("\r\033[K[{}/{}] {}: {}{}\n", index + 1, total_, label,
+                             outcome_name(r.outcome),
+                             r.failed_phase ? " in " + *r.failed_phase : std::string());
+  }
+
+ private:
+  size_t total_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+struct Job {
+  size_t scenario;
+  int variant;
+  const StrategySpec* strategy;
+};
+
+StrategyResult run_job(const ReplayArgs& a, const std::string& file, const Scenario& s,
+                       const Job& job, const std::function<void(const std::string&)>& on_phase) {
+  const StrategySpec& st = *job.strategy;
+  if (a.no_isolate) return run_in_process(a, s, job.variant, st, {});
+  isolate::ChildSpec spec;
+  spec.argv = {self_exe(), "_child", file, "--strategy", st.name, "--variant-index",
+               std::to_string(job.variant), "--device", a.device, "--jit-monitor",
+               a.jit_monitor, "--seed", std::to_string(a.seed)};
+  if (!a.arch.empty()) spec.argv.insert(spec.argv.end(), {"--arch", a.arch});
+  if (!a.cache_dir.empty()) spec.argv.insert(spec.argv.end(), {"--cache-dir", a.cache_dir});
+  if (a.verbose) spec.argv.push_back("-v");
+  for (const auto& kv : a.sets) spec.argv.insert(spec.argv.end(), {"--set", kv});
+  spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
+  StrategyResult fallback;
+  fallback.strategy = st.name;
+  fallback.variant = s.variants[job.variant].name;
+  fallback.warmers = st.warmers;
+  fallback.extra["allow_hot_path_compiles"] = st.allow_hot_path_compiles;
+  auto on_msg = [&](const std::string& line) {
+    // Snapshot lines carry the running phase; a cheap find keeps parsing off the hot loop.
+    const auto at = line.find("\"current_phase\":\"");
+    if (at == std::string::npos) return;
+    const auto b = at + 17, e = line.find('"', b);
+    if (e != std::string::npos) on_phase(line.substr(b, e - b));
+  };
+  auto on_err = [&](const std::string& line) {
+    if (a.verbose) std::cerr << "  " << line << "\n";
+  };
+  isolate::ChildExit ex = isolate::run_child(spec, on_msg, on_err);
+  return isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
+}
+
+bool selected(const ReplayArgs& a, const Scenario& s, const StrategySpec& st) {
+  if (!a.strategies.empty() &&
+      std::find(a.strategies.begin(), a.strategies.end(), st.name) == a.strategies.end())
+    return false;
+  if (a.filter.empty()) return true;
+  const std::regex re(a.filter);
+  return std::regex_search(s.name, re) || std::regex_search(st.name, re) ||
+         std::regex_search(s.name + "/" + st.name, re);
+}
+
+void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {
+  if (!a.json.empty()) {
+    if (runs.size() == 1) {
+      write_results_json(a.json, runs.front());
+    } else {
+      cli::write_merged_json(a.json, runs);
+    }
+  }
+  reports::ReportFiles files;
+  files.junit = a.junit;
+  files.markdown = a.md;
+  files.html = a.html;
+  files.trace = a.trace;
+  files.hot_path_compiles_fail = a.jit_monitor == "error";
+  reports::write_report_files(runs, files);
+}
+
 int replay_main(const ReplayArgs& a, const std::string& cmdline) {
-  const Scenario s = load(a);
+  if (a.repeat < 1) throw InputError("--repeat must be at least 1");
+  std::vector<Scenario> scenarios;
+  for (const auto& f : a.scenario_files) {
+    ReplayArgs one = a;
+    one.scenario = f;
+    scenarios.push_back(load(one));
+  }
   for (const auto& name : a.strategies) {
     bool found = false;
-    for (const auto& st : s.strategies) found = found || st.name == name;
-    if (!found) throw InputError(fmt::format("--strategy '{}': not in {}", name, a.scenario));
+    for (const auto& s : scenarios)
+      for (const auto& st : s.strategies) found = found || st.name == name;
+    if (!found) throw InputError(fmt::format("--strategy '{}': in none of the scenarios", name));
   }
-  std::vector<std::pair<int, const StrategySpec*>> jobs;
-  for (size_t v = 0; v < s.variants.size(); ++v)
-    for (const auto& st : s.strategies)
-      if (a.strategies.empty() ||
-          std::find(a.strategies.begin(), a.strategies.end(), st.name) != a.strategies.end())
-        jobs.emplace_back(static_cast<int>(v), &st);
+  if (!a.filter.empty()) {
+    try {
+      std::regex check(a.filter);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--filter '{}': not a regular expression: {}", a.filter, e.what()));
+    }
+  }
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < scenarios.size(); ++i)
+    for (size_t v = 0; v < scenarios[i].variants.size(); ++v)
+      for (const auto& st : scenarios[i].strategies)
+        if (selected(a, scenarios[i], st)) jobs.push_back({i, static_cast<int>(v), &st});
+  if (jobs.empty()) throw InputError("no strategy selected (check --strategy / --filter)");
 
-  RunResults run;
-  run.scenario = summarize(s);
-  const bool tty = isatty(STDERR_FILENO);
+  std::vector<RunResults> runs(scenarios.size());
+  for (size_t i = 0; i < scenarios.size(); ++i) runs[i].scenario = summarize(scenarios[i]);
   const std::string started_at = now_iso8601();
-  const auto t_start = std::chrono::steady_clock::now();
+  Progress progress(jobs.size(), isatty(STDERR_FILENO) != 0);
   int harness_errors = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    const int v = jobs[j].first;
-    const StrategySpec& st = *jobs[j].second;
-    const std::string label =
-        st.name + (s.variants[v].name.empty() ? "" : " [" + s.variants[v].name + "]");
-    std::cerr << fmt::format("[{}/{}] {} ...", j + 1, jobs.size(), label) << (tty ? "" : "\n")
-              << std::flush;
-    StrategyResult r;
-    if (a.no_isolate) {
-      r = run_in_process(a, s, v, st, {});
-    } else {
-      isolate::ChildSpec spec;
-      spec.argv = {self_exe(), "_child", a.scenario, "--strategy", st.name, "--variant-index",
-                   std::to_string(v), "--device", a.device, "--jit-monitor", a.jit_monitor,
-                   "--seed", std::to_string(a.seed)};
-      if (!a.arch.empty()) spec.argv.insert(spec.argv.end(), {"--arch", a.arch});
-      if (!a.cache_dir.empty()) spec.argv.insert(spec.argv.end(), {"--cache-dir", a.cache_dir});
-      if (a.verbose) spec.argv.push_back("-v");
-      for (const auto& kv : a.sets) spec.argv.insert(spec.argv.end(), {"--set", kv});
-      spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
-      StrategyResult fallback;
-      fallback.strategy = st.name;
-      fallback.variant = s.variants[v].name;
-      fallback.warmers = st.warmers;
-      auto on_err = [&](const std::string& line) {
-        if (a.verbose) std::cerr << "  " << line << "\n";
-      };
-      isolate::ChildExit ex = isolate::run_child(spec, {}, on_err);
-      r = isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
+    const Job& job = jobs[j];
+    const Scenario& s = scenarios[job.scenario];
+    const std::string label = (scenarios.size() > 1 ? s.name + ": " : std::string()) +
+                              job.strategy->name +
+                              (s.variants[job.variant].name.empty()
+                                   ? ""
+                                   : " [" + s.variants[job.variant].name + "]");
+    std::vector<StrategyResult> reps;
+    for (int k = 0; k < a.repeat; ++k) {
+      const std::string lab = a.repeat > 1 ? fmt::format("{} (run {}/{})", label, k + 1, a.repeat) : label;
+      progress.update(j, lab, "");
+      reps.push_back(run_job(a, a.scenario_files[job.scenario], s, job,
+                             [&](const std::string& phase) { progress.update(j, lab, phase); }));
     }
+    StrategyResult r = fold_repeats(std::move(reps));
+    progress.done(j, label, r);
     if (r.outcome == Outcome::kError) ++harness_errors;
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    std::cerr << (tty ? "\r" : "")
-              << fmt::format("[{}/{}] {}: {}{} ({:.1f} s elapsed)\n", j + 1, jobs.size(), label,
-                             outcome_name(r.outcome),
-                             r.failed_phase ? " in " + *r.failed_phase : std::string(), elapsed);
+    RunResults& run = runs[job.scenario];
     run.results.push_back(std::move(r));
     run.meta = make_meta(run.results, cmdline, started_at);
     // Written after every strategy, atomically, so results survive a later failure.
-    if (!a.json.empty()) write_results_json(a.json, run);
+    write_outputs(a, runs);
   }
-  std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+  for (const RunResults& run : runs) {
+    if (!run.results.empty()) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+  }
   return harness_errors > 0 ? 1 : 0;
 }
 
-int list_main(const std::vector<std::string>& scenarios) {
+int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
+  std::vector<RunResults> runs;
+  for (const auto& f : inputs)
+    for (auto& r : cli::read_any_results(f)) runs.push_back(std::move(r));
+  write_outputs(a, runs);
+  for (const RunResults& run : runs) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+  return 0;
+}
+
+int list_main(std::vector<std::string> scenarios, const std::string& filter) {
+  std::optional<std::regex> re;
+  if (!filter.empty()) {
+    try {
+      re.emplace(filter);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--filter '{}': not a regular expression: {}", filter, e.what()));
+    }
+  }
+  auto shown = [&](const std::string& text) { return !re || std::regex_search(text, *re); };
   std::cout << "warmers:\n";
-  for (const auto& n : warmer_names()) std::cout << "  " << n << "  " << make_warmer(n)->description() << "\n";
+  for (const auto& n : warmer_names())
+    if (shown(n)) std::cout << "  " << n << "  " << make_warmer(n)->description() << "\n";
+  if (scenarios.empty() && paths::is_directory("scenarios")) {
+    DIR* d = opendir("scenarios");
+    while (d != nullptr) {
+      dirent* e = readdir(d);
+      if (e == nullptr) break;
+      const std::string name = e->d_name;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".yaml") == 0)
+        scenarios.push_back("scenarios/" + name);
+    }
+    if (d != nullptr) closedir(d);
+    std::sort(scenarios.begin(), scenarios.end());
+  }
   for (const auto& f : scenarios) {
     Scenario s = load_scenario(f);
-    std::cout << "scenario " << s.name << " (" << f << "):\n";
+    std::vector<std::string> lines;
     for (const auto& v : s.variants)
       for (const auto& st : s.strategies) {
+        if (!shown(s.name) && !shown(st.name) && !shown(s.name + "/" + st.name)) continue;
         std::string ws;
         for (const auto& w : st.warmers) ws += (ws.empty() ? "" : ", ") + w;
-        std::cout << "  " << st.name << (v.name.empty() ? "" : " [" + v.name + "]") << ": ["
-                  << ws << "]\n";
+        lines.push_back("  " + st.name + (v.name.empty() ? "" : " [" + v.name + "]") + ": [" + ws + "]");
       }
+    if (lines.empty()) continue;
+    std::cout << "scenario " << s.name << " (" << f << "):\n";
+    for (const auto& l : lines) std::cout << l << "\n";
   }
   return 0;
 }
 
-void add_replay_options(CLI::App* cmd, ReplayArgs& a) {
-  cmd->add_option("scenario", a.scenario, "scenario YAML file")->required();
+void add_common_options(CLI::App* cmd, ReplayArgs& a) {
   cmd->add_option("--device", a.device, "auto | cuda | compile-only")
       ->envname("COLDSTART_DEVICE")->capture_default_str();
   cmd->add_option("--arch", a.arch, "compile target in compile-only mode, e.g. sm_86, sm_90, sm_100")
@@ -300,6 +464,13 @@ void add_replay_options(CLI::App* cmd, ReplayArgs& a) {
   cmd->add_flag("-v,--verbose", a.verbose, "print each phase and the children's stderr");
 }
 
+void add_report_options(CLI::App* cmd, ReplayArgs& a) {
+  cmd->add_option("--junit", a.junit, "write JUnit XML (one test case per scenario and strategy)");
+  cmd->add_option("--md", a.md, "write a Markdown summary (for a pull-request comment)");
+  cmd->add_option("--html", a.html, "write a self-contained HTML report with charts");
+  cmd->add_option("--trace", a.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
+}
+
 }  // namespace
 }  // namespace coldstart
 
@@ -313,9 +484,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(COLDSTART_VERSION) + " (" + COLDSTART_GIT_SHA + ")");
 
   ReplayArgs ra;
-  CLI::App* replay = app.add_subcommand("replay", "replay a scenario for each strategy");
-  add_replay_options(replay, ra);
+  CLI::App* replay = app.add_subcommand("replay", "replay scenarios for each strategy");
+  replay->add_option("scenarios", ra.scenario_files, "scenario YAML files")->required();
+  add_common_options(replay, ra);
+  add_report_options(replay, ra);
   replay->add_option("--strategy", ra.strategies, "run only these strategies (repeatable)");
+  replay->add_option("--filter", ra.filter,
+                     "run only scenarios/strategies whose name (or scenario/strategy) matches")
+      ->envname("COLDSTART_FILTER");
+  replay->add_option("--repeat", ra.repeat,
+                     "run each strategy N times; keep median, min and max")->capture_default_str();
   replay->add_option("--json", ra.json, "write the results (schema coldstart.replay/1) here");
   replay->add_option("--timeout", ra.timeout_s, "per-strategy watchdog, seconds (default: the scenario's)");
   replay->add_flag("--no-isolate", ra.no_isolate,
@@ -324,13 +502,43 @@ int main(int argc, char** argv) {
   ReplayArgs ca;
   CLI::App* child = app.add_subcommand("_child", "internal: one strategy, reporting on fd 3");
   child->group("");  // hidden
-  add_replay_options(child, ca);
+  child->add_option("scenario", ca.scenario)->required();
+  add_common_options(child, ca);
   child->add_option("--strategy", ca.strategy_name)->required();
   child->add_option("--variant-index", ca.variant_index)->required();
 
+  ReplayArgs rep;
+  std::vector<std::string> report_inputs;
+  CLI::App* report = app.add_subcommand("report", "render results files (single-run or merged)");
+  report->add_option("results", report_inputs, "results JSON files")->required();
+  add_report_options(report, rep);
+  rep.jit_monitor = "record";
+  report->add_option("--jit-monitor", rep.jit_monitor,
+                     "error: count hot-path compiles as JUnit failures")->capture_default_str();
+
   std::vector<std::string> list_files;
-  CLI::App* list = app.add_subcommand("list", "list warmers, and the strategies of scenarios");
-  list->add_option("scenarios", list_files, "scenario files");
+  std::string list_filter;
+  CLI::App* list = app.add_subcommand("list", "list warmers, scenarios and their strategies");
+  list->add_option("scenarios", list_files, "scenario files (default: scenarios/*.yaml)");
+  list->add_option("--filter", list_filter, "only names matching this regular expression");
+
+  std::string cmp_base, cmp_cur;
+  double cmp_pct = 10.0;
+  CLI::App* compare = app.add_subcommand("compare", "compare two results files; exit 1 on a regression");
+  compare->add_option("baseline", cmp_base, "baseline results file (single-run or merged)")->required();
+  compare->add_option("current", cmp_cur, "current results file (single-run or merged)")->required();
+  compare->add_option("--max-regression", cmp_pct,
+                      "percent a timing may grow (beyond the run-to-run spread) before it fails")
+      ->envname("COLDSTART_MAX_REGRESSION")->capture_default_str();
+
+  std::vector<std::string> merge_in;
+  std::string merge_out;
+  CLI::App* merge = app.add_subcommand("merge", "fold results files from several machines into one");
+  merge->add_option("inputs", merge_in, "results files (single-run or merged)")->required();
+  merge->add_option("-o,--output", merge_out, "merged results file to write")->required();
+
+  CLI::App* doctor =
+      app.add_subcommand("doctor", "show driver, GPU, versions; check NVRTC, driver load, CUDA graphs");
 
   try {
     app.parse(argc, argv);
@@ -340,7 +548,11 @@ int main(int argc, char** argv) {
   try {
     if (*replay) return replay_main(ra, cmdline);
     if (*child) return child_main(ca);
-    if (*list) return list_main(list_files);
+    if (*report) return report_main(report_inputs, rep);
+    if (*list) return list_main(list_files, list_filter);
+    if (*compare) return cli::compare_main(cmp_base, cmp_cur, cmp_pct);
+    if (*merge) return cli::merge_main(merge_in, merge_out);
+    if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {
     std::cerr << "coldstart: " << e.what() << "\n";
     return 2;

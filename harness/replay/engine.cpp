@@ -66,6 +66,7 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
   result_.variant = variant_;
   result_.warmers = strategy_.warmers;
   result_.outcome = Outcome::kError;
+  result_.extra["allow_hot_path_compiles"] = strategy_.allow_hot_path_compiles;
 }
 
 Engine::~Engine() = default;
@@ -112,10 +113,19 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   log(request < 0 ? name : fmt::format("request {}: {}", request, name));
   snapshot();
   NvtxRange range(name.c_str());
+  const MemoryStats mem0 = request >= 0 ? memory_stats(mode()) : MemoryStats{};
   const auto t0 = Clock::now();
   body();
   device_synchronize(mode());
   result_.phases.push_back(PhaseTiming{name, ms_since(t0), std::nullopt, request});
+  if (request >= 0 && mode() == DeviceMode::kCuda) {
+    // Caching-allocator growth inside a request phase: new cudaMalloc segments and bytes.
+    const MemoryStats mem1 = memory_stats(mode());
+    const std::string key = std::to_string(request) + "." + name;
+    result_.extra["allocator_growth"][key] = {
+        {"new_segments", mem1.segments_allocated - mem0.segments_allocated},
+        {"reserved_bytes", mem1.reserved - mem0.reserved}};
+  }
   if (sdpa_spans_) {
     const double sdpa = sdpa_spans_->take_total_ms();
     if (request >= 0 && mode() == DeviceMode::kCuda) {

@@ -254,6 +254,7 @@ MemoryStats memory_stats(DeviceMode mode) {
   s.allocated = st.allocated_bytes[agg].current;
   s.reserved = st.reserved_bytes[agg].current;
   s.peak_allocated = st.allocated_bytes[agg].peak;
+  s.segments_allocated = st.segment[agg].allocated;
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
     s.free_device = static_cast<long long>(free_b);

@@ -84,6 +84,7 @@ struct MemoryStats {
   long long peak_allocated = 0;  ///< since the last reset
   long long free_device = 0;     ///< cuMemGetInfo free
   long long total_device = 0;    ///< cuMemGetInfo total
+  long long segments_allocated = 0;  ///< cumulative cudaMalloc calls of the caching allocator
 };
 MemoryStats memory_stats(DeviceMode mode);
 void reset_peak_memory(DeviceMode mode);

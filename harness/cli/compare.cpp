@@ -1,0 +1,606 @@
+// coldstart compare / merge. See compare.h for the rules; this file only reads RunResults.
+#include "harness/cli/compare.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/common/error.h"
+
+namespace coldstart::cli {
+namespace {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+std::string first_line(const std::string& text) {
+  const auto nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
+
+// A compile key without the "@sm_90/nvrtc-13.0" part: the same kernel instance compiled for
+// another arch or by another NVRTC is not a *new* hot-path compile, only a rebuilt one.
+std::string key_without_target(const std::string& key) {
+  const auto at = key.rfind('@');
+  if (at == std::string::npos) return key;
+  const auto hash = key.find('#', at);
+  return key.substr(0, at) + (hash == std::string::npos ? "" : key.substr(hash));
+}
+
+// `<name>_max - <name>_min` from a result's extra fields; nullopt when either is missing.
+std::optional<double> recorded_spread(const StrategyResult& r, const std::string& name) {
+  const auto lo = r.extra.find(name + "_min");
+  const auto hi = r.extra.find(name + "_max");
+  if (lo == r.extra.end() || hi == r.extra.end() || !lo->is_number() || !hi->is_number()) {
+    return std::nullopt;
+  }
+  return std::max(0.0, hi->get<double>() - lo->get<double>());
+}
+
+std::string failure_word(Outcome o) {
+  switch (o) {
+    case Outcome::kCrash: return "NEW CRASH";
+    case Outcome::kTimeout: return "NEW TIMEOUT";
+    case Outcome::kError: return "NEW ERROR";
+    case Outcome::kOk: break;
+  }
+  return "";
+}
+
+std::string fmt_ms(const std::optional<double>& v) {
+  return v ? fmt::format("{:.1f}", *v) : std::string("n/a");
+}
+
+// One strategy result together with where it came from.
+struct Entry {
+  const RunResults* run;
+  const StrategyResult* result;
+};
+
+// (scenario, sm, variant, strategy); sm is -1 when the comparison ignores it.
+using MatchKey = std::tuple<std::string, int, std::string, std::string>;
+
+// Flattens runs into entries keyed for matching. A key seen twice keeps the later entry and
+// adds a note naming the duplicate.
+std::map<MatchKey, Entry> index_runs(const std::vector<RunResults>& runs,
+                                     const std::set<std::string>& ignore_sm_for,
+                                     const char* side, std::vector<MatchKey>* order,
+                                     std::vector<std::string>* notes) {
+  std::map<MatchKey, Entry> out;
+  for (const RunResults& run : runs) {
+    for (const StrategyResult& r : run.results) {
+      const int sm = ignore_sm_for.count(run.scenario.name) ? -1 : run.meta.sm;
+      MatchKey k{run.scenario.name, sm, r.variant, r.strategy};
+      auto [it, inserted] = out.insert({k, Entry{&run, &r}});
+      if (!inserted) {
+        notes->push_back(fmt::format("{}: {} / {}{} ({}) appears twice; the later result is used",
+                                     side, run.scenario.name, r.strategy,
+                                     r.variant.empty() ? "" : " [" + r.variant + "]",
+                                     arch_name(run.meta.sm)));
+        it->second = Entry{&run, &r};
+      } else {
+        order->push_back(k);
+      }
+    }
+  }
+  return out;
+}
+
+MetricDelta compare_metric(const std::string& name, const std::optional<double>& base,
+                           const std::optional<double>& cur, const StrategyResult& b,
+                           const StrategyResult& c, double threshold_pct, bool comparable) {
+  MetricDelta m;
+  m.name = name;
+  m.baseline = base;
+  m.current = cur;
+  const auto sb = recorded_spread(b, name);
+  const auto sc = recorded_spread(c, name);
+  m.spread_ms = std::max(sb.value_or(0.0), sc.value_or(0.0));
+  if (!base || !cur || !comparable) return m;
+  m.compared = true;
+  const double d = m.delta_ms();
+  const double pct = std::fabs(m.delta_pct());
+  const bool beyond = pct > threshold_pct && std::fabs(d) > m.spread_ms;
+  m.regressed = beyond && d > 0;
+  m.improved = beyond && d < 0;
+  return m;
+}
+
+CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
+  const StrategyResult& br = *b.result;
+  const StrategyResult& cr = *c.result;
+  CompareRow row;
+  row.scenario = c.run->scenario.name;
+  row.sm = c.run->meta.sm;
+  row.variant = cr.variant;
+  row.strategy = cr.strategy;
+  row.baseline_outcome = br.outcome;
+  row.current_outcome = cr.outcome;
+
+  const std::string cur_phase = cr.failed_phase.value_or("unknown phase");
+  if (cr.outcome != Outcome::kOk && cr.outcome != br.outcome) {
+    row.new_failure = true;
+    row.outcome_change = fmt::format("{}: {} -> {} in {}", failure_word(cr.outcome),
+                                     outcome_name(br.outcome), outcome_name(cr.outcome), cur_phase);
+    if (cr.error) row.outcome_change += ": " + first_line(*cr.error);
+  } else if (cr.outcome == Outcome::kOk && br.outcome != Outcome::kOk) {
+    row.outcome_change = fmt::format("FIXED (was {} in {})", outcome_name(br.outcome),
+                                     br.failed_phase.value_or("unknown phase"));
+  } else if (cr.outcome != Outcome::kOk && br.failed_phase != cr.failed_phase) {
+    row.outcome_change = fmt::format("still {}, now in {} (was {})", outcome_name(cr.outcome),
+                                     cur_phase, br.failed_phase.value_or("unknown phase"));
+  }
+
+  // A GPU run and a compile-only run measure different things: their times are not compared.
+  const bool comparable = b.run->meta.mode == c.run->meta.mode;
+  row.metrics.push_back(compare_metric("startup_ms", br.startup_ms, cr.startup_ms, br, cr,
+                                       threshold_pct, comparable));
+  row.metrics.push_back(
+      compare_metric("ttft_ms", br.ttft_ms, cr.ttft_ms, br, cr, threshold_pct, comparable));
+  row.metrics.push_back(compare_metric("first_decode_ms", br.first_decode_ms, cr.first_decode_ms,
+                                       br, cr, threshold_pct, comparable));
+
+  std::set<std::pair<std::string, std::string>> known;
+  for (const CompileEvent& e : br.hot_path_compiles) {
+    known.insert({e.kernel, key_without_target(e.key)});
+  }
+  std::set<std::pair<std::string, std::string>> reported;
+  for (const CompileEvent& e : cr.hot_path_compiles) {
+    const std::pair<std::string, std::string> id{e.kernel, key_without_target(e.key)};
+    if (known.count(id) == 0 && reported.insert(id).second) row.new_hot_path_compiles.push_back(e);
+  }
+
+  row.regressed = row.new_failure || !row.new_hot_path_compiles.empty() ||
+                  std::any_of(row.metrics.begin(), row.metrics.end(),
+                              [](const MetricDelta& m) { return m.regressed; });
+  return row;
+}
+
+CompareRow one_sided(const Entry& e, CompareRow::Presence presence) {
+  CompareRow row;
+  row.scenario = e.run->scenario.name;
+  row.sm = e.run->meta.sm;
+  row.variant = e.result->variant;
+  row.strategy = e.result->strategy;
+  row.presence = presence;
+  const bool added = presence == CompareRow::Presence::kAdded;
+  (added ? row.current_outcome : row.baseline_outcome) = e.result->outcome;
+  for (const char* name : {"startup_ms", "ttft_ms", "first_decode_ms"}) {
+    MetricDelta m;
+    m.name = name;
+    const std::string n = name;
+    const auto v = n == "startup_ms" ? e.result->startup_ms
+                   : n == "ttft_ms"  ? e.result->ttft_ms
+                                     : e.result->first_decode_ms;
+    (added ? m.current : m.baseline) = v;
+    row.metrics.push_back(m);
+  }
+  return row;
+}
+
+std::string metric_label(const std::string& name) {
+  if (name == "startup_ms") return "startup";
+  if (name == "ttft_ms") return "TTFT";
+  return "first decode";
+}
+
+std::string metric_cell(const MetricDelta& m) {
+  if (!m.compared) {
+    if (!m.baseline && !m.current) return "n/a";
+    return fmt_ms(m.baseline) + " -> " + fmt_ms(m.current);
+  }
+  const double pct = m.delta_pct();
+  const std::string pct_text =
+      std::isinf(pct) ? std::string("new") : fmt::format("{:+.1f}%", pct);
+  std::string cell = fmt::format("{} -> {} ({})", fmt_ms(m.baseline), fmt_ms(m.current), pct_text);
+  if (m.regressed) cell += " !";
+  if (m.improved) cell += " *";
+  return cell;
+}
+
+std::string verdict(const CompareRow& r) {
+  switch (r.presence) {
+    case CompareRow::Presence::kAdded: return "added";
+    case CompareRow::Presence::kRemoved: return "removed";
+    case CompareRow::Presence::kBoth: break;
+  }
+  if (r.regressed) return "REGRESSED";
+  if (r.baseline_outcome != Outcome::kOk && r.current_outcome == Outcome::kOk) return "fixed";
+  if (std::any_of(r.metrics.begin(), r.metrics.end(), [](const MetricDelta& m) {
+        return m.improved;
+      })) {
+    return "improved";
+  }
+  return "same";
+}
+
+// Atomic write of `text` to `path`: temp file beside it, fsync, rename.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  std::string tmpl = path + ".tmp.XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  int fd = ::mkstemp(name.data());
+  if (fd < 0) {
+    throw Error(fmt::format("{}: cannot create temporary file {}: {}", path, tmpl,
+                            std::strerror(errno)));
+  }
+  const std::string tmp(name.data());
+  auto fail = [&](const std::string& step) {
+    const std::string msg = fmt::format("{}: {} failed: {}", path, step, std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(msg);
+  };
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write to " + tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(fd, 0644) != 0) fail("chmod " + tmp);
+  if (::fsync(fd) != 0) fail("fsync " + tmp);
+  const int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) fail("close " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename " + tmp + " to " + path);
+}
+
+// Prefixes an error text with the file unless it already names it.
+std::string with_path(const std::string& path, const std::string& what) {
+  return what.rfind(path + ":", 0) == 0 ? what : path + ": " + what;
+}
+
+RunResults run_from_json(const std::string& path, const json& j, const std::string& where) {
+  try {
+    return j.get<RunResults>();
+  } catch (const InputError& e) {
+    throw InputError(with_path(path, where + e.what()));
+  } catch (const json::exception& e) {
+    throw InputError(with_path(path, where + e.what()));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// MetricDelta / CompareRow
+
+double MetricDelta::delta_ms() const {
+  return compared ? *current - *baseline : 0.0;
+}
+
+double MetricDelta::delta_pct() const {
+  if (!compared) return 0.0;
+  const double d = *current - *baseline;
+  if (*baseline == 0.0) {
+    return d > 0 ? std::numeric_limits<double>::infinity()
+                 : d < 0 ? -std::numeric_limits<double>::infinity() : 0.0;
+  }
+  return 100.0 * d / std::fabs(*baseline);
+}
+
+std::string CompareRow::label() const {
+  return fmt::format("{} / {}{} ({})", scenario, strategy,
+                     variant.empty() ? "" : " [" + variant + "]", arch_name(sm));
+}
+
+// ---------------------------------------------------------------------------------------------
+// compare
+
+CompareReport compare_results(const std::vector<RunResults>& baseline,
+                              const std::vector<RunResults>& current,
+                              const CompareOptions& options) {
+  if (!(options.max_regression_pct >= 0)) {
+    throw InputError(fmt::format("--max-regression {}: must be a percentage >= 0",
+                                 options.max_regression_pct));
+  }
+  CompareReport report;
+  report.max_regression_pct = options.max_regression_pct;
+
+  // Which scenarios ran on exactly one SM on both sides: for those, the SM is not matched.
+  std::map<std::string, std::set<int>> sms_b, sms_c;
+  for (const auto& r : baseline) sms_b[r.scenario.name].insert(r.meta.sm);
+  for (const auto& r : current) sms_c[r.scenario.name].insert(r.meta.sm);
+  std::set<std::string> ignore_sm;
+  for (const auto& [name, sms] : sms_b) {
+    auto it = sms_c.find(name);
+    if (it == sms_c.end() || sms.size() != 1 || it->second.size() != 1) continue;
+    ignore_sm.insert(name);
+    if (*sms.begin() != *it->second.begin()) {
+      report.notes.push_back(fmt::format("{}: baseline ran on {}, current on {}; compared anyway",
+                                         name, arch_name(*sms.begin()),
+                                         arch_name(*it->second.begin())));
+    }
+  }
+
+  // Modes that differ per scenario (cuda vs compile-only): timings of those pairs are skipped.
+  std::map<std::string, std::set<std::string>> modes_b, modes_c;
+  for (const auto& r : baseline) modes_b[r.scenario.name].insert(r.meta.mode);
+  for (const auto& r : current) modes_c[r.scenario.name].insert(r.meta.mode);
+  for (const auto& [name, modes] : modes_b) {
+    auto it = modes_c.find(name);
+    if (it == modes_c.end() || modes == it->second) continue;
+    std::string from, to;
+    for (const auto& m : modes) from += (from.empty() ? "" : "+") + m;
+    for (const auto& m : it->second) to += (to.empty() ? "" : "+") + m;
+    report.notes.push_back(fmt::format("{}: baseline mode {}, current mode {}; timings of runs in "
+                                       "different modes are not compared",
+                                       name, from, to));
+  }
+
+  std::vector<MatchKey> order_b, order_c;
+  const auto idx_b = index_runs(baseline, ignore_sm, "baseline", &order_b, &report.notes);
+  const auto idx_c = index_runs(current, ignore_sm, "current", &order_c, &report.notes);
+
+  for (const MatchKey& k : order_b) {
+    auto it = idx_c.find(k);
+    if (it == idx_c.end()) {
+      report.rows.push_back(one_sided(idx_b.at(k), CompareRow::Presence::kRemoved));
+    } else {
+      report.rows.push_back(compare_pair(idx_b.at(k), it->second, options.max_regression_pct));
+    }
+  }
+  for (const MatchKey& k : order_c) {
+    if (idx_b.count(k) == 0) {
+      report.rows.push_back(one_sided(idx_c.at(k), CompareRow::Presence::kAdded));
+    }
+  }
+
+  for (const CompareRow& row : report.rows) {
+    if (!row.regressed) continue;
+    report.regressed = true;
+    if (row.new_failure) report.reasons.push_back(row.label() + ": " + row.outcome_change);
+    for (const CompileEvent& e : row.new_hot_path_compiles) {
+      report.reasons.push_back(fmt::format("{}: NEW HOT-PATH COMPILE of {} in {} (key {})",
+                                           row.label(), e.kernel, e.phase, e.key));
+    }
+    for (const MetricDelta& m : row.metrics) {
+      if (!m.regressed) continue;
+      const double pct = m.delta_pct();
+      report.reasons.push_back(fmt::format(
+          "{}: {} REGRESSION: {} -> {} ms ({:+.1f} ms, {}; threshold {:g}%, spread {:.1f} ms)",
+          row.label(), metric_label(m.name), fmt_ms(m.baseline), fmt_ms(m.current), m.delta_ms(),
+          std::isinf(pct) ? std::string("from 0") : fmt::format("{:+.1f}%", pct),
+          options.max_regression_pct, m.spread_ms));
+    }
+  }
+  return report;
+}
+
+CompareReport compare_results(const RunResults& baseline, const RunResults& current,
+                              const CompareOptions& options) {
+  return compare_results(std::vector<RunResults>{baseline}, std::vector<RunResults>{current},
+                         options);
+}
+
+std::string CompareReport::render() const {
+  const std::vector<std::string> header = {"STRATEGY", "VARIANT", "OUTCOME", "STARTUP ms",
+                                           "TTFT ms", "FIRST DECODE ms", "NEW HOT-PATH",
+                                           "VERDICT"};
+  // Rows grouped under a "scenario (sm)" heading, in report order.
+  std::vector<std::string> groups;
+  std::map<std::string, std::vector<std::vector<std::string>>> cells;
+  for (const CompareRow& r : rows) {
+    const std::string group = fmt::format("{} ({})", r.scenario, arch_name(r.sm));
+    if (cells.find(group) == cells.end()) groups.push_back(group);
+    std::string outcome;
+    if (r.baseline_outcome && r.current_outcome && *r.baseline_outcome == *r.current_outcome) {
+      outcome = outcome_name(*r.current_outcome);
+    } else {
+      outcome = std::string(r.baseline_outcome ? outcome_name(*r.baseline_outcome) : "-") +
+                " -> " + (r.current_outcome ? outcome_name(*r.current_outcome) : "-");
+    }
+    std::vector<std::string> line = {r.strategy, r.variant.empty() ? "-" : r.variant, outcome};
+    for (const MetricDelta& m : r.metrics) line.push_back(metric_cell(m));
+    line.push_back(r.presence == CompareRow::Presence::kBoth
+                       ? std::to_string(r.new_hot_path_compiles.size())
+                       : std::string("-"));
+    line.push_back(verdict(r));
+    cells[group].push_back(std::move(line));
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& [g, lines] : cells)
+    for (const auto& line : lines)
+      for (size_t i = 0; i < line.size(); ++i) width[i] = std::max(width[i], line[i].size());
+
+  auto emit = [&](std::ostringstream& os, const std::vector<std::string>& line) {
+    os << "  ";
+    for (size_t i = 0; i < line.size(); ++i) {
+      os << line[i];
+      if (i + 1 < line.size()) os << std::string(width[i] - line[i].size() + 2, ' ');
+    }
+    os << "\n";
+  };
+  std::ostringstream os;
+  if (rows.empty()) os << "no strategy results to compare\n";
+  for (const std::string& g : groups) {
+    os << g << "\n";
+    emit(os, header);
+    for (const auto& line : cells[g]) emit(os, line);
+    os << "\n";
+  }
+  os << fmt::format("timings: baseline -> current; ! = slower by more than {:g}% and the "
+                    "run-to-run spread, * = faster by as much\n",
+                    max_regression_pct);
+  for (const std::string& n : notes) os << "note: " << n << "\n";
+  for (const CompareRow& r : rows) {
+    if (!r.new_failure && !r.outcome_change.empty()) {
+      os << "note: " << r.label() << ": " << r.outcome_change << "\n";
+    }
+  }
+  if (regressed) {
+    os << "REGRESSED (" << reasons.size() << (reasons.size() == 1 ? " reason" : " reasons")
+       << "):\n";
+    for (const std::string& reason : reasons) os << "  - " << reason << "\n";
+  } else {
+    os << "no regressions\n";
+  }
+  return os.str();
+}
+
+int compare_main(const std::string& baseline, const std::string& current,
+                 double max_regression_pct) {
+  CompareReport report;
+  try {
+    const auto b = read_any_results(baseline);
+    const auto c = read_any_results(current);
+    CompareOptions options;
+    options.max_regression_pct = max_regression_pct;
+    report = compare_results(b, c, options);
+  } catch (const InputError& e) {
+    std::cerr << "coldstart compare: " << e.what() << "\n";
+    return 2;
+  }
+  std::cout << report.render() << std::flush;
+  return report.regressed ? 1 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// merged files
+
+void write_merged_json(const std::string& path, const std::vector<RunResults>& runs) {
+  json j = {{"schema", kMergedSchema}, {"runs", json::array()}};
+  for (const RunResults& r : runs) j["runs"].push_back(r);
+  write_file_atomically(path, j.dump(2) + "\n");
+}
+
+std::vector<RunResults> read_any_results(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError(fmt::format("{}: cannot open results file: {}", path, std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": read error");
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
+    throw InputError(fmt::format("{}: not a coldstart results file (no \"schema\" string; "
+                                 "expected \"{}\" or \"{}\")",
+                                 path, kResultSchema, kMergedSchema));
+  }
+  const std::string schema = j["schema"].get<std::string>();
+  if (schema == kResultSchema) return {run_from_json(path, j, "")};
+  if (schema != kMergedSchema) {
+    throw InputError(fmt::format("{}: unknown schema \"{}\" (expected \"{}\" or \"{}\")", path,
+                                 schema, kResultSchema, kMergedSchema));
+  }
+  if (!j.contains("runs") || !j["runs"].is_array()) {
+    throw InputError(path + ": merged results file without a \"runs\" array");
+  }
+  std::vector<RunResults> runs;
+  for (size_t i = 0; i < j["runs"].size(); ++i) {
+    runs.push_back(run_from_json(path, j["runs"][i], fmt::format("runs[{}]: ", i)));
+  }
+  return runs;
+}
+
+std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
+                                      std::vector<std::string>* warnings) {
+  std::vector<RunResults> out = runs;
+  using Key = std::tuple<std::string, int, std::string, std::string>;
+  // Where each key lives now: (run index, result index).
+  std::map<Key, std::pair<size_t, size_t>> seen;
+  std::vector<std::vector<bool>> dropped(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    dropped[i].assign(out[i].results.size(), false);
+    for (size_t k = 0; k < out[i].results.size(); ++k) {
+      const StrategyResult& r = out[i].results[k];
+      const Key key{out[i].scenario.name, out[i].meta.sm, r.variant, r.strategy};
+      auto it = seen.find(key);
+      if (it != seen.end()) {
+        dropped[it->second.first][it->second.second] = true;
+        if (warnings != nullptr) {
+          const RunMeta& old = out[it->second.first].meta;
+          warnings->push_back(fmt::format(
+              "duplicate result {} / {}{} ({}): keeping the later one (host {}, {}), dropping "
+              "the earlier (host {}, {})",
+              out[i].scenario.name, r.strategy, r.variant.empty() ? "" : " [" + r.variant + "]",
+              arch_name(out[i].meta.sm), out[i].meta.hostname, out[i].meta.started_at,
+              old.hostname, old.started_at));
+        }
+        it->second = {i, k};
+      } else {
+        seen.emplace(key, std::make_pair(i, k));
+      }
+    }
+  }
+  std::vector<RunResults> merged;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool had_results = !out[i].results.empty();
+    std::vector<StrategyResult> kept;
+    for (size_t k = 0; k < out[i].results.size(); ++k) {
+      if (!dropped[i][k]) kept.push_back(std::move(out[i].results[k]));
+    }
+    if (had_results && kept.empty()) continue;  // everything in it was superseded
+    out[i].results = std::move(kept);
+    merged.push_back(std::move(out[i]));
+  }
+  return merged;
+}
+
+int merge_main(const std::vector<std::string>& inputs, const std::string& output) {
+  if (inputs.empty()) {
+    std::cerr << "coldstart merge: no input files\n";
+    return 2;
+  }
+  std::vector<RunResults> all;
+  try {
+    for (const std::string& path : inputs) {
+      auto runs = read_any_results(path);
+      for (auto& r : runs) all.push_back(std::move(r));
+    }
+  } catch (const InputError& e) {
+    std::cerr << "coldstart merge: " << e.what() << "\n";
+    return 2;
+  }
+  std::vector<std::string> warnings;
+  const auto merged = merge_results(all, &warnings);
+  for (const std::string& w : warnings) std::cerr << "coldstart merge: warning: " << w << "\n";
+  try {
+    write_merged_json(output, merged);
+  } catch (const Error& e) {
+    std::cerr << "coldstart merge: " << e.what() << "\n";
+    return 1;
+  }
+  size_t results = 0;
+  std::set<int> sms;
+  for (const auto& r : merged) {
+    results += r.results.size();
+    sms.insert(r.meta.sm);
+  }
+  std::string sm_list;
+  for (int sm : sms) sm_list += (sm_list.empty() ? "" : ", ") + arch_name(sm);
+  std::cerr << fmt::format("coldstart merge: {} runs, {} strategy results ({}) from {} files -> {}\n",
+                           merged.size(), results, sm_list, inputs.size(), output);
+  return 0;
+}
+
+}  // namespace coldstart::cli

@@ -1,0 +1,128 @@
+// coldstart compare / merge: a regression gate between two results files, and the folding of
+// several machines' results (one per arch in a CI matrix) into one file.
+//
+// Torch-free: links only the result schema (cs_result).
+//
+// Merged file format (schema "coldstart.merged/1"):
+//   {"schema": "coldstart.merged/1", "runs": [<a whole "coldstart.replay/1" object>, ...]}
+// Each run keeps its own `meta` (machine, SM, versions), so nothing about where a result came
+// from is lost. read_any_results() accepts either form and returns the runs as a list.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/replay/result.h"
+
+namespace coldstart::cli {
+
+/// The schema tag of a merged results file.
+inline constexpr const char* kMergedSchema = "coldstart.merged/1";
+
+/// Settings of the regression gate.
+struct CompareOptions {
+  /// A timing counts as a regression only when it grew by more than this percentage of the
+  /// baseline value AND by more than the run-to-run spread recorded in the files. Must be >= 0.
+  double max_regression_pct = 10.0;
+};
+
+/// One timing (startup_ms, ttft_ms or first_decode_ms) of a matched pair. Milliseconds.
+struct MetricDelta {
+  std::string name;                 ///< "startup_ms" | "ttft_ms" | "first_decode_ms"
+  std::optional<double> baseline;   ///< null when the baseline had none (compile-only, crash)
+  std::optional<double> current;
+  /// Run-to-run spread used as the noise floor: max(baseline max-min, current max-min) from the
+  /// `<name>_min` / `<name>_max` fields written by repeated runs; 0 when neither side repeated.
+  double spread_ms = 0;
+  bool compared = false;  ///< both sides had a value and ran in the same mode
+  bool regressed = false; ///< grew beyond both the threshold and the spread
+  bool improved = false;  ///< shrank beyond both the threshold and the spread
+  /// current - baseline, ms (0 unless compared).
+  double delta_ms() const;
+  /// 100 * (current - baseline) / baseline; +inf when the baseline is 0 and current is larger.
+  double delta_pct() const;
+};
+
+/// How one (scenario, sm, variant, strategy) fared between the two files.
+struct CompareRow {
+  enum class Presence { kBoth, kAdded, kRemoved };  ///< added = only in current
+  std::string scenario;
+  int sm = 0;               ///< the current run's SM (the baseline's for a removed row)
+  std::string variant;      ///< "" when the scenario has no variants
+  std::string strategy;
+  Presence presence = Presence::kBoth;
+  std::optional<Outcome> baseline_outcome;  ///< empty for an added row
+  std::optional<Outcome> current_outcome;   ///< empty for a removed row
+  /// "", or e.g. "NEW CRASH in first_decode: Workspace is locked ..." / "FIXED (was crash)".
+  std::string outcome_change;
+  bool new_failure = false;  ///< current is crash/timeout/error and differs from the baseline
+  std::vector<MetricDelta> metrics;                ///< startup_ms, ttft_ms, first_decode_ms
+  std::vector<CompileEvent> new_hot_path_compiles; ///< hot-path compiles absent from the baseline
+  bool regressed = false;   ///< any of: new_failure, new hot-path compile, a regressed metric
+
+  /// "scenario / strategy [variant] (sm_90)": how reasons and tables name the pair.
+  std::string label() const;
+};
+
+/// The result of compare_results().
+struct CompareReport {
+  std::vector<CompareRow> rows;
+  bool regressed = false;            ///< any row regressed
+  std::vector<std::string> reasons;  ///< one line per regression, naming the pair and the cause
+  std::vector<std::string> notes;    ///< informational (e.g. SM differs, duplicate results)
+  double max_regression_pct = 10.0;  ///< the threshold used, percent
+
+  /// An aligned plain-text table (one line per pair: outcome, the three timings as
+  /// "base -> current (+x.x%)", new hot-path compiles, verdict), then the notes, then
+  /// "REGRESSED:" with each reason, or "no regressions".
+  std::string render() const;
+};
+
+/// Compares two sets of runs. Pairs are matched by (scenario name, device SM, variant,
+/// strategy); when a scenario was run on exactly one SM on each side, the SM is not part of the
+/// match (a single-machine comparison, e.g. before/after a change, or H100 vs H200 runs).
+/// Null timings are not compared, nor timings of runs in different modes (meta.mode: cuda vs
+/// compile-only; a note says so). A pair regresses on a new crash/timeout/error, on a hot-path
+/// compile whose (kernel, compile key without its "@arch/compiler" part) was not a hot-path
+/// compile in the baseline, or on a timing that grew by more than `options.max_regression_pct`
+/// percent and more than the recorded spread. Pairs present on one side only are listed as
+/// added/removed and never regress. Throws InputError when max_regression_pct is negative or NaN.
+CompareReport compare_results(const std::vector<RunResults>& baseline,
+                              const std::vector<RunResults>& current, const CompareOptions& options);
+
+/// Same, for two single-run files.
+CompareReport compare_results(const RunResults& baseline, const RunResults& current,
+                              const CompareOptions& options);
+
+/// `coldstart compare BASELINE CURRENT [--max-regression PCT]`: reads both files (single-run or
+/// merged), prints the report to stdout. Returns 1 when regressed (each reason printed), 0 when
+/// not, 2 when a file cannot be read or parsed or the threshold is invalid (message on stderr).
+int compare_main(const std::string& baseline, const std::string& current,
+                 double max_regression_pct);
+
+/// Writes `runs` as a merged results file {"schema": "coldstart.merged/1", "runs": [...]},
+/// pretty-printed, atomically (temp file in the same directory, fsync, rename).
+/// Throws Error naming the path and the OS error when writing fails.
+void write_merged_json(const std::string& path, const std::vector<RunResults>& runs);
+
+/// Reads a single-run ("coldstart.replay/1") or merged ("coldstart.merged/1") results file and
+/// returns its runs (one for a single-run file). Throws InputError "<path>: ..." when the file
+/// cannot be opened, is not JSON, has an unknown schema, or a run in it is malformed (the
+/// message then names the run's index).
+std::vector<RunResults> read_any_results(const std::string& path);
+
+/// Folds runs from several files into one list, in input order. A strategy result with the same
+/// (scenario name, SM, variant, strategy) as one in an earlier run replaces it: the earlier copy
+/// is dropped (a run left with no results is dropped entirely) and a warning naming the pair is
+/// appended to `warnings` when given. Runs keep their own meta.
+std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
+                                      std::vector<std::string>* warnings = nullptr);
+
+/// `coldstart merge INPUT... -o OUTPUT`: reads every input (single-run or merged), merges them
+/// with merge_results (warnings on stderr), writes OUTPUT as a merged file and prints a one-line
+/// summary to stderr. Returns 0 on success, 2 when an input cannot be read or no input was
+/// given, 1 when the output cannot be written.
+int merge_main(const std::vector<std::string>& inputs, const std::string& output);
+
+}  // namespace coldstart::cli

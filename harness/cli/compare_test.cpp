@@ -1,0 +1,338 @@
+// Tests of `coldstart compare` / `coldstart merge` on results files made from a real H200 run
+// (harness/cli/testdata/README.md says how each file differs from base.json).
+#include "harness/cli/compare.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "harness/common/error.h"
+
+namespace coldstart::cli {
+namespace {
+
+std::string data(const std::string& name) { return std::string(CS_COMPARE_TESTDATA) + "/" + name; }
+
+RunResults load(const std::string& name) { return read_results_json(data(name)); }
+
+const CompareRow* find_row(const CompareReport& r, const std::string& strategy,
+                           const std::string& variant) {
+  for (const auto& row : r.rows)
+    if (row.strategy == strategy && row.variant == variant) return &row;
+  return nullptr;
+}
+
+const MetricDelta* metric(const CompareRow& row, const std::string& name) {
+  for (const auto& m : row.metrics)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+// A fresh directory for files a test writes.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/cs_compare_test.XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { (void)std::system(("rm -rf '" + path_ + "'").c_str()); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+constexpr const char* kPW = "cudagraph_mode=piecewise";
+constexpr const char* kFP = "cudagraph_mode=full_and_piecewise";
+
+TEST(Compare, SameFileIsNotRegressed) {
+  const RunResults base = load("base.json");
+  const CompareReport r = compare_results(base, base, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  EXPECT_TRUE(r.reasons.empty());
+  ASSERT_EQ(r.rows.size(), base.results.size());
+  for (const auto& row : r.rows) {
+    EXPECT_EQ(row.presence, CompareRow::Presence::kBoth);
+    EXPECT_FALSE(row.regressed) << row.label();
+    // The crash in `none` [piecewise] is old: no outcome change.
+    EXPECT_EQ(row.outcome_change, "") << row.label();
+  }
+  EXPECT_NE(r.render().find("no regressions"), std::string::npos);
+}
+
+TEST(Compare, SameFileExitsZero) {
+  testing::internal::CaptureStdout();
+  const int rc = compare_main(data("base.json"), data("base.json"), 10.0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+}
+
+TEST(Compare, NewCrashIsRegressedAndNamed) {
+  const CompareReport r = compare_results(load("base.json"), load("crash.json"), CompareOptions{});
+  ASSERT_TRUE(r.regressed);
+  const CompareRow* row = find_row(r, "tq-decode-warmup", kPW);
+  ASSERT_NE(row, nullptr);
+  EXPECT_TRUE(row->new_failure);
+  EXPECT_EQ(row->current_outcome, Outcome::kCrash);
+  ASSERT_EQ(r.reasons.size(), 1u) << r.render();
+  const std::string& reason = r.reasons[0];
+  EXPECT_NE(reason.find("NEW CRASH"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("tq-decode-warmup"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(kPW), std::string::npos) << reason;
+  EXPECT_NE(reason.find("in first_decode"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("Workspace is locked"), std::string::npos) << reason;
+  // Only the error's first line is quoted.
+  EXPECT_EQ(reason.find("at decode_attention"), std::string::npos) << reason;
+  // The other tq-decode-warmup variant is untouched.
+  EXPECT_FALSE(find_row(r, "tq-decode-warmup", kFP)->regressed);
+}
+
+TEST(Compare, NewCrashExitsOneAndPrintsReason) {
+  testing::internal::CaptureStdout();
+  const int rc = compare_main(data("base.json"), data("crash.json"), 10.0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("REGRESSED"), std::string::npos) << out;
+  EXPECT_NE(out.find("NEW CRASH"), std::string::npos) << out;
+}
+
+TEST(Compare, CrashFixedIsNotARegression) {
+  // Reversed: the crash goes away. That is "fixed", and TTFT etc. were null before.
+  const CompareReport r = compare_results(load("crash.json"), load("base.json"), CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  const CompareRow* row = find_row(r, "tq-decode-warmup", kPW);
+  ASSERT_NE(row, nullptr);
+  EXPECT_NE(row->outcome_change.find("FIXED"), std::string::npos);
+  const MetricDelta* ttft = metric(*row, "ttft_ms");
+  ASSERT_NE(ttft, nullptr);
+  EXPECT_FALSE(ttft->compared);  // null baseline: not compared
+}
+
+TEST(Compare, NewHotPathCompileIsRegressed) {
+  const CompareReport r =
+      compare_results(load("base.json"), load("hotpath.json"), CompareOptions{});
+  ASSERT_TRUE(r.regressed);
+  const CompareRow* row = find_row(r, "both", kPW);
+  ASSERT_NE(row, nullptr);
+  ASSERT_EQ(row->new_hot_path_compiles.size(), 1u);
+  EXPECT_EQ(row->new_hot_path_compiles[0].kernel, "tq_decode_stage1");
+  ASSERT_EQ(r.reasons.size(), 1u);
+  EXPECT_NE(r.reasons[0].find("NEW HOT-PATH COMPILE of tq_decode_stage1"), std::string::npos)
+      << r.reasons[0];
+  // tq-reserve-max already compiled tq_decode_stage1 on the hot path in the baseline: not new.
+  EXPECT_TRUE(find_row(r, "tq-reserve-max", kPW)->new_hot_path_compiles.empty());
+}
+
+TEST(Compare, RecompileForAnotherArchIsNotNew) {
+  // sm100.json is base.json with "@sm_100/" keys: the same kernel instances, so nothing is new
+  // and the SM difference is only noted.
+  const CompareReport r = compare_results(load("base.json"), load("sm100.json"), CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("sm_100"), std::string::npos);
+}
+
+TEST(Compare, TtftChangeWithinSpreadIsNotFlagged) {
+  const CompareReport r = compare_results(load("repeats_base.json"),
+                                          load("repeats_within_spread.json"), CompareOptions{});
+  const CompareRow* row = find_row(r, "both", kFP);
+  ASSERT_NE(row, nullptr);
+  const MetricDelta* ttft = metric(*row, "ttft_ms");
+  ASSERT_NE(ttft, nullptr);
+  ASSERT_TRUE(ttft->compared);
+  EXPECT_GT(ttft->delta_pct(), 10.0);           // beyond the threshold...
+  EXPECT_DOUBLE_EQ(ttft->spread_ms, 50.0);      // ...but the baseline spread is 50 ms
+  EXPECT_LT(ttft->delta_ms(), ttft->spread_ms);
+  EXPECT_FALSE(ttft->regressed);
+  EXPECT_FALSE(r.regressed) << r.render();
+}
+
+TEST(Compare, TtftChangeBeyondThresholdAndSpreadIsFlagged) {
+  const CompareReport r = compare_results(load("repeats_base.json"), load("repeats_beyond.json"),
+                                          CompareOptions{});
+  const CompareRow* row = find_row(r, "both", kFP);
+  ASSERT_NE(row, nullptr);
+  const MetricDelta* ttft = metric(*row, "ttft_ms");
+  ASSERT_NE(ttft, nullptr);
+  EXPECT_TRUE(ttft->regressed);
+  EXPECT_FALSE(metric(*row, "startup_ms")->regressed);
+  ASSERT_TRUE(r.regressed);
+  ASSERT_EQ(r.reasons.size(), 1u);
+  EXPECT_NE(r.reasons[0].find("TTFT REGRESSION"), std::string::npos) << r.reasons[0];
+  EXPECT_NE(r.reasons[0].find("both"), std::string::npos);
+  // A looser threshold (100%) lets the same change through.
+  CompareOptions loose;
+  loose.max_regression_pct = 100.0;
+  EXPECT_FALSE(compare_results(load("repeats_base.json"), load("repeats_beyond.json"), loose)
+                   .regressed);
+}
+
+TEST(Compare, SingleRunUsesOnlyTheThreshold) {
+  // No repeat fields: an 11% TTFT growth is flagged, a 5% one is not.
+  RunResults base = load("base.json");
+  RunResults cur = base;
+  for (auto& s : cur.results)
+    if (s.strategy == "both" && s.variant == kFP) *s.ttft_ms *= 1.11;
+  EXPECT_TRUE(compare_results(base, cur, CompareOptions{}).regressed);
+  cur = base;
+  for (auto& s : cur.results)
+    if (s.strategy == "both" && s.variant == kFP) *s.ttft_ms *= 1.05;
+  EXPECT_FALSE(compare_results(base, cur, CompareOptions{}).regressed);
+}
+
+TEST(Compare, AddedAndRemovedStrategiesAreListedNotFailed) {
+  RunResults base = load("base.json");
+  RunResults cur = base;
+  cur.results.erase(cur.results.begin());   // `none` [piecewise] removed
+  cur.results.back().strategy = "new-one";  // `both` [full_and_piecewise] renamed: added+removed
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  int added = 0, removed = 0;
+  for (const auto& row : r.rows) {
+    added += row.presence == CompareRow::Presence::kAdded;
+    removed += row.presence == CompareRow::Presence::kRemoved;
+  }
+  EXPECT_EQ(added, 1);
+  EXPECT_EQ(removed, 2);
+  EXPECT_NE(r.render().find("added"), std::string::npos);
+}
+
+TEST(Compare, NegativeThresholdIsInputError) {
+  const RunResults base = load("base.json");
+  CompareOptions o;
+  o.max_regression_pct = -1;
+  EXPECT_THROW(compare_results(base, base, o), InputError);
+}
+
+TEST(Compare, CompileOnlyNullsAreNotCompared) {
+  RunResults base = load("base.json");
+  for (auto& s : base.results) s.ttft_ms.reset();
+  RunResults cur = load("base.json");
+  for (auto& s : cur.results) s.ttft_ms.reset();
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  for (const auto& row : r.rows) EXPECT_FALSE(metric(row, "ttft_ms")->compared);
+  EXPECT_FALSE(r.regressed);
+}
+
+TEST(Compare, TimingsOfDifferentModesAreNotCompared) {
+  // A compile-only run is much "faster" at startup than the GPU run; that is no improvement and
+  // a slower one no regression. Outcomes and hot-path compiles are still compared.
+  RunResults base = load("base.json");
+  RunResults cur = base;
+  cur.meta.mode = "compile-only";
+  for (auto& s : cur.results) *s.startup_ms *= 3;
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  for (const auto& row : r.rows) EXPECT_FALSE(metric(row, "startup_ms")->compared);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("compile-only"), std::string::npos) << r.notes[0];
+  RunResults crashed = load("crash.json");
+  crashed.meta.mode = "compile-only";
+  EXPECT_TRUE(compare_results(base, crashed, CompareOptions{}).regressed);
+}
+
+TEST(Compare, UnreadableInputExitsTwo) {
+  testing::internal::CaptureStderr();
+  const int rc = compare_main(data("base.json"), data("bad.json"), 10.0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("bad.json"), std::string::npos) << err;
+}
+
+TEST(ReadAnyResults, BadFileThrowsInputErrorWithPath) {
+  for (const char* name : {"bad.json", "wrong_schema.json", "does_not_exist.json"}) {
+    try {
+      read_any_results(data(name));
+      FAIL() << name << ": no exception";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(data(name)), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ReadAnyResults, MalformedRunInMergedFileNamesIndex) {
+  TempDir dir;
+  std::ofstream(dir.file("m.json")) << R"({"schema": "coldstart.merged/1", "runs": [{"x": 1}]})";
+  try {
+    read_any_results(dir.file("m.json"));
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs[0]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir.file("m.json")), std::string::npos) << e.what();
+  }
+}
+
+TEST(Merge, TwoSmsAreBothKept) {
+  TempDir dir;
+  const std::string out = dir.file("merged.json");
+  testing::internal::CaptureStderr();
+  const int rc = merge_main({data("base.json"), data("sm100.json")}, out);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(err.find("warning"), std::string::npos) << err;
+  const auto runs = read_any_results(out);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].meta.sm, 90);
+  EXPECT_EQ(runs[1].meta.sm, 100);
+  EXPECT_EQ(runs[0].results.size(), 8u);
+  EXPECT_EQ(runs[1].results.size(), 8u);
+  EXPECT_EQ(runs[0], load("base.json"));  // nothing lost in the round trip
+}
+
+TEST(Merge, DuplicateLaterWinsWithWarning) {
+  RunResults first = load("base.json");
+  RunResults second = load("crash.json");
+  second.results = {second.results[1]};  // only the re-run tq-decode-warmup [piecewise]
+  second.meta.hostname = "rerun-host";
+  std::vector<std::string> warnings;
+  const auto merged = merge_results({first, second}, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("tq-decode-warmup"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("rerun-host"), std::string::npos) << warnings[0];
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].results.size(), 7u);
+  ASSERT_EQ(merged[1].results.size(), 1u);
+  EXPECT_EQ(merged[1].results[0].outcome, Outcome::kCrash);
+  // A run whose every result was superseded disappears.
+  EXPECT_EQ(merge_results({first, first}).size(), 1u);
+}
+
+TEST(Merge, CompareAcceptsMergedFilesAndMatchesBySm) {
+  TempDir dir;
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(merge_main({data("base.json"), data("sm100.json")}, dir.file("a.json")), 0);
+  ASSERT_EQ(merge_main({data("crash.json"), data("sm100.json")}, dir.file("b.json")), 0);
+  (void)testing::internal::GetCapturedStderr();
+  const CompareReport same = compare_results(read_any_results(dir.file("a.json")),
+                                             read_any_results(dir.file("a.json")), {});
+  EXPECT_FALSE(same.regressed);
+  EXPECT_EQ(same.rows.size(), 16u);
+  const CompareReport r = compare_results(read_any_results(dir.file("a.json")),
+                                          read_any_results(dir.file("b.json")), {});
+  ASSERT_TRUE(r.regressed) << r.render();
+  ASSERT_EQ(r.reasons.size(), 1u);
+  EXPECT_NE(r.reasons[0].find("(sm_90)"), std::string::npos) << r.reasons[0];
+  // The merged file against a single-run one: sm_100 rows are removed, sm_90 matched.
+  const CompareReport mixed =
+      compare_results(read_any_results(dir.file("a.json")), {load("base.json")}, {});
+  EXPECT_FALSE(mixed.regressed);
+  int removed = 0;
+  for (const auto& row : mixed.rows) removed += row.presence == CompareRow::Presence::kRemoved;
+  EXPECT_EQ(removed, 8);
+}
+
+TEST(Merge, UnreadableInputExitsTwo) {
+  TempDir dir;
+  testing::internal::CaptureStderr();
+  const int rc = merge_main({data("base.json"), data("bad.json")}, dir.file("o.json"));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("bad.json"), std::string::npos);
+  EXPECT_NE(::access(dir.file("o.json").c_str(), F_OK), 0);  // nothing written
+}
+
+}  // namespace
+}  // namespace coldstart::cli

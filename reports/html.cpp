@@ -1,0 +1,381 @@
+// coldstart: self-contained HTML report with inline SVG charts. Reads RunResults; measures
+// nothing. No script and no external resource, so the file opens anywhere, offline.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "reports/render_util.h"
+#include "reports/renderers.h"
+
+namespace coldstart::reports {
+
+namespace {
+
+using detail::xml_escape;
+
+std::string esc(const std::string& s) { return xml_escape(s, false); }
+std::string esc_attr(const std::string& s) { return xml_escape(s, true); }
+
+constexpr const char* kOtherPhaseColor = "#9c755f";
+constexpr const char* kTtftColor = "#d1495b";
+constexpr const char* kSteadyColor = "#8fb8de";
+
+// One color per startup phase, in engine order.
+const std::vector<std::pair<std::string, std::string>>& phase_colors() {
+  static const std::vector<std::pair<std::string, std::string>> colors = {
+      {"init", "#4e79a7"},          {"load_weights", "#f28e2b"},  {"profile_run", "#e15759"},
+      {"kv_cache_alloc", "#76b7b2"}, {"kernel_warmup", "#59a14f"}, {"graph_capture", "#edc948"},
+      {"workspace_lock", "#b07aa1"}};
+  return colors;
+}
+
+std::string color_of(const std::string& phase) {
+  for (const auto& [name, color] : phase_colors()) {
+    if (name == phase) return color;
+  }
+  return kOtherPhaseColor;
+}
+
+std::string ms_text(double v) {
+  if (v >= 100) return fmt::format("{:.0f} ms", v);
+  if (v >= 1) return fmt::format("{:.1f} ms", v);
+  return fmt::format("{:.3f} ms", v);
+}
+
+std::string ms_cell(const std::optional<double>& v) {
+  auto f = detail::finite(v);
+  return f ? ms_text(*f) : "–";
+}
+
+// A "round" axis step (1, 2 or 5 times a power of ten) giving about `ticks` intervals over [0, max].
+double nice_step(double max, int ticks) {
+  if (!(max > 0)) return 1;
+  double raw = max / ticks;
+  double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * p >= raw) return m * p;
+  }
+  return 10 * p;
+}
+
+// Number printed on the axis.
+std::string tick_label(double v) {
+  if (v == std::floor(v)) return fmt::format("{:.0f}", v);
+  return fmt::format("{:g}", v);
+}
+
+std::string badge(const StrategyResult& r) {
+  std::string cls = outcome_name(r.outcome);
+  std::string text = outcome_name(r.outcome);
+  if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) text += " @ " + *r.failed_phase;
+  std::string out = fmt::format("<span class=\"badge {}\">{}</span>", cls, esc(text));
+  if (auto skipped = detail::extra_string(r, "skipped")) {
+    out += fmt::format(" <span class=\"badge skipped\" title=\"{}\">skipped</span>", esc_attr(*skipped));
+  }
+  return out;
+}
+
+std::string null_reason(const RunResults& run, const StrategyResult& r) {
+  if (run.meta.mode == "compile-only") return "not measured (compile-only)";
+  if (r.outcome != Outcome::kOk) {
+    std::string s = std::string("not reached (") + outcome_name(r.outcome);
+    if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
+    return s + ")";
+  }
+  return "not measured";
+}
+
+// Geometry shared by both charts.
+constexpr int kWidth = 1000;
+constexpr int kLabelW = 270;   // strategy names
+constexpr int kRightW = 150;   // value labels after the bars
+constexpr int kPlotW = kWidth - kLabelW - kRightW;
+constexpr int kAxisH = 30;
+
+// Vertical grid lines and the axis labels under the plot.
+std::string axis(double max, int top, int plot_h, const char* unit) {
+  std::string s;
+  double step = nice_step(max, 5);
+  double scale_max = max > 0 ? max : 1;
+  for (double v = 0; v <= scale_max * 1.0001; v += step) {
+    double x = kLabelW + v / scale_max * kPlotW;
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" class=\"grid\"/>", x, top, x,
+                     top + plot_h);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>", x,
+                     top + plot_h + 16, esc(tick_label(v)));
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"start\">{}</text>",
+                   kLabelW + kPlotW + 26, top + plot_h + 16, unit);
+  return s;
+}
+
+// The left-hand strategy label with an outcome dot.
+std::string row_label(const StrategyResult& r, double y_mid) {
+  return fmt::format(
+      "<circle cx=\"12\" cy=\"{:.1f}\" r=\"5\" class=\"dot {}\"/>"
+      "<text x=\"24\" y=\"{:.1f}\" class=\"label\" dominant-baseline=\"middle\">{}</text>",
+      y_mid, outcome_name(r.outcome), y_mid, esc(r.strategy.empty() ? "?" : r.strategy));
+}
+
+// Horizontal stacked bars: startup time of each strategy split by phase.
+std::string startup_chart(const std::vector<const StrategyResult*>& rows) {
+  constexpr int kRowH = 30, kBarH = 20, kTop = 8;
+  double max = 0;
+  for (const StrategyResult* r : rows) {
+    max = std::max(max, detail::startup_phase_sum(*r));
+    if (auto s = detail::finite(r->startup_ms)) max = std::max(max, *s);
+  }
+  const int plot_h = static_cast<int>(rows.size()) * kRowH;
+  const int height = kTop + plot_h + kAxisH;
+  const double scale = max > 0 ? kPlotW / (max * 1.0) : 0;
+  std::string s = fmt::format(
+      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
+      "aria-label=\"startup time by phase\">",
+      kWidth, height, kWidth, height);
+  s += axis(max, kTop, plot_h, "ms");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const StrategyResult& r = *rows[i];
+    double y = kTop + i * kRowH + (kRowH - kBarH) / 2.0;
+    s += row_label(r, y + kBarH / 2.0);
+    double x = kLabelW;
+    bool any = false;
+    for (const auto& p : r.phases) {
+      if (p.request >= 0 || !std::isfinite(p.ms) || p.ms <= 0) continue;
+      double w = p.ms * scale;
+      s += fmt::format(
+          "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{}: {}</title></rect>",
+          x, y, w, kBarH, color_of(p.name), esc(p.name), esc(ms_text(p.ms)));
+      x += w;
+      any = true;
+    }
+    std::string total;
+    if (auto st = detail::finite(r.startup_ms)) {
+      total = ms_text(*st);
+    } else if (any) {
+      total = ms_text(detail::startup_phase_sum(r)) + " (partial)";
+    } else {
+      total = "no startup phase recorded";
+    }
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\" dominant-baseline=\"middle\">{}</text>",
+                     x + 6, y + kBarH / 2.0, esc(total));
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+// Grouped horizontal bars: first-request TTFT next to steady TTFT for each strategy.
+std::string ttft_chart(const RunResults& run, const std::vector<const StrategyResult*>& rows) {
+  constexpr int kRowH = 40, kBarH = 14, kTop = 8;
+  double max = 0;
+  for (const StrategyResult* r : rows) {
+    if (auto v = detail::finite(r->ttft_ms)) max = std::max(max, *v);
+    if (auto v = detail::finite(r->steady_ttft_ms)) max = std::max(max, *v);
+  }
+  const int plot_h = static_cast<int>(rows.size()) * kRowH;
+  const int height = kTop + plot_h + kAxisH;
+  const double scale = max > 0 ? kPlotW / max : 0;
+  std::string s = fmt::format(
+      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
+      "aria-label=\"first-request TTFT against steady TTFT\">",
+      kWidth, height, kWidth, height);
+  if (max > 0) s += axis(max, kTop, plot_h, "ms");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const StrategyResult& r = *rows[i];
+    double y0 = kTop + i * kRowH + (kRowH - 2 * kBarH - 2) / 2.0;
+    s += row_label(r, kTop + i * kRowH + kRowH / 2.0);
+    const std::pair<std::optional<double>, const char*> bars[] = {{r.ttft_ms, kTtftColor},
+                                                                   {r.steady_ttft_ms, kSteadyColor}};
+    for (int b = 0; b < 2; ++b) {
+      double y = y0 + b * (kBarH + 2);
+      const char* what = b == 0 ? "first-request TTFT" : "steady TTFT";
+      if (auto v = detail::finite(bars[b].first)) {
+        double w = std::max(*v * scale, 1.0);
+        s += fmt::format(
+            "<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{}: {}</title></rect>",
+            kLabelW, y, w, kBarH, bars[b].second, what, esc(ms_text(*v)));
+        s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\" dominant-baseline=\"middle\">{}</text>",
+                         kLabelW + w + 6, y + kBarH / 2.0, esc(ms_text(*v)));
+      } else {
+        s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"na\" dominant-baseline=\"middle\">{}: {}</text>",
+                         kLabelW + 4, y + kBarH / 2.0, what, esc(null_reason(run, r)));
+      }
+    }
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+std::string legend(const std::vector<std::pair<std::string, std::string>>& items) {
+  std::string s = "<div class=\"legend\">";
+  for (const auto& [name, color] : items) {
+    s += fmt::format("<span><i style=\"background:{}\"></i>{}</span>", color, esc(name));
+  }
+  return s + "</div>\n";
+}
+
+std::string results_table(const std::vector<const StrategyResult*>& rows) {
+  std::string s =
+      "<table class=\"results\"><thead><tr><th>strategy</th><th>warmers</th><th>outcome</th>"
+      "<th>startup</th><th>TTFT</th><th>first decode</th><th>steady TTFT</th><th>first/steady</th>"
+      "<th>hot-path compiles</th><th>workspace locked / requested</th></tr></thead><tbody>\n";
+  for (const StrategyResult* r : rows) {
+    std::string ratio = "–";
+    auto a = detail::finite(r->ttft_ms), b = detail::finite(r->steady_ttft_ms);
+    if (a && b && *b > 0) ratio = fmt::format("{:.2f}×", *a / *b);
+    std::string warmers;
+    for (const auto& w : r->warmers) warmers += (warmers.empty() ? "" : ", ") + w;
+    s += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{} / {} MB</td></tr>\n",
+        esc(r->strategy.empty() ? "?" : r->strategy), esc(warmers.empty() ? "(none)" : warmers), badge(*r),
+        ms_cell(r->startup_ms), ms_cell(r->ttft_ms), ms_cell(r->first_decode_ms), ms_cell(r->steady_ttft_ms),
+        ratio, r->hot_path_compiles.size(), detail::mb(r->workspace.locked_bytes),
+        detail::mb(r->workspace.peak_requested_bytes));
+  }
+  return s + "</tbody></table>\n";
+}
+
+std::string compile_list(const std::vector<const StrategyResult*>& rows) {
+  size_t n = 0;
+  for (const StrategyResult* r : rows) n += r->hot_path_compiles.size();
+  if (n == 0) return "<p class=\"none\">No hot-path compiles.</p>\n";
+  std::string s =
+      "<table class=\"compiles\"><thead><tr><th>strategy</th><th>kernel</th><th>phase</th>"
+      "<th>compile</th><th>key</th></tr></thead><tbody>\n";
+  for (const StrategyResult* r : rows) {
+    for (const auto& e : r->hot_path_compiles) {
+      s += fmt::format(
+          "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td><code>{}</code></td></tr>\n",
+          esc(r->strategy), esc(e.kernel), esc(e.phase), esc(ms_text(e.compile_ms)), esc(e.key));
+    }
+  }
+  return s + "</tbody></table>\n";
+}
+
+std::string errors_block(const std::vector<const StrategyResult*>& rows) {
+  std::string s;
+  for (const StrategyResult* r : rows) {
+    if (r->outcome == Outcome::kOk) continue;
+    s += fmt::format("<div class=\"error\">{} {}<pre>{}</pre></div>\n", esc(r->strategy.empty() ? "?" : r->strategy),
+                     badge(*r), esc(r->error.value_or("(no error text)")));
+  }
+  return s;
+}
+
+std::string meta_line(const RunMeta& m) {
+  std::string device = detail::device_text(m);
+  std::string s = "<b>" + esc(device) + "</b> · mode " + esc(m.mode.empty() ? "?" : m.mode);
+  auto add = [&](const char* what, const std::string& v) {
+    if (!v.empty()) s += std::string(" · ") + what + " " + esc(v);
+  };
+  add("driver", m.driver);
+  add("CUDA", m.cuda);
+  add("NVRTC", m.nvrtc);
+  add("torch", m.torch);
+  add("coldstart", m.coldstart_version + (m.git_sha.empty() ? "" : " (" + m.git_sha + ")"));
+  add("host", m.hostname);
+  add("started", m.started_at);
+  return s;
+}
+
+constexpr const char* kStyle = R"css(
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222;
+       max-width: 1240px; margin: 24px auto; padding: 0 16px; }
+h1 { font-size: 22px; margin-bottom: 4px; }
+h2 { font-size: 19px; margin-top: 36px; border-bottom: 2px solid #ddd; padding-bottom: 4px; }
+h3 { font-size: 16px; margin-top: 26px; }
+h4 { font-size: 14px; margin: 18px 0 6px; color: #444; }
+.meta { color: #555; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; font-weight: 600; }
+td.num { text-align: right; white-space: nowrap; }
+code { font: 12px ui-monospace, Menlo, Consolas, monospace; word-break: break-all; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 12px;
+         font-weight: 600; white-space: nowrap; }
+.badge.ok { background: #2e7d32; } .badge.crash { background: #c62828; }
+.badge.timeout { background: #ef6c00; } .badge.error { background: #757575; }
+.badge.skipped { background: #9e9e9e; }
+.chart { display: block; margin: 4px 0; }
+.chart .grid { stroke: #e6e6e6; stroke-width: 1; }
+.chart .tick { font-size: 11px; fill: #777; }
+.chart .label { font-size: 13px; fill: #222; }
+.chart .value { font-size: 12px; fill: #333; }
+.chart .na { font-size: 12px; fill: #888; font-style: italic; }
+.dot.ok { fill: #2e7d32; } .dot.crash { fill: #c62828; } .dot.timeout { fill: #ef6c00; }
+.dot.error { fill: #757575; }
+.legend { display: flex; flex-wrap: wrap; gap: 14px; margin: 2px 0 8px; font-size: 12px; color: #444; }
+.legend i { display: inline-block; width: 12px; height: 12px; margin-right: 5px; vertical-align: -1px; }
+.error { margin: 8px 0; }
+pre { background: #fbf3f3; border-left: 3px solid #c62828; padding: 8px; white-space: pre-wrap;
+      word-break: break-word; margin: 4px 0; }
+.none { color: #666; font-style: italic; }
+)css";
+
+}  // namespace
+
+std::string render_html(const std::vector<RunResults>& runs) {
+  std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n";
+  out += "<title>coldstart replay report</title>\n<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n";
+  out += "<h1>coldstart replay report</h1>\n";
+  if (runs.empty()) return out + "<p class=\"none\">No results.</p>\n</body>\n</html>\n";
+  out += "<p class=\"meta\">" + meta_line(runs.front().meta) + "</p>\n";
+
+  std::vector<std::pair<std::string, std::string>> phase_legend = phase_colors();
+  for (const RunResults& run : runs) {
+    std::string name = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
+    out += "<section class=\"scenario\">\n<h2>" + esc(name);
+    if (!run.scenario.file.empty()) out += " <small><code>" + esc(run.scenario.file) + "</code></small>";
+    out += "</h2>\n";
+    if (meta_line(run.meta) != meta_line(runs.front().meta)) {
+      out += "<p class=\"meta\">" + meta_line(run.meta) + "</p>\n";
+    }
+    if (run.results.empty()) out += "<p class=\"none\">No results.</p>\n";
+    for (const std::string& variant : detail::variants_of(run)) {
+      std::vector<const StrategyResult*> rows;
+      for (const auto& r : run.results) {
+        if (r.variant == variant) rows.push_back(&r);
+      }
+      out += "<h3>" + (variant.empty() ? std::string("default settings") : "variant " + esc(variant)) + "</h3>\n";
+      out += results_table(rows);
+
+      // Legend lists only the phases that occur, plus "other" when an unknown one does.
+      std::vector<std::pair<std::string, std::string>> used;
+      bool other = false;
+      for (const auto& [phase, color] : phase_legend) {
+        bool seen = false;
+        for (const StrategyResult* r : rows) {
+          for (const auto& p : r->phases) seen = seen || (p.request < 0 && p.name == phase);
+        }
+        if (seen) used.emplace_back(phase, color);
+      }
+      for (const StrategyResult* r : rows) {
+        for (const auto& p : r->phases) other = other || (p.request < 0 && color_of(p.name) == kOtherPhaseColor);
+      }
+      if (other) used.emplace_back("other", kOtherPhaseColor);
+
+      out += "<h4>Startup time by phase</h4>\n";
+      out += legend(used);
+      out += startup_chart(rows);
+      out += "<h4>First-request TTFT vs steady TTFT</h4>\n";
+      out += legend({{"first request", kTtftColor}, {"steady (second request)", kSteadyColor}});
+      out += ttft_chart(run, rows);
+      out += "<h4>Hot-path compiles</h4>\n";
+      out += compile_list(rows);
+      std::string errors = errors_block(rows);
+      if (!errors.empty()) out += "<h4>Errors</h4>\n" + errors;
+    }
+    out += "</section>\n";
+  }
+  out += "<p class=\"meta\">Times in milliseconds; MB = 2^20 bytes per workspace slot; – = not measured or "
+         "not reached.</p>\n";
+  out += "</body>\n</html>\n";
+  return out;
+}
+
+}  // namespace coldstart::reports

@@ -1,0 +1,179 @@
+// coldstart: Markdown summary for pull-request comments. Reads RunResults; measures nothing.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "reports/render_util.h"
+#include "reports/renderers.h"
+
+namespace coldstart::reports {
+
+namespace {
+
+constexpr const char* kNull = "–";  // en dash: a value that was not measured or not reached
+
+// Text inside a table cell: no line breaks, pipes and Markdown/HTML specials escaped.
+std::string cell(const std::string& raw) {
+  std::string s = detail::clean_text(raw);
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '|': out += "\\|"; break;
+      case '\n': out += ' '; break;
+      case '\t': out += ' '; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      // '_' stays: GitHub does not emphasize inside words, and kernel names are full of it.
+      case '*': case '`': case '[': case ']': case '\\':
+        out += '\\';
+        out += c;
+        break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string ms(const std::optional<double>& v) {
+  auto f = detail::finite(v);
+  return f ? fmt::format("{:.1f} ms", *f) : kNull;
+}
+
+std::string ratio(const std::optional<double>& first, const std::optional<double>& steady) {
+  auto a = detail::finite(first), b = detail::finite(steady);
+  if (!a || !b || *b <= 0) return kNull;
+  return fmt::format("{:.2f}×", *a / *b);
+}
+
+std::string outcome_cell(const StrategyResult& r) {
+  std::string icon;
+  switch (r.outcome) {
+    case Outcome::kOk: icon = "✅"; break;
+    case Outcome::kCrash: icon = "❌"; break;
+    case Outcome::kTimeout: icon = "⏱️"; break;
+    case Outcome::kError: icon = "⚠️"; break;
+  }
+  std::string s = icon + " " + outcome_name(r.outcome);
+  if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) {
+    s += " in " + cell(*r.failed_phase);
+  }
+  if (auto skipped = detail::extra_string(r, "skipped")) s += " (skipped: " + cell(*skipped) + ")";
+  return s;
+}
+
+std::string compiles_cell(const StrategyResult& r) {
+  if (r.hot_path_compiles.empty()) return "0";
+  std::vector<std::string> parts;
+  for (const auto& e : r.hot_path_compiles) parts.push_back(cell(e.kernel) + " (" + cell(e.phase) + ")");
+  return fmt::format("**{}**: {}", r.hot_path_compiles.size(), fmt::join(parts, ", "));
+}
+
+// A fence longer than any run of backticks in `text`, so error text cannot close it early.
+std::string fence_for(const std::string& text) {
+  size_t longest = 0, run = 0;
+  for (char c : text) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return std::string(std::max<size_t>(3, longest + 1), '`');
+}
+
+std::string device_line(const RunMeta& m) {
+  std::string device = detail::device_text(m);
+  std::vector<std::string> parts = {"**" + cell(device) + "**"};
+  parts.push_back("mode " + cell(m.mode.empty() ? "?" : m.mode));
+  auto add = [&](const char* what, const std::string& v) {
+    if (!v.empty()) parts.push_back(std::string(what) + " " + cell(v));
+  };
+  add("driver", m.driver);
+  add("CUDA", m.cuda);
+  add("NVRTC", m.nvrtc);
+  add("torch", m.torch);
+  std::string version = "coldstart " + cell(m.coldstart_version.empty() ? "?" : m.coldstart_version);
+  if (!m.git_sha.empty()) version += " (" + cell(m.git_sha) + ")";
+  parts.push_back(version);
+  return fmt::format("{}", fmt::join(parts, " · "));
+}
+
+bool failed(const StrategyResult& r) { return r.outcome != Outcome::kOk; }
+
+}  // namespace
+
+std::string render_markdown(const std::vector<RunResults>& runs) {
+  std::string out = "## coldstart replay\n\n";
+  if (runs.empty()) return out + "(no results)\n";
+  const std::string first_device = device_line(runs.front().meta);
+  out += first_device + "\n";
+
+  for (const RunResults& run : runs) {
+    std::string name = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
+    out += "\n### " + cell(name);
+    if (!run.scenario.file.empty()) out += " (`" + detail::clean_text(run.scenario.file) + "`)";
+    out += "\n\n";
+    // A merged file may hold scenarios from different machines: name the device when it differs.
+    std::string device = device_line(run.meta);
+    if (device != first_device) out += device + "\n\n";
+
+    std::vector<const StrategyResult*> rows = detail::grouped_rows(run);
+    std::stable_partition(rows.begin(), rows.end(), [](const StrategyResult* r) { return failed(*r); });
+    if (rows.empty()) {
+      out += "(no results)\n";
+      continue;
+    }
+
+    out += "| strategy | variant | outcome | startup | TTFT | first decode | first/steady TTFT | "
+           "hot-path compiles | workspace locked / requested |\n";
+    out += "|---|---|---|--:|--:|--:|--:|---|--:|\n";
+    bool any_null = false;
+    for (const StrategyResult* r : rows) {
+      std::vector<std::string> c = {
+          cell(r->strategy.empty() ? "?" : r->strategy),
+          r->variant.empty() ? kNull : cell(r->variant),
+          outcome_cell(*r),
+          ms(r->startup_ms),
+          ms(r->ttft_ms),
+          ms(r->first_decode_ms),
+          ratio(r->ttft_ms, r->steady_ttft_ms),
+          compiles_cell(*r),
+          fmt::format("{} / {} MB", detail::mb(r->workspace.locked_bytes),
+                      detail::mb(r->workspace.peak_requested_bytes)),
+      };
+      for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == kNull;
+      out += fmt::format("| {} |\n", fmt::join(c, " | "));
+    }
+    out += "\n";
+    std::vector<std::string> notes = {"MB = 2^20 bytes, per slot",
+                                      "first/steady TTFT: first request's TTFT over a second, identical request's"};
+    if (any_null) {
+      notes.push_back(run.meta.mode == "compile-only"
+                          ? std::string(kNull) + ": compile-only: no kernel times"
+                          : std::string(kNull) + ": not measured or not reached (the run failed first)");
+    }
+    out += fmt::format("<sub>{}</sub>\n", fmt::join(notes, "; "));
+
+    // Full error texts, folded so a long comment stays readable.
+    std::vector<const StrategyResult*> errs;
+    for (const StrategyResult* r : rows) {
+      if (failed(*r)) errs.push_back(r);
+    }
+    if (!errs.empty()) {
+      out += fmt::format("\n<details><summary>Errors ({})</summary>\n\n", errs.size());
+      for (const StrategyResult* r : errs) {
+        out += fmt::format("**{}**: {}", cell(detail::label(*r)), outcome_name(r->outcome));
+        if (r->failed_phase && !r->failed_phase->empty()) out += " in " + cell(*r->failed_phase);
+        out += "\n\n";
+        std::string text = detail::clean_text(r->error.value_or("(no error text)"));
+        std::string fence = fence_for(text);
+        out += fence + "text\n" + text + (text.empty() || text.back() != '\n' ? "\n" : "") + fence + "\n\n";
+      }
+      out += "</details>\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace coldstart::reports

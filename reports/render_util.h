@@ -1,0 +1,58 @@
+// coldstart: small helpers shared by the report renderers (escaping, number formatting, row
+// order). Internal to reports/; nothing here measures anything.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/replay/result.h"
+
+namespace coldstart::reports::detail {
+
+/// The startup phases in the order the engine runs them (DESIGN.md "phase").
+const std::vector<std::string>& startup_phase_order();
+
+/// Text safe inside XML/HTML element content and attribute values: escapes & < > " ' and makes
+/// every character XML 1.0 cannot carry visible instead: a C0 control other than tab, newline
+/// and CR becomes the four characters "\xNN"; U+FFFE, U+FFFF and invalid UTF-8 become U+FFFD.
+/// With `attribute`, tab, newline and CR become character references so a parser keeps them.
+std::string xml_escape(const std::string& text, bool attribute = false);
+
+/// The text with invalid UTF-8 replaced by U+FFFD and C0 controls (except \t \n) shown as
+/// "\xNN"; used for Markdown and JSON strings.
+std::string clean_text(const std::string& text);
+
+/// First line of `text` (up to the first '\n', '\r' dropped).
+std::string first_line(const std::string& text);
+
+/// "strategy" or "strategy [variant]".
+std::string label(const StrategyResult& r);
+
+/// Variants in order of first appearance.
+std::vector<std::string> variants_of(const RunResults& run);
+
+/// The results of `run` grouped by variant (variants in order of first appearance, strategies in
+/// run order).
+std::vector<const StrategyResult*> grouped_rows(const RunResults& run);
+
+/// `v` when present and finite.
+std::optional<double> finite(const std::optional<double>& v);
+
+/// extra[key] when it is a boolean.
+std::optional<bool> extra_bool(const StrategyResult& r, const char* key);
+
+/// extra[key] when it is a non-empty string.
+std::optional<std::string> extra_string(const StrategyResult& r, const char* key);
+
+/// Sum of the startup phases' host time (request == -1), milliseconds.
+double startup_phase_sum(const StrategyResult& r);
+
+/// "NVIDIA H200 (sm_90, 132 SMs)": the device name with its SM version and count, each added
+/// only when known and not already part of the name.
+std::string device_text(const RunMeta& m);
+
+/// Bytes as MB (2^20) with two decimals, e.g. "0.51".
+std::string mb(long long bytes);
+
+}  // namespace coldstart::reports::detail

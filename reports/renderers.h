@@ -1,0 +1,75 @@
+// coldstart: report renderers for CI and for people: JUnit XML, Markdown, self-contained HTML with
+// charts, and a Chrome trace-event timeline. Each renderer is a pure function of one or more
+// RunResults (one per scenario) and returns text; none measures anything. write_report_files is
+// the single entry point for the command line (--junit / --md / --html / --trace).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/replay/result.h"
+
+namespace coldstart::reports {
+
+/// Settings of the JUnit renderer.
+struct JunitOptions {
+  /// Treat every hot-path compile as a test failure, whatever the strategy allows
+  /// (`--jit-monitor error`). Without it, only strategies whose result carries
+  /// extra["allow_hot_path_compiles"] == false fail on a hot-path compile.
+  bool hot_path_compiles_fail = false;
+};
+
+/// JUnit XML (the Jenkins / Ant dialect that GitHub Actions reporters, GitLab and Jenkins read):
+/// <testsuites> holding one <testsuite> per RunResults (name = scenario name, with tests,
+/// failures, errors, skipped and time totals that match its test cases, and the run's meta as
+/// <properties>), and one <testcase> per (variant, strategy) with classname = scenario name,
+/// name = "strategy [variant]" and time = wall_ms / 1000 seconds.
+///   - outcome crash / timeout: <failure type="crash|timeout" message="<phase>: <first line>">
+///     with the full error text as content;
+///   - outcome error: <error> likewise;
+///   - a hot-path compile when not allowed (see JunitOptions): <failure type="hot_path_compile">
+///     listing kernel, key and phase of each (appended to a crash failure's text instead when the
+///     test case already failed, so a test case has at most one failure element);
+///   - <skipped message="reason"> only when extra["skipped"] holds a reason, and the outcome is
+///     not crash or timeout.
+/// Phases, TTFT and workspace figures go into the test case's <system-out>. All text is escaped;
+/// characters XML cannot carry are shown as "\xNN". Never throws for any RunResults content.
+std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions& options = {});
+
+/// A GitHub-flavoured Markdown summary for a pull-request comment: a device and versions line,
+/// then per scenario a table (strategy, variant, outcome, startup, TTFT, first decode,
+/// first/steady TTFT ratio, hot-path compiles, workspace locked / requested in MB = 2^20 B),
+/// failed rows (crash, timeout, error) before ok rows, every number with its unit, null values as
+/// "–" with a note saying why, and the full error texts in a <details> block.
+std::string render_markdown(const std::vector<RunResults>& runs);
+
+/// One self-contained HTML page (inline CSS and inline SVG, no script, no network): per scenario
+/// and variant a results table with outcome badges, a horizontal stacked bar chart of startup
+/// time by phase per strategy (with a legend), a grouped bar chart of first-request TTFT against
+/// steady TTFT per strategy ("not measured" when null), the hot-path compile list and the full
+/// error texts.
+std::string render_html(const std::vector<RunResults>& runs);
+
+/// Chrome trace-event JSON ({"traceEvents": [...], "displayTimeUnit": "ms"}) for Perfetto and
+/// chrome://tracing: one process per scenario, one thread per (variant, strategy), named by
+/// metadata events; one complete ("X") event per timed phase, back to back from ts 0 in
+/// microseconds; one complete event per compile (startup and hot-path) laid out sequentially
+/// from the start of its phase and clamped to it (args: kernel, key, compile_ms, source,
+/// hot_path); and an instant ("i") event with the outcome where the run ended. When a run failed
+/// in a phase that was never timed but compiled kernels in it, that phase is drawn as a slice
+/// just long enough for its compiles and marked args.timed = false.
+std::string render_trace(const std::vector<RunResults>& runs);
+
+/// Where write_report_files puts each report; an empty path means "do not write that one".
+struct ReportFiles {
+  std::string junit, markdown, html, trace;
+  bool hot_path_compiles_fail = false;  ///< passed to render_junit (`--jit-monitor error`)
+};
+
+/// Renders and writes each report whose path is set. Each file is written atomically: the text
+/// goes to a temporary file in the same directory, is flushed, then renamed over the path.
+/// Throws coldstart::Error naming the path and the OS error when a file cannot be written (the
+/// temporary file is removed; reports written before the failing one stay).
+void write_report_files(const std::vector<RunResults>& runs, const ReportFiles& files);
+
+}  // namespace coldstart::reports

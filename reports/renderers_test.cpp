@@ -1,0 +1,666 @@
+// Tests of the JUnit, Markdown, HTML and trace renderers: golden files rendered from fixed
+// results files in testdata/ (two real H200 runs, a compile-only run and hand-made edge cases),
+// plus structural checks that do not depend on the exact text: XML well-formedness (a small
+// checker below, and xmllint with testdata/junit.xsd when installed), JUnit counts, Markdown row
+// order, HTML self-containment, trace nesting. Regenerate the golden files with
+// COLDSTART_UPDATE_GOLDEN=1.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/common/error.h"
+#include "harness/replay/result.h"
+#include "reports/render_util.h"
+#include "reports/renderers.h"
+
+namespace coldstart::reports {
+namespace {
+
+using nlohmann::json;
+
+const std::string kData = CS_REPORTS_TESTDATA;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The fixed inputs every golden file is rendered from, in this order.
+std::vector<RunResults> fixed_runs() {
+  std::vector<RunResults> runs;
+  for (const char* f : {"h200_basic.json", "h200_long.json", "compile_only_basic.json",
+                        "synthetic_edge_cases.json"}) {
+    runs.push_back(read_results_json(kData + "/" + f));
+  }
+  return runs;
+}
+
+const std::vector<RunResults>& runs() {
+  static const std::vector<RunResults> r = fixed_runs();
+  return r;
+}
+
+void check_golden(const std::string& name, const std::string& text) {
+  const std::string golden = kData + "/" + name;
+  const char* update = std::getenv("COLDSTART_UPDATE_GOLDEN");
+  if (update && std::string(update) == "1") {
+    std::ofstream(golden, std::ios::binary) << text;
+    GTEST_SKIP() << "golden file rewritten: " << golden;
+  }
+  std::string want = read_file(golden);
+  ASSERT_FALSE(want.empty()) << "missing golden file " << golden
+                             << " (run with COLDSTART_UPDATE_GOLDEN=1 to create it)";
+  EXPECT_EQ(text, want) << "output differs from " << golden;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A small, strict XML reader: enough to prove well-formedness (one root, matched tags, quoted
+// attributes, known entities, no characters XML 1.0 forbids) and to walk the tree.
+
+struct XmlNode {
+  std::string name;
+  std::map<std::string, std::string> attrs;
+  std::vector<XmlNode> kids;
+  std::string text;  // character data directly inside, entities decoded
+
+  std::vector<const XmlNode*> all(const std::string& tag) const {
+    std::vector<const XmlNode*> out;
+    for (const auto& k : kids) {
+      if (k.name == tag) out.push_back(&k);
+    }
+    return out;
+  }
+};
+
+class XmlReader {
+ public:
+  explicit XmlReader(const std::string& s) : s_(s) {}
+
+  // The root element, or nullopt with error() set.
+  std::optional<XmlNode> parse() {
+    try {
+      for (unsigned char c : s_) {
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') fail("control character in document");
+      }
+      skip_misc();
+      XmlNode root = element();
+      skip_misc();
+      if (i_ != s_.size()) fail("content after the root element");
+      return root;
+    } catch (const std::runtime_error& e) {
+      error_ = e.what();
+      return std::nullopt;
+    }
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) {
+    throw std::runtime_error(what + " at offset " + std::to_string(i_));
+  }
+  bool starts(const char* p) const { return s_.compare(i_, std::strlen(p), p) == 0; }
+  void skip_ws() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  void skip_to(const char* end) {
+    size_t k = s_.find(end, i_);
+    if (k == std::string::npos) fail(std::string("missing ") + end);
+    i_ = k + std::strlen(end);
+  }
+  // Prolog, doctype, comments and white space between elements.
+  void skip_misc() {
+    for (;;) {
+      skip_ws();
+      if (starts("<?")) skip_to("?>");
+      else if (starts("<!--")) skip_to("-->");
+      else if (starts("<!DOCTYPE")) skip_to(">");
+      else return;
+    }
+  }
+  std::string name() {
+    size_t b = i_;
+    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '-' ||
+                              s_[i_] == '_' || s_[i_] == ':' || s_[i_] == '.')) {
+      ++i_;
+    }
+    if (b == i_) fail("expected a name");
+    return s_.substr(b, i_ - b);
+  }
+  // Decodes character data up to `stop`; rejects a bare '<' or '&' and unknown entities.
+  std::string chars(char stop) {
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != stop) {
+      char c = s_[i_];
+      if (c == '<') fail("'<' in attribute value");
+      if (c == '&') {
+        size_t semi = s_.find(';', i_);
+        if (semi == std::string::npos || semi - i_ > 10) fail("bare '&'");
+        std::string ent = s_.substr(i_ + 1, semi - i_ - 1);
+        static const std::map<std::string, std::string> known = {
+            {"amp", "&"}, {"lt", "<"}, {"gt", ">"}, {"quot", "\""}, {"apos", "'"}};
+        if (auto it = known.find(ent); it != known.end()) {
+          out += it->second;
+        } else if (ent.size() > 1 && ent[0] == '#') {
+          long v = ent[1] == 'x' ? std::strtol(ent.c_str() + 2, nullptr, 16) : std::strtol(ent.c_str() + 1, nullptr, 10);
+          if (v < 0x20 && v != 9 && v != 10 && v != 13) fail("reference to a forbidden character");
+          out += v < 0x80 ? std::string(1, static_cast<char>(v)) : std::string("?");
+        } else {
+          fail("unknown entity &" + ent + ";");
+        }
+        i_ = semi + 1;
+        continue;
+      }
+      out += c;
+      ++i_;
+    }
+    return out;
+  }
+  XmlNode element() {
+    if (!starts("<")) fail("expected '<'");
+    ++i_;
+    XmlNode n;
+    n.name = name();
+    for (;;) {
+      skip_ws();
+      if (starts("/>")) {
+        i_ += 2;
+        return n;
+      }
+      if (starts(">")) {
+        ++i_;
+        break;
+      }
+      std::string a = name();
+      skip_ws();
+      if (!starts("=")) fail("attribute " + a + " without value");
+      ++i_;
+      skip_ws();
+      if (i_ >= s_.size() || (s_[i_] != '"' && s_[i_] != '\'')) fail("unquoted attribute " + a);
+      char q = s_[i_++];
+      std::string v = chars(q);
+      if (i_ >= s_.size()) fail("unterminated attribute " + a);
+      ++i_;
+      if (!n.attrs.emplace(a, v).second) fail("duplicate attribute " + a);
+    }
+    for (;;) {
+      if (i_ >= s_.size()) fail("unclosed element <" + n.name + ">");
+      if (starts("</")) {
+        i_ += 2;
+        std::string end = name();
+        if (end != n.name) fail("</" + end + "> closes <" + n.name + ">");
+        skip_ws();
+        if (!starts(">")) fail("bad end tag");
+        ++i_;
+        return n;
+      }
+      if (starts("<!--")) {
+        skip_to("-->");
+      } else if (starts("<")) {
+        n.kids.push_back(element());
+      } else {
+        size_t before = i_;
+        std::string t;
+        while (i_ < s_.size() && s_[i_] != '<') {
+          size_t stop = s_.find_first_of("<&", i_);
+          if (stop == std::string::npos) stop = s_.size();
+          t += s_.substr(i_, stop - i_);
+          i_ = stop;
+          if (i_ < s_.size() && s_[i_] == '&') {
+            size_t save = i_;
+            // Reuse the attribute decoder for one entity.
+            std::string one = s_.substr(save, s_.find(';', save) - save + 1);
+            XmlReader sub(one);
+            sub.i_ = 0;
+            t += sub.chars('\0');
+            i_ = save + one.size();
+          }
+        }
+        if (i_ == before) fail("stuck");
+        n.text += t;
+      }
+    }
+  }
+
+  const std::string& s_;
+  size_t i_ = 0;
+  std::string error_;
+};
+
+TEST(XmlReader, RejectsWhatXmlForbids) {
+  EXPECT_TRUE(XmlReader("<a x=\"1\"><b/>t &amp; &#10;</a>").parse());
+  for (const char* bad : {"<a><b></a></b>", "<a x=1/>", "<a>&nbsp;</a>", "<a>&</a>", "<a>\x01</a>",
+                          "<a/><b/>", "<a x=\"<\"/>", "<a>"}) {
+    EXPECT_FALSE(XmlReader(bad).parse()) << bad;
+  }
+}
+
+bool have_xmllint() { return std::system("xmllint --version >/dev/null 2>&1") == 0; }
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "renderers_test." + std::to_string(::getpid()) + "." + name;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+TEST(Escaping, XmlEscapeHandlesSpecialsControlsAndBadUtf8) {
+  using detail::xml_escape;
+  EXPECT_EQ(xml_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
+  EXPECT_EQ(xml_escape("x\x1b[31my\x07"), "x\\x1B[31my\\x07");
+  EXPECT_EQ(xml_escape("l1\nl2\t"), "l1\nl2\t");
+  EXPECT_EQ(xml_escape("l1\nl2\t", true), "l1&#10;l2&#9;");
+  EXPECT_EQ(xml_escape("bad \xff\xfe end"), "bad \xEF\xBF\xBD\xEF\xBF\xBD end");
+  EXPECT_EQ(xml_escape("\xE2\x80\x93"), "\xE2\x80\x93");  // a valid en dash stays
+  EXPECT_EQ(xml_escape("\xC0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong NUL is refused
+  EXPECT_TRUE(XmlReader("<a>" + xml_escape(std::string("\0\x01\x1f", 3)) + "</a>").parse());
+}
+
+// ---------------------------------------------------------------------------------------------
+// JUnit
+
+TEST(Junit, MatchesGolden) { check_golden("junit_golden.xml", render_junit(runs(), {})); }
+
+TEST(Junit, WellFormedAndCountsAgree) {
+  std::string xml = render_junit(runs(), {});
+  XmlReader reader(xml);
+  auto root = reader.parse();
+  ASSERT_TRUE(root) << reader.error();
+  EXPECT_EQ(root->name, "testsuites");
+  auto suites = root->all("testsuite");
+  ASSERT_EQ(suites.size(), runs().size());
+  int tests = 0, failures = 0, errors = 0, skipped = 0;
+  for (size_t s = 0; s < suites.size(); ++s) {
+    const XmlNode& suite = *suites[s];
+    EXPECT_EQ(suite.attrs.at("name"), runs()[s].scenario.name);
+    auto cases = suite.all("testcase");
+    EXPECT_EQ(cases.size(), runs()[s].results.size());
+    int f = 0, e = 0, k = 0;
+    double time = 0;
+    for (const XmlNode* c : cases) {
+      EXPECT_EQ(c->attrs.at("classname"), runs()[s].scenario.name);
+      EXPECT_LE(c->all("failure").size() + c->all("error").size() + c->all("skipped").size(), 1u)
+          << c->attrs.at("name");
+      f += c->all("failure").size();
+      e += c->all("error").size();
+      k += c->all("skipped").size();
+      time += std::stod(c->attrs.at("time"));
+      EXPECT_EQ(c->all("system-out").size(), 1u);
+    }
+    EXPECT_EQ(std::stoi(suite.attrs.at("tests")), static_cast<int>(cases.size()));
+    EXPECT_EQ(std::stoi(suite.attrs.at("failures")), f);
+    EXPECT_EQ(std::stoi(suite.attrs.at("errors")), e);
+    EXPECT_EQ(std::stoi(suite.attrs.at("skipped")), k);
+    EXPECT_NEAR(std::stod(suite.attrs.at("time")), time, 0.002 * cases.size() + 0.001);
+    tests += cases.size();
+    failures += f;
+    errors += e;
+    skipped += k;
+  }
+  EXPECT_EQ(std::stoi(root->attrs.at("tests")), tests);
+  EXPECT_EQ(std::stoi(root->attrs.at("failures")), failures);
+  EXPECT_EQ(std::stoi(root->attrs.at("errors")), errors);
+  EXPECT_EQ(std::stoi(root->attrs.at("skipped")), skipped);
+  // Known content of the fixtures: basic has 1 crash, long 4 crashes, compile-only 1 crash; the
+  // edge cases have a hot-path failure, a timeout, a crash, an error and a skip.
+  EXPECT_EQ(std::stoi(suites[0]->attrs.at("failures")), 1);
+  EXPECT_EQ(std::stoi(suites[1]->attrs.at("failures")), 4);
+  EXPECT_EQ(std::stoi(suites[2]->attrs.at("failures")), 1);
+  EXPECT_EQ(std::stoi(suites[3]->attrs.at("failures")), 3);
+  EXPECT_EQ(std::stoi(suites[3]->attrs.at("errors")), 1);
+  EXPECT_EQ(std::stoi(suites[3]->attrs.at("skipped")), 1);
+}
+
+// The test case of `suite` named `name`.
+const XmlNode* find_case(const XmlNode& root, size_t suite, const std::string& name) {
+  for (const XmlNode* c : root.all("testsuite").at(suite)->all("testcase")) {
+    if (c->attrs.at("name") == name) return c;
+  }
+  return nullptr;
+}
+
+TEST(Junit, FailureKindsMessagesAndEscaping) {
+  std::string xml = render_junit(runs(), {});
+  auto root = XmlReader(xml).parse();
+  ASSERT_TRUE(root);
+
+  const XmlNode* crash = find_case(*root, 0, "none [cudagraph_mode=piecewise]");
+  ASSERT_TRUE(crash);
+  ASSERT_EQ(crash->all("failure").size(), 1u);
+  const XmlNode& f = *crash->all("failure")[0];
+  EXPECT_EQ(f.attrs.at("type"), "crash");
+  EXPECT_EQ(f.attrs.at("message").rfind("first_decode: Workspace is locked but allocation from", 0), 0u);
+  EXPECT_EQ(f.text, *runs()[0].results[0].error);
+  EXPECT_NE(crash->all("system-out")[0]->text.find("request 0 prefill"), std::string::npos);
+
+  const XmlNode* strict = find_case(*root, 3, "strict");
+  ASSERT_TRUE(strict);
+  ASSERT_EQ(strict->all("failure").size(), 1u);
+  EXPECT_EQ(strict->all("failure")[0]->attrs.at("type"), "hot_path_compile");
+  const std::string& listing = strict->all("failure")[0]->text;
+  EXPECT_NE(listing.find("tq_cache_store"), std::string::npos);
+  EXPECT_NE(listing.find("phase prefill"), std::string::npos);
+  EXPECT_NE(listing.find("key: tq_cache_store[A=1]<x & y>@sm_90"), std::string::npos);  // decoded
+
+  const XmlNode* hung = find_case(*root, 3, "hung \"warmer\" <&>");
+  ASSERT_TRUE(hung);
+  ASSERT_EQ(hung->all("failure").size(), 1u);
+  EXPECT_EQ(hung->all("failure")[0]->attrs.at("type"), "timeout");
+  EXPECT_EQ(hung->all("failure")[0]->attrs.at("message"), "graph_capture: no progress after 600 s (watchdog)");
+
+  const XmlNode* spawn = find_case(*root, 3, "spawn-fail");
+  ASSERT_TRUE(spawn);
+  ASSERT_EQ(spawn->all("error").size(), 1u);
+  EXPECT_NE(spawn->all("error")[0]->text.find("\\x1B[31mred"), std::string::npos);
+  EXPECT_NE(spawn->all("error")[0]->text.find("bell \\x07"), std::string::npos);
+
+  const XmlNode* skip = find_case(*root, 3, "sm100-only");
+  ASSERT_TRUE(skip);
+  ASSERT_EQ(skip->all("skipped").size(), 1u);
+  EXPECT_EQ(skip->all("skipped")[0]->attrs.at("message"), "needs sm_100 (this device is sm_90)");
+  EXPECT_TRUE(skip->all("error").empty());
+
+  // A strategy that allows hot-path compiles passes with them (tq-reserve-max compiles 3).
+  const XmlNode* reserve = find_case(*root, 0, "tq-reserve-max [cudagraph_mode=piecewise]");
+  ASSERT_TRUE(reserve);
+  EXPECT_TRUE(reserve->all("failure").empty());
+}
+
+TEST(Junit, JitMonitorErrorFailsEveryHotPathCompile) {
+  JunitOptions strict;
+  strict.hot_path_compiles_fail = true;
+  auto root = XmlReader(render_junit(runs(), strict)).parse();
+  ASSERT_TRUE(root);
+  const XmlNode* reserve = find_case(*root, 0, "tq-reserve-max [cudagraph_mode=piecewise]");
+  ASSERT_TRUE(reserve);
+  ASSERT_EQ(reserve->all("failure").size(), 1u);
+  EXPECT_EQ(reserve->all("failure")[0]->attrs.at("type"), "hot_path_compile");
+  EXPECT_EQ(root->all("testsuite")[0]->attrs.at("failures"), "2");
+  // A crash that also compiled on the hot path keeps one failure, its text lists the compiles.
+  const XmlNode* crash = find_case(*root, 0, "none [cudagraph_mode=piecewise]");
+  ASSERT_EQ(crash->all("failure").size(), 1u);
+  EXPECT_EQ(crash->all("failure")[0]->attrs.at("type"), "crash");
+  EXPECT_NE(crash->all("failure")[0]->text.find("hot-path compile(s)"), std::string::npos);
+}
+
+TEST(Junit, XmllintAcceptsItAgainstTheSchema) {
+  if (!have_xmllint()) GTEST_SKIP() << "xmllint not installed (apt-get install libxml2-utils)";
+  std::string path = temp_path("junit.xml");
+  std::ofstream(path) << render_junit(runs(), {});
+  std::string cmd = "xmllint --noout --schema '" + kData + "/junit.xsd' '" + path + "'";
+  EXPECT_EQ(std::system((cmd + " 2>&1").c_str()), 0) << cmd;
+  // The schema is strict enough to reject a broken document.
+  std::ofstream(path) << "<testsuites><testsuite name=\"x\"><testcase/></testsuite></testsuites>\n";
+  EXPECT_NE(std::system((cmd + " >/dev/null 2>&1").c_str()), 0);
+  std::remove(path.c_str());
+}
+
+TEST(Junit, EmptyInputIsStillValid) {
+  std::string xml = render_junit({}, {});
+  auto root = XmlReader(xml).parse();
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->attrs.at("tests"), "0");
+  EXPECT_TRUE(root->all("testsuite").empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Markdown
+
+TEST(Markdown, MatchesGolden) { check_golden("markdown_golden.md", render_markdown(runs())); }
+
+// Table rows of the Markdown section of `scenario` (lines starting with "| " after the header).
+std::vector<std::string> table_rows(const std::string& md, const std::string& scenario) {
+  size_t at = md.find("### " + scenario);
+  EXPECT_NE(at, std::string::npos) << scenario;
+  std::vector<std::string> rows;
+  std::istringstream in(md.substr(at));
+  std::string line;
+  bool header = false, seen = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("| strategy", 0) == 0) {
+      if (seen) break;
+      header = seen = true;
+      continue;
+    }
+    if (line.rfind("|---", 0) == 0) continue;
+    if (line.rfind("| ", 0) == 0 && header) {
+      rows.push_back(line);
+    } else if (header) {
+      break;
+    }
+  }
+  return rows;
+}
+
+size_t unescaped_pipes(const std::string& line) {
+  size_t n = 0;
+  for (size_t i = 0; i < line.size(); ++i) n += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
+  return n;
+}
+
+TEST(Markdown, FailuresFirstAndEveryRowComplete) {
+  std::string md = render_markdown(runs());
+  EXPECT_NE(md.find("NVIDIA H200 (sm_90, 132 SMs)**"), std::string::npos);
+  EXPECT_NE(md.find("CUDA 13.0"), std::string::npos);
+  for (const RunResults& run : runs()) {
+    auto rows = table_rows(md, run.scenario.name == "synthetic & edge cases" ? "synthetic &amp; edge cases"
+                                                                               : run.scenario.name);
+    ASSERT_EQ(rows.size(), run.results.size()) << run.scenario.name;
+    bool seen_ok = false;
+    for (const auto& row : rows) {
+      EXPECT_EQ(unescaped_pipes(row), 10u) << row;  // 9 columns
+      bool ok = row.find("✅ ok") != std::string::npos;
+      if (ok) seen_ok = true;
+      else EXPECT_FALSE(seen_ok) << "failed row after an ok row: " << row;
+    }
+  }
+  // Units on numbers, the null note in compile-only mode, full errors folded.
+  EXPECT_NE(md.find("1988.7 ms"), std::string::npos);
+  EXPECT_NE(md.find("0.00 / 0.51 MB"), std::string::npos);
+  EXPECT_NE(md.find("–: compile-only: no kernel times"), std::string::npos);
+  EXPECT_NE(md.find("<details><summary>Errors (4)</summary>"), std::string::npos);
+  // An error text holding ``` is fenced with a longer fence.
+  EXPECT_NE(md.find("````text\nWorkspace is locked"), std::string::npos);
+  // Ratio first/steady: 85.566778 / 25.007783.
+  EXPECT_NE(md.find("3.42×"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTML
+
+TEST(Html, MatchesGolden) { check_golden("html_golden.html", render_html(runs())); }
+
+TEST(Html, SelfContainedWellFormedAndHasBothChartsPerVariant) {
+  std::string html = render_html(runs());
+  for (const char* banned : {"<script", "http://", "https://", " src=", "<link", "@import", "url("}) {
+    EXPECT_EQ(html.find(banned), std::string::npos) << banned;
+  }
+  XmlReader reader(html);
+  ASSERT_TRUE(reader.parse()) << reader.error();
+
+  size_t variants = 0;
+  for (const RunResults& run : runs()) variants += detail::variants_of(run).size();
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("aria-label=\"startup time by phase\""), variants);
+  EXPECT_EQ(count("aria-label=\"first-request TTFT against steady TTFT\""), variants);
+  EXPECT_GE(count("class=\"badge crash\""), 6u);
+  EXPECT_GE(count("class=\"badge ok\""), 10u);
+  EXPECT_EQ(count("class=\"badge timeout\""), 2u);  // table + error block
+  EXPECT_GE(count("class=\"badge error\""), 2u);
+  // Compile-only run: TTFT bars replaced by the reason, two per strategy.
+  EXPECT_EQ(count("not measured (compile-only)"), 2 * runs()[2].results.size());
+  // Hot-path compile keys are shown in <code>, escaped.
+  EXPECT_NE(html.find("<code>tq_cache_store[A=1]&lt;x &amp; y&gt;@sm_90</code>"), std::string::npos);
+  for (const char* phase : {"init", "load_weights", "profile_run", "kv_cache_alloc", "kernel_warmup",
+                            "graph_capture", "workspace_lock"}) {
+    EXPECT_NE(html.find(std::string("</i>") + phase + "</span>"), std::string::npos) << phase;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trace
+
+TEST(Trace, MatchesGolden) { check_golden("trace_golden.json", render_trace(runs())); }
+
+TEST(Trace, EveryPhasePresentInOrderAndCompilesNested) {
+  json doc = json::parse(render_trace(runs()));
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_EQ(doc["displayTimeUnit"], "ms");
+  const json& events = doc["traceEvents"];
+  ASSERT_TRUE(events.is_array());
+
+  struct Track {
+    std::string name;
+    std::vector<json> phases, compiles, instants;
+  };
+  std::map<std::pair<int, int>, Track> tracks;
+  std::map<int, std::string> processes;
+  for (const json& e : events) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("tid")) << e.dump();
+    auto key = std::make_pair(e["pid"].get<int>(), e["tid"].get<int>());
+    std::string ph = e["ph"];
+    if (ph == "M") {
+      if (e["name"] == "thread_name") tracks[key].name = e["args"]["name"];
+      if (e["name"] == "process_name") processes[key.first] = e["args"]["name"];
+    } else if (ph == "X") {
+      ASSERT_TRUE(e["ts"].is_number() && e["dur"].is_number()) << e.dump();
+      EXPECT_GE(e["dur"].get<double>(), 0) << e.dump();
+      std::string cat = e["cat"];
+      (cat.rfind("compile", 0) == 0 ? tracks[key].compiles : tracks[key].phases).push_back(e);
+    } else if (ph == "i") {
+      tracks[key].instants.push_back(e);
+    } else {
+      ADD_FAILURE() << "unexpected phase type " << e.dump();
+    }
+  }
+  ASSERT_EQ(processes.size(), runs().size());
+  for (size_t s = 0; s < runs().size(); ++s) {
+    const int pid = static_cast<int>(s) + 1;
+    EXPECT_EQ(processes[pid], runs()[s].scenario.name);
+    auto rows = detail::grouped_rows(runs()[s]);
+    for (size_t t = 0; t < rows.size(); ++t) {
+      const StrategyResult& r = *rows[t];
+      const Track& tr = tracks[{pid, static_cast<int>(t) + 1}];
+      SCOPED_TRACE(detail::label(r));
+      EXPECT_EQ(tr.name, detail::label(r));
+      // Every recorded phase, in order, back to back from 0, never overlapping.
+      ASSERT_GE(tr.phases.size(), r.phases.size());
+      double end = 0;
+      for (size_t p = 0; p < tr.phases.size(); ++p) {
+        const json& e = tr.phases[p];
+        if (p < r.phases.size()) {
+          EXPECT_EQ(e["name"], r.phases[p].name);
+          EXPECT_EQ(e["args"]["request"], r.phases[p].request);
+          EXPECT_NEAR(e["dur"].get<double>(), r.phases[p].ms * 1000, 0.001);
+        } else {
+          // Only a failed, untimed phase may follow the recorded ones.
+          EXPECT_EQ(e["name"], r.failed_phase.value_or("?"));
+          EXPECT_EQ(e["args"]["timed"], false);
+        }
+        EXPECT_NEAR(e["ts"].get<double>(), end, 0.002) << "phases must be back to back";
+        end = e["ts"].get<double>() + e["dur"].get<double>();
+      }
+      // Every compile placed, inside a slice of its own phase, not overlapping the previous.
+      EXPECT_EQ(tr.compiles.size(), r.startup_compile_list.size() + r.hot_path_compiles.size());
+      for (const json& c : tr.compiles) {
+        double b = c["ts"], d = c["dur"];
+        bool inside = false;
+        for (const json& p : tr.phases) {
+          double pb = p["ts"], pd = p["dur"];
+          if (p["name"] == c["args"]["phase"] && b >= pb - 1e-6 && b + d <= pb + pd + 1e-6) inside = true;
+        }
+        EXPECT_TRUE(inside) << c.dump();
+        for (const char* k : {"kernel", "key", "compile_ms", "source", "hot_path"}) {
+          EXPECT_TRUE(c["args"].contains(k)) << k;
+        }
+      }
+      for (size_t a = 0; a < tr.compiles.size(); ++a) {
+        for (size_t b = a + 1; b < tr.compiles.size(); ++b) {
+          double a0 = tr.compiles[a]["ts"], a1 = a0 + tr.compiles[a]["dur"].get<double>();
+          double b0 = tr.compiles[b]["ts"], b1 = b0 + tr.compiles[b]["dur"].get<double>();
+          EXPECT_TRUE(a1 <= b0 + 1e-6 || b1 <= a0 + 1e-6) << "compiles overlap";
+        }
+      }
+      // One outcome marker at the end of the track.
+      ASSERT_EQ(tr.instants.size(), 1u);
+      EXPECT_EQ(tr.instants[0]["args"]["outcome"], outcome_name(r.outcome));
+      EXPECT_NEAR(tr.instants[0]["ts"].get<double>(), end, 0.002);
+    }
+  }
+}
+
+TEST(Trace, FailedPhaseWithCompilesGetsAnUntimedSlice) {
+  json doc = json::parse(render_trace({runs()[3]}));
+  bool found = false;
+  for (const json& e : doc["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "continuation_prefill") {
+      found = true;
+      EXPECT_EQ(e["args"]["timed"], false);
+      EXPECT_TRUE(e["args"]["ms"].is_null());
+      EXPECT_NEAR(e["dur"].get<double>(), 7500, 0.001);  // its one compile, 7.5 ms
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+TEST(ReportFiles, WritesEachRequestedFileAtomically) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(::testing::TempDir()) / ("renderers_files." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ReportFiles files;
+  files.junit = (dir / "r.xml").string();
+  files.html = (dir / "r.html").string();
+  files.trace = (dir / "r.trace.json").string();
+  files.hot_path_compiles_fail = true;  // markdown left empty: not written
+  write_report_files(runs(), files);
+  JunitOptions strict;
+  strict.hot_path_compiles_fail = true;
+  EXPECT_EQ(read_file(files.junit), render_junit(runs(), strict));
+  EXPECT_EQ(read_file(files.html), render_html(runs()));
+  EXPECT_EQ(read_file(files.trace), render_trace(runs()));
+  size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    ++n;
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+  }
+  EXPECT_EQ(n, 3u);
+  struct stat st {};
+  ASSERT_EQ(::stat(files.html.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+
+  ReportFiles bad;
+  bad.markdown = (dir / "missing-dir" / "r.md").string();
+  try {
+    write_report_files(runs(), bad);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad.markdown), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace coldstart::reports
