@@ -67,6 +67,8 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
   result_.warmers = strategy_.warmers;
   result_.outcome = Outcome::kError;
   result_.extra["allow_hot_path_compiles"] = strategy_.allow_hot_path_compiles;
+  sdpa_spans_ = std::make_unique<GpuSpans>(mode());
+  model_spans_ = std::make_unique<GpuSpans>(mode());
 }
 
 Engine::~Engine() = default;
@@ -114,6 +116,8 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   snapshot();
   NvtxRange range(name.c_str());
   const MemoryStats mem0 = request >= 0 ? memory_stats(mode()) : MemoryStats{};
+  sdpa_spans_->set_active(request >= 0);
+  model_spans_->set_active(request >= 0);
   const auto t0 = Clock::now();
   body();
   device_synchronize(mode());
@@ -126,12 +130,20 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
         {"new_segments", mem1.segments_allocated - mem0.segments_allocated},
         {"reserved_bytes", mem1.reserved - mem0.reserved}};
   }
-  if (sdpa_spans_) {
+  if (sdpa_spans_ && request >= 0) {
+    // Where a request phase's time went: libtorch prefill attention, the model's own pieces
+    // (GEMMs, norms, RoPE; eager runs only), sampling + copy to host. Same keys for both
+    // requests, so first-minus-steady differences name the first-time costs.
     const double sdpa = sdpa_spans_->take_total_ms();
+    const double pieces = model_spans_->take_total_ms();
     if (request >= 0 && mode() == DeviceMode::kCuda) {
-      result_.extra["prefill_attention_gpu_ms"][std::to_string(request) + "." + name] = sdpa;
+      const std::string key = std::to_string(request) + "." + name;
+      result_.extra["prefill_attention_gpu_ms"][key] = sdpa;
+      result_.extra["model_pieces_gpu_ms"][key] = pieces;
+      result_.extra["sampling_ms"][key] = sampling_ms_;
     }
   }
+  sampling_ms_ = 0;
   snapshot();
 }
 
@@ -188,7 +200,6 @@ void Engine::do_init() {
   const char* cudnn = std::getenv("COLDSTART_SDPA_CUDNN");
   result_.extra["sdpa_backends"] =
       configure_sdpa_backends(mode(), cudnn != nullptr && std::string(cudnn) == "1");
-  sdpa_spans_ = std::make_unique<GpuSpans>(mode());
   AttentionContext ctx{mode(), device(), jit_.get(), workspace_.get(), &scenario_.model,
                        &scenario_.engine, sdpa_spans_.get()};
   attention_ = make_attention_backend(ctx);
@@ -405,7 +416,9 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch, bool last_rows_only) {
                : at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device());
   }
   for (int i = 0; i <= L; ++i) {
+    if (model_spans_) model_spans_->begin();
     model_->piece(i, st, batch, i == L ? rows : at::Tensor());
+    if (model_spans_) model_spans_->end();
     if (i == L) break;
     if (batch.skip_attention) {
       st.attn_out = st.q;  // no metadata: attention leaves its output buffer as it is (vLLM)
@@ -420,8 +433,13 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch, bool last_rows_only) {
 std::vector<int64_t> Engine::sample(const at::Tensor& logits, int rows) {
   std::vector<int64_t> out(rows, 0);
   if (mode() != DeviceMode::kCuda) return out;  // compile-only: nothing to read
+  // Greedy sampling and the copy to the host. Timed on its own (after the forward pass has
+  // drained) so a first-time cost here shows up by name.
+  device_synchronize(mode());
+  const auto t0 = Clock::now();
   at::Tensor ids = at::argmax(logits.narrow(0, 0, rows), -1).to(at::kCPU);  // syncs
   for (int r = 0; r < rows; ++r) out[r] = ids[r].item<int64_t>();
+  sampling_ms_ += ms_since(t0);
   return out;
 }
 
@@ -490,11 +508,12 @@ void Engine::record_first_time_costs() {
     for (const PhaseTiming& steady : result_.phases) {
       if (steady.request == 1 && steady.name == first.name) {
         costs[first.name] = first.ms - steady.ms;
-        const auto& att = result_.extra["prefill_attention_gpu_ms"];
         const std::string k0 = "0." + first.name, k1 = "1." + first.name;
-        if (att.is_object() && att.contains(k0) && att.contains(k1)) {
-          costs[first.name + ".prefill_attention"] =
-              att[k0].get<double>() - att[k1].get<double>();
+        for (const char* part : {"prefill_attention_gpu_ms", "model_pieces_gpu_ms", "sampling_ms"}) {
+          const auto& m = result_.extra[part];
+          if (m.is_object() && m.contains(k0) && m.contains(k1)) {
+            costs[first.name + "." + part] = m[k0].get<double>() - m[k1].get<double>();
+          }
         }
       }
     }
@@ -549,6 +568,10 @@ void Engine::do_request(int index) {
       steps.push_back(ms_since(t0));
     }
   }
+  // Steps after the first decode are not attributed; drop what they recorded.
+  sdpa_spans_->take_total_ms();
+  model_spans_->take_total_ms();
+  sampling_ms_ = 0;
   if (spec.decode_steps > 1) {
     result_.phases.push_back(PhaseTiming{
         "decode", std::accumulate(steps.begin() + 1, steps.end(), 0.0), std::nullopt, index});

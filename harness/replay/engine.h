@@ -107,7 +107,9 @@ class Engine {
   int64_t num_blocks_ = 0;
   int32_t next_free_block_ = 1;  ///< block 0 is the null block (warmers may scribble there)
   GraphPool pool_;
-  std::unique_ptr<GpuSpans> sdpa_spans_;
+  std::unique_ptr<GpuSpans> sdpa_spans_;   ///< libtorch prefill attention (SDPA) calls
+  std::unique_ptr<GpuSpans> model_spans_;  ///< model pieces run eagerly
+  double sampling_ms_ = 0;                 ///< sampling + copy to host in the current phase
   std::map<int, std::unique_ptr<PiecewiseGraphs>> piecewise_;
   std::map<int, std::unique_ptr<FullGraph>> full_;
   std::chrono::steady_clock::time_point run_start_;

@@ -210,7 +210,7 @@ GpuSpans::~GpuSpans() = default;
 
 void GpuSpans::begin() {
 #ifdef COLDSTART_WITH_CUDA
-  if (mode_ != DeviceMode::kCuda) return;
+  if (mode_ != DeviceMode::kCuda || !active_) return;
   impl_->spans.emplace_back(at::cuda::CUDAEvent(cudaEventDefault), at::cuda::CUDAEvent(cudaEventDefault));
   impl_->spans.back().first.record();
 #endif
@@ -218,7 +218,7 @@ void GpuSpans::begin() {
 
 void GpuSpans::end() {
 #ifdef COLDSTART_WITH_CUDA
-  if (mode_ != DeviceMode::kCuda || impl_->spans.empty()) return;
+  if (mode_ != DeviceMode::kCuda || !active_ || impl_->spans.empty()) return;
   impl_->spans.back().second.record();
 #endif
 }

@@ -60,6 +60,9 @@ class GpuSpans {
  public:
   explicit GpuSpans(DeviceMode mode);
   ~GpuSpans();
+  /// Spans are recorded only while active (never during graph capture: a captured event record
+  /// cannot be timed).
+  void set_active(bool active) { active_ = active; }
   void begin();
   void end();
   /// Sum of the finished spans, milliseconds; waits for them. Then forgets them.
@@ -68,6 +71,7 @@ class GpuSpans {
  private:
   struct Impl;
   DeviceMode mode_;
+  bool active_ = false;
   std::unique_ptr<Impl> impl_;
 };
 
