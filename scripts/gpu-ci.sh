@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nightly GPU CI / GPU check: builds against the PyTorch install's libtorch (CUDA), runs every test
 # (GPU tests included), replays both TurboQuant scenarios on the GPU and runs the launch
-# benchmark. Results go to $OUT (default ./out/gpu): replay JSONs, bench JSON, one log.
+# benchmark. Results go to $OUT (default ./out/gpu): merged results JSON, JUnit, Markdown, HTML,
+# trace, bench JSON, and one log.
 #
 #   OUT=/tmp/gpu scripts/gpu-ci.sh [sm arch number, default: the GPU's, e.g. 90]
 set -uo pipefail
@@ -27,10 +28,13 @@ step "tests"
 (cd "$BUILD" && ctest --output-on-failure -j4 --timeout 600) >>"$LOG" 2>&1 || rc=1
 grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Total Test" "$LOG" | tail -20
 
-for s in qwen3-8b-turboquant qwen3-8b-turboquant-long-prompt; do
-  step "replay $s"
-  "$BUILD/coldstart" replay "scenarios/$s.yaml" --device cuda --json "$OUT/$s.json" 2>>"$LOG" | tee -a "$LOG" || rc=1
-done
+step "doctor"
+"$BUILD/coldstart" doctor >>"$LOG" 2>&1 || rc=1
+
+step "replay (both TurboQuant scenarios, ${COLDSTART_REPEAT:-3} runs per strategy)"
+"$BUILD/coldstart" replay scenarios/qwen3-8b-turboquant.yaml scenarios/qwen3-8b-turboquant-long-prompt.yaml \
+  --device cuda --repeat "${COLDSTART_REPEAT:-3}" --json "$OUT/results.json" --junit "$OUT/junit.xml" \
+  --md "$OUT/report.md" --html "$OUT/report.html" --trace "$OUT/trace.json" 2>>"$LOG" | tee -a "$LOG" || rc=1
 
 step "launch benchmark"
 "$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \

@@ -69,6 +69,10 @@ class Engine {
   /// Builds a batch on the engine's own input tensors and block table (so strides and alignment,
   /// and with them the kernels' compile keys, match serving). Token ids are random.
   ForwardBatch make_batch(const std::vector<SeqStep>& seqs, bool skip_attention = false);
+  /// Runs one model step for `seqs` the way a request step runs (graphs when a captured size
+  /// fits, else eager; attention included; greedy sampling and copy to host). For warmers that
+  /// exercise the serving path on synthetic tokens. Returns the sampled token ids.
+  std::vector<int64_t> run_step(const std::vector<SeqStep>& seqs) { return execute(make_batch(seqs)); }
   /// Blocks per request row of the block table (= its stride): cdiv(max_model_len, block_size).
   int max_blocks_per_req() const;
   /// Writes a progress line.

@@ -114,7 +114,7 @@ class ScenarioFiles : public ::testing::Test {
 TEST(RealScenarios, Qwen3TurboQuant) {
   ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
   const std::string path = source_dir() + "/scenarios/qwen3-8b-turboquant.yaml";
-  Scenario s = load_scenario(path, {}, {"tq-decode-warmup", "tq-reserve-max"});
+  Scenario s = load_scenario(path, {}, {"tq-decode-warmup", "tq-reserve-max", "aot-prefill-warmup"});
   EXPECT_EQ(s.name, "qwen3-8b-turboquant");
   EXPECT_EQ(s.file, path);
   EXPECT_FALSE(s.description.empty());
@@ -156,7 +156,7 @@ TEST(RealScenarios, Qwen3TurboQuant) {
     EXPECT_EQ(r.prompt_tokens, 512);
     EXPECT_EQ(r.decode_steps, 32);
   }
-  ASSERT_EQ(s.strategies.size(), 4u);
+  ASSERT_EQ(s.strategies.size(), 5u);
   EXPECT_EQ(s.strategies[0].name, "none");
   EXPECT_TRUE(s.strategies[0].warmers.empty());
   EXPECT_EQ(s.strategies[1].name, "tq-decode-warmup");
@@ -166,7 +166,12 @@ TEST(RealScenarios, Qwen3TurboQuant) {
   EXPECT_EQ(s.strategies[3].name, "both");
   EXPECT_EQ(s.strategies[3].warmers,
             (std::vector<std::string>{"tq-decode-warmup", "tq-reserve-max"}));
-  for (const auto& st : s.strategies) EXPECT_TRUE(st.allow_hot_path_compiles);
+  EXPECT_EQ(s.strategies[4].name, "all");
+  EXPECT_EQ(s.strategies[4].warmers,
+            (std::vector<std::string>{"tq-decode-warmup", "tq-reserve-max", "aot-prefill-warmup"}));
+  // The single-warmer strategies may compile on the hot path; the combined ones must not.
+  for (size_t i = 0; i < s.strategies.size(); ++i)
+    EXPECT_EQ(s.strategies[i].allow_hot_path_compiles, i < 3) << s.strategies[i].name;
   EXPECT_DOUBLE_EQ(s.timeout_s, 600);
   EXPECT_TRUE(s.expect.is_null());
 
@@ -190,7 +195,7 @@ TEST(RealScenarios, Qwen3TurboQuant) {
 TEST(RealScenarios, Qwen3TurboQuantLongPrompt) {
   ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
   Scenario s = load_scenario(source_dir() + "/scenarios/qwen3-8b-turboquant-long-prompt.yaml", {},
-                             {"tq-decode-warmup", "tq-reserve-max"});
+                             {"tq-decode-warmup", "tq-reserve-max", "aot-prefill-warmup"});
   EXPECT_EQ(s.name, "qwen3-8b-turboquant-long-prompt");
   EXPECT_EQ(s.model.num_hidden_layers, 36);
   EXPECT_EQ(s.engine.max_num_batched_tokens, 2048);
@@ -201,7 +206,7 @@ TEST(RealScenarios, Qwen3TurboQuantLongPrompt) {
   EXPECT_EQ(s.requests[1].prompt_tokens, 4096);
   // The prompt takes two prefill chunks: the second continues over 2048 cached tokens.
   EXPECT_EQ(s.requests[0].prompt_tokens - s.engine.max_num_batched_tokens, 2048);
-  EXPECT_EQ(s.strategies.size(), 4u);
+  EXPECT_EQ(s.strategies.size(), 5u);
   EXPECT_EQ(s.variants.size(), 2u);
 }
 
