@@ -81,6 +81,7 @@ class Engine {
  private:
   void phase(const std::string& name, int request, const std::function<void()>& body);
   void snapshot();
+  void snapshot_inner();
   void do_init();
   void do_load_weights();
   void do_profile_run();
@@ -113,7 +114,8 @@ class Engine {
   GraphPool pool_;
   std::unique_ptr<GpuSpans> sdpa_spans_;   ///< libtorch prefill attention (SDPA) calls
   std::unique_ptr<GpuSpans> model_spans_;  ///< model pieces run eagerly
-  double sampling_ms_ = 0;                 ///< sampling + copy to host in the current phase
+  double sampling_ms_ = 0;
+  double snapshot_ms_ = 0;                 ///< time spent sending result snapshots                 ///< sampling + copy to host in the current phase
   std::map<int, std::unique_ptr<PiecewiseGraphs>> piecewise_;
   std::map<int, std::unique_ptr<FullGraph>> full_;
   std::chrono::steady_clock::time_point run_start_;
