@@ -1,5 +1,6 @@
 // coldstart: terminal comparison table. Reads a RunResults; measures nothing.
 #include "reports/table.h"
+#include "reports/render_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -144,11 +145,7 @@ std::string render_table(const RunResults& run, bool color) {
   std::string scenario = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
   if (!run.scenario.file.empty()) scenario += " (" + run.scenario.file + ")";
   out += paint("coldstart replay: " + scenario, kBold) + "\n";
-  std::string device = m.device_name.empty() ? "unknown device" : m.device_name;
-  if (m.sm > 0) {
-    device += m.sm_count > 0 ? fmt::format(" (sm_{}, {} SMs)", m.sm, m.sm_count)
-                             : fmt::format(" (sm_{})", m.sm);
-  }
+  const std::string device = detail::device_text(m);
   out += fmt::format("device: {}  mode: {}  coldstart {}{}\n", device,
                      m.mode.empty() ? "?" : m.mode, m.coldstart_version.empty() ? "?" : m.coldstart_version,
                      m.git_sha.empty() ? "" : " (" + m.git_sha + ")");
