@@ -1,6 +1,8 @@
 // coldstart compare / merge. See compare.h for the rules; this file only reads RunResults.
 #include "harness/cli/compare.h"
 
+#include "harness/common/paths.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -233,40 +235,6 @@ std::string verdict(const CompareRow& r) {
   return "same";
 }
 
-// Atomic write of `text` to `path`: temp file beside it, fsync, rename.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  std::string tmpl = path + ".tmp.XXXXXX";
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  int fd = ::mkstemp(name.data());
-  if (fd < 0) {
-    throw Error(fmt::format("{}: cannot create temporary file {}: {}", path, tmpl,
-                            std::strerror(errno)));
-  }
-  const std::string tmp(name.data());
-  auto fail = [&](const std::string& step) {
-    const std::string msg = fmt::format("{}: {} failed: {}", path, step, std::strerror(errno));
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(msg);
-  };
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write to " + tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fchmod(fd, 0644) != 0) fail("chmod " + tmp);
-  if (::fsync(fd) != 0) fail("fsync " + tmp);
-  const int rc = ::close(fd);
-  fd = -1;
-  if (rc != 0) fail("close " + tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename " + tmp + " to " + path);
-}
-
 // Prefixes an error text with the file unless it already names it.
 std::string with_path(const std::string& path, const std::string& what) {
   return what.rfind(path + ":", 0) == 0 ? what : path + ": " + what;
@@ -484,7 +452,7 @@ int compare_main(const std::string& baseline, const std::string& current,
 void write_merged_json(const std::string& path, const std::vector<RunResults>& runs) {
   json j = {{"schema", kMergedSchema}, {"runs", json::array()}};
   for (const RunResults& r : runs) j["runs"].push_back(r);
-  write_file_atomically(path, j.dump(2) + "\n");
+  paths::write_file_atomic(path, j.dump(2) + "\n");
 }
 
 std::vector<RunResults> read_any_results(const std::string& path) {

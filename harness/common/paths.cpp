@@ -102,6 +102,38 @@ std::string make_temp_dir(const std::string& prefix) {
   return buf.data();
 }
 
+void write_file_atomic(const std::string& path, const std::string& data, unsigned mode) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  std::vector<char> name(tmp.begin(), tmp.end());
+  name.push_back('\0');
+  int fd = ::mkstemp(name.data());
+  if (fd < 0) {
+    throw Error(path + ": creating a temporary file " + tmp + " failed: " + std::strerror(errno));
+  }
+  tmp = name.data();
+  auto fail = [&](const std::string& step) {
+    const std::string msg = path + ": " + step + " failed: " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(msg);
+  };
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("writing " + tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) fail("setting the mode of " + tmp);
+  if (::fsync(fd) != 0) fail("flushing " + tmp);
+  const int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) fail("closing " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming " + tmp);
+}
+
 std::string self_executable() {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);

@@ -27,6 +27,11 @@ void make_dirs(const std::string& path);
 bool remove_tree(const std::string& path) noexcept;
 /// A new private directory under $TMPDIR (or /tmp) named `<prefix>XXXXXX`. Throws Error.
 std::string make_temp_dir(const std::string& prefix);
+/// Writes `data` to `path` atomically: a temporary file beside it (same file system), written in
+/// full, given `mode` (mkstemp makes 0600), fsync'ed, then renamed over `path`; a reader sees the
+/// old file or the whole new one, never a part. Throws Error "<path>: <step> failed: <errno
+/// text>" and removes the temporary file when a step fails.
+void write_file_atomic(const std::string& path, const std::string& data, unsigned mode = 0644);
 /// The running executable (readlink /proc/self/exe). Throws Error.
 std::string self_executable();
 

@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include <fstream>
+#include <iterator>
 
 namespace coldstart::paths {
 namespace {
@@ -50,6 +54,32 @@ TEST(Paths, MakeDirsReportsTheFailingPath) {
   } catch (const coldstart::Error& e) {
     EXPECT_NE(std::string(e.what()).find("/proc/cs-cannot-create"), std::string::npos) << e.what();
   }
+}
+
+TEST(Paths, WriteFileAtomicReplacesWholeAndLeavesNoTemporary) {
+  const std::string root = make_temp_dir("cs-paths-atomic-");
+  const std::string file = join(root, "out.json");
+  write_file_atomic(file, "first");
+  write_file_atomic(file, std::string("sec\0nd", 7));  // binary-safe
+  std::ifstream in(file, std::ios::binary);
+  std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, std::string("sec\0nd", 7));
+  struct stat st;
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  // Only the target is left in the directory.
+  int entries = 0;
+  DIR* d = opendir(root.c_str());
+  while (dirent* e = readdir(d)) entries += std::string(e->d_name) != "." && std::string(e->d_name) != "..";
+  closedir(d);
+  EXPECT_EQ(entries, 1);
+  try {
+    write_file_atomic(join(root, "missing-dir/out.json"), "x");
+    FAIL() << "writing into a missing directory must fail";
+  } catch (const coldstart::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing-dir/out.json"), std::string::npos) << e.what();
+  }
+  remove_tree(root);
 }
 
 TEST(Paths, SelfExecutableIsThisTest) {

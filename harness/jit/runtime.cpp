@@ -142,36 +142,12 @@ struct JitRuntime::Impl {
   // so a concurrent reader sees either no file or a complete one.
   void write_disk(const std::string& path, const std::string& key_text,
                   const std::vector<char>& cubin) {
-    std::string tmpl = path + ".tmp.XXXXXX";
-    const int fd = mkstemp(tmpl.data());
-    if (fd < 0) {
-      throw Error(fmt::format("JIT disk cache: mkstemp({}) failed: {}", tmpl, errno_text()));
-    }
-    const std::string header = kDiskMagic + key_text + "\n";
-    auto write_all = [fd](const char* p, size_t n) {
-      while (n > 0) {
-        const ssize_t w = ::write(fd, p, n);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          return false;
-        }
-        p += w;
-        n -= static_cast<size_t>(w);
-      }
-      return true;
-    };
-    const bool ok = write_all(header.data(), header.size()) && write_all(cubin.data(), cubin.size());
-    const std::string write_err = ok ? "" : errno_text();
-    const bool closed = ::close(fd) == 0;
-    if (!ok || !closed) {
-      const std::string err = ok ? errno_text() : write_err;
-      ::unlink(tmpl.c_str());
-      throw Error(fmt::format("JIT disk cache: writing {} failed: {}", tmpl, err));
-    }
-    if (std::rename(tmpl.c_str(), path.c_str()) != 0) {
-      const std::string err = errno_text();
-      ::unlink(tmpl.c_str());
-      throw Error(fmt::format("JIT disk cache: rename({}, {}) failed: {}", tmpl, path, err));
+    std::string data = kDiskMagic + key_text + "\n";
+    data.append(cubin.data(), cubin.size());
+    try {
+      paths::write_file_atomic(path, data);
+    } catch (const Error& e) {
+      throw Error(std::string("JIT disk cache: ") + e.what());
     }
   }
 

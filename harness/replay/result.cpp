@@ -1,6 +1,8 @@
 // coldstart: JSON form of the replay results and the atomic results-file writer.
 #include "harness/replay/result.h"
 
+#include "harness/common/paths.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,9 +75,6 @@ const std::set<std::string>& strategy_keys() {
   return keys;
 }
 
-std::string os_error(const std::string& what, const std::string& path) {
-  return fmt::format("{}: {}: {}", path, what, std::strerror(errno));
-}
 
 }  // namespace
 
@@ -311,39 +310,7 @@ void from_json(const json& j, RunResults& v) {
 // ---- files ------------------------------------------------------------------------------------
 
 void write_results_json(const std::string& path, const RunResults& results) {
-  const std::string text = json(results).dump(2) + "\n";
-
-  // The temp file lives next to the target so rename() stays within one file system.
-  std::string tmpl = path + ".tmp.XXXXXX";
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  int fd = ::mkstemp(name.data());
-  if (fd < 0) throw Error(os_error("cannot create temporary file " + tmpl, path));
-  const std::string tmp(name.data());
-
-  auto fail = [&](const std::string& what) {
-    const std::string msg = os_error(what, path);
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(msg);
-  };
-
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write to " + tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  // mkstemp creates 0600; a results file is an ordinary, readable file.
-  if (::fchmod(fd, 0644) != 0) fail("chmod " + tmp);
-  if (::fsync(fd) != 0) fail("fsync " + tmp);
-  int rc = ::close(fd);
-  fd = -1;
-  if (rc != 0) fail("close " + tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename " + tmp);
+  paths::write_file_atomic(path, json(results).dump(2) + "\n");
 }
 
 RunResults read_results_json(const std::string& path) {
