@@ -410,17 +410,19 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
   return b;
 }
 
+at::Tensor Engine::last_token_rows(const ForwardBatch& batch) const {
+  std::vector<int64_t> last;
+  for (int r = 0; r < batch.num_reqs; ++r) last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
+  if (device().is_meta()) {
+    return at::empty({batch.num_reqs}, at::TensorOptions().dtype(at::kLong).device(device()));
+  }
+  return at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device());
+}
+
 at::Tensor Engine::run_eager(const ForwardBatch& batch, bool last_rows_only) {
   ForwardState st;
   const int L = model_->num_layers();
-  at::Tensor rows;
-  if (last_rows_only) {
-    std::vector<int64_t> last;
-    for (int r = 0; r < batch.num_reqs; ++r) last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
-    rows = device().is_meta()
-               ? at::empty({batch.num_reqs}, at::TensorOptions().dtype(at::kLong).device(device()))
-               : at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device());
-  }
+  const at::Tensor rows = last_rows_only ? last_token_rows(batch) : at::Tensor();
   for (int i = 0; i <= L; ++i) {
     if (model_spans_) model_spans_->begin();
     model_->piece(i, st, batch, i == L ? rows : at::Tensor());
@@ -494,13 +496,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
       attention_->forward(i, st.q.narrow(0, 0, N), st.k.narrow(0, 0, N), st.v.narrow(0, 0, N), out,
                           batch);
     }
-    std::vector<int64_t> last;
-    for (int r = 0; r < batch.num_reqs; ++r) last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
-    at::Tensor logits = g.states[L].logits;
-    if (mode() == DeviceMode::kCuda) {
-      logits = logits.index({at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device())});
-    }
-    return sample(logits, batch.num_reqs);
+    return sample(g.states[L].logits.index({last_token_rows(batch)}), batch.num_reqs);
   }
   return sample(run_eager(batch, /*last_rows_only=*/true), batch.num_reqs);
 }

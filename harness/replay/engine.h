@@ -95,6 +95,8 @@ class Engine {
   /// ids (host; zeros in compile-only mode), one per request.
   std::vector<int64_t> execute(const ForwardBatch& batch);
   at::Tensor run_eager(const ForwardBatch& batch, bool last_rows_only);
+  /// [B] int64 row of each request's last token in the batch (the rows that get logits).
+  at::Tensor last_token_rows(const ForwardBatch& batch) const;
   std::vector<int64_t> sample(const at::Tensor& logits, int rows);
 
   Scenario scenario_;
