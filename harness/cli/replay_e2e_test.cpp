@@ -1,0 +1,145 @@
+// End to end: the `coldstart` binary replays both TurboQuant scenarios in compile-only mode (NVRTC
+// compiles for real, nothing launches), and the results file must show the outcomes the
+// scenarios exist to reproduce, with workspace sizes equal to vLLM's formulas.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "harness/cli/compare.h"
+#include "harness/common/paths.h"
+#include "harness/kernels/turboquant/turboquant_kernels.h"
+#include "harness/replay/result.h"
+
+namespace coldstart {
+namespace {
+
+std::string source_dir() {
+  const char* d = std::getenv("COLDSTART_SOURCE_DIR");
+  return d ? d : "";
+}
+
+/// Runs the binary with `args` (from the source dir), returns its exit status.
+int run_coldstart(const std::string& args) {
+  const std::string cmd = "cd '" + source_dir() + "' && '" CS_COLDSTART_BIN "' " + args +
+                          " >/dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+class ReplayE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
+    dir_ = paths::make_temp_dir("cs-e2e-");
+  }
+  void TearDown() override { paths::remove_tree(dir_); }
+
+  /// Results by "strategy [variant]".
+  std::map<std::string, StrategyResult> replay(const std::string& scenario,
+                                               const std::string& extra = "") {
+    const std::string json = paths::join(dir_, "r.json");
+    const int rc = run_coldstart("replay " + scenario +
+                                 " --device compile-only --arch sm_90 --json " + json + " " + extra);
+    EXPECT_EQ(rc, 0) << "a reproduced crash is a result: exit status 0";
+    std::map<std::string, StrategyResult> by;
+    for (const auto& run : cli::read_any_results(json))
+      for (const auto& r : run.results) by[r.strategy + " [" + r.variant + "]"] = r;
+    return by;
+  }
+
+  std::string dir_;
+};
+
+std::string mb(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+TEST_F(ReplayE2E, FirstDecodeCrashesWithoutWarmupAndTheWarmersFixIt) {
+  auto by = replay("scenarios/qwen3-8b-turboquant.yaml");
+  const std::string pw = " [cudagraph_mode=piecewise]";
+  ASSERT_EQ(by.size(), 10u);
+  const StrategyResult& none = by.at("none" + pw);
+  EXPECT_EQ(none.outcome, Outcome::kCrash);
+  EXPECT_EQ(none.failed_phase.value_or(""), "first_decode");
+  ASSERT_TRUE(none.error.has_value());
+  EXPECT_EQ(none.error->rfind("Workspace is locked but allocation from", 0), 0u) << *none.error;
+  // Batch-1 decode scratch as vLLM sizes it: Hq 32, D 128, 32 splits.
+  EXPECT_NE(none.error->find("requires " + mb(tq::decode_workspace_bytes(1, 32, 128)) +
+                             " MB, current size is 0.00 MB"),
+            std::string::npos)
+      << *none.error;
+  EXPECT_FALSE(none.hot_path_compiles.empty());
+  EXPECT_FALSE(none.ttft_ms.has_value()) << "compile-only: no invented times";
+
+  const StrategyResult& decode = by.at("tq-decode-warmup" + pw);
+  EXPECT_EQ(decode.outcome, Outcome::kOk);
+  EXPECT_TRUE(decode.hot_path_compiles.empty());
+  EXPECT_GT(decode.startup_compiles, 0);
+
+  const StrategyResult& reserve = by.at("tq-reserve-max" + pw);
+  EXPECT_EQ(reserve.outcome, Outcome::kOk);
+  std::map<std::string, int> kernels;
+  for (const auto& c : reserve.hot_path_compiles) ++kernels[c.kernel];
+  EXPECT_EQ(kernels.count("tq_cache_store"), 1u);
+  EXPECT_EQ(kernels.count("tq_decode_stage1"), 1u);
+  EXPECT_EQ(kernels.count("tq_decode_stage2"), 1u);
+  EXPECT_EQ(reserve.startup_compiles, 0);
+
+  for (const char* s : {"both", "all"}) {
+    const StrategyResult& r = by.at(s + pw);
+    EXPECT_EQ(r.outcome, Outcome::kOk) << s;
+    EXPECT_TRUE(r.hot_path_compiles.empty()) << s;
+  }
+  // With decode graphs captured (attention inside), the capture itself compiles the decode path.
+  EXPECT_EQ(by.at("none [cudagraph_mode=full_and_piecewise]").outcome, Outcome::kOk);
+}
+
+TEST_F(ReplayE2E, ContinuationPrefillOutgrowsTheDecodeWarmersWorkspace) {
+  auto by = replay("scenarios/qwen3-8b-turboquant-long-prompt.yaml");
+  const std::string pw = " [cudagraph_mode=piecewise]";
+  // Continuation over 2048 cached tokens: two bf16 [Hk=8, 2048, D=128] buffers.
+  const std::string required = "requires " +
+                               mb(tq::continuation_workspace_bytes(8, 2048, 128)) + " MB";
+  for (const char* s : {"none", "tq-decode-warmup"}) {
+    const StrategyResult& r = by.at(s + pw);
+    EXPECT_EQ(r.outcome, Outcome::kCrash) << s;
+    EXPECT_EQ(r.failed_phase.value_or(""), "continuation_prefill") << s;
+    ASSERT_TRUE(r.error.has_value());
+    EXPECT_NE(r.error->find(required), std::string::npos) << *r.error;
+  }
+  // The decode warmer reserved only what a batch-1 decode needs.
+  EXPECT_NE(by.at("tq-decode-warmup" + pw).error->find(
+                "current size is " + mb(tq::decode_workspace_bytes(1, 32, 128)) + " MB"),
+            std::string::npos);
+  for (const char* s : {"tq-reserve-max", "both", "all"}) {
+    EXPECT_EQ(by.at(s + pw).outcome, Outcome::kOk) << s;
+  }
+}
+
+TEST_F(ReplayE2E, JitMonitorErrorTurnsAHotPathCompileIntoACrash) {
+  auto by = replay("scenarios/qwen3-8b-turboquant.yaml",
+                   "--strategy tq-reserve-max --strategy both --set cudagraph_mode=piecewise "
+                   "--jit-monitor error");
+  ASSERT_EQ(by.size(), 2u);
+  const StrategyResult& reserve = by.begin()->second.strategy == "tq-reserve-max"
+                                      ? by.begin()->second
+                                      : std::next(by.begin())->second;
+  EXPECT_EQ(reserve.outcome, Outcome::kCrash);
+  EXPECT_EQ(reserve.failed_phase.value_or(""), "prefill");
+  EXPECT_NE(reserve.error.value_or("").find("tq_cache_store"), std::string::npos);
+}
+
+TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
+  const std::string json = paths::join(dir_, "bad.json");
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --set engine.block_size=17 --json " + json), 2);
+  EXPECT_EQ(run_coldstart("replay scenarios/does-not-exist.yaml --json " + json), 2);
+  EXPECT_FALSE(paths::exists(json));
+}
+
+}  // namespace
+}  // namespace coldstart
