@@ -44,6 +44,7 @@ std::string ms(const std::optional<double>& v) {
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
 
 std::string outcome_cell(const StrategyResult& r) {
+  if (r.extra.contains("skipped")) return "skipped";  // could not run on this device
   std::string s = outcome_name(r.outcome);
   if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) {
     s += " @ " + *r.failed_phase;

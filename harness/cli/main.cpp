@@ -142,6 +142,22 @@ StrategyResult run_in_process(const ReplayArgs& a, const Scenario& base, int var
   Scenario s = apply_variant(base, v);
   EngineOptions o;
   o.device = select_device(a.device, a.arch);
+  if (!s.archs.empty() &&
+      std::find(s.archs.begin(), s.archs.end(), o.device.arch()) == s.archs.end()) {
+    // The scenario excludes this device: nothing runs; the result says why (JUnit: skipped).
+    StrategyResult r;
+    r.strategy = strategy.name;
+    r.variant = v.name;
+    r.warmers = strategy.warmers;
+    r.outcome = Outcome::kError;
+    std::string list;
+    for (const auto& x : s.archs) list += (list.empty() ? "" : ", ") + x;
+    r.extra["skipped"] = fmt::format("{} runs on [{}]; this device is {} ({})", s.name, list,
+                                     o.device.arch(), o.device.name);
+    r.error = r.extra["skipped"].get<std::string>();
+    r.extra["meta"] = device_meta_json(o.device);
+    return r;
+  }
   o.jit.arch = o.device.arch();
   o.jit.cache_dir = a.cache_dir;
   o.jit.monitor = parse_monitor(a.jit_monitor);
@@ -384,7 +400,7 @@ int replay_main(const ReplayArgs& a, const std::string& cmdline) {
     }
     StrategyResult r = fold_repeats(std::move(reps));
     progress.done(j, label, r);
-    if (r.outcome == Outcome::kError) ++harness_errors;
+    if (r.outcome == Outcome::kError && !r.extra.contains("skipped")) ++harness_errors;
     RunResults& run = runs[job.scenario];
     run.results.push_back(std::move(r));
     run.meta = make_meta(run.results, cmdline, started_at);

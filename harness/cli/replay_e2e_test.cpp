@@ -134,6 +134,16 @@ TEST_F(ReplayE2E, JitMonitorErrorTurnsAHotPathCompileIntoACrash) {
   EXPECT_NE(reserve.error.value_or("").find("tq_cache_store"), std::string::npos);
 }
 
+TEST_F(ReplayE2E, AScenarioThatExcludesTheDeviceIsSkippedWithTheReason) {
+  auto by = replay("scenarios/qwen3-8b-turboquant.yaml",
+                   "--strategy none --set cudagraph_mode=piecewise --set 'archs=[sm_100]'");
+  ASSERT_EQ(by.size(), 1u);
+  const StrategyResult& r = by.begin()->second;
+  ASSERT_TRUE(r.extra.contains("skipped"));
+  EXPECT_NE(r.extra["skipped"].get<std::string>().find("sm_90"), std::string::npos);
+  EXPECT_TRUE(r.phases.empty()) << "nothing ran";
+}
+
 TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
   const std::string json = paths::join(dir_, "bad.json");
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --set engine.block_size=17 --json " + json), 2);

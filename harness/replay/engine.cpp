@@ -58,6 +58,13 @@ class FullGraph {
 
 // ---- engine --------------------------------------------------------------------------------
 
+nlohmann::json device_meta_json(const DeviceInfo& dev) {
+  return {{"mode", device_mode_name(dev.mode)}, {"device_name", dev.name},
+          {"sm", dev.sm}, {"sm_count", dev.sm_count},
+          {"driver", dev.driver_version}, {"cuda", dev.cuda_runtime_version},
+          {"nvrtc", dev.nvrtc_version}, {"torch", dev.torch_version}};
+}
+
 Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::string variant,
                EngineOptions options)
     : scenario_(scenario), strategy_(strategy), variant_(std::move(variant)),
@@ -159,10 +166,7 @@ StrategyResult Engine::run() {
   result_.extra["device_mode"] = device_mode_name(dev.mode);
   const char* loading = std::getenv("CUDA_MODULE_LOADING");
   result_.extra["cuda_module_loading"] = loading ? loading : "LAZY (driver default)";
-  result_.extra["meta"] = {{"mode", device_mode_name(dev.mode)}, {"device_name", dev.name},
-                           {"sm", dev.sm}, {"sm_count", dev.sm_count},
-                           {"driver", dev.driver_version}, {"cuda", dev.cuda_runtime_version},
-                           {"nvrtc", dev.nvrtc_version}, {"torch", dev.torch_version}};
+  result_.extra["meta"] = device_meta_json(dev);
   try {
     double startup = 0;
     auto timed = [&](const char* name, void (Engine::*fn)()) {

@@ -34,6 +34,10 @@ struct EngineOptions {
   std::function<void(const std::string&)> on_log;
 };
 
+/// The device part of a result's `meta` block, carried in each result's extra["meta"] (the parent
+/// never touches the GPU, so it learns the device from its children).
+nlohmann::json device_meta_json(const DeviceInfo& dev);
+
 /// One sequence's share of a step: which request slot, how many tokens are already cached, how
 /// many new tokens, and the sequence's KV-cache blocks.
 struct SeqStep {

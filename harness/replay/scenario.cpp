@@ -36,7 +36,8 @@ using json = nlohmann::json;
 
 const std::vector<std::string> kTopKeys = {"name",   "description", "model",
                                            "engine", "requests",    "strategies",
-                                           "matrix", "timeout_s",   "expect"};
+                                           "matrix", "timeout_s",   "expect",
+                                           "archs"};
 const std::vector<std::string> kModelKeys = {"config", "overrides"};
 const std::vector<std::string> kEngineKeys = {
     "max_num_seqs",   "max_num_batched_tokens", "max_model_len",           "block_size",
@@ -1399,6 +1400,26 @@ Scenario build(Checker& c, const YAML::Node& root, const std::vector<std::string
                fmt::format("must be a positive number of seconds, got {}", *v));
       else
         s.timeout_s = *v;
+    }
+  }
+  if (const Entry* x = top.get("archs")) {
+    if (!x->value.IsSequence()) {
+      c.fail(x->path, x->value.IsDefined() ? x->value.Mark() : x->key_node.Mark(),
+             fmt::format("expected a list of archs like [sm_90, sm_100], got {}",
+                         kind_name(kind_of(x->value))));
+    } else {
+      for (size_t i = 0; i < x->value.size(); ++i) {
+        Path p = child(x->path, std::to_string(i));
+        auto a = read_string(c, p, x->value[i]);
+        if (!a) continue;
+        const bool ok = a->size() > 3 && a->compare(0, 3, "sm_") == 0 &&
+                        a->find_first_not_of("0123456789", 3) == std::string::npos;
+        if (!ok) {
+          c.fail(p, x->value[i].Mark(), fmt::format("'{}' is not an arch like sm_90", *a));
+        } else {
+          s.archs.push_back(*a);
+        }
+      }
     }
   }
   if (const Entry* x = top.get("expect")) {

@@ -48,6 +48,8 @@
 //     engine.cudagraph_mode: [piecewise, full_and_piecewise]   # key as for --set, each value a
 //                                      # replacement. Several axes give their cross product.
 //   timeout_s: 600                     # optional, > 0: per-strategy watchdog in seconds
+//   archs: [sm_90, sm_100]             # optional: the archs the scenario runs on; on any other
+//                                      # device every strategy is reported skipped, with the reason
 //   expect: {...}                      # optional mapping, kept as JSON, unchecked here (CI gates)
 //
 // Model values. ModelConfig reads these keys of the merged HF config: architectures[0] (or
@@ -167,6 +169,7 @@ struct Scenario {
   /// matrix's cross product, in order. After apply_variant: just the applied variant.
   std::vector<Variant> variants;
   double timeout_s = 600;  ///< per-strategy watchdog, seconds
+  std::vector<std::string> archs;  ///< archs the scenario runs on ("sm_90"); empty = any
   nlohmann::json expect;   ///< the `expect:` block as JSON, or null when absent
 
   /// What apply_variant needs to rebuild the scenario: the file text as read, the --set overrides
