@@ -32,6 +32,7 @@
 #include "harness/cli/doctor.h"
 #include "harness/common/paths.h"
 #include "harness/isolate/isolate.h"
+#include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/replay/engine.h"
 #include "harness/replay/result.h"
@@ -95,18 +96,54 @@ std::string hostname() {
 }
 
 Scenario load(const ReplayArgs& a) {
-  Scenario s = load_scenario(a.scenario, a.sets);
-  for (const auto& st : s.strategies) {
-    for (const auto& w : st.warmers) {
-      if (!warmer_exists(w)) {
-        std::string known;
-        for (const auto& n : warmer_names()) known += (known.empty() ? "" : ", ") + n;
-        throw InputError(fmt::format("{}: strategy '{}': unknown warmer '{}' (known: {})",
-                                     a.scenario, st.name, w, known));
-      }
+  // Warmer names are checked by the loader, so an unknown one is reported at its line and key.
+  return load_scenario(a.scenario, a.sets, warmer_names());
+}
+
+/// Checks, before any strategy runs, every option a child would otherwise reject one strategy
+/// at a time: device, arch, JIT monitor mode, cache directory, output paths, timeout. Throws
+/// InputError (exit status 2).
+void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& outputs) {
+  parse_monitor(a.jit_monitor);
+  if (a.device != "auto" && a.device != "cuda" && a.device != "compile-only") {
+    throw InputError("--device '" + a.device + "': expected auto, cuda or compile-only");
+  }
+  if (a.device == "cuda") {
+    if (!built_with_cuda()) {
+      throw InputError("--device cuda: this build's libtorch has no CUDA (compile-only build); "
+                       "build against a PyTorch install with CUDA (README)");
+    }
+    if (!jit::driver_available()) {
+      throw InputError("--device cuda: no usable CUDA driver: " + jit::driver_unavailable_reason());
     }
   }
-  return s;
+  if (!a.arch.empty()) {
+    const auto archs = jit::nvrtc_supported_archs();
+    if (std::find(archs.begin(), archs.end(), a.arch) == archs.end()) {
+      std::string list;
+      for (const auto& x : archs) list += (list.empty() ? "" : ", ") + x;
+      throw InputError("--arch '" + a.arch + "': NVRTC " + jit::nvrtc_version() +
+                       " compiles for " + list);
+    }
+  }
+  if (a.timeout_s < 0) throw InputError("--timeout must be positive (0 = the scenario's timeout_s)");
+  if (!a.cache_dir.empty()) {
+    try {
+      paths::make_dirs(a.cache_dir);
+    } catch (const Error& e) {
+      throw InputError(std::string("--cache-dir: ") + e.what());
+    }
+    if (!paths::is_directory(a.cache_dir) || ::access(a.cache_dir.c_str(), W_OK) != 0) {
+      throw InputError("--cache-dir '" + a.cache_dir + "': not a writable directory");
+    }
+  }
+  for (const auto& out : outputs) {
+    if (out.empty()) continue;
+    const std::string dir = paths::parent(out).empty() ? "." : paths::parent(out);
+    if (!paths::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+      throw InputError("output '" + out + "': directory '" + dir + "' does not exist or is not writable");
+    }
+  }
 }
 
 ScenarioSummary summarize(const Scenario& s) {
@@ -247,7 +284,8 @@ StrategyResult fold_repeats(std::vector<StrategyResult> runs) {
       if (r.*field) v.push_back(*(r.*field));
     if (v.empty()) return;
     std::sort(v.begin(), v.end());
-    out.*field = v[v.size() / 2];
+    const size_t m = v.size() / 2;
+    out.*field = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
     out.extra[std::string(name) + "_min"] = v.front();
     out.extra[std::string(name) + "_max"] = v.back();
   };
@@ -317,7 +355,8 @@ StrategyResult run_job(const ReplayArgs& a, const std::string& file, const Scena
     if (e != std::string::npos) on_phase(line.substr(b, e - b));
   };
   auto on_err = [&](const std::string& line) {
-    if (a.verbose) std::cerr << "  " << line << "\n";
+    // Children's stderr is shown with -v; `--jit-monitor warn` lines always.
+    if (a.verbose || line.rfind("coldstart: hot-path compile", 0) == 0) std::cerr << "  " << line << "\n";
   };
   isolate::ChildExit ex = isolate::run_child(spec, on_msg, on_err);
   return isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
@@ -352,6 +391,7 @@ void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {
 
 int replay_main(const ReplayArgs& a, const std::string& cmdline) {
   if (a.repeat < 1) throw InputError("--repeat must be at least 1");
+  validate_run_options(a, {a.json, a.junit, a.md, a.html, a.trace});
   std::vector<Scenario> scenarios;
   for (const auto& f : a.scenario_files) {
     ReplayArgs one = a;
@@ -414,6 +454,7 @@ int replay_main(const ReplayArgs& a, const std::string& cmdline) {
 }
 
 int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
+  parse_monitor(a.jit_monitor);
   std::vector<RunResults> runs;
   for (const auto& f : inputs)
     for (auto& r : cli::read_any_results(f)) runs.push_back(std::move(r));
@@ -432,9 +473,11 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
     }
   }
   auto shown = [&](const std::string& text) { return !re || std::regex_search(text, *re); };
-  std::cout << "warmers:\n";
+  std::vector<std::string> warmers;
   for (const auto& n : warmer_names())
-    if (shown(n)) std::cout << "  " << n << "  " << make_warmer(n)->description() << "\n";
+    if (shown(n)) warmers.push_back("  " + n + "  " + make_warmer(n)->description());
+  if (!warmers.empty()) std::cout << "warmers:\n";
+  for (const auto& w : warmers) std::cout << w << "\n";
   if (scenarios.empty() && paths::is_directory("scenarios")) {
     DIR* d = opendir("scenarios");
     while (d != nullptr) {
@@ -448,7 +491,7 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
     std::sort(scenarios.begin(), scenarios.end());
   }
   for (const auto& f : scenarios) {
-    Scenario s = load_scenario(f);
+    Scenario s = load_scenario(f, {}, warmer_names());
     std::vector<std::string> lines;
     for (const auto& v : s.variants)
       for (const auto& st : s.strategies) {
@@ -511,7 +554,9 @@ int main(int argc, char** argv) {
   replay->add_option("--repeat", ra.repeat,
                      "run each strategy N times; keep median, min and max")->capture_default_str();
   replay->add_option("--json", ra.json, "write the results (schema coldstart.replay/1) here");
-  replay->add_option("--timeout", ra.timeout_s, "per-strategy watchdog, seconds (default: the scenario's)");
+  replay->add_option("--timeout", ra.timeout_s,
+                     "per-strategy watchdog: seconds of wall time per child (0 or unset: the "
+                     "scenario's timeout_s)");
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
 

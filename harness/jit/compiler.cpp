@@ -70,6 +70,16 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
+std::vector<std::string> nvrtc_supported_archs() {
+  int n = 0;
+  CS_NVRTC_CHECK(nvrtcGetNumSupportedArchs(&n));
+  std::vector<int> archs(static_cast<size_t>(n));
+  if (n > 0) CS_NVRTC_CHECK(nvrtcGetSupportedArchs(archs.data()));
+  std::vector<std::string> out;
+  for (int a : archs) out.push_back("sm_" + std::to_string(a));
+  return out;
+}
+
 namespace detail {
 
 std::vector<char> compile_cubin(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,

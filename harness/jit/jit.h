@@ -102,7 +102,8 @@ struct CompileRecord {
   double compile_ms = 0;  ///< host wall time of NVRTC + module load (or of the disk load)
   std::string phase;      ///< phase current when it happened
   bool hot_path = false;  ///< after JitMonitor::activate()
-  std::string source;     ///< "nvrtc" (compiled) or "disk" (loaded from the on-disk cache)
+  std::string source;     ///< "nvrtc" (compiled), "disk" (loaded from the on-disk cache) or
+                          ///< "refused" (a hot-path compile stopped by MonitorMode::kError)
 };
 
 /// A compile after startup, raised under MonitorMode::kError (`--jit-monitor error`). The text
@@ -196,6 +197,9 @@ class JitRuntime {
 
 /// NVRTC's version as "major.minor".
 std::string nvrtc_version();
+
+/// The archs this NVRTC can compile for, as "sm_XX" (nvrtcGetSupportedArchs).
+std::vector<std::string> nvrtc_supported_archs();
 
 /// Compiles `kernel` with `constexprs` and `args`' specialization for `arch` and returns the
 /// cubin bytes; used by the multi-arch compile test and by JitRuntime. Throws CudaError with the

@@ -36,6 +36,15 @@ void JitMonitor::before_compile(const CompileKey& key) {
     if (!active_ || mode_ != MonitorMode::kError) return;
     phase = phase_;
   }
+  // The refused compile is still a hot-path compile of this run: record it (no time spent).
+  CompileRecord rec;
+  rec.kernel = key.kernel;
+  rec.key = key.str();
+  rec.compile_ms = 0;
+  rec.phase = phase;
+  rec.hot_path = true;
+  rec.source = "refused";
+  record(std::move(rec));
   throw HotPathCompileError(fmt::format(
       "hot-path compile of {} in phase {} with --jit-monitor error: key {}", key.kernel, phase,
       key.str()));
