@@ -303,8 +303,15 @@ TEST(Monitor, RuntimeErrorModeThrowsBeforeCompiling) {
   rt.monitor().set_phase("prefill");
   EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 64)));  // a hit is no compile
   EXPECT_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 1)), HotPathCompileError);
-  EXPECT_EQ(rt.monitor().records().size(), 1u);
-  EXPECT_EQ(rt.cached_kernels(), 1u);  // nothing was compiled
+  // The refused compile is recorded as a hot-path compile that took no time...
+  const auto recs = rt.monitor().records();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[1].source, "refused");
+  EXPECT_TRUE(recs[1].hot_path);
+  EXPECT_EQ(recs[1].phase, "prefill");
+  EXPECT_EQ(recs[1].compile_ms, 0.0);
+  EXPECT_NE(recs[1].key, recs[0].key);
+  EXPECT_EQ(rt.cached_kernels(), 1u);  // ...and nothing was compiled
   EXPECT_EQ(list_dir(rt.cache_dir()).size(), 1u);
 }
 
