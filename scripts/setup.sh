@@ -4,6 +4,7 @@
 #
 #   scripts/setup.sh            configure and build everything (tests and benchmarks too)
 #
+# libxml2-utils gives xmllint, which the JUnit test validates the XML with against its XSD.
 # The CUDA toolkit (NVRTC and headers; CUDA 12.8+ for sm_100) must be present, e.g. in
 # /usr/local/cuda from NVIDIA's packages; a GPU and driver are optional (without them coldstart
 # runs in compile-only mode). libtorch comes from an importable PyTorch install when there is one
@@ -17,7 +18,7 @@ torch_from_python() {
   python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' >/dev/null 2>&1
 }
 for p in build-essential cmake ninja-build git pkg-config libcli11-dev libfmt-dev \
-         libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev; do
+         libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxml2-utils; do
   have_pkg "$p" || need+=("$p")
 done
 if ! torch_from_python && ! have_pkg libtorch-dev; then need+=(libtorch-dev); fi

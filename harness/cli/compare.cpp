@@ -121,7 +121,10 @@ MetricDelta compare_metric(const std::string& name, const std::optional<double>&
   m.compared = true;
   const double d = m.delta_ms();
   const double pct = std::fabs(m.delta_pct());
-  const bool beyond = pct > threshold_pct && std::fabs(d) > m.spread_ms;
+  // A timing is gated only against a recorded run-to-run spread (--repeat): a single run says
+  // nothing about noise, so its change is shown but never flagged.
+  m.gated = sb.has_value() || sc.has_value();
+  const bool beyond = m.gated && pct > threshold_pct && std::fabs(d) > m.spread_ms;
   m.regressed = beyond && d > 0;
   m.improved = beyond && d < 0;
   return m;
@@ -411,7 +414,8 @@ std::string CompareReport::render() const {
     os << "\n";
   }
   os << fmt::format("timings: baseline -> current; ! = slower by more than {:g}% and the "
-                    "run-to-run spread, * = faster by as much\n",
+                    "run-to-run spread, * = faster by as much; only timings with a recorded "
+                    "spread (--repeat N) are gated\n",
                     max_regression_pct);
   for (const std::string& n : notes) os << "note: " << n << "\n";
   for (const CompareRow& r : rows) {

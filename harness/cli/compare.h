@@ -36,6 +36,7 @@ struct MetricDelta {
   /// `<name>_min` / `<name>_max` fields written by repeated runs; 0 when neither side repeated.
   double spread_ms = 0;
   bool compared = false;  ///< both sides had a value and ran in the same mode
+  bool gated = false;     ///< a spread was recorded (--repeat) on either side, so it can be flagged
   bool regressed = false; ///< grew beyond both the threshold and the spread
   bool improved = false;  ///< shrank beyond both the threshold and the spread
   /// current - baseline, ms (0 unless compared).
