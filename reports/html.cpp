@@ -76,6 +76,9 @@ std::string badge(const StrategyResult& r) {
   if (auto skipped = detail::extra_string(r, "skipped")) {
     out += fmt::format(" <span class=\"badge skipped\" title=\"{}\">skipped</span>", esc_attr(*skipped));
   }
+  if (detail::disallowed_hot_path(r)) {
+    out += " <span class=\"badge crash\">hot-path compiles not allowed</span>";
+  }
   return out;
 }
 

@@ -38,9 +38,7 @@ struct CaseVerdict {
 
 bool hot_path_is_failure(const StrategyResult& r, const JunitOptions& o) {
   if (r.hot_path_compiles.empty()) return false;
-  if (o.hot_path_compiles_fail) return true;
-  auto allow = detail::extra_bool(r, "allow_hot_path_compiles");
-  return allow && !*allow;
+  return o.hot_path_compiles_fail || detail::disallowed_hot_path(r);
 }
 
 std::string compile_lines(const std::vector<CompileEvent>& events) {

@@ -62,6 +62,7 @@ std::string outcome_cell(const StrategyResult& r) {
     s += " in " + cell(*r.failed_phase);
   }
   if (auto skipped = detail::extra_string(r, "skipped")) s += " (skipped: " + cell(*skipped) + ")";
+  if (detail::disallowed_hot_path(r)) s = "❌ ok, but hot-path compiles are not allowed";
   return s;
 }
 
@@ -99,7 +100,9 @@ std::string device_line(const RunMeta& m) {
   return fmt::format("{}", fmt::join(parts, " · "));
 }
 
-bool failed(const StrategyResult& r) { return r.outcome != Outcome::kOk; }
+bool failed(const StrategyResult& r) {
+  return r.outcome != Outcome::kOk || detail::disallowed_hot_path(r);
+}
 
 }  // namespace
 
@@ -158,7 +161,7 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     // Full error texts, folded so a long comment stays readable.
     std::vector<const StrategyResult*> errs;
     for (const StrategyResult* r : rows) {
-      if (failed(*r)) errs.push_back(r);
+      if (r->outcome != Outcome::kOk) errs.push_back(r);  // rows with error text
     }
     if (!errs.empty()) {
       out += fmt::format("\n<details><summary>Errors ({})</summary>\n\n", errs.size());

@@ -191,6 +191,12 @@ std::string device_text(const RunMeta& m) {
   return device;
 }
 
+bool disallowed_hot_path(const StrategyResult& r) {
+  if (r.hot_path_compiles.empty()) return false;
+  auto allow = extra_bool(r, "allow_hot_path_compiles");
+  return allow && !*allow;
+}
+
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
 
 }  // namespace coldstart::reports::detail

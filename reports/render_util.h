@@ -52,6 +52,10 @@ double startup_phase_sum(const StrategyResult& r);
 /// only when known and not already part of the name.
 std::string device_text(const RunMeta& m);
 
+/// The strategy compiled on the hot path although it says `allow_hot_path_compiles: false`
+/// (a failure for CI even when the replay itself was ok).
+bool disallowed_hot_path(const StrategyResult& r);
+
 /// Bytes as MB (2^20) with two decimals, e.g. "0.51".
 std::string mb(long long bytes);
 
