@@ -25,6 +25,7 @@
 #include "harness/common/error.h"
 #include "harness/replay/result.h"
 #include "reports/render_util.h"
+#include "reports/golden_test_util.h"
 #include "reports/renderers.h"
 
 namespace coldstart::reports {
@@ -34,12 +35,7 @@ using nlohmann::json;
 
 const std::string kData = CS_REPORTS_TESTDATA;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::read_file;
 
 // The fixed inputs every golden file is rendered from, in this order.
 std::vector<RunResults> fixed_runs() {
@@ -57,16 +53,7 @@ const std::vector<RunResults>& runs() {
 }
 
 void check_golden(const std::string& name, const std::string& text) {
-  const std::string golden = kData + "/" + name;
-  const char* update = std::getenv("COLDSTART_UPDATE_GOLDEN");
-  if (update && std::string(update) == "1") {
-    std::ofstream(golden, std::ios::binary) << text;
-    GTEST_SKIP() << "golden file rewritten: " << golden;
-  }
-  std::string want = read_file(golden);
-  ASSERT_FALSE(want.empty()) << "missing golden file " << golden
-                             << " (run with COLDSTART_UPDATE_GOLDEN=1 to create it)";
-  EXPECT_EQ(text, want) << "output differs from " << golden;
+  testing::check_golden(kData + "/" + name, text);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 
 #include "harness/common/error.h"
 #include "harness/replay/result.h"
+#include "reports/golden_test_util.h"
 #include "reports/json_report.h"
 #include "reports/table.h"
 
@@ -98,12 +99,7 @@ RunResults fixed_run() {
   return run;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::read_file;
 
 TEST(JsonReport, RoundTripEqualsAndKeepsNulls) {
   RunResults run = fixed_run();
@@ -138,17 +134,8 @@ TEST(JsonReport, SameTextAsTheResultsFile) {
 }
 
 TEST(Table, MatchesGolden) {
-  const std::string golden = std::string(CS_REPORTS_TESTDATA) + "/table_golden.txt";
-  std::string text = render_table(fixed_run(), false);
-  const char* update = std::getenv("COLDSTART_UPDATE_GOLDEN");
-  if (update && std::string(update) == "1") {
-    std::ofstream(golden, std::ios::binary) << text;
-    GTEST_SKIP() << "golden file rewritten: " << golden;
-  }
-  std::string want = read_file(golden);
-  ASSERT_FALSE(want.empty()) << "missing golden file " << golden
-                             << " (run with COLDSTART_UPDATE_GOLDEN=1 to create it)";
-  EXPECT_EQ(text, want) << "render_table output:\n" << text;
+  testing::check_golden(std::string(CS_REPORTS_TESTDATA) + "/table_golden.txt",
+                        render_table(fixed_run(), false));
 }
 
 TEST(Table, ColorOnlyAddsEscapes) {
