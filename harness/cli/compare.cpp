@@ -249,7 +249,7 @@ RunResults run_from_json(const std::string& path, const json& j, const std::stri
   } catch (const InputError& e) {
     throw InputError(with_path(path, where + e.what()));
   } catch (const json::exception& e) {
-    throw InputError(with_path(path, where + e.what()));
+    throw InputError(with_path(path, where + json_error_text(e)));
   }
 }
 

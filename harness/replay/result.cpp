@@ -331,8 +331,17 @@ RunResults read_results_json(const std::string& path) {
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {}", path, e.what()));
   } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: bad results file: {}", path, e.what()));
+    throw InputError(fmt::format("{}: bad results file: {}", path, json_error_text(e)));
   }
+}
+
+std::string json_error_text(const nlohmann::json::exception& e) {
+  std::string what = e.what();
+  const auto tag_end = what.find("] ");
+  if (what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos) {
+    what = what.substr(tag_end + 2);
+  }
+  return what;
 }
 
 }  // namespace coldstart

@@ -138,6 +138,10 @@ void from_json(const nlohmann::json& j, ScenarioSummary& v);
 void to_json(nlohmann::json& j, const RunResults& v);
 void from_json(const nlohmann::json& j, RunResults& v);
 
+/// The text of a JSON library error without its "[json.exception.<kind>.<id>] " tag, e.g.
+/// "key 'results' not found", for messages that name the file instead.
+std::string json_error_text(const nlohmann::json::exception& e);
+
 /// Writes `results` as pretty JSON (2-space indent, trailing newline) to `path`, atomically: the
 /// text goes to a temporary file in the same directory, is flushed to disk, then renamed over
 /// `path`, so a reader sees either the old file or the complete new one.

@@ -157,12 +157,21 @@ TEST(ResultsFile, ReadErrorsNameTheFileAndTheProblem) {
   expect_input_error("[]", "expected a JSON object");
   expect_input_error(R"({"results": []})", "no \"schema\"");
   expect_input_error(R"({"schema": "coldstart.replay/2", "results": []})", "coldstart.replay/2");
-  expect_input_error(R"({"schema": "coldstart.replay/1"})", "results");
+  expect_input_error(R"({"schema": "coldstart.replay/1"})", "bad results file: key 'results' not found");
   expect_input_error(R"({"schema": "coldstart.replay/1", "results": [{"strategy": 3, "outcome": "ok"}]})",
                      "type");
   expect_input_error(R"({"schema": "coldstart.replay/1", "results": [{"strategy": "x", "outcome": "meh"}]})",
                      "unknown outcome 'meh'");
   EXPECT_THROW(read_results_json("/nonexistent-dir-coldstart/x.json"), InputError);
+}
+
+TEST(JsonErrorText, DropsTheLibraryTagOnly) {
+  try {
+    nlohmann::json::object().at("results");
+    FAIL() << "at() on a missing key must throw";
+  } catch (const nlohmann::json::exception& e) {
+    EXPECT_EQ(json_error_text(e), "key 'results' not found");
+  }
 }
 
 }  // namespace
