@@ -29,18 +29,33 @@ std::string error_text(const std::exception& e) {
 
 // ---- graphs --------------------------------------------------------------------------------
 
-/// Static tensors shared by the graphs of one capture size.
-struct StaticInputs {
-  at::Tensor input_ids, positions, slot_mapping, seq_lens;
-  ForwardBatch batch;  ///< the batch the graphs were captured with (views of the tensors above)
-};
+/// Copies a step's inputs into the static batch a graph of `size` rows was captured with, and
+/// pads the rest (token 0 at position 0; with attention metadata, slot -1 and length 0 so the
+/// kernels skip the padding rows).
+static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, int size,
+                      bool attention_metadata) {
+  const int n = step.num_tokens;
+  captured.input_ids.narrow(0, 0, n).copy_(step.input_ids);
+  captured.positions.narrow(0, 0, n).copy_(step.positions);
+  if (attention_metadata) {
+    captured.slot_mapping.narrow(0, 0, n).copy_(step.slot_mapping);
+    captured.seq_lens.narrow(0, 0, n).copy_(step.seq_lens);
+  }
+  if (size == n) return;
+  captured.input_ids.narrow(0, n, size - n).fill_(0);
+  captured.positions.narrow(0, n, size - n).fill_(0);
+  if (attention_metadata) {
+    captured.slot_mapping.narrow(0, n, size - n).fill_(-1);
+    captured.seq_lens.narrow(0, n, size - n).fill_(0);
+  }
+}
 
 /// Piecewise graphs of one capture size: one graph per piece, attention eager in between
 /// (vLLM's CUDAGraphMode.PIECEWISE).
 class PiecewiseGraphs {
  public:
   int size = 0;
-  StaticInputs in;
+  ForwardBatch in;  ///< the batch the graphs were captured with; its tensors are static
   std::vector<CapturedGraph> graphs;
   std::vector<ForwardState> states;  ///< state after each piece (kept alive: static outputs)
   at::Tensor attn_out;               ///< [size, Hq*D] written by eager attention
@@ -51,7 +66,7 @@ class PiecewiseGraphs {
 class FullGraph {
  public:
   int size = 0;
-  StaticInputs in;
+  ForwardBatch in;  ///< the batch the graph was captured with; its tensors are static
   std::unique_ptr<CapturedGraph> graph;
   at::Tensor logits;
 };
@@ -310,13 +325,7 @@ void Engine::do_graph_capture() {
       s.blocks.assign(cdiv(P, e.block_size), 0);
       seqs.push_back(s);
     }
-    StaticInputs in;
-    in.batch = make_batch(seqs, !with_attention);
-    in.input_ids = in.batch.input_ids;
-    in.positions = in.batch.positions;
-    in.slot_mapping = in.batch.slot_mapping;
-    in.seq_lens = in.batch.seq_lens;
-    return in;
+    return make_batch(seqs, !with_attention);
   };
   int captured = 0;
   CaptureStreamScope capture_stream(mode());
@@ -326,9 +335,9 @@ void Engine::do_graph_capture() {
       auto g = std::make_unique<FullGraph>();
       g->size = P;
       g->in = make_static(P, /*with_attention=*/true);
-      run_eager(g->in.batch, false);  // one eager warmup run per size, as vLLM does
+      run_eager(g->in, false);  // one eager warmup run per size, as vLLM does
       g->graph = std::make_unique<CapturedGraph>(mode());
-      g->graph->capture([&] { g->logits = run_eager(g->in.batch, false); }, pool_);
+      g->graph->capture([&] { g->logits = run_eager(g->in, false); }, pool_);
       full_[P] = std::move(g);
       ++captured;
     }
@@ -338,12 +347,12 @@ void Engine::do_graph_capture() {
       auto g = std::make_unique<PiecewiseGraphs>();
       g->size = P;
       g->in = make_static(P, /*with_attention=*/false);
-      run_eager(g->in.batch, false);  // eager warmup; attention skipped (no metadata)
+      run_eager(g->in, false);  // eager warmup; attention skipped (no metadata)
       g->attn_out = at::empty({P, Hq * D}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
       ForwardState st;
       for (int i = 0; i <= L; ++i) {
         CapturedGraph graph(mode());
-        graph.capture([&] { model_->piece(i, st, g->in.batch, at::Tensor()); }, pool_);
+        graph.capture([&] { model_->piece(i, st, g->in, at::Tensor()); }, pool_);
         g->graphs.push_back(std::move(graph));
         g->states.push_back(st);
         st.attn_out = g->attn_out;
@@ -462,19 +471,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     auto it = full_.lower_bound(N);
     if (it != full_.end()) {
       FullGraph& g = *it->second;
-      StaticInputs& s = g.in;
-      if (mode() == DeviceMode::kCuda) {
-        s.input_ids.narrow(0, 0, N).copy_(batch.input_ids);
-        s.positions.narrow(0, 0, N).copy_(batch.positions);
-        s.slot_mapping.narrow(0, 0, N).copy_(batch.slot_mapping);
-        s.seq_lens.narrow(0, 0, N).copy_(batch.seq_lens);
-        if (g.size > N) {
-          s.input_ids.narrow(0, N, g.size - N).fill_(0);
-          s.positions.narrow(0, N, g.size - N).fill_(0);
-          s.slot_mapping.narrow(0, N, g.size - N).fill_(-1);
-          s.seq_lens.narrow(0, N, g.size - N).fill_(0);
-        }
-      }
+      if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, true);
       g.graph->replay();
       return sample(g.logits, batch.num_reqs);
     }
@@ -483,14 +480,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   auto it = piecewise_.lower_bound(N);
   if (it != piecewise_.end()) {
     PiecewiseGraphs& g = *it->second;
-    if (mode() == DeviceMode::kCuda) {
-      g.in.input_ids.narrow(0, 0, N).copy_(batch.input_ids);
-      g.in.positions.narrow(0, 0, N).copy_(batch.positions);
-      if (g.size > N) {
-        g.in.input_ids.narrow(0, N, g.size - N).fill_(0);
-        g.in.positions.narrow(0, N, g.size - N).fill_(0);
-      }
-    }
+    if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, false);
     const int L = model_->num_layers();
     for (int i = 0; i <= L; ++i) {
       g.graphs[i].replay();
