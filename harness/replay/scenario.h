@@ -20,8 +20,9 @@
 //     max_num_batched_tokens: 2048     # required, > 0 and >= max_num_seqs
 //     max_model_len: 32768             # default: the model's derived limit (see below)
 //     block_size: 16                   # default 16; one of 1, 8, 16, 32, 64, 128, 256
-//     kv_cache_dtype: auto             # default auto; auto | bfloat16 | fp8 | fp8_e4m3 |
-//                                      # turboquant_4bit_nc (needs a power-of-two head_dim)
+//     kv_cache_dtype: auto             # default auto; any non-empty name (auto, bfloat16, fp8,
+//                                      # turboquant_4bit_nc, ...): which ones a model supports is
+//                                      # for the caller's check_replayable (see Rules below)
 //     cudagraph_mode: piecewise        # default full_and_piecewise (vLLM >= 0.11); none |
 //                                      # piecewise | full | full_decode_only | full_and_piecewise
 //     cudagraph_capture_sizes: [1, 2]  # default: vLLM V1's list (default_capture_sizes); when
@@ -35,11 +36,14 @@
 //     allow_long_max_model_len: false  # default false; the twin of vLLM's
 //                                      # VLLM_ALLOW_LONG_MAX_MODEL_LEN: lets max_model_len exceed
 //                                      # the model's derived limit
-//   requests:                          # required: one or two entries
-//     - {prompt_tokens: 512, decode_steps: 32}   # [0] the first request after startup
-//     - {prompt_tokens: 512, decode_steps: 32}   # [1] optional: the steady-state request
-//                                      # prompt_tokens > 0, decode_steps >= 0, and
-//                                      # prompt_tokens + decode_steps <= max_model_len
+//   requests:                          # required: 1 to 64 entries (roles: see Requests below)
+//     - {prompt_tokens: 512, decode_steps: 32}   # the first request after startup
+//     - {prompt_tokens: 64, decode_steps: 8, arrival_step: 3}   # joins at scheduler step 3
+//     - {prompt_tokens: 512, decode_steps: 32, steady: true}    # the steady-state request
+//                                      # keys: prompt_tokens > 0 and decode_steps >= 0
+//                                      # (required; prompt_tokens + decode_steps <=
+//                                      # max_model_len), arrival_step >= 0 (default 0),
+//                                      # steady true | false (default false)
 //   strategies:                        # required, at least one; names are [A-Za-z0-9_.+-]
 //     none: []                         # a list of warmer names, run in that order, or
 //     both: {warmers: [a, b], allow_hot_path_compiles: false}   # the long form (allow defaults
@@ -50,7 +54,39 @@
 //   timeout_s: 600                     # optional, > 0: per-strategy watchdog in seconds
 //   archs: [sm_90, sm_100]             # optional: the archs the scenario runs on; on any other
 //                                      # device every strategy is reported skipped, with the reason
-//   expect: {...}                      # optional mapping, kept as JSON, unchecked here (CI gates)
+//   expect:                            # optional: checks on the results (CI gates); see below
+//     - {strategy: none, variant: "cudagraph_mode=piecewise", outcome: crash,
+//        failed_phase: first_decode, error_prefix: "Workspace is locked"}
+//     - {strategy: "*", mode: cuda, outcome: ok, max_hot_path_compiles: 0}
+//
+// Requests. The requests with steady false form the "first wave": they are replayed together by a
+// vLLM-V1-style scheduler, each joining at its arrival_step (scheduler steps counted from 0, the
+// first step after startup). The first of them in file order (index 0 among the first-wave
+// requests) gives TTFT and the first-decode figures. A steady request runs alone after every
+// first-wave request has finished and gives the steady-state figures (steady_ttft_ms, ...); there
+// is at most one, it takes no arrival_step (it arrives when the engine is idle again), and at
+// least one request must be in the first wave. Compatibility: when no entry has arrival_step or
+// steady and there are exactly two entries, the second is the steady one (the meaning of the
+// one-or-two-request format); with one entry there is no steady request.
+//
+// Expectations. `expect:` is a list of rules. Each rule has `strategy` (required: a strategy name
+// of the scenario as written, or "*" for every strategy), `variant` (optional: one of the matrix's
+// variant names as written in the file, e.g. "cudagraph_mode=piecewise", or "" without a matrix;
+// omitted = every variant), `mode` (optional: cuda | compile-only; omitted = both), and at least
+// one check:
+//     outcome: ok | crash | timeout | error | skipped
+//     failed_phase: first_decode       # the phase the run failed in
+//     error_prefix: "Workspace is"     # the error text starts with this
+//     hot_path_compiles: 1             # exactly this many compiles after startup (>= 0)
+//     max_hot_path_compiles: 0         # at most this many (>= 0)
+//     hot_path_kernels: [tq_cache_store]   # the distinct kernel names compiled after startup, as
+//                                      # a set (order and repeats do not matter; [] = none)
+// A rule applies to every result it matches (strategy, variant and mode); a rule whose mode is
+// not the run's mode does not apply; a rule that applies but matches no result is itself a
+// failure, so a typo cannot pass silently; a skipped result is exempt from every check but an
+// explicit `outcome: skipped`. Names are checked against the file as written, so a --set that
+// replaces the strategies or pins a matrix axis leaves the rules loadable (a rule naming what no
+// longer runs then matches no result). harness/replay/expect.h checks results against the rules.
 //
 // Model values. ModelConfig reads these keys of the merged HF config: architectures[0] (or
 // model_type when absent), model_type, hidden_size, num_hidden_layers, num_attention_heads,
@@ -73,20 +109,30 @@
 // matrix value points at that value in the file and ends with `[variant '<name>']`.
 //
 // --set KEY=VALUE. KEY is a dotted path (engine.cudagraph_mode, model.overrides.num_hidden_layers,
-// requests.0.prompt_tokens; a list index may equal the list's length to append) or a bare name
-// that is an engine key or a top-level key (cudagraph_mode, timeout_s). VALUE is read as a YAML
-// node (`[1, 2, 4]`, `{prompt_tokens: 8, decode_steps: 1}`; an empty VALUE is the empty string).
-// Overrides are applied, in order, to the YAML tree before validation, so they are checked exactly
-// as the file is. A model.config path given by --set is relative to the working directory. An
-// override whose key equals, contains or lies inside a matrix axis removes that axis. `matrix`
-// itself can be replaced as a whole (`--set 'matrix={}'`), not key by key.
+// requests.0.prompt_tokens, requests.1.arrival_step; a list index may equal the list's length to
+// append) or a bare name that is an engine key or a top-level key (cudagraph_mode, timeout_s).
+// VALUE is read as a YAML node (`[1, 2, 4]`, `{prompt_tokens: 8, decode_steps: 1}`; an empty VALUE
+// is the empty string). Overrides are applied, in order, to the YAML tree before validation, so
+// they are checked exactly as the file is. A model.config path given by --set is relative to the
+// working directory. An override whose key equals, contains or lies inside a matrix axis removes
+// that axis. `matrix` itself can be replaced as a whole (`--set 'matrix={}'`), not key by key.
 //
-// Warmer names. The loader does not know which warmers exist: pass their names as known_warmers
-// and every warmer listed in a strategy is checked against them (with a suggestion); with an empty
-// list the check is left to the caller.
+// Rules (ScenarioRules). The loader knows no model or kernel family. It checks warmer names
+// against rules.known_warmers (with a suggestion; an empty list leaves that to the caller), and
+// calls rules.check_replayable, when set, on every scenario that can be replayed once the file is
+// otherwise valid: the scenario itself when it has no matrix, else each matrix variant (the
+// scenario as written, whose axis values every variant replaces, is not checked by it); and again
+// in apply_variant. Each ScenarioProblem is reported like any other error, at the line of its key
+// (e.g. `engine.kv_cache_dtype`); for a key the scenario does not hold (a defaulted one), at the
+// line of the nearest enclosing key it holds (`engine:`); for a key of the HF config
+// (`model.<name>`, e.g. model.architectures, model.head_dim), at its model.overrides entry when
+// there is one, else at model.config; for a value from --set, as `--set <KEY>: key '...': ...`;
+// for a matrix value, at that value with ` [variant '<name>']`. A problem with an empty key is
+// reported at the file.
 // ---------------------------------------------------------------------------------------------
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -124,7 +170,8 @@ struct EngineConfig {
   int max_num_batched_tokens = 0;  ///< most tokens in one scheduler step (the prefill chunk)
   int max_model_len = 0;           ///< longest sequence (prompt + output)
   int block_size = 16;             ///< tokens per KV cache block
-  /// "auto" | "bfloat16" | "fp8" | "fp8_e4m3" | "turboquant_4bit_nc"
+  /// "auto", "bfloat16", "fp8", "turboquant_4bit_nc", ...: any non-empty name; check_replayable
+  /// decides which are supported
   std::string kv_cache_dtype = "auto";
   CudaGraphMode cudagraph_mode = CudaGraphMode::kFullAndPiecewise;  ///< which graphs are captured
   std::vector<int> cudagraph_capture_sizes;  ///< ascending; vLLM V1's default list unless listed;
@@ -140,6 +187,8 @@ struct EngineConfig {
 struct RequestSpec {
   int prompt_tokens = 0;  ///< prompt length (distinct tokens: no prefix-cache hits)
   int decode_steps = 0;   ///< decode steps after the first sampled token
+  int arrival_step = 0;   ///< first-wave requests: the scheduler step at which it arrives
+  bool steady = false;    ///< true: runs alone after the first wave (the steady-state figures)
 };
 
 /// One warmup strategy: warmers run in order before graph capture.
@@ -156,6 +205,40 @@ struct Variant {
   std::vector<std::pair<std::string, std::string>> overrides;
 };
 
+/// One rule of the scenario's `expect:` block (format in the comment at the top of this file).
+/// Unset optionals do not constrain; every rule has at least one check set.
+struct Expectation {
+  std::string strategy;                  ///< a strategy name, or "*" for every strategy
+  std::optional<std::string> variant;    ///< a variant name; nullopt = every variant
+  std::optional<std::string> mode;       ///< "cuda" | "compile-only"; nullopt = both
+  std::optional<std::string> outcome;    ///< "ok" | "crash" | "timeout" | "error" | "skipped"
+  std::optional<std::string> failed_phase;           ///< e.g. "first_decode"
+  std::optional<std::string> error_prefix;           ///< the error text starts with this
+  std::optional<int> hot_path_compiles;              ///< exact number of hot-path compiles
+  std::optional<int> max_hot_path_compiles;          ///< at most this many
+  std::optional<std::vector<std::string>> hot_path_kernels;  ///< sorted distinct kernel names
+  std::string where;  ///< "<file>:<line>" of the rule, or "--set <KEY>" when set there
+};
+
+struct Scenario;
+
+/// A problem check_replayable finds. `key` is a dotted scenario key ("engine.kv_cache_dtype",
+/// "engine.cudagraph_mode", "model.config", or "model.<HF key>" such as "model.head_dim");
+/// `message` says what is wrong, e.g. "turboquant_4bit_nc needs a power-of-two head_dim".
+struct ScenarioProblem {
+  std::string key;
+  std::string message;
+};
+
+/// What the loader checks beyond the file format, given by the caller (see "Rules" above).
+struct ScenarioRules {
+  /// Warmer names a strategy may list; empty = not checked here.
+  std::vector<std::string> known_warmers;
+  /// Whether a validated scenario can be replayed (model family, KV cache format, graph mode...):
+  /// every problem found, or none. Unset = not checked.
+  std::function<std::vector<ScenarioProblem>(const Scenario&)> check_replayable;
+};
+
 /// A loaded, validated scenario.
 struct Scenario {
   std::string name;                      ///< `name:`, or the file name without extension
@@ -163,34 +246,40 @@ struct Scenario {
   std::string file;                      ///< the scenario path as given to load_scenario
   ModelConfig model;                     ///< the model shape
   EngineConfig engine;                   ///< the engine settings
-  std::vector<RequestSpec> requests;     ///< [0] the first request; [1] (optional) the steady state
+  std::vector<RequestSpec> requests;     ///< in file order; `steady` marks the steady one
   std::vector<StrategySpec> strategies;  ///< in file order
   /// Without a matrix: one entry, the scenario as written (name ""). With one: every point of the
   /// matrix's cross product, in order. After apply_variant: just the applied variant.
   std::vector<Variant> variants;
   double timeout_s = 600;  ///< per-strategy watchdog, seconds
   std::vector<std::string> archs;  ///< archs the scenario runs on ("sm_90"); empty = any
-  nlohmann::json expect;   ///< the `expect:` block as JSON, or null when absent
+  nlohmann::json expect;   ///< the `expect:` block as JSON (a list of rules), or null when absent
+  std::vector<Expectation> expectations;  ///< the `expect:` rules, in file order
 
   /// What apply_variant needs to rebuild the scenario: the file text as read, the --set overrides
-  /// and the known warmer names given to load_scenario. Not meant for other uses.
+  /// and the rules given to load_scenario. Not meant for other uses.
   struct Source {
     std::string text;
     std::vector<std::string> set_overrides;
-    std::vector<std::string> known_warmers;
+    ScenarioRules rules;
   } source;
 };
 
 /// Reads, overrides (`--set KEY=VALUE` strings, applied in order) and validates a scenario file,
-/// and checks every variant of its matrix too, so a bad matrix value fails here. Warmer names in
-/// strategies are checked against known_warmers unless it is empty. Throws InputError listing
+/// and checks every variant of its matrix too, so a bad matrix value fails here. `rules` adds the
+/// caller's checks (warmer names, check_replayable; see "Rules" above). Throws InputError listing
 /// every problem found.
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides = {},
-                       const std::vector<std::string>& known_warmers = {});
+                       const ScenarioRules& rules = {});
+
+/// The same, with only warmer names to check (ScenarioRules{known_warmers}).
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides,
+                       const std::vector<std::string>& known_warmers);
 
 /// The scenario of one variant (normally one of s.variants): the file as loaded, the --set
-/// overrides, then the variant's overrides, validated again. Throws InputError when the result is
-/// invalid (only possible for a variant that load_scenario did not produce).
+/// overrides, then the variant's overrides, validated again with the rules given to load_scenario
+/// (check_replayable included). Throws InputError when the result is invalid (only possible for a
+/// variant that load_scenario did not produce).
 Scenario apply_variant(const Scenario& s, const Variant& v);
 
 /// vLLM V1's (>= 0.11) default CUDA graph capture sizes: with m = min(2 * max_num_seqs, 512), the

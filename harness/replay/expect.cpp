@@ -1,0 +1,91 @@
+// coldstart: checking results against a scenario's expect: rules (see expect.h).
+#include "harness/replay/expect.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace coldstart {
+namespace {
+
+// How a result ended, as an expect rule names it: "skipped" for a run the scenario excluded
+// (reported with outcome error and extra.skipped, or with a skipped outcome), else outcome_name.
+std::string outcome_text(const StrategyResult& r) {
+  if (r.extra.is_object() && r.extra.contains("skipped")) return "skipped";
+  return outcome_name(r.outcome);
+}
+
+bool matches(const Expectation& e, const StrategyResult& r) {
+  return (e.strategy == "*" || e.strategy == r.strategy) && (!e.variant || *e.variant == r.variant);
+}
+
+std::string quoted_or_none(const std::optional<std::string>& v) {
+  return v ? fmt::format("'{}'", *v) : std::string("none");
+}
+
+std::string list_text(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s + "]";
+}
+
+// The unmet checks of rule `e` on result `r`, as "what it is, expected what" phrases.
+std::vector<std::string> unmet(const Expectation& e, const StrategyResult& r) {
+  std::vector<std::string> out;
+  const std::string outcome = outcome_text(r);
+  // A skipped run did not happen here: it passes `outcome: skipped` and is exempt from the rest.
+  if (outcome == "skipped") return out;
+  if (e.outcome && *e.outcome != outcome)
+    out.push_back(fmt::format("outcome {}, expected {}", outcome, *e.outcome));
+  if (e.failed_phase && r.failed_phase != e.failed_phase)
+    out.push_back(fmt::format("failed_phase {}, expected '{}'", quoted_or_none(r.failed_phase),
+                              *e.failed_phase));
+  if (e.error_prefix && (!r.error || r.error->compare(0, e.error_prefix->size(), *e.error_prefix)))
+    out.push_back(fmt::format("error {}, expected one starting with '{}'", quoted_or_none(r.error),
+                              *e.error_prefix));
+  const int compiles = static_cast<int>(r.hot_path_compiles.size());
+  if (e.hot_path_compiles && compiles != *e.hot_path_compiles)
+    out.push_back(fmt::format("{} hot-path compiles, expected {}", compiles, *e.hot_path_compiles));
+  if (e.max_hot_path_compiles && compiles > *e.max_hot_path_compiles)
+    out.push_back(fmt::format("{} hot-path compiles, expected at most {}", compiles,
+                              *e.max_hot_path_compiles));
+  if (e.hot_path_kernels) {
+    std::vector<std::string> kernels;
+    for (const auto& c : r.hot_path_compiles) kernels.push_back(c.kernel);
+    std::sort(kernels.begin(), kernels.end());
+    kernels.erase(std::unique(kernels.begin(), kernels.end()), kernels.end());
+    if (kernels != *e.hot_path_kernels)
+      out.push_back(fmt::format("hot-path kernels {}, expected {}", list_text(kernels),
+                                list_text(*e.hot_path_kernels)));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
+                                            const std::vector<StrategyResult>& results) {
+  std::vector<std::string> failures;
+  for (const auto& e : s.expectations) {
+    if (e.mode && *e.mode != mode) continue;  // a rule for the other mode
+    bool matched = false;
+    for (const auto& r : results) {
+      if (!matches(e, r)) continue;
+      matched = true;
+      const std::string who =
+          r.variant.empty() ? r.strategy : fmt::format("{} [{}]", r.strategy, r.variant);
+      for (const auto& what : unmet(e, r))
+        failures.push_back(fmt::format("{}: {} (rule at {})", who, what, e.where));
+    }
+    if (!matched) {
+      std::string rule = fmt::format("strategy '{}'", e.strategy);
+      if (e.variant) rule += fmt::format(", variant \"{}\"", *e.variant);
+      if (e.mode) rule += fmt::format(", mode {}", *e.mode);
+      failures.push_back(
+          fmt::format("rule at {} ({}) matches no result of this {} run", e.where, rule, mode));
+    }
+  }
+  return failures;
+}
+
+}  // namespace coldstart

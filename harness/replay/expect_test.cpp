@@ -1,0 +1,211 @@
+// Tests of check_expectations: each check, which results a rule applies to (strategy, variant,
+// mode), a rule that matches nothing, and skipped results.
+#include "harness/replay/expect.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/replay/scenario_test_util.h"
+
+namespace coldstart {
+namespace {
+
+StrategyResult result(const std::string& strategy, const std::string& variant, Outcome outcome,
+                      std::vector<std::string> hot_kernels = {}) {
+  StrategyResult r;
+  r.strategy = strategy;
+  r.variant = variant;
+  r.outcome = outcome;
+  for (auto& k : hot_kernels)
+    r.hot_path_compiles.push_back(CompileEvent{k, k + "[key]", 1.0, "first_decode", "nvrtc"});
+  return r;
+}
+
+StrategyResult crash(const std::string& strategy, const std::string& variant) {
+  StrategyResult r = result(strategy, variant, Outcome::kCrash, {"tq_cache_store"});
+  r.failed_phase = "first_decode";
+  r.error = "Workspace is locked but allocation from 'x.py:1:f' requires 2.00 MB";
+  return r;
+}
+
+StrategyResult skipped(const std::string& strategy, const std::string& variant) {
+  StrategyResult r = result(strategy, variant, Outcome::kError);
+  r.extra["skipped"] = "t runs on [sm_100]; this device is sm_90 (H200)";
+  r.error = r.extra["skipped"].get<std::string>();
+  return r;
+}
+
+Expectation rule(const std::string& strategy, int line) {
+  Expectation e;
+  e.strategy = strategy;
+  e.where = "s.yaml:" + std::to_string(line);
+  return e;
+}
+
+Scenario with(std::vector<Expectation> rules) {
+  Scenario s;
+  s.name = "t";
+  s.expectations = std::move(rules);
+  return s;
+}
+
+const char* const kPw = "cudagraph_mode=piecewise";
+const char* const kFull = "cudagraph_mode=full_and_piecewise";
+
+TEST(CheckExpectations, EveryCheckCanPass) {
+  Expectation e = rule("none", 17);
+  e.variant = kPw;
+  e.mode = "compile-only";
+  e.outcome = "crash";
+  e.failed_phase = "first_decode";
+  e.error_prefix = "Workspace is locked";
+  e.hot_path_compiles = 1;
+  e.max_hot_path_compiles = 1;
+  e.hot_path_kernels = std::vector<std::string>{"tq_cache_store"};
+  Expectation ok = rule("*", 18);
+  ok.variant = kFull;
+  ok.outcome = "ok";
+  ok.max_hot_path_compiles = 0;
+  std::vector<StrategyResult> results = {crash("none", kPw), result("none", kFull, Outcome::kOk),
+                                         result("both", kPw, Outcome::kOk),
+                                         result("both", kFull, Outcome::kOk)};
+  EXPECT_EQ(check_expectations(with({e, ok}), "compile-only", results), std::vector<std::string>{});
+}
+
+TEST(CheckExpectations, EachUnmetCheckIsOneLine) {
+  Expectation e = rule("none", 17);
+  e.outcome = "crash";
+  e.failed_phase = "first_decode";
+  e.error_prefix = "Workspace is locked";
+  e.hot_path_compiles = 1;
+  e.max_hot_path_compiles = 0;
+  e.hot_path_kernels = std::vector<std::string>{"tq_cache_store"};
+  auto out = check_expectations(with({e}), "cuda", {result("none", kPw, Outcome::kOk)});
+  EXPECT_EQ(out,
+            (std::vector<std::string>{
+                "none [cudagraph_mode=piecewise]: outcome ok, expected crash (rule at s.yaml:17)",
+                "none [cudagraph_mode=piecewise]: failed_phase none, expected 'first_decode' "
+                "(rule at s.yaml:17)",
+                "none [cudagraph_mode=piecewise]: error none, expected one starting with "
+                "'Workspace is locked' (rule at s.yaml:17)",
+                "none [cudagraph_mode=piecewise]: 0 hot-path compiles, expected 1 (rule at "
+                "s.yaml:17)",
+                "none [cudagraph_mode=piecewise]: hot-path kernels [], expected "
+                "[tq_cache_store] (rule at s.yaml:17)"}));
+}
+
+TEST(CheckExpectations, NoVariantNoBrackets) {
+  Expectation e = rule("none", 3);
+  e.outcome = "ok";
+  EXPECT_EQ(check_expectations(with({e}), "cuda", {crash("none", "")}),
+            std::vector<std::string>{"none: outcome crash, expected ok (rule at s.yaml:3)"});
+}
+
+TEST(CheckExpectations, HotPathKernelsAreASetAndMaxIsABound) {
+  Expectation e = rule("none", 5);
+  e.hot_path_kernels = std::vector<std::string>{"a", "b"};
+  e.max_hot_path_compiles = 2;
+  auto out =
+      check_expectations(with({e}), "cuda", {result("none", "", Outcome::kOk, {"b", "a", "b"})});
+  EXPECT_EQ(out, std::vector<std::string>{
+                     "none: 3 hot-path compiles, expected at most 2 (rule at s.yaml:5)"});
+  out = check_expectations(with({e}), "cuda", {result("none", "", Outcome::kOk, {"a", "c"})});
+  EXPECT_EQ(out, std::vector<std::string>{
+                     "none: hot-path kernels [a, c], expected [a, b] (rule at s.yaml:5)"});
+}
+
+TEST(CheckExpectations, ErrorPrefixComparesTheStart) {
+  Expectation e = rule("none", 5);
+  e.error_prefix = "locked";
+  auto out = check_expectations(with({e}), "cuda", {crash("none", "")});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].find("error 'Workspace is locked but"), std::string::npos) << out[0];
+}
+
+TEST(CheckExpectations, AStarRuleAppliesToEveryMatchingResult) {
+  Expectation e = rule("*", 9);
+  e.variant = kFull;
+  e.outcome = "ok";
+  auto out = check_expectations(
+      with({e}), "cuda",
+      {crash("none", kPw), crash("none", kFull), result("both", kFull, Outcome::kOk),
+       result("all", kFull, Outcome::kTimeout)});
+  EXPECT_EQ(out, (std::vector<std::string>{
+                     "none [cudagraph_mode=full_and_piecewise]: outcome crash, expected ok (rule "
+                     "at s.yaml:9)",
+                     "all [cudagraph_mode=full_and_piecewise]: outcome timeout, expected ok (rule "
+                     "at s.yaml:9)"}));
+}
+
+TEST(CheckExpectations, ARuleThatMatchesNothingFails) {
+  Expectation e = rule("nonee", 4);
+  e.outcome = "ok";
+  auto out = check_expectations(with({e}), "cuda", {result("none", "", Outcome::kOk)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], "rule at s.yaml:4 (strategy 'nonee') matches no result of this cuda run");
+  // A variant that did not run.
+  Expectation v = rule("none", 6);
+  v.variant = kFull;
+  v.outcome = "ok";
+  out = check_expectations(with({v}), "cuda", {result("none", kPw, Outcome::kOk)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].find("variant \"cudagraph_mode=full_and_piecewise\""), std::string::npos)
+      << out[0];
+  // No results at all.
+  EXPECT_EQ(check_expectations(with({v}), "cuda", {}).size(), 1u);
+}
+
+TEST(CheckExpectations, ARuleForTheOtherModeDoesNotApply) {
+  Expectation e = rule("none", 4);
+  e.mode = "cuda";
+  e.outcome = "ok";
+  // It would fail in a cuda run ...
+  EXPECT_EQ(check_expectations(with({e}), "cuda", {crash("none", "")}).size(), 1u);
+  // ... and neither fails nor counts as matching nothing in a compile-only run.
+  EXPECT_TRUE(check_expectations(with({e}), "compile-only", {crash("none", "")}).empty());
+  EXPECT_TRUE(check_expectations(with({e}), "compile-only", {}).empty());
+}
+
+TEST(CheckExpectations, SkippedResultsAreExemptButForOutcomeSkipped) {
+  Expectation e = rule("*", 4);
+  e.outcome = "ok";
+  e.hot_path_compiles = 0;
+  e.failed_phase = "x";
+  // A rule that matches only skipped results has matched: nothing fails.
+  EXPECT_TRUE(
+      check_expectations(with({e}), "cuda", {skipped("none", ""), skipped("both", "")}).empty());
+  Expectation s = rule("none", 5);
+  s.outcome = "skipped";
+  EXPECT_TRUE(check_expectations(with({s}), "cuda", {skipped("none", "")}).empty());
+  EXPECT_EQ(check_expectations(with({s}), "cuda", {result("none", "", Outcome::kOk)}),
+            std::vector<std::string>{"none: outcome ok, expected skipped (rule at s.yaml:5)"});
+}
+
+// End to end: rules read from a scenario file, checked against results.
+using ExpectFromFile = scenario_test::ScenarioFiles;
+
+TEST_F(ExpectFromFile, RulesFromTheFile) {
+  Scenario s = load(std::string(scenario_test::kBase) +
+                    "matrix:\n"
+                    "  cudagraph_mode: [piecewise, full_and_piecewise]\n"
+                    "expect:\n"
+                    "  - {strategy: none, variant: \"cudagraph_mode=piecewise\", mode: "
+                    "compile-only, outcome: crash, failed_phase: first_decode, error_prefix: "
+                    "\"Workspace is locked\", hot_path_compiles: 1, hot_path_kernels: "
+                    "[tq_cache_store]}\n"
+                    "  - {strategy: both, outcome: ok}\n");
+  std::vector<StrategyResult> results = {crash("none", kPw), result("none", kFull, Outcome::kOk),
+                                         result("both", kPw, Outcome::kOk), crash("both", kFull)};
+  auto out = check_expectations(s, "compile-only", results);
+  const std::string file = (scenario_test::fs::path(dir_) / "s.yaml").string();
+  EXPECT_EQ(out, std::vector<std::string>{"both [cudagraph_mode=full_and_piecewise]: outcome "
+                                          "crash, expected ok (rule at " +
+                                          file + ":20)"});
+  // In a cuda run the first rule does not apply.
+  EXPECT_EQ(check_expectations(s, "cuda", results).size(), 1u);
+}
+
+}  // namespace
+}  // namespace coldstart

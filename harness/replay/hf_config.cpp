@@ -1,0 +1,405 @@
+// coldstart: reading the HF config.json a scenario names (see hf_config.h).
+#include "harness/replay/hf_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "harness/common/paths.h"
+
+namespace coldstart::scenario_detail {
+namespace {
+
+// Length keys vLLM considers when deriving a model's max length (the smallest one wins).
+const std::vector<std::string> kLengthKeys = {
+    "max_position_embeddings", "n_positions",         "max_seq_len",    "seq_length",
+    "model_max_length",        "max_sequence_length", "max_seq_length", "seq_len"};
+// What a bare Infinity in a config.json is read as.
+constexpr const char* kInfText = "1.7976931348623157e308";
+
+// The config text made acceptable to nlohmann::json, with a map back to the original positions
+// and the position of every top-level key.
+struct JsonSource {
+  std::string text;
+  struct Edit {
+    size_t new_pos, new_len, old_len;
+  };
+  std::vector<Edit> edits;
+  std::map<std::string, std::pair<int, int>> key_pos;  // 1-based line and column
+
+  size_t to_original(size_t off) const {
+    long delta = 0;
+    for (const auto& e : edits) {
+      if (off >= e.new_pos + e.new_len) {
+        delta += static_cast<long>(e.new_len) - static_cast<long>(e.old_len);
+      } else if (off >= e.new_pos) {
+        return e.new_pos - delta;  // inside a replacement: its start
+      } else {
+        break;
+      }
+    }
+    return off - delta;
+  }
+};
+
+bool ident_char(char ch) {
+  return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.';
+}
+
+// One pass over the text: copies it, replacing the bare tokens Infinity, -Infinity and NaN outside
+// strings, and notes where each top-level object key starts.
+JsonSource prepare_json(const std::string& in) {
+  JsonSource out;
+  out.text.reserve(in.size() + 32);
+  std::vector<char> stack;  // open '{' / '['
+  int line = 1, col = 1;
+  size_t i = 0;
+  auto advance = [&](size_t n) {
+    for (size_t k = 0; k < n && i < in.size(); ++k, ++i) {
+      out.text += in[i];
+      if (in[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+  };
+  auto token_at = [&](const char* tok) {
+    size_t n = std::strlen(tok);
+    if (in.compare(i, n, tok) != 0) return false;
+    if (i > 0 && ident_char(in[i - 1])) return false;
+    if (i + n < in.size() && ident_char(in[i + n])) return false;
+    return true;
+  };
+  auto replace = [&](const char* tok, const std::string& with) {
+    size_t n = std::strlen(tok);
+    out.edits.push_back({out.text.size(), with.size(), n});
+    out.text += with;
+    i += n;
+    col += static_cast<int>(n);
+  };
+  while (i < in.size()) {
+    char ch = in[i];
+    if (ch == '"') {
+      int kline = line, kcol = col;
+      size_t start = i + 1;
+      advance(1);
+      while (i < in.size() && in[i] != '"') advance(in[i] == '\\' ? 2 : 1);
+      std::string raw = in.substr(start, i - start);
+      advance(1);  // closing quote
+      if (stack.size() == 1 && stack.back() == '{') {
+        size_t j = i;
+        while (j < in.size() && std::isspace(static_cast<unsigned char>(in[j]))) ++j;
+        if (j < in.size() && in[j] == ':') out.key_pos.emplace(raw, std::make_pair(kline, kcol));
+      }
+      continue;
+    }
+    if (ch == '{' || ch == '[') {
+      stack.push_back(ch);
+    } else if ((ch == '}' || ch == ']') && !stack.empty()) {
+      stack.pop_back();
+    }
+    if (ch == '-' && token_at("-Infinity")) {
+      replace("-Infinity", std::string("-") + kInfText);
+    } else if (ch == 'I' && token_at("Infinity")) {
+      replace("Infinity", kInfText);
+    } else if (ch == 'N' && token_at("NaN")) {
+      replace("NaN", "null");
+    } else {
+      advance(1);
+    }
+  }
+  return out;
+}
+
+std::pair<int, int> line_col(const std::string& text, size_t off) {
+  int line = 1, col = 1;
+  for (size_t k = 0; k < off && k < text.size(); ++k) {
+    if (text[k] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
+}
+
+const char* json_kind(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "a list";
+  return "a mapping";
+}
+
+// Whether an override value may replace a config value: same JSON type, with an integer allowed
+// for a float and anything allowed for null.
+bool same_type(const json& cfg, const json& v) {
+  if (cfg.is_null()) return true;
+  if (cfg.is_number_float()) return v.is_number();
+  if (cfg.is_number_integer()) return v.is_number_integer();
+  return cfg.type() == v.type();
+}
+
+}  // namespace
+
+bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& limit) {
+  const Entry* cfg_entry = model.require("config");
+  if (!cfg_entry) return false;
+  auto cfg_name = read_string(c, cfg_entry->path, cfg_entry->value);
+  if (!cfg_name) return false;
+
+  // A path from the file is relative to the file; one typed on the command line to the cwd.
+  std::string cfg_path = *cfg_name;
+  if (!cfg_path.empty() && cfg_path[0] != '/' && !c.from_command_line(cfg_entry->path))
+    cfg_path = paths::join(paths::parent(c.file()), cfg_path);
+  cfg_path = paths::normalize(cfg_path);
+  m.config_file = cfg_path;
+  const Path& cfg_key = cfg_entry->path;
+  const YAML::Mark cfg_mark = cfg_entry->value.Mark();
+
+  if (paths::is_directory(cfg_path)) {
+    c.fail(cfg_key, cfg_mark, fmt::format("'{}' is a directory, not a config.json", m.config_file));
+    return false;
+  }
+  std::ifstream f(cfg_path, std::ios::binary);
+  if (!f) {
+    c.fail(cfg_key, cfg_mark,
+           fmt::format("cannot read HF config '{}': {}", m.config_file, std::strerror(errno)));
+    return false;
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string original = ss.str();
+  const JsonSource src = prepare_json(original);
+
+  json cfg;
+  try {
+    cfg = json::parse(src.text);
+  } catch (const json::parse_error& e) {
+    size_t off = src.to_original(e.byte > 0 ? e.byte - 1 : 0);
+    auto [line, col] = line_col(original, off);
+    std::string what = e.what();
+    size_t colon = what.find(": ", what.find("column"));
+    std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+    c.fail(cfg_key, cfg_mark,
+           fmt::format("invalid JSON in HF config {}:{}:{} (byte {}): {}", m.config_file, line, col,
+                       off + 1, detail));
+    return false;
+  }
+  if (!cfg.is_object()) {
+    c.fail(cfg_key, cfg_mark,
+           fmt::format("HF config '{}' is {}, not a JSON object", m.config_file, json_kind(cfg)));
+    return false;
+  }
+
+  const size_t errors_before = c.error_count();
+  std::vector<std::string> cfg_keys;
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) cfg_keys.push_back(it.key());
+
+  // model.overrides: replace top-level keys, same type only.
+  std::optional<MapView> ovs;
+  std::map<std::string, const Entry*> overridden;
+  if (const Entry* ov = model.get("overrides")) {
+    ovs.emplace(c, ov->value, ov->path, ov->key_node.Mark(), nullptr);
+    for (const auto& e : ovs->entries()) {
+      if (!cfg.contains(e.key)) {
+        c.fail(e.path, e.key_node.Mark(),
+               fmt::format("no such key in HF config '{}'{}", m.config_file,
+                           suggest(e.key, cfg_keys)));
+        continue;
+      }
+      json v = to_json(e.value);
+      if (!same_type(cfg[e.key], v)) {
+        c.fail(e.path, e.value.Mark(),
+               fmt::format("expected {} (as in {}), got {}", json_kind(cfg[e.key]),
+                           paths::filename(cfg_path), json_kind(v)));
+        continue;
+      }
+      if (cfg[e.key].is_number_float()) v = v.get<double>();
+      cfg[e.key] = v;
+      overridden[e.key] = &e;
+    }
+  }
+
+  // A problem with a config value points at the override that set it, else at the config file.
+  auto fail_key = [&](const std::string& key, const std::string& msg) {
+    auto o = overridden.find(key);
+    if (o != overridden.end()) {
+      c.fail(o->second->path, o->second->value.Mark(), msg);
+      return;
+    }
+    auto pos = src.key_pos.find(key);
+    if (pos != src.key_pos.end())
+      c.fail_raw(fmt::format("{}:{}:{}: key '{}': {}", m.config_file, pos->second.first,
+                             pos->second.second, key, msg),
+                 1, pos->second.first, pos->second.second);
+    else
+      c.fail_raw(fmt::format("{}: key '{}': {}", m.config_file, key, msg), 1);
+  };
+  auto missing = [&](const std::string& what) {
+    c.fail(cfg_key, cfg_mark, fmt::format("HF config '{}' has no {}", m.config_file, what));
+  };
+  // A key that is absent or null reads as absent.
+  auto find = [&](const std::string& key) -> const json* {
+    auto it = cfg.find(key);
+    return (it == cfg.end() || it->is_null()) ? nullptr : &*it;
+  };
+  auto get_int = [&](const std::string& key, bool required, long long lo) -> std::optional<int> {
+    const json* v = find(key);
+    if (!v) {
+      if (required) missing("'" + key + "'");
+      return std::nullopt;
+    }
+    if (!v->is_number_integer()) {
+      fail_key(key, fmt::format("expected an integer, got {}", json_kind(*v)));
+      return std::nullopt;
+    }
+    long long x = v->is_number_unsigned()
+                      ? static_cast<long long>(std::min<uint64_t>(
+                            v->get<uint64_t>(), std::numeric_limits<int>::max() + 1ULL))
+                      : v->get<long long>();
+    if (x < lo || x > std::numeric_limits<int>::max()) {
+      fail_key(key,
+               fmt::format("must be in [{}, {}], got {}", lo, std::numeric_limits<int>::max(), x));
+      return std::nullopt;
+    }
+    return static_cast<int>(x);
+  };
+  auto get_double = [&](const std::string& key) -> std::optional<double> {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) {
+      fail_key(key, fmt::format("expected a number, got {}", json_kind(*v)));
+      return std::nullopt;
+    }
+    return v->get<double>();
+  };
+  auto get_string = [&](const std::string& key) -> std::optional<std::string> {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) {
+      fail_key(key, fmt::format("expected a string, got {}", json_kind(*v)));
+      return std::nullopt;
+    }
+    return v->get<std::string>();
+  };
+
+  // Identity.
+  if (const json* a = find("architectures")) {
+    if (!a->is_array() || a->empty() || !(*a)[0].is_string())
+      fail_key("architectures", "expected a non-empty list of class names");
+    else
+      m.architecture = (*a)[0].get<std::string>();
+  }
+  if (auto t = get_string("model_type"))
+    m.model_type = *t;
+  else if (!find("model_type"))
+    missing("'model_type'");
+  if (m.architecture.empty() && !find("architectures")) m.architecture = m.model_type;
+
+  // Shape.
+  auto hidden = get_int("hidden_size", true, 1);
+  auto layers = get_int("num_hidden_layers", true, 1);
+  auto heads = get_int("num_attention_heads", true, 1);
+  auto vocab = get_int("vocab_size", true, 1);
+  std::optional<int> kv_heads =
+      find("num_key_value_heads") ? get_int("num_key_value_heads", true, 1) : heads;
+  std::optional<int> inter =
+      find("intermediate_size") ? get_int("intermediate_size", true, 1) : std::optional<int>(0);
+  std::optional<int> head_dim;
+  if (find("head_dim")) {
+    head_dim = get_int("head_dim", true, 1);
+  } else if (find("attention_head_dim")) {
+    head_dim = get_int("attention_head_dim", true, 1);
+  } else if (hidden && heads) {
+    if (*hidden % *heads != 0)
+      fail_key("num_attention_heads",
+               fmt::format("hidden_size {} is not divisible by num_attention_heads {}, and the "
+                           "config has no head_dim",
+                           *hidden, *heads));
+    else
+      head_dim = *hidden / *heads;
+  }
+  if (heads && kv_heads && *heads % *kv_heads != 0)
+    fail_key(find("num_key_value_heads") ? "num_key_value_heads" : "num_attention_heads",
+             fmt::format("num_attention_heads {} is not divisible by num_key_value_heads {}",
+                         *heads, *kv_heads));
+
+  // Numerics.
+  std::optional<double> eps =
+      find("rms_norm_eps") ? get_double("rms_norm_eps") : get_double("layer_norm_epsilon");
+  if (eps && !(*eps > 0))
+    fail_key(find("rms_norm_eps") ? "rms_norm_eps" : "layer_norm_epsilon",
+             fmt::format("must be positive, got {}", *eps));
+  std::optional<double> theta = get_double("rope_theta");
+  if (theta && !(*theta > 0))
+    fail_key("rope_theta", fmt::format("must be positive, got {}", *theta));
+  std::optional<std::string> dtype =
+      find("torch_dtype") ? get_string("torch_dtype") : get_string("dtype");
+  bool tie = true;
+  if (const json* t = find("tie_word_embeddings")) {
+    if (!t->is_boolean())
+      fail_key("tie_word_embeddings", fmt::format("expected true or false, got {}", json_kind(*t)));
+    else
+      tie = t->get<bool>();
+  }
+
+  // Length limit: the smallest length key, times a RoPE scaling factor (vLLM's derivation).
+  long long len = 0;
+  std::string len_key;
+  for (const auto& k : kLengthKeys) {
+    if (!find(k)) continue;
+    auto v = get_int(k, true, 1);
+    if (v && (len == 0 || *v < len)) {
+      len = *v;
+      len_key = k;
+    }
+  }
+  if (len_key.empty()) missing("length key (" + names(kLengthKeys) + ")");
+  limit.tokens = len;
+  limit.why = fmt::format("{} in {}", len_key, paths::filename(cfg_path));
+  if (const json* rs = find("rope_scaling"); rs && rs->is_object() && len > 0) {
+    std::string type = rs->value("rope_type", rs->value("type", std::string()));
+    auto factor = rs->find("factor");
+    if (factor != rs->end() && factor->is_number() && type != "su" && type != "longrope" &&
+        type != "llama3") {
+      if (type == "yarn") {
+        auto orig = rs->find("original_max_position_embeddings");
+        if (orig != rs->end() && orig->is_number_integer()) limit.tokens = orig->get<long long>();
+      }
+      limit.tokens =
+          static_cast<long long>(static_cast<double>(limit.tokens) * factor->get<double>());
+      limit.why += fmt::format(" x rope_scaling.factor {}", factor->get<double>());
+    }
+  }
+
+  if (c.error_count() != errors_before) return false;
+  m.hidden_size = *hidden;
+  m.num_hidden_layers = *layers;
+  m.num_attention_heads = *heads;
+  m.num_key_value_heads = *kv_heads;
+  m.head_dim = *head_dim;
+  m.intermediate_size = *inter;
+  m.vocab_size = *vocab;
+  m.max_position_embeddings = static_cast<int>(len);
+  m.rms_norm_eps = eps.value_or(1e-6);
+  m.rope_theta = theta.value_or(10000.0);
+  m.torch_dtype = dtype.value_or("bfloat16");
+  m.tie_word_embeddings = tie;
+  m.raw = std::move(cfg);
+  return true;
+}
+
+}  // namespace coldstart::scenario_detail

@@ -1,0 +1,66 @@
+// coldstart: what the scenario loader's files share (scenario.cpp, scenario_set.cpp,
+// scenario_expect.cpp). Internal to harness/replay; the file format is described in scenario.h.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/replay/scenario.h"
+#include "harness/replay/yaml_check.h"
+
+namespace coldstart::scenario_detail {
+
+// ------------------------------------------------------------------------------------------
+// The schema: the keys accepted at each level.
+
+inline const std::vector<std::string> kTopKeys = {"name",     "description", "model",  "engine",
+                                                  "requests", "strategies",  "matrix", "timeout_s",
+                                                  "expect",   "archs"};
+inline const std::vector<std::string> kModelKeys = {"config", "overrides"};
+inline const std::vector<std::string> kEngineKeys = {
+    "max_num_seqs",   "max_num_batched_tokens", "max_model_len",           "block_size",
+    "kv_cache_dtype", "cudagraph_mode",         "cudagraph_capture_sizes", "gpu_memory_utilization",
+    "num_gpu_blocks", "enable_chunked_prefill", "allow_long_max_model_len"};
+inline const std::vector<std::string> kRequestKeys = {"prompt_tokens", "decode_steps",
+                                                      "arrival_step", "steady"};
+inline const std::vector<std::string> kStrategyKeys = {"warmers", "allow_hot_path_compiles"};
+
+// ------------------------------------------------------------------------------------------
+// --set overrides and matrix variants (scenario_set.cpp)
+
+/// A KEY resolved to a full path in the tree.
+struct Resolved {
+  Path path;
+  std::string error;  // empty when resolved
+};
+
+/// Turns KEY (dotted, or a bare engine / top-level name) into a full path, checking each part
+/// against the schema as far as it is fixed (HF keys and strategy names are checked later).
+Resolved resolve_key(const std::string& key);
+
+/// Writes `value` at `path` in the tree, creating missing mapping keys; a list index may equal the
+/// list's length to append. Returns an error text, or "" on success.
+std::string set_path(YAML::Node root, const Path& path, const YAML::Node& value);
+
+/// Applies `--set KEY=VALUE` strings to the tree, recording each as an override, and removes the
+/// matrix axes they pin.
+void apply_set_overrides(Checker& c, YAML::Node root, const std::vector<std::string>& sets);
+
+/// Writes a variant's overrides into the tree (taking the matrix's own value nodes, so problems
+/// point into the file), recording each as an override, and removes `matrix`.
+void apply_variant_overrides(Checker& c, YAML::Node root, const Variant& variant);
+
+/// Reads `matrix:` into variants (their cross product, first axis slowest).
+void load_matrix(Checker& c, const Entry& mx, std::vector<Variant>& out);
+
+// ------------------------------------------------------------------------------------------
+// expect: rules (scenario_expect.cpp)
+
+/// Reads the `expect:` list into `out`. `strategies` and `variants` are the names a rule may
+/// name (besides "*" for a strategy).
+void load_expectations(Checker& c, const Entry& ex, const std::vector<std::string>& strategies,
+                       const std::vector<std::string>& variants, std::vector<Expectation>& out);
+
+}  // namespace coldstart::scenario_detail

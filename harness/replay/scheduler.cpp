@@ -1,0 +1,122 @@
+#include "harness/replay/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+
+int SchedStep::num_tokens() const {
+  int n = 0;
+  for (const auto& s : seqs) n += s.query_len;
+  return n;
+}
+
+bool SchedStep::mixed() const {
+  bool prefill = false, decode = false;
+  for (const auto& s : seqs) (s.decode_index >= 0 ? decode : prefill) = true;
+  return prefill && decode;
+}
+
+Scheduler::Scheduler(std::vector<SchedRequest> requests, int max_num_seqs,
+                     int max_num_batched_tokens, bool enable_chunked_prefill)
+    : max_num_seqs_(max_num_seqs), budget_(max_num_batched_tokens), chunked_(enable_chunked_prefill) {
+  if (max_num_seqs < 1 || max_num_batched_tokens < 1) {
+    throw Error("scheduler: max_num_seqs and max_num_batched_tokens must be >= 1");
+  }
+  for (const auto& r : requests) {
+    if (r.prompt_tokens < 1 || r.decode_steps < 0 || r.arrival_step < 0) {
+      throw Error(fmt::format("scheduler: request {} is malformed", r.id));
+    }
+    reqs_.push_back(State{r});
+  }
+  // Arrival order, ties in the caller's order (FCFS).
+  std::stable_sort(reqs_.begin(), reqs_.end(), [](const State& a, const State& b) {
+    return a.r.arrival_step < b.r.arrival_step;
+  });
+}
+
+bool Scheduler::done() const {
+  return std::all_of(reqs_.begin(), reqs_.end(), [](const State& s) { return s.finished; });
+}
+
+Scheduler::State& Scheduler::find(int id) {
+  for (auto& s : reqs_)
+    if (s.r.id == id) return s;
+  throw Error(fmt::format("scheduler: no request {}", id));
+}
+
+int Scheduler::arrival_step(int id) const {
+  for (const auto& s : reqs_)
+    if (s.r.id == id) return s.r.arrival_step;
+  throw Error(fmt::format("scheduler: no request {}", id));
+}
+
+SchedStep Scheduler::next() {
+  if (done()) throw Error("scheduler: every request already finished");
+  // Skip idle steps: nothing running and the next arrival still ahead.
+  if (running_.empty()) {
+    int first = std::numeric_limits<int>::max();
+    for (const auto& s : reqs_)
+      if (!s.admitted) first = std::min(first, s.r.arrival_step);
+    step_ = std::max(step_, first);
+  }
+  SchedStep out;
+  out.index = step_;
+  int budget = budget_;
+  for (int id : running_) {
+    if (budget <= 0) break;
+    State& s = find(id);
+    ScheduledSeq q;
+    q.id = id;
+    q.context_len = s.computed;
+    if (s.computed < s.r.prompt_tokens) {
+      q.query_len = std::min(s.r.prompt_tokens - s.computed, budget);
+      q.completes_prefill = s.computed + q.query_len == s.r.prompt_tokens;
+    } else {
+      q.query_len = 1;
+      q.decode_index = s.decoded;
+    }
+    budget -= q.query_len;
+    out.seqs.push_back(q);
+  }
+  for (auto& s : reqs_) {
+    if (budget <= 0 || static_cast<int>(running_.size()) >= max_num_seqs_) break;
+    if (s.admitted || s.r.arrival_step > step_) continue;
+    if (!chunked_ && s.r.prompt_tokens > budget) break;  // head of line waits for a whole budget
+    ScheduledSeq q;
+    q.id = s.r.id;
+    q.query_len = std::min(s.r.prompt_tokens, budget);
+    q.completes_prefill = q.query_len == s.r.prompt_tokens;
+    budget -= q.query_len;
+    s.admitted = true;
+    running_.push_back(s.r.id);
+    out.seqs.push_back(q);
+  }
+  if (out.seqs.empty()) {
+    throw Error(fmt::format("scheduler: nothing can be scheduled at step {} (a prompt longer than "
+                            "max_num_batched_tokens {} with chunked prefill off)",
+                            step_, budget_));
+  }
+  return out;
+}
+
+void Scheduler::complete(const SchedStep& step) {
+  for (const auto& q : step.seqs) {
+    State& s = find(q.id);
+    s.computed += q.query_len;
+    if (q.decode_index >= 0) ++s.decoded;
+    // Finished once the prompt is in and every decode step ran (decode_steps == 0: the first
+    // sampled token ends it).
+    if (s.computed >= s.r.prompt_tokens && s.decoded >= s.r.decode_steps) s.finished = true;
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [&](int id) { return find(id).finished; }),
+                 running_.end());
+  step_ = step.index + 1;
+}
+
+}  // namespace coldstart

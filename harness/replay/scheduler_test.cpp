@@ -1,0 +1,96 @@
+#include "harness/replay/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+namespace {
+
+std::vector<SchedStep> run_all(Scheduler& s) {
+  std::vector<SchedStep> steps;
+  while (!s.done()) {
+    steps.push_back(s.next());
+    s.complete(steps.back());
+    if (steps.size() > 10000) ADD_FAILURE() << "scheduler does not terminate";
+  }
+  return steps;
+}
+
+TEST(Scheduler, OneRequestChunksItsPromptThenDecodes) {
+  Scheduler s({{0, 5000, 3, 0}}, 4, 2048, true);
+  auto steps = run_all(s);
+  ASSERT_EQ(steps.size(), 6u);  // 2048 + 2048 + 904, then 3 decodes
+  EXPECT_EQ(steps[0].seqs[0].query_len, 2048);
+  EXPECT_FALSE(steps[0].seqs[0].completes_prefill);
+  EXPECT_EQ(steps[1].seqs[0].context_len, 2048);
+  EXPECT_EQ(steps[2].seqs[0].query_len, 904);
+  EXPECT_TRUE(steps[2].seqs[0].completes_prefill);
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(steps[3 + d].seqs[0].decode_index, d);
+    EXPECT_EQ(steps[3 + d].seqs[0].context_len, 5000 + d);
+  }
+}
+
+TEST(Scheduler, LaterArrivalsJoinRunningDecodesInOneMixedStep) {
+  // Request 0 prefills at step 0 and decodes from step 1; request 1 arrives at step 1, request 2
+  // at step 2: both are admitted beside the running decodes, so steps 1 and 2 are mixed.
+  Scheduler s({{0, 100, 5, 0}, {1, 300, 2, 1}, {2, 50, 2, 2}}, 4, 2048, true);
+  auto steps = run_all(s);
+  ASSERT_GE(steps.size(), 3u);
+  EXPECT_EQ(steps[0].seqs.size(), 1u);
+  ASSERT_EQ(steps[1].seqs.size(), 2u);
+  EXPECT_EQ(steps[1].seqs[0].id, 0);
+  EXPECT_EQ(steps[1].seqs[0].decode_index, 0);
+  EXPECT_EQ(steps[1].seqs[1].id, 1);
+  EXPECT_EQ(steps[1].seqs[1].query_len, 300);
+  EXPECT_TRUE(steps[1].mixed());
+  ASSERT_EQ(steps[2].seqs.size(), 3u);  // two decodes (0 and 1) + request 2's prefill
+  EXPECT_EQ(steps[2].num_tokens(), 1 + 1 + 50);
+  EXPECT_TRUE(steps[2].mixed());
+  EXPECT_FALSE(steps[0].mixed());
+}
+
+TEST(Scheduler, TokenBudgetChunksTheHeadOfTheQueue) {
+  Scheduler s({{0, 1000, 1, 0}, {1, 1000, 1, 0}}, 4, 1500, true);
+  SchedStep a = s.next();
+  ASSERT_EQ(a.seqs.size(), 2u);
+  EXPECT_EQ(a.seqs[0].query_len, 1000);
+  EXPECT_EQ(a.seqs[1].query_len, 500);  // chunked to what is left
+  EXPECT_FALSE(a.seqs[1].completes_prefill);
+  s.complete(a);
+  SchedStep b = s.next();
+  ASSERT_EQ(b.seqs.size(), 2u);
+  EXPECT_EQ(b.seqs[0].decode_index, 0);      // running first
+  EXPECT_EQ(b.seqs[1].context_len, 500);     // then the rest of the prompt
+  EXPECT_EQ(b.seqs[1].query_len, 500);
+}
+
+TEST(Scheduler, MaxNumSeqsLimitsAdmission) {
+  Scheduler s({{0, 10, 2, 0}, {1, 10, 2, 0}, {2, 10, 2, 0}}, 2, 2048, true);
+  SchedStep a = s.next();
+  EXPECT_EQ(a.seqs.size(), 2u);
+  s.complete(a);
+  auto rest = run_all(s);
+  bool third_admitted = false;
+  for (const auto& st : rest) {
+    int n = 0;
+    for (const auto& q : st.seqs) n += q.id == 2;
+    third_admitted |= n > 0;
+    EXPECT_LE(st.seqs.size(), 2u);
+  }
+  EXPECT_TRUE(third_admitted);
+}
+
+TEST(Scheduler, IdleStepsAreSkippedAndChunkedPrefillOffWaits) {
+  Scheduler s({{0, 10, 0, 7}}, 1, 16, true);
+  SchedStep a = s.next();
+  EXPECT_EQ(a.index, 7);
+  s.complete(a);
+  EXPECT_TRUE(s.done());
+  Scheduler off({{0, 100, 0, 0}}, 1, 16, false);
+  EXPECT_THROW(off.next(), Error);
+}
+
+}  // namespace
+}  // namespace coldstart

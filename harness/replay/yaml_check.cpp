@@ -1,0 +1,369 @@
+// coldstart: typed reading of a YAML tree with error collection (see yaml_check.h).
+#include "harness/replay/yaml_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <regex>
+#include <tuple>
+
+#include "harness/common/error.h"
+
+namespace coldstart::scenario_detail {
+
+// ------------------------------------------------------------------------------------------
+// Small helpers
+
+std::string join(const Path& p) {
+  std::string s;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (i) s += '.';
+    s += p[i];
+  }
+  return s;
+}
+
+Path child(const Path& p, const std::string& k) {
+  Path c = p;
+  c.push_back(k);
+  return c;
+}
+
+bool is_prefix(const Path& a, const Path& b) {
+  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+std::string lower(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string suggest(const std::string& got, const std::vector<std::string>& known) {
+  const std::string* best = nullptr;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& k : known) {
+    size_t d = edit_distance(lower(got), lower(k));
+    if (d < best_d) {
+      best_d = d;
+      best = &k;
+    }
+  }
+  if (!best) return "";
+  size_t limit = std::max<size_t>(2, got.size() / 3);
+  if (best_d > limit) return "";
+  return fmt::format(" (did you mean '{}'?)", *best);
+}
+
+std::string names(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s;
+}
+
+std::string mark_str(const std::string& file, const YAML::Mark& m) {
+  if (m.is_null()) return file;
+  return fmt::format("{}:{}:{}", file, m.line + 1, m.column + 1);
+}
+
+bool is_index(const std::string& s) {
+  return !s.empty() && s.size() < 9 && std::all_of(s.begin(), s.end(), ::isdigit);
+}
+
+// ------------------------------------------------------------------------------------------
+// YAML values, typed as YAML 1.2's core schema reads plain scalars; quoted scalars are strings.
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kNull:
+      return "null";
+    case Kind::kBool:
+      return "a boolean";
+    case Kind::kInt:
+      return "an integer";
+    case Kind::kFloat:
+      return "a number";
+    case Kind::kString:
+      return "a string";
+    case Kind::kList:
+      return "a list";
+    case Kind::kMap:
+      return "a mapping";
+  }
+  return "?";
+}
+
+namespace {
+
+const std::regex& int_re() {
+  static const std::regex re("[-+]?[0-9]+");
+  return re;
+}
+const std::regex& float_re() {
+  static const std::regex re(
+      "[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|"
+      "NAN)");
+  return re;
+}
+
+}  // namespace
+
+bool is_quoted(const YAML::Node& n) { return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"; }
+
+Kind kind_of(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return Kind::kNull;
+  if (n.IsSequence()) return Kind::kList;
+  if (n.IsMap()) return Kind::kMap;
+  if (is_quoted(n)) return Kind::kString;
+  const std::string& s = n.Scalar();
+  if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return Kind::kNull;
+  if (s == "true" || s == "True" || s == "TRUE" || s == "false" || s == "False" || s == "FALSE")
+    return Kind::kBool;
+  if (std::regex_match(s, int_re())) return Kind::kInt;
+  if (std::regex_match(s, float_re())) return Kind::kFloat;
+  return Kind::kString;
+}
+
+double scalar_double(const std::string& s) {
+  std::string t = lower(s);
+  if (t == ".inf" || t == "+.inf") return std::numeric_limits<double>::infinity();
+  if (t == "-.inf") return -std::numeric_limits<double>::infinity();
+  if (t == ".nan") return std::numeric_limits<double>::quiet_NaN();
+  return std::strtod(s.c_str(), nullptr);
+}
+
+json to_json(const YAML::Node& n) {
+  switch (kind_of(n)) {
+    case Kind::kNull:
+      return nullptr;
+    case Kind::kBool:
+      return lower(n.Scalar()) == "true";
+    case Kind::kInt: {
+      errno = 0;
+      long long v = std::strtoll(n.Scalar().c_str(), nullptr, 10);
+      if (errno == ERANGE) return scalar_double(n.Scalar());
+      return v;
+    }
+    case Kind::kFloat:
+      return scalar_double(n.Scalar());
+    case Kind::kString:
+      return n.Scalar();
+    case Kind::kList: {
+      json a = json::array();
+      for (const auto& e : n) a.push_back(to_json(e));
+      return a;
+    }
+    case Kind::kMap: {
+      json o = json::object();
+      for (auto it = n.begin(); it != n.end(); ++it) o[it->first.Scalar()] = to_json(it->second);
+      return o;
+    }
+  }
+  return nullptr;
+}
+
+std::string flow_text(const YAML::Node& n) {
+  if (n.IsScalar() && !is_quoted(n)) return n.Scalar();
+  YAML::Emitter e;
+  e.SetStringFormat(YAML::DoubleQuoted);
+  e << YAML::Flow << n;
+  return e.c_str();
+}
+
+YAML::Node lookup(const YAML::Node& map, const std::string& key) {
+  if (map.IsMap()) {
+    for (auto it = map.begin(); it != map.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() == key) return it->second;
+  }
+  return YAML::Node();
+}
+
+// ------------------------------------------------------------------------------------------
+// Problem collection
+
+const OverrideRec* Checker::origin(const Path& p) const {
+  const OverrideRec* best = nullptr;
+  for (const auto& o : overrides_) {
+    if (is_prefix(o.path, p) && (!best || o.path.size() >= best->path.size())) best = &o;
+  }
+  return best;
+}
+
+bool Checker::from_command_line(const Path& p) const {
+  const OverrideRec* o = origin(p);
+  return o && !o->file_marks;
+}
+
+void Checker::fail_as(const Path& p, const std::string& key, const YAML::Mark& m,
+                      const std::string& msg) {
+  const OverrideRec* o = origin(p);
+  std::string where;
+  if (o && !o->file_marks) {
+    where = o->label;
+  } else {
+    // A key that the override itself created has no position of its own; use the value's.
+    where = mark_str(file_, (o && p == o->path) ? o->value_mark : m);
+  }
+  std::string text = fmt::format("{}: key '{}': {}", where, key, msg);
+  if (o && o->file_marks && !o->variant.empty()) text += fmt::format(" [variant '{}']", o->variant);
+  if (o && !o->file_marks) {
+    fail_raw(std::move(text));
+  } else {
+    const YAML::Mark& mk = (o && p == o->path) ? o->value_mark : m;
+    fail_raw(std::move(text), 0, mk.line, mk.column);
+  }
+}
+
+void Checker::throw_if_failed() {
+  if (errors_.empty()) return;
+  std::stable_sort(errors_.begin(), errors_.end(), [](const Problem& a, const Problem& b) {
+    return std::tie(a.group, a.line, a.col) < std::tie(b.group, b.line, b.col);
+  });
+  std::string all;
+  for (const auto& e : errors_) {
+    if (all.find(e.text) != std::string::npos) continue;  // the same problem seen twice
+    if (!all.empty()) all += '\n';
+    all += e.text;
+  }
+  throw InputError(all);
+}
+
+MapView::MapView(Checker& c, const YAML::Node& node, Path path, YAML::Mark at,
+                 const std::vector<std::string>* allowed)
+    : c_(c), path_(std::move(path)), at_(at) {
+  if (!node.IsMap()) {
+    c_.fail(path_, node.IsDefined() ? node.Mark() : at_,
+            fmt::format("expected a mapping, got {}", kind_name(kind_of(node))));
+    return;
+  }
+  ok_ = true;
+  std::map<std::string, YAML::Mark> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node& k = it->first;
+    if (!k.IsScalar()) {
+      c_.fail(path_, k.Mark(), "a key must be a name, not " + std::string(kind_name(kind_of(k))));
+      continue;
+    }
+    std::string key = k.Scalar();
+    Path kp = child(path_, key);
+    auto prev = seen.find(key);
+    if (prev != seen.end()) {
+      c_.fail(kp, k.Mark(), fmt::format("duplicate key (first at line {})", prev->second.line + 1));
+      continue;
+    }
+    seen.emplace(key, k.Mark());
+    if (allowed && !contains(*allowed, key)) {
+      c_.fail(kp, k.Mark(),
+              fmt::format("unknown key{}; known keys here: {}", suggest(key, *allowed),
+                          names(*allowed)));
+      continue;
+    }
+    entries_.push_back(Entry{key, k, it->second, kp});
+  }
+}
+
+const Entry* MapView::get(const std::string& key) const {
+  for (const auto& e : entries_)
+    if (e.key == key) return &e;
+  return nullptr;
+}
+
+const Entry* MapView::require(const std::string& key) const {
+  const Entry* e = get(key);
+  if (!e && ok_) c_.fail(child(path_, key), at_, "missing (required)");
+  return e;
+}
+
+// ------------------------------------------------------------------------------------------
+// Typed readers
+
+std::optional<long long> read_int(Checker& c, const Path& p, const YAML::Node& n) {
+  Kind k = kind_of(n);
+  if (k != Kind::kInt) {
+    std::string got = kind_name(k);
+    if (n.IsScalar()) got += fmt::format(" ({})", flow_text(n));
+    c.fail(p, n.Mark(), "expected an integer, got " + got);
+    return std::nullopt;
+  }
+  errno = 0;
+  long long v = std::strtoll(n.Scalar().c_str(), nullptr, 10);
+  if (errno == ERANGE) {
+    c.fail(p, n.Mark(), fmt::format("{} is out of range", n.Scalar()));
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<int> read_int_in(Checker& c, const Path& p, const YAML::Node& n, long long lo,
+                               long long hi) {
+  auto v = read_int(c, p, n);
+  if (!v) return std::nullopt;
+  if (*v < lo || *v > hi) {
+    if (hi == std::numeric_limits<int>::max())
+      c.fail(p, n.Mark(), fmt::format("must be at least {}, got {}", lo, *v));
+    else
+      c.fail(p, n.Mark(), fmt::format("must be in [{}, {}], got {}", lo, hi, *v));
+    return std::nullopt;
+  }
+  return static_cast<int>(*v);
+}
+
+std::optional<double> read_number(Checker& c, const Path& p, const YAML::Node& n) {
+  Kind k = kind_of(n);
+  if (k != Kind::kInt && k != Kind::kFloat) {
+    std::string got = kind_name(k);
+    if (n.IsScalar()) got += fmt::format(" ({})", flow_text(n));
+    c.fail(p, n.Mark(), "expected a number, got " + got);
+    return std::nullopt;
+  }
+  return scalar_double(n.Scalar());
+}
+
+std::optional<bool> read_bool(Checker& c, const Path& p, const YAML::Node& n) {
+  Kind k = kind_of(n);
+  if (k != Kind::kBool) {
+    std::string got = kind_name(k);
+    if (n.IsScalar()) got += fmt::format(" ({})", flow_text(n));
+    c.fail(p, n.Mark(), "expected true or false, got " + got);
+    return std::nullopt;
+  }
+  return lower(n.Scalar()) == "true";
+}
+
+std::optional<std::string> read_string(Checker& c, const Path& p, const YAML::Node& n) {
+  if (!n.IsScalar() || kind_of(n) == Kind::kNull) {
+    c.fail(p, n.IsDefined() ? n.Mark() : YAML::Mark::null_mark(),
+           fmt::format("expected a string, got {}", kind_name(kind_of(n))));
+    return std::nullopt;
+  }
+  return n.Scalar();
+}
+
+}  // namespace coldstart::scenario_detail
