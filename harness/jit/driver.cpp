@@ -77,6 +77,10 @@ DriverState load_driver() {
   CS_RESOLVE(cuStreamCreate, true);
   CS_RESOLVE(cuStreamDestroy, true);
   CS_RESOLVE(cuStreamSynchronize, true);
+  CS_RESOLVE(cuStreamIsCapturing, true);
+  CS_RESOLVE(cuStreamBeginCapture, true);
+  CS_RESOLVE(cuStreamEndCapture, true);
+  CS_RESOLVE(cuGraphDestroy, true);
   CS_RESOLVE(cuEventCreate, true);
   CS_RESOLVE(cuEventRecord, true);
   CS_RESOLVE(cuEventSynchronize, true);

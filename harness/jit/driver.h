@@ -43,6 +43,11 @@ struct DriverApi {
   CS_DRIVER_FN(cuStreamCreate);
   CS_DRIVER_FN(cuStreamDestroy);
   CS_DRIVER_FN(cuStreamSynchronize);
+  /// Capture state of a stream: the autotuner refuses to benchmark while a stream captures.
+  CS_DRIVER_FN(cuStreamIsCapturing);
+  CS_DRIVER_FN(cuStreamBeginCapture);
+  CS_DRIVER_FN(cuStreamEndCapture);
+  CS_DRIVER_FN(cuGraphDestroy);
   CS_DRIVER_FN(cuEventCreate);
   CS_DRIVER_FN(cuEventRecord);
   CS_DRIVER_FN(cuEventSynchronize);

@@ -104,6 +104,12 @@ struct CompileRecord {
   bool hot_path = false;  ///< after JitMonitor::activate()
   std::string source;     ///< "nvrtc" (compiled), "disk" (loaded from the on-disk cache) or
                           ///< "refused" (a hot-path compile stopped by MonitorMode::kError)
+  // Provenance of the launch config (select.h): filled from the innermost SelectionScope of the
+  // runtime on the compiling thread; left empty / 0 for a compile outside any scope.
+  std::string selector;    ///< "table" | "heuristic" | "autotune" | "default"; "" = fixed config
+  std::string tuning_key;  ///< Selection::tuning_key, e.g. "M=5 -> 4"
+  std::string config;      ///< KernelConfig::name of the config compiled
+  int num_candidates = 0;  ///< Selection::candidates.size() (autotune: candidates compiled)
 };
 
 /// A compile after startup, raised under MonitorMode::kError (`--jit-monitor error`). The text
@@ -126,6 +132,9 @@ class JitMonitor {
   /// Called by the runtime for each compile. Under kError and when active, throws
   /// HotPathCompileError *before* the compile happens (so the error costs no compile).
   void before_compile(const CompileKey& key);
+  /// The same, and a refused compile's record carries `provenance`'s selector, tuning_key,
+  /// config and num_candidates (the other fields of `provenance` are ignored).
+  void before_compile(const CompileKey& key, const CompileRecord& provenance);
   void record(CompileRecord rec);
   /// Optional observer, called after each record (the replay streams compiles to its parent).
   void set_observer(std::function<void(const CompileRecord&)> fn);
@@ -159,6 +168,7 @@ struct JitOptions {
 };
 
 struct CompiledKernel;  // opaque: cubin bytes, CUmodule, CUfunction
+class Autotuner;       // select.h
 
 /// The JIT runtime of one process. Thread-safe for lookups and compiles.
 class JitRuntime {
@@ -189,6 +199,12 @@ class JitRuntime {
   /// The on-disk cache directory in use: JitOptions::cache_dir, or the fresh temporary directory
   /// made when that was empty (removed, with its contents, when the runtime is destroyed).
   const std::string& cache_dir() const;
+  /// JitOptions::launch: true when kernels are loaded and launched (GPU), false in compile-only
+  /// mode.
+  bool launches() const;
+  /// The autotuner of this runtime (select.h), made on first use; picks live as long as the
+  /// runtime and persist under cache_dir()/autotune/.
+  Autotuner& autotuner();
 
  private:
   struct Impl;

@@ -29,7 +29,9 @@ bool JitMonitor::active() const {
   return active_;
 }
 
-void JitMonitor::before_compile(const CompileKey& key) {
+void JitMonitor::before_compile(const CompileKey& key) { before_compile(key, CompileRecord{}); }
+
+void JitMonitor::before_compile(const CompileKey& key, const CompileRecord& provenance) {
   std::string phase;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -44,6 +46,10 @@ void JitMonitor::before_compile(const CompileKey& key) {
   rec.phase = phase;
   rec.hot_path = true;
   rec.source = "refused";
+  rec.selector = provenance.selector;
+  rec.tuning_key = provenance.tuning_key;
+  rec.config = provenance.config;
+  rec.num_candidates = provenance.num_candidates;
   record(std::move(rec));
   throw HotPathCompileError(fmt::format(
       "hot-path compile of {} in phase {} with --jit-monitor error: key {}", key.kernel, phase,

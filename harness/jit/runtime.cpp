@@ -32,6 +32,7 @@
 #include "harness/common/paths.h"
 #include "harness/jit/jit.h"
 #include "harness/jit/jit_internal.h"
+#include "harness/jit/select.h"
 
 namespace coldstart::jit {
 namespace {
@@ -110,6 +111,7 @@ struct JitRuntime::Impl {
   };
 
   JitOptions options;
+  const JitRuntime* owner = nullptr;  // for the SelectionScope lookup (select.h)
   std::string arch;
   std::string compiler;
   std::string cache_dir;
@@ -120,6 +122,8 @@ struct JitRuntime::Impl {
   std::mutex compile_mu;             // serializes misses
   std::unordered_map<uint64_t, std::unique_ptr<FastEntry>> fast;
   std::unordered_map<std::string, std::unique_ptr<CompiledKernel>> by_key;
+  std::mutex autotuner_mu;  // guards making `autotuner`
+  std::unique_ptr<Autotuner> autotuner;
 
   explicit Impl(JitOptions opts) : options(std::move(opts)), monitor(options.monitor) {}
 
@@ -177,6 +181,14 @@ struct JitRuntime::Impl {
                                                   CompileKey key, std::string key_text) {
     auto ck = std::make_unique<CompiledKernel>();
     const std::string path = cache_dir + "/" + key.digest() + ".cubin";
+    // The launch config's provenance: the innermost SelectionScope of this runtime, if any.
+    CompileRecord rec;
+    if (const Selection* sel = current_selection(*owner)) {
+      rec.selector = sel->selector;
+      rec.tuning_key = sel->tuning_key;
+      rec.config = sel->config.name;
+      rec.num_candidates = static_cast<int>(sel->candidates.size());
+    }
     const auto t0 = std::chrono::steady_clock::now();
     double ms = 0;
     std::string source;
@@ -184,7 +196,7 @@ struct JitRuntime::Impl {
       source = "disk";
       ms = ms_since(t0);
     } else {
-      monitor.before_compile(key);  // may throw HotPathCompileError: nothing compiled
+      monitor.before_compile(key, rec);  // may throw HotPathCompileError: nothing compiled
       const auto t1 = std::chrono::steady_clock::now();
       ck->cubin = detail::compile_cubin(kernel, constexprs, args, arch, key_text);
       ms = ms_since(t1);
@@ -198,7 +210,6 @@ struct JitRuntime::Impl {
     }
     ck->key = std::move(key);
     ck->key_text = std::move(key_text);
-    CompileRecord rec;
     rec.kernel = kernel.name;
     rec.key = ck->key_text;
     rec.compile_ms = ms;
@@ -248,6 +259,7 @@ struct JitRuntime::Impl {
 
 JitRuntime::JitRuntime(JitOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
   Impl& s = *impl_;
+  s.owner = this;
   s.compiler = "nvrtc-" + nvrtc_version();
   if (s.options.launch) {
     if (!driver_available()) {
@@ -371,5 +383,13 @@ size_t JitRuntime::cached_kernels() const {
 }
 
 const std::string& JitRuntime::cache_dir() const { return impl_->cache_dir; }
+
+bool JitRuntime::launches() const { return impl_->options.launch; }
+
+Autotuner& JitRuntime::autotuner() {
+  std::lock_guard<std::mutex> lock(impl_->autotuner_mu);
+  if (!impl_->autotuner) impl_->autotuner = std::make_unique<Autotuner>(*this);
+  return *impl_->autotuner;
+}
 
 }  // namespace coldstart::jit

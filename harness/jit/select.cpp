@@ -1,0 +1,656 @@
+// The config selector: tuned tables, heuristics, the autotuner, and the scope that records which
+// one chose the config of each compile. See select.h.
+#include "harness/jit/select.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/common/paths.h"
+#include "harness/jit/driver.h"
+#include "harness/jit/jit_internal.h"
+
+namespace coldstart::jit {
+namespace {
+
+// ---------------------------------------------------------------- selection scopes
+
+struct ScopeEntry {
+  const JitRuntime* rt;
+  const Selection* selection;
+};
+
+// Per thread: the live scopes, innermost last.
+thread_local std::vector<ScopeEntry> t_scopes;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---------------------------------------------------------------- tuned tables
+
+// 1-based line of the first `"key"` followed by optional blanks and ':' at or after `from`
+// (where the key is defined), and its offset; {0, npos} when not found. Good enough to point at
+// the key of a table whose error is reported (the parsed JSON keeps no positions).
+std::pair<int, size_t> line_of_key(const std::string& text, const std::string& key, size_t from) {
+  const std::string quoted = "\"" + key + "\"";
+  for (size_t at = text.find(quoted, from); at != std::string::npos;
+       at = text.find(quoted, at + 1)) {
+    size_t after = at + quoted.size();
+    while (after < text.size() && (text[after] == ' ' || text[after] == '\t' ||
+                                   text[after] == '\n' || text[after] == '\r')) {
+      ++after;
+    }
+    if (after < text.size() && text[after] == ':') {
+      return {1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n')), at};
+    }
+  }
+  return {0, std::string::npos};
+}
+
+// "<path>:<line>" when the line is known, else "<path>".
+std::string where(const std::string& path, int line) {
+  return line > 0 ? fmt::format("{}:{}", path, line) : path;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Tables read so far in this process, by path (vLLM caches get_moe_configs with lru_cache).
+std::mutex g_tables_mu;
+std::unordered_map<std::string, std::shared_ptr<const TunedTable>> g_tables;
+
+std::shared_ptr<const TunedTable> load_cached(const std::string& path) {
+  {
+    std::lock_guard<std::mutex> lock(g_tables_mu);
+    auto it = g_tables.find(path);
+    if (it != g_tables.end()) return it->second;
+  }
+  auto table = std::make_shared<const TunedTable>(load_tuned_table(path));
+  std::lock_guard<std::mutex> lock(g_tables_mu);
+  return g_tables.emplace(path, std::move(table)).first->second;
+}
+
+// ---------------------------------------------------------------- autotune helpers
+
+constexpr const char* kAutotuneSchema = "coldstart-autotune/1";
+
+std::string describe(const KernelConfig& c) {
+  std::string s = c.name + "|";
+  for (size_t i = 0; i < c.constexprs.size(); ++i) {
+    s += fmt::format("{}{}={}", i ? "," : "", c.constexprs[i].name, c.constexprs[i].value);
+  }
+  return s + fmt::format("|warps={}|stages={}", c.num_warps, c.num_stages);
+}
+
+std::string device_name_of_runtime() {
+  const DriverApi& d = driver();
+  CUdevice dev = 0;
+  CS_CU_CHECK(d.cuDeviceGet(&dev, 0));
+  char name[256] = {0};
+  CS_CU_CHECK(d.cuDeviceGetName(name, sizeof(name) - 1, dev));
+  return name;
+}
+
+// CUDA events, destroyed with the object (best effort: a destructor cannot report).
+class Events {
+ public:
+  explicit Events(size_t n) {
+    const DriverApi& d = driver();
+    events_.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      CUevent e = nullptr;
+      CS_CU_CHECK(d.cuEventCreate(&e, CU_EVENT_DEFAULT));
+      events_.push_back(e);
+    }
+  }
+  ~Events() {
+    for (CUevent e : events_) driver().cuEventDestroy(e);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  CUevent operator[](size_t i) const { return events_[i]; }
+
+ private:
+  std::vector<CUevent> events_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int clamp_count(double wanted, int max_reps) {
+  if (!(wanted < static_cast<double>(max_reps))) return max_reps;  // also NaN / inf
+  return std::max(1, static_cast<int>(wanted));
+}
+
+// Triton 3.x do_bench (python/triton/testing.py), without the L2 flush: returns the median time
+// of one run_once(c) in milliseconds.
+double bench(const KernelConfig& c, const std::function<void(const KernelConfig&)>& run_once,
+             CUstream stream, const AutotuneOptions& options) {
+  const DriverApi& d = driver();
+  run_once(c);  // compiles (on the first call) and launches once
+  CS_CU_CHECK(d.cuStreamSynchronize(stream));
+
+  Events estimate(2);
+  CS_CU_CHECK(d.cuEventRecord(estimate[0], stream));
+  for (int i = 0; i < 5; ++i) run_once(c);
+  CS_CU_CHECK(d.cuEventRecord(estimate[1], stream));
+  CS_CU_CHECK(d.cuEventSynchronize(estimate[1]));
+  float total_ms = 0;
+  CS_CU_CHECK(d.cuEventElapsedTime(&total_ms, estimate[0], estimate[1]));
+  const double estimate_ms = total_ms / 5.0;
+  const int max_reps = std::max(1, options.max_reps);
+  const int n_warmup =
+      estimate_ms > 0 ? clamp_count(options.warmup_ms / estimate_ms, max_reps) : max_reps;
+  const int n_repeat =
+      estimate_ms > 0 ? clamp_count(options.rep_ms / estimate_ms, max_reps) : max_reps;
+
+  Events start(static_cast<size_t>(n_repeat));
+  Events end(static_cast<size_t>(n_repeat));
+  for (int i = 0; i < n_warmup; ++i) run_once(c);
+  for (int i = 0; i < n_repeat; ++i) {
+    CS_CU_CHECK(d.cuEventRecord(start[i], stream));
+    run_once(c);
+    CS_CU_CHECK(d.cuEventRecord(end[i], stream));
+  }
+  CS_CU_CHECK(d.cuEventSynchronize(end[n_repeat - 1]));
+  std::vector<double> times(static_cast<size_t>(n_repeat));
+  for (int i = 0; i < n_repeat; ++i) {
+    float ms = 0;
+    CS_CU_CHECK(d.cuEventElapsedTime(&ms, start[i], end[i]));
+    times[i] = ms;
+  }
+  return median(std::move(times));
+}
+
+// Throws CudaError when `stream` is capturing a CUDA graph (benchmarking would invalidate it).
+void refuse_under_capture(CUstream stream, const std::string& kernel,
+                          const std::string& tuning_key, size_t n) {
+  const DriverApi& d = driver();
+  ensure_context();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult rc = d.cuStreamIsCapturing(stream, &status);
+  std::string state;
+  if (rc == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+    state = "the legacy default stream is unusable while another stream captures";
+  } else if (rc != CUDA_SUCCESS) {
+    throw_cu_error(rc, "cuStreamIsCapturing(stream, &status)", __FILE__, __LINE__);
+  } else if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    state = "capture active";
+  } else if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+    state = "capture invalidated";
+  } else {
+    return;
+  }
+  throw CudaError(fmt::format(
+      "autotune of {} for tuning key '{}': benchmarking {} candidates is not permitted while the "
+      "stream is capturing a CUDA graph ({}); nothing was compiled or launched. Run this kernel "
+      "with this tuning key once before graph capture, so that capture finds its pick cached.",
+      kernel, tuning_key, n, state));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- configs and scopes
+
+std::vector<Constexpr> KernelConfig::all_constexprs() const {
+  std::vector<Constexpr> all = constexprs;
+  all.push_back({"NUM_WARPS", num_warps});
+  all.push_back({"NUM_STAGES", num_stages});
+  return all;
+}
+
+std::string config_name(const std::vector<Constexpr>& constexprs, int num_warps, int num_stages) {
+  std::string s;
+  for (const Constexpr& c : constexprs) s += fmt::format("{}={},", c.name, c.value);
+  return s + fmt::format("warps={},stages={}", num_warps, num_stages);
+}
+
+KernelConfig make_config(std::vector<Constexpr> constexprs, int num_warps, int num_stages) {
+  KernelConfig c;
+  c.name = config_name(constexprs, num_warps, num_stages);
+  c.constexprs = std::move(constexprs);
+  c.num_warps = num_warps;
+  c.num_stages = num_stages;
+  return c;
+}
+
+SelectionScope::SelectionScope(const JitRuntime& rt, const Selection& selection)
+    : rt_(&rt), selection_(&selection) {
+  t_scopes.push_back({rt_, selection_});
+}
+
+SelectionScope::~SelectionScope() {
+  // Scopes are normally destroyed innermost first; tolerate any order.
+  for (size_t i = t_scopes.size(); i-- > 0;) {
+    if (t_scopes[i].rt == rt_ && t_scopes[i].selection == selection_) {
+      t_scopes.erase(t_scopes.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+const Selection* current_selection(const JitRuntime& rt) {
+  for (size_t i = t_scopes.size(); i-- > 0;) {
+    if (t_scopes[i].rt == &rt) return t_scopes[i].selection;
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- tuned tables
+
+KernelConfig TunedEntry::config() const {
+  KernelConfig c;
+  for (const auto& [name, value] : values) {
+    if (name == "num_warps") {
+      c.num_warps = static_cast<int>(value);
+    } else if (name == "num_stages") {
+      c.num_stages = static_cast<int>(value);
+    } else {
+      c.constexprs.push_back({name, value});
+    }
+  }
+  c.name = config_name(c.constexprs, c.num_warps, c.num_stages);
+  return c;
+}
+
+TunedTable load_tuned_table(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError(fmt::format("{}: cannot read tuned config table: {}", path,
+                                 std::strerror(errno)));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not a valid JSON tuned config table: {}", path, e.what()));
+  }
+  if (!doc.is_object()) {
+    throw InputError(fmt::format(
+        "{}: expected a JSON object mapping batch sizes to configs, got {}", path, doc.type_name()));
+  }
+  TunedTable table;
+  table.file = path;
+  std::unordered_map<int64_t, std::string> seen;  // batch size -> key that gave it
+  for (const auto& item : doc.items()) {
+    const std::string& key = item.key();
+    const auto& value = item.value();
+    const auto [line, at] = line_of_key(text, key, 0);
+    if (key == "triton_version") {
+      if (!value.is_string()) {
+        throw InputError(fmt::format("{}: key \"triton_version\": expected a string, got {}",
+                                     where(path, line), value.dump()));
+      }
+      table.triton_version = value.get<std::string>();
+      continue;
+    }
+    if (!all_digits(key) || key.size() > 18) {
+      throw InputError(fmt::format(
+          "{}: key \"{}\": expected a batch size (a decimal integer such as \"16\") or "
+          "\"triton_version\"",
+          where(path, line), key));
+    }
+    TunedEntry entry;
+    entry.batch = std::stoll(key);
+    auto [dup, fresh] = seen.emplace(entry.batch, key);
+    if (!fresh) {
+      throw InputError(fmt::format("{}: key \"{}\": batch size {} is already given by key \"{}\"",
+                                   where(path, line), key, entry.batch, dup->second));
+    }
+    if (!value.is_object()) {
+      throw InputError(fmt::format("{}: key \"{}\": expected an object of integers, got {}",
+                                   where(path, line), key, value.dump()));
+    }
+    for (const auto& field : value.items()) {
+      const auto& v = field.value();
+      const bool too_big = v.is_number_unsigned() &&
+                           v.get<uint64_t>() > static_cast<uint64_t>(
+                                                   std::numeric_limits<int64_t>::max());
+      if (!v.is_number_integer() || too_big) {
+        const auto [fline, fat] =
+            line_of_key(text, field.key(), at == std::string::npos ? 0 : at);
+        throw InputError(fmt::format("{}: key \"{}\" -> \"{}\": expected an integer, got {}",
+                                     where(path, fline > 0 ? fline : line), key, field.key(),
+                                     v.dump()));
+      }
+      entry.values.emplace_back(field.key(), v.get<int64_t>());
+    }
+    table.entries.push_back(std::move(entry));
+  }
+  if (table.entries.empty()) {
+    throw InputError(fmt::format("{}: the tuned config table has no batch-size entry", path));
+  }
+  return table;
+}
+
+const TunedEntry& nearest(const TunedTable& table, int64_t M) {
+  if (table.entries.empty()) {
+    throw Error(fmt::format("nearest: tuned table {} has no entry", table.file));
+  }
+  const auto distance = [M](int64_t key) {
+    return key > M ? static_cast<uint64_t>(key) - static_cast<uint64_t>(M)
+                   : static_cast<uint64_t>(M) - static_cast<uint64_t>(key);
+  };
+  const TunedEntry* best = &table.entries.front();
+  uint64_t best_distance = distance(best->batch);
+  for (const TunedEntry& e : table.entries) {
+    const uint64_t dist = distance(e.batch);
+    if (dist < best_distance) {  // strict: the first minimal key in file order wins, as min()
+      best = &e;
+      best_distance = dist;
+    }
+  }
+  return *best;
+}
+
+std::string tuned_file_name(const StemFields& stem_fields) {
+  std::string name;
+  for (size_t i = 0; i < stem_fields.size(); ++i) {
+    name += fmt::format("{}{}={}", i ? "," : "", stem_fields[i].first, stem_fields[i].second);
+  }
+  return name + ".json";
+}
+
+std::optional<std::string> find_tuned_file(const std::string& dir, const StemFields& stem_fields) {
+  const std::string path = paths::join(dir, tuned_file_name(stem_fields));
+  if (paths::exists(path) && !paths::is_directory(path)) return path;
+  return std::nullopt;
+}
+
+std::string vllm_device_name(const std::string& device_name) {
+  std::string name = device_name;
+  std::replace(name.begin(), name.end(), ' ', '_');
+  size_t begin = 0;
+  while (begin <= name.size()) {
+    const size_t end = std::min(name.find('_', begin), name.size());
+    if (name.compare(begin, end - begin, "H200") == 0 && end - begin == 4) return "NVIDIA_H200";
+    begin = end + 1;
+  }
+  return name;
+}
+
+StemFields fused_moe_stem_fields(int64_t E, int64_t N, const std::string& device_name,
+                                 const std::string& dtype,
+                                 const std::vector<int64_t>& block_shape) {
+  StemFields fields = {{"E", std::to_string(E)},
+                       {"N", std::to_string(N)},
+                       {"device_name", vllm_device_name(device_name)}};
+  if (!dtype.empty()) fields.emplace_back("dtype", dtype);
+  const bool all_nonzero =
+      std::all_of(block_shape.begin(), block_shape.end(), [](int64_t v) { return v != 0; });
+  if (!block_shape.empty() && all_nonzero) {
+    std::string list = "[";
+    for (size_t i = 0; i < block_shape.size(); ++i) {
+      list += fmt::format("{}{}", i ? "," : "", block_shape[i]);
+    }
+    fields.emplace_back("block_shape", list + "]");
+  }
+  return fields;
+}
+
+std::string fused_moe_config_file_name(int64_t E, int64_t N, const std::string& device_name,
+                                       const std::string& dtype,
+                                       const std::vector<int64_t>& block_shape) {
+  return tuned_file_name(fused_moe_stem_fields(E, N, device_name, dtype, block_shape));
+}
+
+KernelConfig fused_moe_default_config(int64_t M, int64_t E) {
+  if (M <= E) {
+    return make_config(
+        {{"BLOCK_SIZE_M", 16}, {"BLOCK_SIZE_N", 32}, {"BLOCK_SIZE_K", 64}, {"GROUP_SIZE_M", 1}});
+  }
+  return make_config(
+      {{"BLOCK_SIZE_M", 64}, {"BLOCK_SIZE_N", 64}, {"BLOCK_SIZE_K", 32}, {"GROUP_SIZE_M", 8}});
+}
+
+Selection select_from_table(const TunedTable& table, int64_t M) {
+  const TunedEntry& entry = nearest(table, M);
+  Selection sel;
+  sel.config = entry.config();
+  sel.selector = "table";
+  sel.tuning_key = fmt::format("M={} -> {}", M, entry.batch);
+  sel.candidates.reserve(table.entries.size());
+  for (const TunedEntry& e : table.entries) sel.candidates.push_back(e.config().name);
+  sel.table_file = table.file;
+  return sel;
+}
+
+Selection select_from_table(const std::string& dir, const StemFields& stem_fields, int64_t M,
+                            const KernelConfig& default_config) {
+  if (std::optional<std::string> file = find_tuned_file(dir, stem_fields)) {
+    return select_from_table(*load_cached(*file), M);
+  }
+  Selection sel;
+  sel.config = default_config;
+  sel.selector = "default";
+  sel.tuning_key = fmt::format("M={}", M);
+  sel.table_file = paths::join(dir, tuned_file_name(stem_fields));
+  return sel;
+}
+
+// ---------------------------------------------------------------- heuristic
+
+Selection select_by_heuristic(std::string tuning_key, KernelConfig config) {
+  Selection sel;
+  sel.config = std::move(config);
+  sel.selector = "heuristic";
+  sel.tuning_key = std::move(tuning_key);
+  return sel;
+}
+
+// ---------------------------------------------------------------- autotune
+
+struct Autotuner::Impl {
+  JitRuntime& rt;
+  mutable std::mutex mu;  // held for a whole tune: concurrent autotunes are serialized
+  std::unordered_map<std::string, Selection> picks;  // identity -> pick
+  std::optional<std::string> device;  // GPU name, asked once (not again during a capture)
+
+  explicit Impl(JitRuntime& r) : rt(r) {}
+
+  // Reads a pick written by an earlier runtime; false when absent, damaged or for another
+  // identity (a digest collision): then it is re-tuned and the file replaced.
+  bool read_disk(const std::string& path, const std::string& identity,
+                 const std::vector<KernelConfig>& candidates, Selection* sel) const {
+    if (!paths::exists(path)) return false;
+    try {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) return false;
+      const nlohmann::json doc = nlohmann::json::parse(in);
+      if (doc.at("schema") != kAutotuneSchema || doc.at("identity") != identity) return false;
+      const std::string best = doc.at("best").get<std::string>();
+      auto it = std::find_if(candidates.begin(), candidates.end(),
+                             [&](const KernelConfig& c) { return c.name == best; });
+      if (it == candidates.end()) return false;
+      sel->config = *it;
+      const auto& best_ms = doc.at("best_ms");
+      if (best_ms.is_number()) sel->best_ms = best_ms.get<double>();
+      for (const auto& f : doc.value("failed", nlohmann::json::array())) {
+        sel->failed.push_back(f.get<std::string>());
+      }
+      return true;
+    } catch (const nlohmann::json::exception&) {
+      return false;
+    }
+  }
+
+  void write_disk(const std::string& dir, const std::string& path, const std::string& identity,
+                  const std::string& kernel, const std::string& tuning_key,
+                  const std::string& mode, const std::string& device,
+                  const std::vector<KernelConfig>& candidates,
+                  const std::vector<std::optional<double>>& ms,
+                  const std::vector<std::string>& errors, const Selection& sel) const {
+    nlohmann::json doc;
+    doc["schema"] = kAutotuneSchema;
+    doc["identity"] = identity;
+    doc["kernel"] = kernel;
+    doc["tuning_key"] = tuning_key;
+    doc["arch"] = rt.arch();
+    doc["compiler"] = rt.compiler();
+    doc["mode"] = mode;
+    doc["device"] = device;
+    doc["best"] = sel.config.name;
+    doc["best_ms"] = sel.best_ms ? nlohmann::json(*sel.best_ms) : nlohmann::json(nullptr);
+    nlohmann::json list = nlohmann::json::array();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      list.push_back({{"name", candidates[i].name},
+                      {"ms", ms[i] ? nlohmann::json(*ms[i]) : nlohmann::json(nullptr)},
+                      {"error", errors[i].empty() ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(errors[i])}});
+    }
+    doc["candidates"] = std::move(list);
+    doc["failed"] = sel.failed;
+    try {
+      paths::make_dirs(dir);
+      paths::write_file_atomic(path, doc.dump(2) + "\n");
+    } catch (const Error& e) {
+      throw Error(std::string("autotune cache: ") + e.what());
+    }
+  }
+};
+
+Autotuner::Autotuner(JitRuntime& rt) : impl_(std::make_unique<Impl>(rt)) {}
+
+Autotuner::~Autotuner() = default;
+
+size_t Autotuner::cached_picks() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->picks.size();
+}
+
+Selection Autotuner::tune(const std::string& kernel, const std::string& source_tag,
+                          const std::string& tuning_key,
+                          const std::vector<KernelConfig>& candidates,
+                          const std::function<void(const KernelConfig&)>& run_once, void* stream,
+                          const AutotuneOptions& options) {
+  if (candidates.empty()) {
+    throw Error(fmt::format("autotune of {} for tuning key '{}': no candidate configs", kernel,
+                            tuning_key));
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    for (size_t j = i + 1; j < candidates.size(); ++j) {
+      if (candidates[i].name == candidates[j].name) {
+        throw Error(fmt::format(
+            "autotune of {} for tuning key '{}': candidates {} and {} have the same name '{}'",
+            kernel, tuning_key, i, j, candidates[i].name));
+      }
+    }
+  }
+  JitRuntime& rt = impl_->rt;
+  const bool gpu = rt.launches();
+  const std::string mode = gpu ? "gpu" : "compile-only";
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->device) impl_->device = gpu ? device_name_of_runtime() : "";
+  const std::string device = *impl_->device;
+
+  // Everything the pick depends on. Compile-only picks (no timings) never serve a GPU run.
+  std::string identity = fmt::format(
+      "{}\nkernel={}\nsource={}\ntuning_key={}\narch={}\ncompiler={}\nmode={}\ndevice={}",
+      kAutotuneSchema, kernel, source_tag, tuning_key, rt.arch(), rt.compiler(), mode, device);
+  for (const KernelConfig& c : candidates) identity += "\ncandidate=" + describe(c);
+
+  auto hit = impl_->picks.find(identity);
+  if (hit != impl_->picks.end()) {
+    Selection sel = hit->second;
+    sel.cached = true;
+    sel.tune_ms = 0;
+    return sel;
+  }
+
+  Selection sel;
+  sel.selector = "autotune";
+  sel.tuning_key = tuning_key;
+  for (const KernelConfig& c : candidates) sel.candidates.push_back(c.name);
+
+  const std::string dir = rt.cache_dir() + "/autotune";
+  const std::string path =
+      dir + "/" + detail::hex64(detail::fnv1a(identity.data(), identity.size())) + ".json";
+  if (impl_->read_disk(path, identity, candidates, &sel)) {
+    sel.cached = true;
+    impl_->picks.emplace(identity, sel);
+    return sel;
+  }
+
+  if (candidates.size() == 1) {  // Triton: a single config needs no benchmarking
+    sel.config = candidates.front();
+    impl_->picks.emplace(identity, sel);
+    return sel;
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const CUstream cu_stream = static_cast<CUstream>(stream);
+  if (gpu) refuse_under_capture(cu_stream, kernel, tuning_key, candidates.size());
+
+  std::vector<std::optional<double>> ms(candidates.size());
+  std::vector<std::string> errors(candidates.size());
+  std::vector<bool> ok(candidates.size(), false);
+  std::exception_ptr first_error;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    Selection candidate = sel;  // provenance of this candidate's compiles
+    candidate.config = candidates[i];
+    SelectionScope scope(rt, candidate);
+    try {
+      if (gpu) {
+        ms[i] = bench(candidates[i], run_once, cu_stream, options);
+      } else {
+        run_once(candidates[i]);
+      }
+      ok[i] = true;
+    } catch (const CudaError& e) {
+      errors[i] = e.what();
+      sel.failed.push_back(candidates[i].name + ": " + e.what());
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+
+  // GPU: the fastest median (the first on a tie). Compile-only: the first that compiled.
+  std::optional<size_t> pick;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!ok[i]) continue;
+    if (!pick || (gpu && *ms[i] < *ms[*pick])) pick = i;
+    if (!gpu) break;
+  }
+  if (!pick) std::rethrow_exception(first_error);
+  sel.config = candidates[*pick];
+  sel.best_ms = ms[*pick];
+  sel.tune_ms = ms_since(t0);
+  impl_->picks.emplace(identity, sel);
+  impl_->write_disk(dir, path, identity, kernel, tuning_key, mode, device, candidates, ms, errors,
+                    sel);
+  return sel;
+}
+
+Selection autotune(JitRuntime& rt, const std::string& kernel, const std::string& tuning_key,
+                   const std::vector<KernelConfig>& candidates,
+                   const std::function<void(const KernelConfig&)>& run_once, void* stream,
+                   const AutotuneOptions& options) {
+  return rt.autotuner().tune(kernel, "", tuning_key, candidates, run_once, stream, options);
+}
+
+Selection autotune(JitRuntime& rt, const KernelSource& kernel, const std::string& tuning_key,
+                   const std::vector<KernelConfig>& candidates,
+                   const std::function<void(const KernelConfig&)>& run_once, void* stream,
+                   const AutotuneOptions& options) {
+  return rt.autotuner().tune(kernel.name, detail::hex64(detail::fnv1a_cstr(kernel.source)),
+                             tuning_key, candidates, run_once, stream, options);
+}
+
+}  // namespace coldstart::jit
