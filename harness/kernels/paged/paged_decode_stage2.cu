@@ -1,0 +1,51 @@
+// paged_decode_stage2: reduces stage 1's per-split partial outputs into the attention output.
+//
+// Constexprs: HEAD_DIM, NUM_KV_SPLITS. (Independent of the cache dtype: one binary serves bf16
+// and fp8 caches.)
+// Grid (B, Hq), 128 threads.
+// Arguments, in order:
+//   mid_o        float32 [B, Hq, NUM_KV_SPLITS, D + 1], contiguous (stage 1's output)
+//   out          bf16 [B, Hq, D], element (b, h, d) at out[b*out_stride_b + h*out_stride_h + d]
+//   lse          float32 [B, Hq], contiguous: natural-log LSE over all tokens (-inf, with a zero
+//                output, when the sequence has no tokens)
+//   out_stride_b, out_stride_h   int64, in elements
+// Splits whose LSE is -inf (no tokens) get weight zero.
+
+#ifndef NUM_KV_SPLITS
+#error "NUM_KV_SPLITS must be defined"
+#endif
+
+constexpr int kStage2Threads = 128;
+
+extern "C" __global__ void __launch_bounds__(kStage2Threads)
+paged_decode_stage2(const float* __restrict__ mid_o, pa_u16* __restrict__ out,
+                    float* __restrict__ lse, pa_i64 out_stride_b, pa_i64 out_stride_h) {
+  const int b = blockIdx.x;
+  const int h = blockIdx.y;
+  const int num_q_heads = gridDim.y;
+  const pa_i64 row = static_cast<pa_i64>(b) * num_q_heads + h;
+  const float* in = mid_o + row * NUM_KV_SPLITS * static_cast<pa_i64>(kD + 1);
+  pa_u16* o = out + b * out_stride_b + h * out_stride_h;
+
+  float m = pa_neg_inf();
+  for (int s = 0; s < NUM_KV_SPLITS; ++s) m = fmaxf(m, in[s * (kD + 1) + kD]);
+  if (m == pa_neg_inf()) {
+    for (int d = threadIdx.x; d < kD; d += kStage2Threads) o[d] = 0;
+    if (threadIdx.x == 0) lse[row] = pa_neg_inf();
+    return;
+  }
+  __shared__ float s_w[NUM_KV_SPLITS];
+  for (int s = threadIdx.x; s < NUM_KV_SPLITS; s += kStage2Threads) {
+    s_w[s] = expf(in[s * (kD + 1) + kD] - m);  // 0 for an empty split
+  }
+  __syncthreads();
+  float total = 0.0f;
+  for (int s = 0; s < NUM_KV_SPLITS; ++s) total += s_w[s];
+  const float inv_total = 1.0f / total;
+  for (int d = threadIdx.x; d < kD; d += kStage2Threads) {
+    float acc = 0.0f;
+    for (int s = 0; s < NUM_KV_SPLITS; ++s) acc += s_w[s] * in[s * (kD + 1) + d];
+    o[d] = pa_f32_to_bf16(acc * inv_total);
+  }
+  if (threadIdx.x == 0) lse[row] = m + logf(total);
+}

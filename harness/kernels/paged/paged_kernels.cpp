@@ -1,0 +1,216 @@
+#include "harness/kernels/paged/paged_kernels.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+// Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
+extern const char* const kSource_paged_common;
+extern const char* const kSource_paged_cache_store;
+extern const char* const kSource_paged_decode_stage1;
+extern const char* const kSource_paged_decode_stage2;
+extern const char* const kSource_paged_prefill;
+
+namespace coldstart::paged {
+namespace {
+
+jit::KernelSource make_source(const char* name, const char* text,
+                              std::vector<std::string> arg_names, std::string& storage) {
+  jit::KernelSource k;
+  k.name = name;
+  k.entry = name;
+  // Each NVRTC program is the shared device helpers followed by one kernel file; the #line makes
+  // NVRTC's messages point into the kernel file.
+  storage = std::string(kSource_paged_common) + "\n#line 1 \"" + name + ".cu\"\n" + text;
+  k.source = storage.c_str();
+  k.arg_names = std::move(arg_names);
+  return k;
+}
+
+std::string label_of(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs) {
+  std::string s = k.name + "[";
+  for (size_t i = 0; i < cs.size(); ++i) {
+    s += fmt::format("{}{}={}", i ? "," : "", cs[i].name, cs[i].value);
+  }
+  return s + "]";
+}
+
+jit::Constexpr dtype_constexpr(const PagedLayout& l) {
+  return {"CACHE_DTYPE", static_cast<int64_t>(l.dtype)};
+}
+
+}  // namespace
+
+CacheDtype parse_cache_dtype(const std::string& s) {
+  if (s == "auto" || s == "bfloat16" || s == "bf16") return CacheDtype::kBF16;
+  if (s == "fp8" || s == "fp8_e4m3") return CacheDtype::kFP8E4M3;
+  throw InputError(fmt::format(
+      "paged: kv_cache_dtype '{}' is not supported (expected auto, bfloat16, fp8 or fp8_e4m3)",
+      s));
+}
+
+const char* cache_dtype_name(CacheDtype dtype) {
+  return dtype == CacheDtype::kBF16 ? "bf16" : "fp8_e4m3";
+}
+
+PagedLayout PagedLayout::make(int head_dim, int block_size, int num_kv_heads, CacheDtype dtype) {
+  if (head_dim < 32 || head_dim > 256 || head_dim % 32 != 0) {
+    throw InputError(fmt::format(
+        "paged: head_dim {} is not supported (must be a multiple of 32 in [32, 256])", head_dim));
+  }
+  if (block_size <= 0) {
+    throw InputError(fmt::format("paged: block_size {} must be positive", block_size));
+  }
+  if (num_kv_heads <= 0) {
+    throw InputError(fmt::format("paged: num_kv_heads {} must be positive", num_kv_heads));
+  }
+  if (dtype != CacheDtype::kBF16 && dtype != CacheDtype::kFP8E4M3) {
+    throw InputError(fmt::format("paged: cache dtype code {} is not supported",
+                                 static_cast<int>(dtype)));
+  }
+  PagedLayout l;
+  l.head_dim = head_dim;
+  l.block_size = block_size;
+  l.num_kv_heads = num_kv_heads;
+  l.dtype = dtype;
+  return l;
+}
+
+const jit::KernelSource& cache_store_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k = make_source(
+      "paged_cache_store", kSource_paged_cache_store,
+      {"key", "value", "slot_mapping", "key_cache", "value_cache", "k_scale", "v_scale",
+       "key_stride_t", "key_stride_h", "value_stride_t", "value_stride_h"},
+      storage);
+  return k;
+}
+
+const jit::KernelSource& decode_stage1_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k = make_source(
+      "paged_decode_stage1", kSource_paged_decode_stage1,
+      {"q", "key_cache", "value_cache", "k_scale", "v_scale", "block_table", "seq_lens", "mid_o",
+       "q_stride_b", "q_stride_h", "block_table_stride", "sm_scale"},
+      storage);
+  return k;
+}
+
+const jit::KernelSource& decode_stage2_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k =
+      make_source("paged_decode_stage2", kSource_paged_decode_stage2,
+                  {"mid_o", "out", "lse", "out_stride_b", "out_stride_h"}, storage);
+  return k;
+}
+
+const jit::KernelSource& prefill_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k = make_source(
+      "paged_prefill", kSource_paged_prefill,
+      {"q", "key_cache", "value_cache", "k_scale", "v_scale", "block_table", "query_start_loc",
+       "seq_lens", "out", "q_stride_t", "q_stride_h", "out_stride_t", "out_stride_h",
+       "block_table_stride", "num_seqs", "sm_scale"},
+      storage);
+  return k;
+}
+
+std::vector<const jit::KernelSource*> all_kernels() {
+  return {&cache_store_kernel(), &decode_stage1_kernel(), &decode_stage2_kernel(),
+          &prefill_kernel()};
+}
+
+std::vector<jit::Constexpr> cache_store_constexprs(const PagedLayout& layout) {
+  return {{"HEAD_DIM", layout.head_dim}, dtype_constexpr(layout)};
+}
+
+namespace {
+int kv_group(const PagedLayout& layout, int num_q_heads) {
+  if (num_q_heads <= 0 || num_q_heads % layout.num_kv_heads != 0) {
+    throw InputError(fmt::format("paged: {} query heads is not a positive multiple of {} KV heads",
+                                 num_q_heads, layout.num_kv_heads));
+  }
+  return num_q_heads / layout.num_kv_heads;
+}
+}  // namespace
+
+std::vector<jit::Constexpr> decode_stage1_constexprs(const PagedLayout& layout, int num_q_heads,
+                                                     int num_kv_splits) {
+  return {{"HEAD_DIM", layout.head_dim},
+          {"BLOCK_SIZE", layout.block_size},
+          {"NUM_KV_SPLITS", num_kv_splits},
+          {"KV_GROUP", kv_group(layout, num_q_heads)},
+          dtype_constexpr(layout)};
+}
+
+std::vector<jit::Constexpr> decode_stage2_constexprs(const PagedLayout& layout, int num_kv_splits) {
+  return {{"HEAD_DIM", layout.head_dim}, {"NUM_KV_SPLITS", num_kv_splits}};
+}
+
+std::vector<jit::Constexpr> prefill_constexprs(const PagedLayout& layout, int num_q_heads) {
+  return {{"HEAD_DIM", layout.head_dim},
+          {"BLOCK_SIZE", layout.block_size},
+          {"KV_GROUP", kv_group(layout, num_q_heads)},
+          dtype_constexpr(layout)};
+}
+
+std::vector<KernelCompileCase> compile_cases() {
+  using jit::DType;
+  using jit::KernelArg;
+  std::vector<KernelCompileCase> cases;
+  const int hq = 32;
+  const int hk = 8;
+  const int max_model_len = 32768;
+  const int64_t num_blocks = 4096;
+  const uint64_t base = 1u << 20;  // 256-byte aligned, as a real allocation
+  auto add = [&](const jit::KernelSource& k, std::vector<jit::Constexpr> cs,
+                 std::vector<KernelArg> args) {
+    KernelCompileCase c;
+    c.family = "paged";
+    c.label = label_of(k, cs);
+    c.kernel = &k;
+    c.constexprs = std::move(cs);
+    c.args = std::move(args);
+    cases.push_back(std::move(c));
+  };
+  for (int d : {128, 256}) {
+    const int64_t qkv_stride = static_cast<int64_t>(hq + 2 * hk) * d;  // q/k/v views of qkv
+    const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+    for (CacheDtype dt : {CacheDtype::kBF16, CacheDtype::kFP8E4M3}) {
+      const PagedLayout l = PagedLayout::make(d, 16, hk, dt);
+      const DType cache_t = dt == CacheDtype::kBF16 ? DType::kBF16 : DType::kU8;
+      const uint64_t value_cache = base + static_cast<uint64_t>(l.page_size_bytes() / 2) * num_blocks;
+      add(cache_store_kernel(), cache_store_constexprs(l),
+          {KernelArg::pointer(base + 2ull * hq * d, DType::kBF16),
+           KernelArg::pointer(base + 2ull * (hq + hk) * d, DType::kBF16),
+           KernelArg::pointer(base, DType::kI64), KernelArg::pointer(base, cache_t),
+           KernelArg::pointer(value_cache, cache_t), KernelArg::pointer(base, DType::kF32),
+           KernelArg::pointer(base, DType::kF32), KernelArg::i64(qkv_stride), KernelArg::i64(d),
+           KernelArg::i64(qkv_stride), KernelArg::i64(d)});
+      add(decode_stage1_kernel(), decode_stage1_constexprs(l, hq),
+          {KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, cache_t),
+           KernelArg::pointer(value_cache, cache_t), KernelArg::pointer(base, DType::kF32),
+           KernelArg::pointer(base, DType::kF32), KernelArg::pointer(base, DType::kI32),
+           KernelArg::pointer(base, DType::kI32), KernelArg::pointer(base, DType::kF32),
+           KernelArg::i64(qkv_stride), KernelArg::i64(d),
+           KernelArg::i32(max_model_len / l.block_size), KernelArg::f32(sm_scale)});
+      add(prefill_kernel(), prefill_constexprs(l, hq),
+          {KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, cache_t),
+           KernelArg::pointer(value_cache, cache_t), KernelArg::pointer(base, DType::kF32),
+           KernelArg::pointer(base, DType::kF32), KernelArg::pointer(base, DType::kI32),
+           KernelArg::pointer(base, DType::kI32), KernelArg::pointer(base, DType::kI32),
+           KernelArg::pointer(base, DType::kBF16), KernelArg::i64(qkv_stride), KernelArg::i64(d),
+           KernelArg::i64(static_cast<int64_t>(hq) * d), KernelArg::i64(d),
+           KernelArg::i32(max_model_len / l.block_size), KernelArg::i32(1),
+           KernelArg::f32(sm_scale)});
+    }
+    const PagedLayout l = PagedLayout::make(d, 16, hk, CacheDtype::kBF16);
+    add(decode_stage2_kernel(), decode_stage2_constexprs(l),
+        {KernelArg::pointer(base, DType::kF32), KernelArg::pointer(base, DType::kBF16),
+         KernelArg::pointer(base, DType::kF32), KernelArg::i64(static_cast<int64_t>(hq) * d),
+         KernelArg::i64(d)});
+  }
+  return cases;
+}
+
+}  // namespace coldstart::paged
