@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Nightly GPU CI / GPU check: builds against the PyTorch install's libtorch (CUDA), runs every test
-# (GPU tests included), replays both TurboQuant scenarios on the GPU and runs the launch
-# benchmark. Results go to $OUT (default ./out/gpu): merged results JSON, JUnit, Markdown, HTML,
-# trace, bench JSON, and one log.
+# (GPU tests included), replays every scenario under scenarios/ on the GPU with --check (each
+# scenario's expect: rules must hold: exit 3 otherwise, and this script fails), checks that
+# compile-only mode works with this libtorch (--target b200), and runs the launch benchmark.
+# Results go to $OUT (default ./out/gpu): merged results JSON, JUnit, Markdown, HTML, trace, bench
+# JSON, and one log.
 #
 #   OUT=/tmp/gpu scripts/gpu-ci.sh [sm arch number, default: the GPU's, e.g. 90]
 set -uo pipefail
@@ -31,10 +33,16 @@ grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Total Test" "$LOG" | tai
 step "doctor"
 "$BUILD/coldstart" doctor >>"$LOG" 2>&1 || rc=1
 
-step "replay (both TurboQuant scenarios, ${COLDSTART_REPEAT:-3} runs per strategy)"
-"$BUILD/coldstart" replay scenarios/qwen3-8b-turboquant.yaml scenarios/qwen3-8b-turboquant-long-prompt.yaml \
+step "replay (every scenario, ${COLDSTART_REPEAT:-3} runs per strategy, expectations checked)"
+"$BUILD/coldstart" replay scenarios/*.yaml --check \
   --device cuda --repeat "${COLDSTART_REPEAT:-3}" --json "$OUT/results.json" --junit "$OUT/junit.xml" \
-  --md "$OUT/report.md" --html "$OUT/report.html" --trace "$OUT/trace.json" 2>>"$LOG" | tee -a "$LOG" || rc=1
+  --md "$OUT/report.md" --html "$OUT/report.html" --trace "$OUT/trace.json" 2>>"$LOG" | tee -a "$LOG"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "replay failed or an expectation is unmet" | tee -a "$LOG"; rc=1; }
+
+step "compile-only with this libtorch (--target b200, every scenario, expectations checked)"
+"$BUILD/coldstart" replay scenarios/*.yaml --check --device compile-only --target b200 \
+  --json "$OUT/compile_only_b200.json" 2>>"$LOG" | tee -a "$LOG" | grep -E "expectations|UNMET"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "compile-only replay failed or an expectation is unmet" | tee -a "$LOG"; rc=1; }
 
 step "launch benchmark"
 "$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \

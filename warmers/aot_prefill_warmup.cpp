@@ -8,8 +8,8 @@
 // per-shape (e.g. GEMM algorithm choice for a new M).
 #include <fmt/format.h>
 
-#include "harness/replay/engine.h"
 #include "warmers/warmer.h"
+#include "warmers/warmup_context.h"
 
 namespace coldstart {
 namespace {
@@ -22,19 +22,19 @@ class AotPrefillWarmup final : public Warmer {
            "engine's dummy run with attention metadata";
   }
 
-  void run(Engine& engine) override {
-    const int bs = engine.scenario().engine.block_size;
+  void run(WarmupContext& ctx) override {
+    const int bs = ctx.scenario().engine.block_size;
     // Longer than the largest capture size so the step runs eagerly, as a prefill does.
     int tokens = bs;
-    for (int size : engine.scenario().engine.cudagraph_capture_sizes) {
+    for (int size : ctx.scenario().engine.cudagraph_capture_sizes) {
       while (tokens <= size) tokens += bs;
     }
     SeqStep s;
     s.context_len = 0;
     s.query_len = tokens;
     s.blocks.assign((tokens + bs - 1) / bs, 0);  // the null block, which no request uses
-    engine.run_step({s});
-    engine.log(fmt::format("aot-prefill-warmup: one eager prefill step of {} tokens", tokens));
+    ctx.dummy_run({s});
+    ctx.log(fmt::format("aot-prefill-warmup: one eager prefill step of {} tokens", tokens));
   }
 };
 

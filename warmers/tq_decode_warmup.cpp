@@ -10,9 +10,8 @@
 
 #include <set>
 
-#include "harness/models/turboquant_attention.h"
-#include "harness/replay/engine.h"
 #include "warmers/warmer.h"
+#include "warmers/warmup_context.h"
 
 namespace coldstart {
 namespace {
@@ -25,52 +24,45 @@ class TqDecodeWarmup final : public Warmer {
            "distinct layer config (vLLM PR #42215)";
   }
 
-  void run(Engine& engine) override {
-    auto* tq = dynamic_cast<TurboQuantAttention*>(&engine.attention());
-    if (tq == nullptr) {
-      engine.log("tq-decode-warmup: no TurboQuant attention layers, nothing to warm");
+  void run(WarmupContext& ctx) override {
+    const std::vector<Mixer*> layers = ctx.mixers("turboquant_4bit_nc");
+    if (layers.empty()) {
+      ctx.log("tq-decode-warmup: no TurboQuant attention layers, nothing to warm");
       return;
     }
     std::set<std::string> warmed;
-    for (int layer = 0; layer < tq->num_layers(); ++layer) {
-      if (!warmed.insert(tq->layer_compile_config(layer)).second) continue;
-      warm_layer(engine, *tq, layer);
+    for (Mixer* m : layers) {
+      if (!warmed.insert(m->compile_config()).second) continue;
+      warm_layer(ctx, *m);
     }
-    engine.log(fmt::format("tq-decode-warmup: {} layer(s), {} distinct compile config(s)",
-                           tq->num_layers(), warmed.size()));
+    ctx.log(fmt::format("tq-decode-warmup: {} layer(s), {} distinct compile config(s)",
+                        layers.size(), warmed.size()));
   }
 
  private:
-  // Synthetic q/k/v laid out as the model hands them to attention (q and k contiguous after RoPE,
-  // v a column slice of the fused QKV projection), so strides specialize the same way.
-  static void run_backend(Engine& engine, TurboQuantAttention& tq, int layer, const SeqStep& s) {
-    const auto& m = engine.scenario().model;
-    const int64_t n = s.query_len, D = m.head_dim, Hq = m.num_attention_heads,
-                  Hk = m.num_key_value_heads;
-    const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(engine.device());
-    at::Tensor qkv = at::empty({n, (Hq + 2 * Hk) * D}, opt);
-    if (engine.mode() == DeviceMode::kCuda) qkv.normal_();
-    at::Tensor q = qkv.narrow(1, 0, Hq * D).contiguous();
-    at::Tensor k = qkv.narrow(1, Hq * D, Hk * D).contiguous();
-    at::Tensor v = qkv.narrow(1, (Hq + Hk) * D, Hk * D);
-    at::Tensor out = at::empty({n, Hq * D}, opt);
-    ForwardBatch batch = engine.make_batch({s});
-    tq.forward(layer, q, k, v, out, batch);
+  // Synthetic inputs laid out as the model hands them (Mixer::dummy_inputs), so strides
+  // specialize the same way.
+  static void run_mixer(WarmupContext& ctx, Mixer& m, const SeqStep& s) {
+    std::vector<at::Tensor> in = m.dummy_inputs(s.query_len);
+    at::Tensor out = at::empty({s.query_len, m.spec().output_width},
+                               at::TensorOptions().dtype(at::kBFloat16).device(ctx.device()));
+    ForwardBatch batch = ctx.make_batch({s});
+    m.forward(in, out, batch);
   }
 
-  static void warm_layer(Engine& engine, TurboQuantAttention& tq, int layer) {
-    const int bs = tq.layout().block_size;
+  static void warm_layer(WarmupContext& ctx, Mixer& m) {
+    const int bs = ctx.scenario().engine.block_size;
     // Everything lives in the null block 0, which no request uses.
     SeqStep decode;
     decode.context_len = bs - 1;
     decode.query_len = 1;
     decode.blocks = {0};
-    run_backend(engine, tq, layer, decode);  // cache store + batch-1 split-KV decode
+    run_mixer(ctx, m, decode);  // cache store + batch-1 split-KV decode
     SeqStep cont;
     cont.context_len = bs;
     cont.query_len = 2;
     cont.blocks = {0, 0};
-    run_backend(engine, tq, layer, cont);  // continuation prefill over one cached block
+    run_mixer(ctx, m, cont);  // continuation prefill over one cached block
   }
 };
 

@@ -7,9 +7,8 @@
 
 #include <algorithm>
 
-#include "harness/models/turboquant_attention.h"
-#include "harness/replay/engine.h"
 #include "warmers/warmer.h"
+#include "warmers/warmup_context.h"
 
 namespace coldstart {
 namespace {
@@ -22,17 +21,18 @@ class TqReserveMax final : public Warmer {
            "compiling nothing (vLLM PR #40798)";
   }
 
-  void run(Engine& engine) override {
-    auto* tq = dynamic_cast<TurboQuantAttention*>(&engine.attention());
-    if (tq == nullptr) {
-      engine.log("tq-reserve-max: no TurboQuant attention layers, nothing to reserve");
+  void run(WarmupContext& ctx) override {
+    const std::vector<Mixer*> layers = ctx.mixers("turboquant_4bit_nc");
+    if (layers.empty()) {
+      ctx.log("tq-reserve-max: no TurboQuant attention layers, nothing to reserve");
       return;
     }
-    const auto& e = engine.scenario().engine;
-    const int64_t decode = tq->decode_workspace_bytes(e.max_num_seqs);
-    const int64_t cont = tq->continuation_workspace_bytes(e.max_model_len - 1);
-    engine.workspace().reserve(std::max(decode, cont), CS_HERE);
-    engine.log(fmt::format("tq-reserve-max: decode {} B, continuation {} B reserved", decode, cont));
+    // One workspace shared by every layer: the largest single request of any layer.
+    int64_t bytes = 0;
+    for (Mixer* m : layers) bytes = std::max(bytes, m->max_workspace_bytes());
+    ctx.workspace().reserve(bytes, CS_HERE);
+    ctx.log(fmt::format("tq-reserve-max: {} B reserved (largest decode / continuation scratch)",
+                        bytes));
   }
 };
 

@@ -10,11 +10,11 @@
 
 namespace coldstart {
 
-class Engine;
+class WarmupContext;  // warmers/warmup_context.h
 
-/// One warmer. `run` gets the engine after the KV cache exists and before graph capture.
-/// It may compile kernels (through the engine's JIT runtime), run backend calls on synthetic
-/// inputs and grow the workspace; it must not keep state that changes serving results.
+/// One warmer. `run` gets a narrow view of the engine after the KV cache exists and before graph
+/// capture. It may compile kernels (through the JIT runtime), run mixers on synthetic inputs and
+/// grow the workspace; it must not keep state that changes serving results.
 class Warmer {
  public:
   virtual ~Warmer() = default;
@@ -23,7 +23,7 @@ class Warmer {
   /// One line for `coldstart list`: what it does and which engine behaviour it mirrors.
   virtual std::string description() const = 0;
   /// Runs the warmer. Errors propagate and make the strategy's outcome a crash in kernel_warmup.
-  virtual void run(Engine& engine) = 0;
+  virtual void run(WarmupContext& ctx) = 0;
 };
 
 using WarmerFactory = std::function<std::unique_ptr<Warmer>()>;

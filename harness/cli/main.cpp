@@ -35,6 +35,7 @@
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/replay/engine.h"
+#include "harness/replay/expect.h"
 #include "harness/replay/result.h"
 #include "harness/replay/scenario.h"
 #include "reports/renderers.h"
@@ -60,12 +61,15 @@ struct ReplayArgs {
   std::vector<std::string> strategies;
   std::string device = "auto";
   std::string arch;
+  std::string target;  // compile-only target profile (--target h200)
+  int sm_count = 0;    // compile-only SM count (--sm-count)
   std::vector<std::string> sets;
   std::string json;
   std::string cache_dir;
   std::string jit_monitor = "record";
   double timeout_s = 0;
   bool no_isolate = false;
+  bool check = false;  // exit 3 when an `expect:` rule is unmet
   bool verbose = false;
   uint64_t seed = 1234;
   // child only
@@ -95,10 +99,17 @@ std::string hostname() {
   return buf;
 }
 
-Scenario load(const ReplayArgs& a) {
-  // Warmer names are checked by the loader, so an unknown one is reported at its line and key.
-  return load_scenario(a.scenario, a.sets, warmer_names());
+/// What the loader checks beyond the file format: warmer names, and whether the registered
+/// model families and mixer backends can replay it (so an unsupported scenario exits 2, at the
+/// line of the key, before any strategy runs).
+ScenarioRules replay_rules() {
+  ScenarioRules rules;
+  rules.known_warmers = warmer_names();
+  rules.check_replayable = check_replayable;
+  return rules;
 }
+
+Scenario load(const ReplayArgs& a) { return load_scenario(a.scenario, a.sets, replay_rules()); }
 
 /// Checks, before any strategy runs, every option a child would otherwise reject one strategy
 /// at a time: device, arch, JIT monitor mode, cache directory, output paths, timeout. Throws
@@ -125,6 +136,15 @@ void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& o
       throw InputError("--arch '" + a.arch + "': NVRTC " + jit::nvrtc_version() +
                        " compiles for " + list);
     }
+  }
+  if (!a.target.empty()) target_profile(a.target);  // throws for an unknown name
+  if (!a.target.empty() || !a.arch.empty() || a.sm_count != 0) {
+    // Device-independent part of the target: the profile and arch agree, the SM count is sane.
+    if (!a.target.empty() && !a.arch.empty() && parse_sm(a.arch) != target_profile(a.target).sm)
+      throw InputError("--arch " + a.arch + " contradicts --target " + a.target + " (" +
+                       target_profile(a.target).arch + ")");
+    if (a.sm_count < 0 || a.sm_count > 1024)
+      throw InputError("--sm-count " + std::to_string(a.sm_count) + ": expected 1..1024");
   }
   if (a.timeout_s < 0) throw InputError("--timeout must be positive (0 = the scenario's timeout_s)");
   if (!a.cache_dir.empty()) {
@@ -178,7 +198,7 @@ StrategyResult run_in_process(const ReplayArgs& a, const Scenario& base, int var
   const Variant& v = base.variants.at(variant_index);
   Scenario s = apply_variant(base, v);
   EngineOptions o;
-  o.device = select_device(a.device, a.arch);
+  o.device = select_device(a.device, a.arch, a.target, a.sm_count);
   if (!s.archs.empty() &&
       std::find(s.archs.begin(), s.archs.end(), o.device.arch()) == s.archs.end()) {
     // The scenario excludes this device: nothing runs; the result says why (JUnit: skipped).
@@ -338,6 +358,8 @@ StrategyResult run_job(const ReplayArgs& a, const std::string& file, const Scena
                std::to_string(job.variant), "--device", a.device, "--jit-monitor",
                a.jit_monitor, "--seed", std::to_string(a.seed)};
   if (!a.arch.empty()) spec.argv.insert(spec.argv.end(), {"--arch", a.arch});
+  if (!a.target.empty()) spec.argv.insert(spec.argv.end(), {"--target", a.target});
+  if (a.sm_count != 0) spec.argv.insert(spec.argv.end(), {"--sm-count", std::to_string(a.sm_count)});
   if (!a.cache_dir.empty()) spec.argv.insert(spec.argv.end(), {"--cache-dir", a.cache_dir});
   if (a.verbose) spec.argv.push_back("-v");
   for (const auto& kv : a.sets) spec.argv.insert(spec.argv.end(), {"--set", kv});
@@ -450,7 +472,37 @@ int replay_main(const ReplayArgs& a, const std::string& cmdline) {
   for (const RunResults& run : runs) {
     if (!run.results.empty()) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
   }
-  return harness_errors > 0 ? 1 : 0;
+  // The scenarios' own tests: every `expect:` rule against this run's results.
+  int unmet = 0;
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    if (scenarios[i].expectations.empty() || runs[i].results.empty()) continue;
+    const nlohmann::json& m = runs[i].results.front().extra;
+    const std::string mode = m.contains("device_mode") && m["device_mode"].is_string()
+                                 ? m["device_mode"].get<std::string>()
+                                 : std::string("compile-only");
+    // With --strategy / --filter only some strategies ran: rules about the others are not
+    // failures of this run.
+    Scenario checked = scenarios[i];
+    std::vector<Expectation> kept;
+    for (const Expectation& x : checked.expectations) {
+      bool ran = x.strategy == "*";
+      for (const auto& r : runs[i].results) ran = ran || r.strategy == x.strategy;
+      if (ran) kept.push_back(x);
+    }
+    checked.expectations = kept;
+    const auto lines = check_expectations(checked, mode, runs[i].results);
+    if (lines.empty()) {
+      std::cout << fmt::format("expectations of {}: {} rule(s) met ({})\n", scenarios[i].name,
+                               kept.size(), mode);
+    } else {
+      std::cout << fmt::format("expectations of {}: {} unmet ({})\n", scenarios[i].name,
+                               lines.size(), mode);
+      for (const auto& l : lines) std::cout << "  UNMET " << l << "\n";
+      unmet += static_cast<int>(lines.size());
+    }
+  }
+  if (harness_errors > 0) return 1;
+  return a.check && unmet > 0 ? 3 : 0;
 }
 
 int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
@@ -478,6 +530,43 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
     if (shown(n)) warmers.push_back("  " + n + "  " + make_warmer(n)->description());
   if (!warmers.empty()) std::cout << "warmers:\n";
   for (const auto& w : warmers) std::cout << w << "\n";
+  // What the registries hold: model families, the mixer backends their layers run on, the
+  // compile-only targets and the config selectors kernels use.
+  std::vector<std::string> lines;
+  for (const auto& f : model_families()) {
+    std::string archs;
+    for (const auto& a : f.architectures) archs += (archs.empty() ? "" : ", ") + a;
+    if (shown(f.name) || shown(archs)) lines.push_back("  " + f.name + " [" + archs + "]  " + f.description);
+  }
+  if (!lines.empty()) std::cout << "model families:\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  lines.clear();
+  for (const auto& b : mixer_backends()) {
+    std::string dtypes;
+    for (const auto& d : b.kv_cache_dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
+    const std::string text = b.kind + "/" + b.name + " (kv_cache_dtype: " +
+                             (dtypes.empty() ? std::string("any") : dtypes) + ")";
+    if (shown(text)) lines.push_back("  " + text + "  " + b.description);
+  }
+  if (!lines.empty()) std::cout << "mixer backends:\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  lines.clear();
+  for (const Target& t : target_profiles()) {
+    const std::string text = fmt::format("{}  {}, {}, {} SMs, {} KiB shared memory per block",
+                                         t.profile, t.device_name, t.arch, t.sm_count,
+                                         t.shared_memory_per_block / 1024);
+    if (shown(text)) lines.push_back("  " + text);
+  }
+  if (!lines.empty()) std::cout << "targets (--target, compile-only mode):\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  if (!re) {
+    std::cout << "config selectors (recorded with every compile):\n"
+                 "  table      vLLM-style tuned JSON (E=..,N=..,device_name=..), nearest batch key\n"
+                 "  heuristic  a function of the problem shape and the target\n"
+                 "  autotune   Triton semantics: compile + benchmark every candidate on a key's\n"
+                 "             first call, keep the fastest (first candidate in compile-only mode)\n"
+                 "  default    a documented default when no tuned table matches\n";
+  }
   if (scenarios.empty() && paths::is_directory("scenarios")) {
     DIR* d = opendir("scenarios");
     while (d != nullptr) {
@@ -491,7 +580,7 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
     std::sort(scenarios.begin(), scenarios.end());
   }
   for (const auto& f : scenarios) {
-    Scenario s = load_scenario(f, {}, warmer_names());
+    Scenario s = load_scenario(f, {}, replay_rules());
     std::vector<std::string> lines;
     for (const auto& v : s.variants)
       for (const auto& st : s.strategies) {
@@ -512,6 +601,13 @@ void add_common_options(CLI::App* cmd, ReplayArgs& a) {
       ->envname("COLDSTART_DEVICE")->capture_default_str();
   cmd->add_option("--arch", a.arch, "compile target in compile-only mode, e.g. sm_86, sm_90, sm_100")
       ->envname("COLDSTART_ARCH");
+  cmd->add_option("--target", a.target,
+                  "compile-only target GPU: rtx-a4000, a10, h100, h200, b200 (arch, SM count, "
+                  "device name for tuned tables)")
+      ->envname("COLDSTART_TARGET");
+  cmd->add_option("--sm-count", a.sm_count,
+                  "compile-only SM count (with --arch, or replacing the --target profile's)")
+      ->envname("COLDSTART_SM_COUNT");
   cmd->add_option("--set", a.sets, "override a scenario key, KEY=VALUE (repeatable)");
   cmd->add_option("--cache-dir", a.cache_dir,
                   "persistent on-disk kernel cache (default: a fresh, cold one per run)")
@@ -557,6 +653,9 @@ int main(int argc, char** argv) {
   replay->add_option("--timeout", ra.timeout_s,
                      "per-strategy watchdog: seconds of wall time per child (0 or unset: the "
                      "scenario's timeout_s)");
+  replay->add_flag("--check", ra.check,
+                   "exit 3 when a scenario's expect: rules are not met by this run (the rules "
+                   "are always checked and printed)");
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
 

@@ -2,10 +2,16 @@
 // compiles for real, nothing launches), and the results file must show the outcomes the
 // scenarios exist to reproduce, with workspace sizes equal to vLLM's formulas.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <algorithm>
+#include <cctype>
 #include <map>
+#include <vector>
 #include <string>
 
 #include "harness/cli/compare.h"
@@ -21,12 +27,20 @@ std::string source_dir() {
   return d ? d : "";
 }
 
-/// Runs the binary with `args` (from the source dir), returns its exit status.
-int run_coldstart(const std::string& args) {
-  const std::string cmd = "cd '" + source_dir() + "' && '" CS_COLDSTART_BIN "' " + args +
-                          " >/dev/null 2>&1";
+/// Runs the binary with `args` (from the source dir), returns its exit status; its stdout and
+/// stderr go to `output` when given.
+int run_coldstart(const std::string& args, const std::string& output = "") {
+  const std::string cmd = "cd '" + source_dir() + "' && '" CS_COLDSTART_BIN "' " + args + " >" +
+                          (output.empty() ? std::string("/dev/null") : "'" + output + "'") + " 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 class ReplayE2E : public ::testing::Test {
@@ -150,6 +164,95 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
   EXPECT_EQ(run_coldstart("replay scenarios/does-not-exist.yaml --json " + json), 2);
   EXPECT_FALSE(paths::exists(json));
 }
+
+TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
+  const std::string json = paths::join(dir_, "refused.json"), out = paths::join(dir_, "out.txt");
+  struct Case {
+    std::string args, key;
+  };
+  const std::vector<Case> cases = {
+      {"--set engine.kv_cache_dtype=fp8_e5m2", "key 'engine.kv_cache_dtype'"},
+      {"--set cudagraph_mode=full", "key 'engine.cudagraph_mode'"},
+      {"--set model.config=fixtures/hf-configs/nemotron-h-56b-base-8k.json --set engine.max_model_len=8192",
+       "key 'model.architectures'"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only " +
+                                c.args + " --json " + json,
+                            out),
+              2)
+        << c.args;
+    const std::string text = read_text(out);
+    EXPECT_NE(text.find(c.key), std::string::npos) << c.args << "\n" << text;
+    EXPECT_EQ(text.find("crash"), std::string::npos) << "refused, not run: " << text;
+    EXPECT_FALSE(paths::exists(json)) << c.args;
+  }
+}
+
+TEST_F(ReplayE2E, CompileOnlyTargetsSetArchAndSmCountAndKeepTheOutcomes) {
+  auto outcomes = [](const std::map<std::string, StrategyResult>& by) {
+    std::map<std::string, std::string> o;
+    for (const auto& [k, r] : by) o[k] = outcome_name(r.outcome) + r.failed_phase.value_or("");
+    return o;
+  };
+  const auto sm90 = outcomes(replay("scenarios/qwen3-8b-turboquant.yaml"));
+  struct T {
+    std::string name;
+    int sm, sm_count;
+  };
+  for (const T& t : {T{"b200", 100, 148}, T{"rtx-a4000", 86, 48}}) {
+    const std::string json = paths::join(dir_, t.name + ".json");
+    ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
+                            "--target " + t.name + " --json " + json),
+              0)
+        << t.name;
+    std::map<std::string, StrategyResult> by;
+    const auto runs = cli::read_any_results(json);
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].meta.sm, t.sm) << t.name;
+    EXPECT_EQ(runs[0].meta.sm_count, t.sm_count) << t.name;
+    for (const auto& r : runs[0].results) {
+      by[r.strategy + " [" + r.variant + "]"] = r;
+      for (const auto& c : r.hot_path_compiles)
+        EXPECT_NE(c.key.find("@sm_" + std::to_string(t.sm)), std::string::npos) << c.key;
+    }
+    EXPECT_EQ(outcomes(by), sm90) << t.name;
+  }
+}
+
+/// Every scenario under scenarios/ meets its own expect: rules in compile-only mode.
+class ScenarioExpectations : public ReplayE2E, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ScenarioExpectations, MetInCompileOnlyMode) {
+  const std::string out = paths::join(dir_, "out.txt");
+  const int rc = run_coldstart("replay " + GetParam() + " --device compile-only --check", out);
+  EXPECT_EQ(rc, 0) << read_text(out);
+  EXPECT_NE(read_text(out).find("rule(s) met"), std::string::npos) << "no expect: rules checked";
+}
+
+/// scenarios/*.yaml of the source tree this test was built from (listed at build time too, when
+/// CTest discovers the tests without COLDSTART_SOURCE_DIR).
+std::vector<std::string> scenario_files() {
+  std::vector<std::string> out;
+  const std::string dir = std::string(CS_SOURCE_DIR) + "/scenarios";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string f = e->d_name;
+      if (f.size() > 5 && f.compare(f.size() - 5, 5, ".yaml") == 0) out.push_back("scenarios/" + f);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllScenarios, ScenarioExpectations, ::testing::ValuesIn(scenario_files()),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param.substr(10, i.param.size() - 15);
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace coldstart

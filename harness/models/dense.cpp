@@ -22,12 +22,31 @@ struct LayerWeights {
 
 class DenseModel final : public Model {
  public:
-  DenseModel(const ModelConfig& c, c10::Device device) : c_(c), device_(device) {
+  DenseModel(const ModelConfig& c, const MixerContext& ctx) : c_(c), device_(ctx.device) {
     has_qk_norm_ = c.model_type == "qwen3";
   }
 
   std::string name() const override { return c_.architecture; }
-  int num_layers() const override { return c_.num_hidden_layers; }
+
+  std::vector<MixerSpec> layer_plan() const override {
+    // Every layer: attention over q [N, Hq*D] and k [N, Hk*D] (contiguous after RoPE) and v, a
+    // column slice of the fused QKV projection [N, (Hq + 2 Hk) * D].
+    const int64_t D = c_.head_dim, Hq = c_.num_attention_heads, Hk = c_.num_key_value_heads;
+    std::vector<MixerSpec> plan;
+    for (int l = 0; l < c_.num_hidden_layers; ++l) {
+      MixerSpec s;
+      s.kind = "attention";
+      s.layer = l;
+      s.num_heads = Hq;
+      s.num_kv_heads = Hk;
+      s.head_dim = D;
+      s.output_width = Hq * D;
+      s.input_widths = {Hq * D, Hk * D, Hk * D};
+      s.input_row_strides = {Hq * D, Hk * D, (Hq + 2 * Hk) * D};
+      plan.push_back(std::move(s));
+    }
+    return plan;
+  }
 
   int64_t load_weights(uint64_t seed) override {
     const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(device_);
@@ -88,7 +107,7 @@ class DenseModel final : public Model {
     } else {
       // Rest of layer i-1: output projection, residual, MLP.
       const LayerWeights& w = layers_[i - 1];
-      at::Tensor attn = at::linear(st.attn_out, w.o_proj);
+      at::Tensor attn = at::linear(st.mixer_out, w.o_proj);
       st.residual = attn + st.residual;
       at::Tensor h = rms_norm(st.residual, w.post_norm, c_.rms_norm_eps);
       at::Tensor gu = at::linear(h, w.gate_up);
@@ -112,14 +131,13 @@ class DenseModel final : public Model {
                   Hk = c_.num_key_value_heads;
     at::Tensor q = qkv.narrow(-1, 0, Hq * D).view({N, Hq, D});
     at::Tensor k = qkv.narrow(-1, Hq * D, Hk * D).view({N, Hk, D});
-    st.v = qkv.narrow(-1, (Hq + Hk) * D, Hk * D);
+    at::Tensor v = qkv.narrow(-1, (Hq + Hk) * D, Hk * D);
     if (has_qk_norm_) {
       q = rms_norm(q, w.q_norm, c_.rms_norm_eps);
       k = rms_norm(k, w.k_norm, c_.rms_norm_eps);
     }
     at::Tensor cs = rope_.index({batch.positions}).unsqueeze(1);  // [N, 1, D]
-    st.q = apply_rope(q, cs).reshape({N, Hq * D});
-    st.k = apply_rope(k, cs).reshape({N, Hk * D});
+    st.mixer_in = {apply_rope(q, cs).reshape({N, Hq * D}), apply_rope(k, cs).reshape({N, Hk * D}), v};
   }
 
  private:
@@ -139,22 +157,19 @@ class DenseModel final : public Model {
   std::vector<LayerWeights> layers_;
 };
 
+ModelFamilyInfo dense_family() {
+  ModelFamilyInfo f;
+  f.name = "dense";
+  f.architectures = {"Qwen3ForCausalLM", "LlamaForCausalLM"};
+  f.description = "dense decoder (Qwen3 / Llama): attention + SiLU MLP in every layer";
+  f.make = [](const ModelConfig& c, const MixerContext& ctx) -> std::unique_ptr<Model> {
+    return std::make_unique<DenseModel>(c, ctx);
+  };
+  return f;
+}
+
 }  // namespace
 
-bool ForwardBatch::uniform_decode() const {
-  if (num_reqs == 0) return false;
-  for (int q : query_lens)
-    if (q != 1) return false;
-  return true;
-}
-
-std::unique_ptr<Model> make_model(const ModelConfig& config, c10::Device device) {
-  if (config.architecture == "Qwen3ForCausalLM" || config.architecture == "LlamaForCausalLM") {
-    return std::make_unique<DenseModel>(config, device);
-  }
-  throw InputError("model architecture '" + config.architecture +
-                   "' has no forward pass in coldstart yet (known: Qwen3ForCausalLM, "
-                   "Qwen2ForCausalLM, LlamaForCausalLM)");
-}
+CS_REGISTER_MODEL_FAMILY(dense_family());
 
 }  // namespace coldstart

@@ -2,60 +2,30 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <torch/version.h>
 
-#include <cmath>
+#include <algorithm>
+
+#include "harness/models/attention_common.h"
 
 namespace coldstart {
 
-namespace {
+TurboQuantAttention::TurboQuantAttention(const MixerSpec& spec, const MixerContext& ctx)
+    : Mixer(spec, ctx),
+      layout_(tq::TqLayout::make(static_cast<int>(spec.head_dim), ctx.engine->block_size,
+                                 static_cast<int>(spec.num_kv_heads))),
+      num_q_heads_(static_cast<int>(spec.num_heads)),
+      sm_scale_(attention_scale(spec.head_dim)) {}
 
-/// Causal attention of a prefill chunk: q [L, Hq, D] over k/v [C + L, Hk, D], where the chunk's
-/// tokens sit after C earlier tokens. Libtorch's scaled-dot-product attention (an ahead-of-time
-/// kernel in an engine, never a JIT compile). Returns [L, Hq * D] bf16.
-at::Tensor chunk_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           int64_t context) {
-  const int64_t L = q.size(0), Hq = q.size(1), D = q.size(2), Hk = k.size(1), T = k.size(0);
-#if TORCH_VERSION_MAJOR >= 2
-  const int64_t group = Hq / Hk;
-  auto heads_first = [&](const at::Tensor& x) {  // [T, Hk, D] -> [1, Hq, T, D]
-    return x.transpose(0, 1).unsqueeze(1).expand({Hk, group, T, D}).reshape({1, Hq, T, D});
-  };
-  at::Tensor qh = q.transpose(0, 1).unsqueeze(0);
-  at::Tensor o;
-  if (context == 0) {
-    o = at::scaled_dot_product_attention(qh, heads_first(k), heads_first(v), {}, 0.0, true);
-  } else {
-    at::Tensor mask = at::ones({L, T}, at::TensorOptions().dtype(at::kBool).device(q.device()))
-                          .tril(context);
-    o = at::scaled_dot_product_attention(qh, heads_first(k), heads_first(v), mask);
-  }
-  return o.squeeze(0).transpose(0, 1).reshape({L, Hq * D});
-#else
-  // libtorch 1.x (Debian's CPU build) has no scaled_dot_product_attention; it only runs
-  // compile-only mode, where tensors are meta and only shapes matter.
-  TORCH_CHECK(q.is_meta(), "chunk_attention needs libtorch >= 2.0 on a real device");
-  (void)T;
-  (void)context;
-  return at::empty({L, Hq * D}, q.options());
-#endif
+CacheSpec TurboQuantAttention::cache_spec() const {
+  CacheSpec c;
+  c.kind = CacheSpec::Kind::kPagedKv;
+  c.bytes_per_block = layout_.block_bytes();
+  c.group = fmt::format("attention/{}/block_bytes={}", backend(), c.bytes_per_block);
+  return c;
 }
 
-}  // namespace
-
-TurboQuantAttention::TurboQuantAttention(const AttentionContext& ctx)
-    : ctx_(ctx),
-      layout_(tq::TqLayout::make(ctx.model->head_dim, ctx.engine->block_size,
-                                 ctx.model->num_key_value_heads)),
-      num_q_heads_(ctx.model->num_attention_heads),
-      sm_scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(ctx.model->head_dim)))) {}
-
-void TurboQuantAttention::allocate_kv_cache(int num_layers, int64_t num_blocks) {
-  std::vector<int64_t> shape = tq::cache_shape(layout_, num_blocks);
-  shape.insert(shape.begin(), num_layers);
-  cache_all_ = at::empty(shape, at::TensorOptions().dtype(at::kByte).device(ctx_.device));
-  caches_.clear();
-  for (int l = 0; l < num_layers; ++l) caches_.push_back(cache_all_[l]);
+void TurboQuantAttention::bind_cache(const at::Tensor& bytes, int64_t num_blocks) {
+  cache_ = bytes.view(tq::cache_shape(layout_, num_blocks));
 }
 
 int64_t TurboQuantAttention::decode_workspace_bytes(int64_t batch) const {
@@ -68,25 +38,32 @@ int64_t TurboQuantAttention::continuation_workspace_bytes(int64_t cached_tokens)
       layout_.head_dim);
 }
 
-std::string TurboQuantAttention::layer_compile_config(int layer) const {
+int64_t TurboQuantAttention::max_workspace_bytes() const {
+  // vLLM PR #40798's reservation: decode at max_num_seqs sequences, and a continuation prefill
+  // over max_model_len - 1 cached tokens.
+  return std::max(decode_workspace_bytes(ctx_.engine->max_num_seqs),
+                  continuation_workspace_bytes(ctx_.engine->max_model_len - 1));
+}
+
+std::string TurboQuantAttention::compile_config() const {
   // Everything the layer's kernels are specialized on: the constexprs and the alignment of its
   // cache (the only per-layer pointer; every other argument is shared or from the workspace).
-  const at::Tensor& c = caches_.at(layer);
-  const uint64_t offset = static_cast<uint64_t>(c.storage_offset());
+  const uint64_t offset = static_cast<uint64_t>(cache_.storage_offset());
   return fmt::format("turboquant_4bit_nc D={} block={} Hq={} Hk={} slot={} cache_align16={}",
                      layout_.head_dim, layout_.block_size, num_q_heads_, layout_.num_kv_heads,
                      layout_.slot_bytes, offset % 16 == 0);
 }
 
-void TurboQuantAttention::forward(int layer, const at::Tensor& q, const at::Tensor& k,
-                                  const at::Tensor& v, at::Tensor& out, const ForwardBatch& batch) {
+void TurboQuantAttention::forward(const std::vector<at::Tensor>& in, at::Tensor& out,
+                                  const ForwardBatch& batch) {
+  const at::Tensor &q = in.at(0), &k = in.at(1), &v = in.at(2);
   const int64_t N = q.size(0), D = layout_.head_dim, Hk = layout_.num_kv_heads;
   // 1. Quantize the new tokens' K/V into the cache (padding rows have slot -1 and are skipped).
   tq::store(*ctx_.jit, layout_, k.view({N, Hk, D}), v.view({N, Hk, D}),
-            batch.slot_mapping.narrow(0, 0, N), caches_.at(layer));
+            batch.slot_mapping.narrow(0, 0, N), cache_);
   // 2. Attention: a decode batch goes through the split-KV kernels; prefill chunks per request.
   if (batch.uniform_decode()) {
-    decode_attention(layer, q, out, batch);
+    decode_attention(q, out, batch);
     return;
   }
   for (int r = 0; r < batch.num_reqs; ++r) {
@@ -95,47 +72,69 @@ void TurboQuantAttention::forward(int layer, const at::Tensor& q, const at::Tens
                vr = v.narrow(0, start, len);
     at::Tensor outr = out.narrow(0, start, len);
     if (batch.context_lens[r] == 0) {
-      if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->begin();
       outr.copy_(chunk_attention(qr.view({len, num_q_heads_, D}), kr.view({len, Hk, D}),
-                                 vr.view({len, Hk, D}), 0));
-      if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->end();
+                                 vr.view({len, Hk, D}), 0, ctx_.prefill_attention_spans));
     } else {
-      continuation_prefill(layer, r, qr, kr, vr, outr, batch);
+      continuation_prefill(r, qr, kr, vr, outr, batch);
     }
   }
 }
 
-void TurboQuantAttention::decode_attention(int layer, const at::Tensor& q, at::Tensor& out,
+void TurboQuantAttention::decode_attention(const at::Tensor& q, at::Tensor& out,
                                            const ForwardBatch& batch) {
   const int64_t B = batch.num_reqs, Hq = num_q_heads_, D = layout_.head_dim;
   auto ws = ctx_.workspace->get_simultaneous({{{B, Hq, tq::kNumKvSplits, D + 1}, at::kFloat},
                                               {{B, Hq, D}, at::kBFloat16},
                                               {{B, Hq}, at::kFloat}},
                                              CS_HERE);
-  tq::decode(*ctx_.jit, layout_, q.view({B, Hq, D}), caches_.at(layer), batch.block_table,
-             batch.seq_lens, sm_scale_, tq::DecodeWorkspace{ws[0], ws[1], ws[2]});
+  tq::decode(*ctx_.jit, layout_, q.view({B, Hq, D}), cache_, batch.block_table, batch.seq_lens,
+             sm_scale_, tq::DecodeWorkspace{ws[0], ws[1], ws[2]});
   out.narrow(0, 0, B).copy_(ws[1].view({B, Hq * D}));
 }
 
-void TurboQuantAttention::continuation_prefill(int layer, int r, const at::Tensor& q,
-                                               const at::Tensor& k, const at::Tensor& v,
-                                               at::Tensor& out, const ForwardBatch& batch) {
+void TurboQuantAttention::continuation_prefill(int r, const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v, at::Tensor& out,
+                                               const ForwardBatch& batch) {
   const int64_t context = batch.context_lens[r], L = q.size(0), D = layout_.head_dim,
                 Hk = layout_.num_kv_heads;
   const int64_t alloc_len = tq::continuation_alloc_len(context, layout_.block_size);
   auto ws = ctx_.workspace->get_simultaneous(
       {{{Hk, alloc_len, D}, at::kBFloat16}, {{Hk, alloc_len, D}, at::kBFloat16}}, CS_HERE);
-  tq::dequant_kv(*ctx_.jit, layout_, caches_.at(layer), batch.block_table[r], context, ws[0], ws[1]);
+  tq::dequant_kv(*ctx_.jit, layout_, cache_, batch.block_table[r], context, ws[0], ws[1]);
   // Cached tokens (dequantized) followed by the chunk's own tokens, [context + L, Hk, D].
   at::Tensor k_all = at::cat({ws[0].narrow(1, 0, context).transpose(0, 1), k.view({L, Hk, D})}, 0);
   at::Tensor v_all = at::cat({ws[1].narrow(1, 0, context).transpose(0, 1), v.view({L, Hk, D})}, 0);
-  if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->begin();
-  out.copy_(chunk_attention(q.view({L, num_q_heads_, D}), k_all, v_all, context));
-  if (ctx_.prefill_attention_spans) ctx_.prefill_attention_spans->end();
+  out.copy_(chunk_attention(q.view({L, num_q_heads_, D}), k_all, v_all, context,
+                            ctx_.prefill_attention_spans));
 }
 
-static const bool kRegistered = register_attention_backend(
-    "turboquant_4bit_nc",
-    [](const AttentionContext& ctx) { return std::make_unique<TurboQuantAttention>(ctx); });
+namespace {
+bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+MixerBackendInfo turboquant_backend() {
+  MixerBackendInfo b;
+  b.kind = "attention";
+  b.name = "turboquant_4bit_nc";
+  b.kv_cache_dtypes = {"turboquant_4bit_nc"};
+  b.description = "4-bit TurboQuant KV cache: store, split-KV decode, dequant + continuation "
+                  "prefill (vLLM turboquant_attn.py)";
+  b.make = [](const MixerSpec& s, const MixerContext& c) -> std::unique_ptr<Mixer> {
+    return std::make_unique<TurboQuantAttention>(s, c);
+  };
+  b.check = [](const MixerSpec& s, const ModelConfig&, const EngineConfig&) {
+    std::vector<ScenarioProblem> out;
+    if (!is_power_of_two(s.head_dim)) {
+      out.push_back({"engine.kv_cache_dtype",
+                     fmt::format("turboquant_4bit_nc needs a power-of-two head_dim (Hadamard "
+                                 "rotation), but the model's head_dim is {}",
+                                 s.head_dim)});
+    }
+    return out;
+  };
+  return b;
+}
+}  // namespace
+
+CS_REGISTER_MIXER_BACKEND(turboquant_backend());
 
 }  // namespace coldstart

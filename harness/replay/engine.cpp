@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "harness/replay/scheduler.h"
 #include "harness/runtime/nvtx.h"
 #include "warmers/warmer.h"
 
@@ -40,6 +41,7 @@ static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, i
   if (attention_metadata) {
     captured.slot_mapping.narrow(0, 0, n).copy_(step.slot_mapping);
     captured.seq_lens.narrow(0, 0, n).copy_(step.seq_lens);
+    captured.state_slots.narrow(0, 0, n).copy_(step.state_slots);
   }
   if (size == n) return;
   captured.input_ids.narrow(0, n, size - n).fill_(0);
@@ -47,6 +49,7 @@ static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, i
   if (attention_metadata) {
     captured.slot_mapping.narrow(0, n, size - n).fill_(-1);
     captured.seq_lens.narrow(0, n, size - n).fill_(0);
+    captured.state_slots.narrow(0, n, size - n).fill_(0);  // the null state slot
   }
 }
 
@@ -58,10 +61,10 @@ class PiecewiseGraphs {
   ForwardBatch in;  ///< the batch the graphs were captured with; its tensors are static
   std::vector<CapturedGraph> graphs;
   std::vector<ForwardState> states;  ///< state after each piece (kept alive: static outputs)
-  at::Tensor attn_out;               ///< [size, Hq*D] written by eager attention
+  at::Tensor mixer_out;              ///< [size, widest mixer output] written by eager mixers
 };
 
-/// One full graph of a uniform-decode size, attention inside (vLLM's CUDAGraphMode.FULL for
+/// One full graph of a uniform-decode size, mixers inside (vLLM's CUDAGraphMode.FULL for
 /// decode batches in full_and_piecewise).
 class FullGraph {
  public:
@@ -74,10 +77,14 @@ class FullGraph {
 // ---- engine --------------------------------------------------------------------------------
 
 nlohmann::json device_meta_json(const DeviceInfo& dev) {
+  const Target& t = dev.target;
   return {{"mode", device_mode_name(dev.mode)}, {"device_name", dev.name},
           {"sm", dev.sm}, {"sm_count", dev.sm_count},
           {"driver", dev.driver_version}, {"cuda", dev.cuda_runtime_version},
-          {"nvrtc", dev.nvrtc_version}, {"torch", dev.torch_version}};
+          {"nvrtc", dev.nvrtc_version}, {"torch", dev.torch_version},
+          {"target", {{"profile", t.profile}, {"device_name", t.device_name}, {"arch", t.arch},
+                      {"sm_count", t.sm_count},
+                      {"shared_memory_per_block", t.shared_memory_per_block}}}};
 }
 
 Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::string variant,
@@ -101,6 +108,20 @@ c10::Device Engine::device() const {
 
 int Engine::max_blocks_per_req() const {
   return cdiv(scenario_.engine.max_model_len, scenario_.engine.block_size);
+}
+
+std::vector<Mixer*> Engine::mixers(const std::string& backend_or_kind) {
+  std::vector<Mixer*> out;
+  for (auto& m : mixers_) {
+    if (m->backend() == backend_or_kind || m->spec().kind == backend_or_kind) out.push_back(m.get());
+  }
+  return out;
+}
+
+int64_t Engine::max_mixer_output_width() const {
+  int64_t w = 0;
+  for (const auto& m : mixers_) w = std::max(w, m->spec().output_width);
+  return w;
 }
 
 void Engine::log(const std::string& line) {
@@ -196,7 +217,14 @@ StrategyResult Engine::run() {
     timed("graph_capture", &Engine::do_graph_capture);
     timed("workspace_lock", &Engine::do_workspace_lock);
     result_.startup_ms = startup;
-    for (size_t r = 0; r < scenario_.requests.size() && r < 2; ++r) do_request(static_cast<int>(r));
+    // The first wave (every request not marked steady) runs together under the scheduler; the
+    // steady request, if any, runs alone afterwards.
+    std::vector<int> first_wave, steady;
+    for (size_t r = 0; r < scenario_.requests.size(); ++r) {
+      (scenario_.requests[r].steady ? steady : first_wave).push_back(static_cast<int>(r));
+    }
+    if (!first_wave.empty()) do_wave(first_wave, 0);
+    if (!steady.empty()) do_wave(steady, 1);
     result_.outcome = Outcome::kOk;
     current_phase_.clear();
   } catch (const std::exception& e) {
@@ -225,10 +253,23 @@ void Engine::do_init() {
   const char* cudnn = std::getenv("COLDSTART_SDPA_CUDNN");
   result_.extra["sdpa_backends"] =
       configure_sdpa_backends(mode(), cudnn != nullptr && std::string(cudnn) == "1");
-  AttentionContext ctx{mode(), device(), jit_.get(), workspace_.get(), &scenario_.model,
-                       &scenario_.engine, sdpa_spans_.get()};
-  attention_ = make_attention_backend(ctx);
-  model_ = make_model(scenario_.model, device());
+  MixerContext ctx;
+  ctx.mode = mode();
+  ctx.device = device();
+  ctx.jit = jit_.get();
+  ctx.workspace = workspace_.get();
+  ctx.target = &options_.device.target;
+  ctx.model = &scenario_.model;
+  ctx.engine = &scenario_.engine;
+  ctx.prefill_attention_spans = sdpa_spans_.get();
+  model_ = make_model(scenario_.model, ctx);
+  // The engine walks the model's layer plan: one mixer per layer from its registered backend.
+  nlohmann::json plan = nlohmann::json::array();
+  for (const MixerSpec& spec : model_->layer_plan()) {
+    mixers_.push_back(make_mixer(spec, ctx));
+    plan.push_back(spec.summary() + " " + mixers_.back()->backend());
+  }
+  result_.extra["layer_plan"] = plan;
   block_table_ = at::zeros({scenario_.engine.max_num_seqs, max_blocks_per_req()},
                            at::TensorOptions().dtype(at::kInt).device(
                                mode() == DeviceMode::kCuda ? device() : c10::Device(c10::kCPU)));
@@ -254,17 +295,35 @@ void Engine::do_profile_run() {
 }
 
 void Engine::do_kv_cache_alloc() {
+  // Cache groups as vLLM's KV cache manager forms them: layers with the same cache spec share
+  // one allocation; paged KV groups share the block pool (one block id = one page in every
+  // paged layer), recurrent-state groups get one slot per running request plus the null slot 0.
   const EngineConfig& e = scenario_.engine;
-  const int L = model_->num_layers();
-  const int64_t per_block = attention_->kv_bytes_per_block() * L;
+  struct Group {
+    CacheSpec spec;
+    std::vector<Mixer*> layers;
+  };
+  std::map<std::string, Group> groups;
+  int64_t per_block = 0, state_bytes = 0;
+  for (auto& m : mixers_) {
+    const CacheSpec c = m->cache_spec();
+    if (c.kind == CacheSpec::Kind::kNone) continue;
+    Group& g = groups[c.group];
+    g.spec = c;
+    g.layers.push_back(m.get());
+    if (c.kind == CacheSpec::Kind::kPagedKv) per_block += c.bytes_per_block;
+    if (c.kind == CacheSpec::Kind::kState) state_bytes += c.bytes_per_request;
+  }
+  const int64_t state_slots = e.max_num_seqs + 1;
   if (e.num_gpu_blocks) {
     num_blocks_ = *e.num_gpu_blocks;
     result_.extra["kv_cache_sizing"] = "num_gpu_blocks from the scenario";
-  } else if (mode() == DeviceMode::kCuda) {
+  } else if (mode() == DeviceMode::kCuda && per_block > 0) {
     const MemoryStats m = memory_stats(mode());
     const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
     const double non_kv = static_cast<double>(m.peak_allocated) +
-                          static_cast<double>(m.total_device - m.free_device - m.reserved);
+                          static_cast<double>(m.total_device - m.free_device - m.reserved) +
+                          static_cast<double>(state_bytes * state_slots);
     num_blocks_ = static_cast<int64_t>((budget - non_kv) / static_cast<double>(per_block));
     result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
   } else {
@@ -273,11 +332,24 @@ void Engine::do_kv_cache_alloc() {
         "compile-only: max_num_seqs full-length sequences + the null block";
   }
   const int64_t needed = max_blocks_per_req() + 1;
-  if (num_blocks_ < needed) {
+  if (per_block > 0 && num_blocks_ < needed) {
     throw Error(fmt::format("KV cache too small: {} blocks, one max_model_len request needs {}",
                             num_blocks_, needed));
   }
-  attention_->allocate_kv_cache(L, num_blocks_);
+  nlohmann::json described = nlohmann::json::array();
+  for (auto& [name, g] : groups) {
+    const bool paged = g.spec.kind == CacheSpec::Kind::kPagedKv;
+    const int64_t units = paged ? num_blocks_ : state_slots;
+    const int64_t unit_bytes = paged ? g.spec.bytes_per_block : g.spec.bytes_per_request;
+    const auto L = static_cast<int64_t>(g.layers.size());
+    at::Tensor all = at::empty({L, units * unit_bytes},
+                               at::TensorOptions().dtype(at::kByte).device(device()));
+    for (int64_t l = 0; l < L; ++l) g.layers[l]->bind_cache(all[l], units);
+    described.push_back({{"group", name}, {"layers", L}, {"units", units},
+                         {"unit_bytes", unit_bytes}, {"bytes", L * units * unit_bytes}});
+    cache_tensors_.push_back(all);
+  }
+  result_.extra["cache_groups"] = described;
   result_.extra["num_gpu_blocks"] = num_blocks_;
   result_.extra["kv_cache_bytes"] = num_blocks_ * per_block;
 }
@@ -305,7 +377,7 @@ void Engine::do_graph_capture() {
                      "use full_and_piecewise or full_decode_only");
   }
   const int L = model_->num_layers();
-  const int64_t Hq = scenario_.model.num_attention_heads, D = scenario_.model.head_dim;
+  const int64_t out_width = max_mixer_output_width();
   std::vector<int> sizes = e.cudagraph_capture_sizes;
   std::sort(sizes.rbegin(), sizes.rend());  // largest first, as vLLM captures
   auto make_static = [&](int P, bool with_attention) {
@@ -348,14 +420,15 @@ void Engine::do_graph_capture() {
       g->size = P;
       g->in = make_static(P, /*with_attention=*/false);
       run_eager(g->in, false);  // eager warmup; attention skipped (no metadata)
-      g->attn_out = at::empty({P, Hq * D}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
+      g->mixer_out =
+          at::empty({P, out_width}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
       ForwardState st;
       for (int i = 0; i <= L; ++i) {
         CapturedGraph graph(mode());
         graph.capture([&] { model_->piece(i, st, g->in, at::Tensor()); }, pool_);
         g->graphs.push_back(std::move(graph));
         g->states.push_back(st);
-        st.attn_out = g->attn_out;
+        if (i < L) st.mixer_out = g->mixer_out.narrow(1, 0, mixers_[i]->spec().output_width);
       }
       piecewise_[P] = std::move(g);
       ++captured;
@@ -374,9 +447,11 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
   b.skip_attention = skip_attention;
   b.num_reqs = static_cast<int>(seqs.size());
   std::vector<int64_t> ids, pos, slots;
-  std::vector<int32_t> seq_lens;
+  std::vector<int32_t> seq_lens, state_slots;
   const int bs = scenario_.engine.block_size;
   for (const SeqStep& s : seqs) {
+    b.req_slots.push_back(s.req_slot);
+    state_slots.push_back(s.state_slot);
     b.query_start.push_back(static_cast<int>(pos.size()));
     b.query_lens.push_back(s.query_len);
     b.context_lens.push_back(s.context_len);
@@ -403,6 +478,7 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
   b.positions = to_dev(pos, at::kLong);
   b.slot_mapping = to_dev(slots, at::kLong);
   b.seq_lens = to_dev(seq_lens, at::kInt);
+  b.state_slots = to_dev(state_slots, at::kInt);
   // Block-table rows of the batch's request slots, written in place so the batch keeps the
   // engine table's stride (max_blocks_per_req), as vLLM's persistent block table does.
   int max_slot = 0;
@@ -441,12 +517,11 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch, bool last_rows_only) {
     model_->piece(i, st, batch, i == L ? rows : at::Tensor());
     if (model_spans_) model_spans_->end();
     if (i == L) break;
-    if (batch.skip_attention) {
-      st.attn_out = st.q;  // no metadata: attention leaves its output buffer as it is (vLLM)
-    } else {
-      st.attn_out = at::empty_like(st.q);
-      attention_->forward(i, st.q, st.k, st.v, st.attn_out, batch);
-    }
+    // Without metadata (profile run, piecewise capture) a mixer leaves its output buffer as it
+    // is, as vLLM's layers return early when attn_metadata is None.
+    st.mixer_out = at::empty({batch.num_tokens, mixers_[i]->spec().output_width},
+                             at::TensorOptions().dtype(at::kBFloat16).device(device()));
+    if (!batch.skip_attention) mixers_[i]->forward(st.mixer_in, st.mixer_out, batch);
   }
   return st.logits;
 }
@@ -485,10 +560,10 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     for (int i = 0; i <= L; ++i) {
       g.graphs[i].replay();
       if (i == L) break;
-      const ForwardState& st = g.states[i];
-      at::Tensor out = g.attn_out.narrow(0, 0, N);
-      attention_->forward(i, st.q.narrow(0, 0, N), st.k.narrow(0, 0, N), st.v.narrow(0, 0, N), out,
-                          batch);
+      std::vector<at::Tensor> in;
+      for (const at::Tensor& t : g.states[i].mixer_in) in.push_back(t.narrow(0, 0, N));
+      at::Tensor out = g.mixer_out.narrow(0, 0, N).narrow(1, 0, mixers_[i]->spec().output_width);
+      mixers_[i]->forward(in, out, batch);
     }
     return sample(g.states[L].logits.index({last_token_rows(batch)}), batch.num_reqs);
   }
@@ -520,78 +595,145 @@ void Engine::record_first_time_costs() {
   }
 }
 
-void Engine::do_request(int index) {
-  const RequestSpec& spec = scenario_.requests[index];
+namespace {
+/// The phase a step belongs to, named by what it does for the wave's lead request (the first
+/// request: its TTFT and first decode are the headline figures). Steps the lead is not in are
+/// "decode" when every row decodes, else "prefill_others".
+std::string step_role(const SchedStep& st, int lead) {
+  bool all_decode = true;
+  for (const ScheduledSeq& q : st.seqs) {
+    if (q.id == lead) {
+      if (q.decode_index == 0) return "first_decode";
+      if (q.decode_index > 0) return "decode";
+      return q.context_len == 0 ? "prefill" : "continuation_prefill";
+    }
+    all_decode = all_decode && q.decode_index >= 0;
+  }
+  return all_decode ? "decode" : "prefill_others";
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+}  // namespace
+
+void Engine::do_wave(const std::vector<int>& ids, int wave) {
   const EngineConfig& e = scenario_.engine;
   const bool timed = mode() == DeviceMode::kCuda;
-  // A fresh sequence in request slot 0 with its own blocks: no prefix-cache hits.
-  SeqStep seq;
-  const int total = spec.prompt_tokens + spec.decode_steps;
-  for (int i = 0; i < cdiv(total, e.block_size); ++i) seq.blocks.push_back(next_free_block_++);
-  CS_CHECK(next_free_block_ <= num_blocks_, "KV cache blocks exhausted by the requests");
-  device_synchronize(mode());
-  const auto arrival = Clock::now();
-  const double snapshot_ms_at_arrival = snapshot_ms_;
-  int done = 0;
-  while (done < spec.prompt_tokens) {
-    const int n = std::min(e.max_num_batched_tokens, spec.prompt_tokens - done);
-    const std::string name = done == 0 ? "prefill" : "continuation_prefill";
-    phase(name, index, [&] {
-      seq.context_len = done;
-      seq.query_len = n;
-      execute(make_batch({seq}));
-    });
-    done += n;
+  const int lead = ids.front();
+  // Each request is a fresh sequence with its own blocks (no prefix-cache hits) and, while it
+  // runs, its own state-cache slot.
+  std::vector<SchedRequest> reqs;
+  std::map<int, std::vector<int32_t>> blocks;
+  for (int id : ids) {
+    const RequestSpec& r = scenario_.requests[id];
+    reqs.push_back({id, r.prompt_tokens, r.decode_steps, r.arrival_step});
+    const int total = r.prompt_tokens + r.decode_steps;
+    for (int i = 0; i < cdiv(total, e.block_size); ++i) blocks[id].push_back(next_free_block_++);
+    CS_CHECK(next_free_block_ <= num_blocks_, "KV cache blocks exhausted by the requests");
   }
-  // TTFT excludes the harness's own reporting (result snapshots sent to the parent between
-  // phases); that time is kept by name.
-  const double reporting = snapshot_ms_ - snapshot_ms_at_arrival;
-  const double ttft = ms_since(arrival) - reporting;
-  result_.extra["harness_reporting_ms"][std::to_string(index)] = reporting;
-  std::vector<double> steps;
-  for (int s = 0; s < spec.decode_steps; ++s) {
-    auto body = [&] {
-      seq.context_len = spec.prompt_tokens + s;
-      seq.query_len = 1;
-      execute(make_batch({seq}));
-    };
-    if (s == 0) {
-      phase("first_decode", index, body);
-      steps.push_back(result_.phases.back().ms);
+  Scheduler sched(reqs, e.max_num_seqs, e.max_num_batched_tokens, e.enable_chunked_prefill);
+  std::map<int, int> state_slot;
+  std::vector<int> free_slots;
+  for (int s = e.max_num_seqs; s >= 1; --s) free_slots.push_back(s);
+  std::map<int, Clock::time_point> arrival;
+  std::map<int, double> reporting_at_arrival;
+  std::map<std::string, double> aggregated;  // role -> ms of steps not timed as their own phase
+  std::vector<std::string> aggregated_order;
+  std::vector<double> lead_decode_ms;
+  device_synchronize(mode());
+  while (!sched.done()) {
+    const SchedStep st = sched.next();
+    const auto t0 = Clock::now();
+    for (int id : ids) {
+      if (!arrival.count(id) && st.index >= sched.arrival_step(id)) {
+        arrival[id] = t0;
+        reporting_at_arrival[id] = snapshot_ms_;
+      }
+    }
+    std::vector<SeqStep> seqs;
+    for (const ScheduledSeq& q : st.seqs) {
+      if (!state_slot.count(q.id)) {
+        CS_CHECK(!free_slots.empty(), "more running requests than max_num_seqs");
+        state_slot[q.id] = free_slots.back();
+        free_slots.pop_back();
+      }
+      SeqStep s;
+      s.req_slot = static_cast<int>(seqs.size());
+      s.state_slot = state_slot[q.id];
+      s.context_len = q.context_len;
+      s.query_len = q.query_len;
+      s.blocks = blocks[q.id];
+      seqs.push_back(std::move(s));
+    }
+    const std::string role = step_role(st, lead);
+    auto body = [&] { execute(make_batch(seqs, false)); };
+    double ms = 0;
+    if (role == "prefill" || role == "continuation_prefill" || role == "first_decode") {
+      phase(role, wave, body);
+      ms = result_.phases.back().ms;
     } else {
-      const auto t0 = Clock::now();
-      if (s == 1) {
-        current_phase_ = "decode";
-        jit_->monitor().set_phase("decode");
+      if (current_phase_ != role) {
+        current_phase_ = role;
+        jit_->monitor().set_phase(role);
       }
       body();
       device_synchronize(mode());
-      steps.push_back(ms_since(t0));
+      ms = ms_since(t0);
+      if (!aggregated.count(role)) aggregated_order.push_back(role);
+      aggregated[role] += ms;
+    }
+    for (const ScheduledSeq& q : st.seqs) {
+      if (q.id == lead && q.decode_index >= 0) lead_decode_ms.push_back(ms);
+      if (q.completes_prefill) {
+        // TTFT: arrival to the first sampled token, without the harness's own reporting.
+        const double reporting = snapshot_ms_ - reporting_at_arrival[q.id];
+        const double ttft = ms_since(arrival[q.id]) - reporting;
+        result_.extra["harness_reporting_ms"][std::to_string(wave)] = reporting;
+        if (timed) result_.extra["request_ttft_ms"][std::to_string(q.id)] = ttft;
+        if (q.id == lead && timed) (wave == 0 ? result_.ttft_ms : result_.steady_ttft_ms) = ttft;
+      }
+    }
+    if (schedule_.size() < 512) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const ScheduledSeq& q : st.seqs) {
+        rows.push_back({{"request", q.id}, {"context", q.context_len}, {"query", q.query_len},
+                        {"kind", q.decode_index >= 0 ? "decode" : "prefill"}});
+      }
+      schedule_.push_back({{"wave", wave}, {"step", st.index}, {"phase", role},
+                           {"num_tokens", st.num_tokens()}, {"mixed", st.mixed()},
+                           {"ms", timed ? nlohmann::json(ms) : nlohmann::json(nullptr)},
+                           {"seqs", rows}});
+      result_.extra["schedule"] = schedule_;
+    }
+    sched.complete(st);
+    for (const ScheduledSeq& q : st.seqs) {
+      const RequestSpec& r = scenario_.requests[q.id];
+      const bool finished = q.context_len + q.query_len >= r.prompt_tokens &&
+                            (q.decode_index + 1 >= r.decode_steps);
+      if (finished && state_slot.count(q.id)) {
+        free_slots.push_back(state_slot[q.id]);
+        state_slot.erase(q.id);
+      }
     }
   }
-  // Steps after the first decode are not attributed; drop what they recorded.
+  // Steps not timed as their own phase: drop what they recorded in the GPU spans.
   sdpa_spans_->take_total_ms();
   model_spans_->take_total_ms();
   sampling_ms_ = 0;
-  if (spec.decode_steps > 1) {
-    result_.phases.push_back(PhaseTiming{
-        "decode", std::accumulate(steps.begin() + 1, steps.end(), 0.0), std::nullopt, index});
+  for (const std::string& role : aggregated_order) {
+    result_.phases.push_back(PhaseTiming{role, aggregated[role], std::nullopt, wave});
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
-  std::vector<double> rest(steps.size() > 1 ? steps.begin() + 1 : steps.end(), steps.end());
-  if (index == 0) {
-    if (timed) {
-      result_.ttft_ms = ttft;
-      if (!steps.empty()) result_.first_decode_ms = steps[0];
-    }
+  std::vector<double> rest(lead_decode_ms.size() > 1 ? lead_decode_ms.begin() + 1
+                                                     : lead_decode_ms.end(),
+                           lead_decode_ms.end());
+  if (wave == 0) {
+    if (timed && !lead_decode_ms.empty()) result_.first_decode_ms = lead_decode_ms[0];
     result_.extra["first_request_decode_median_ms"] =
-        timed && !rest.empty() ? nlohmann::json(median(rest)) : nlohmann::json(nullptr);
+        timed && !rest.empty() ? nlohmann::json(median_of(rest)) : nlohmann::json(nullptr);
   } else if (timed) {
-    result_.steady_ttft_ms = ttft;
-    if (!steps.empty()) result_.steady_decode_ms = median(steps);
+    if (!lead_decode_ms.empty()) result_.steady_decode_ms = median_of(lead_decode_ms);
     record_first_time_costs();
   }
   snapshot();

@@ -20,6 +20,7 @@
 #include "harness/runtime/device.h"
 #include "harness/runtime/graph.h"
 #include "harness/runtime/workspace.h"
+#include "warmers/warmup_context.h"
 
 namespace coldstart {
 
@@ -38,20 +39,11 @@ struct EngineOptions {
 /// never touches the GPU, so it learns the device from its children).
 nlohmann::json device_meta_json(const DeviceInfo& dev);
 
-/// One sequence's share of a step: which request slot, how many tokens are already cached, how
-/// many new tokens, and the sequence's KV-cache blocks.
-struct SeqStep {
-  int req_slot = 0;
-  int context_len = 0;
-  int query_len = 0;
-  std::vector<int32_t> blocks;
-};
-
 class PiecewiseGraphs;
 class FullGraph;
 
-/// Runs the replay. All public accessors are for warmers (warmers/*.cpp).
-class Engine {
+/// Runs the replay. Warmers see it through WarmupContext only.
+class Engine final : public WarmupContext {
  public:
   Engine(const Scenario& scenario, const StrategySpec& strategy, std::string variant,
          EngineOptions options);
@@ -62,25 +54,24 @@ class Engine {
   /// `--jit-monitor error`) becomes outcome "crash" with the error text and the failed phase.
   StrategyResult run();
 
-  // ---- for warmers ----
-  const Scenario& scenario() const { return scenario_; }
-  DeviceMode mode() const { return options_.device.mode; }
-  c10::Device device() const;
-  jit::JitRuntime& jit() { return *jit_; }
-  WorkspaceManager& workspace() { return *workspace_; }
-  AttentionBackend& attention() { return *attention_; }
-  Model& model() { return *model_; }
-  /// Builds a batch on the engine's own input tensors and block table (so strides and alignment,
-  /// and with them the kernels' compile keys, match serving). Token ids are random.
-  ForwardBatch make_batch(const std::vector<SeqStep>& seqs, bool skip_attention = false);
-  /// Runs one model step for `seqs` the way a request step runs (graphs when a captured size
-  /// fits, else eager; attention included; greedy sampling and copy to host). For warmers that
-  /// exercise the serving path on synthetic tokens. Returns the sampled token ids.
-  std::vector<int64_t> run_step(const std::vector<SeqStep>& seqs) { return execute(make_batch(seqs)); }
+  // ---- WarmupContext ----
+  const Scenario& scenario() const override { return scenario_; }
+  DeviceMode mode() const override { return options_.device.mode; }
+  c10::Device device() const override;
+  const Target& target() const override { return options_.device.target; }
+  jit::JitRuntime& jit() override { return *jit_; }
+  WorkspaceManager& workspace() override { return *workspace_; }
+  std::vector<Mixer*> mixers(const std::string& backend_or_kind) override;
+  ForwardBatch make_batch(const std::vector<SeqStep>& seqs) override {
+    return make_batch(seqs, /*skip_attention=*/false);
+  }
+  std::vector<int64_t> dummy_run(const std::vector<SeqStep>& seqs) override {
+    return execute(make_batch(seqs, false));
+  }
+  void log(const std::string& line) override;
+
   /// Blocks per request row of the block table (= its stride): cdiv(max_model_len, block_size).
   int max_blocks_per_req() const;
-  /// Writes a progress line.
-  void log(const std::string& line);
 
  private:
   void phase(const std::string& name, int request, const std::function<void()>& body);
@@ -93,12 +84,17 @@ class Engine {
   void do_kernel_warmup();
   void do_graph_capture();
   void do_workspace_lock();
-  void do_request(int index);
+  /// Runs requests `ids` (scenario indexes; the first is the lead) through the scheduler until
+  /// all finish. `wave` 0 = the first requests after startup, 1 = the steady-state request.
+  void do_wave(const std::vector<int>& ids, int wave);
   void record_first_time_costs();
   /// One model step: graph replay when a captured size fits, else eager. Returns sampled token
   /// ids (host; zeros in compile-only mode), one per request.
   std::vector<int64_t> execute(const ForwardBatch& batch);
   at::Tensor run_eager(const ForwardBatch& batch, bool last_rows_only);
+  ForwardBatch make_batch(const std::vector<SeqStep>& seqs, bool skip_attention);
+  /// Widest mixer output of any layer (columns of the static mixer-output buffer).
+  int64_t max_mixer_output_width() const;
   /// [B] int64 row of each request's last token in the batch (the rows that get logits).
   at::Tensor last_token_rows(const ForwardBatch& batch) const;
   std::vector<int64_t> sample(const at::Tensor& logits, int rows);
@@ -113,7 +109,8 @@ class Engine {
   std::unique_ptr<jit::JitRuntime> jit_;
   std::unique_ptr<WorkspaceManager> workspace_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<AttentionBackend> attention_;
+  std::vector<std::unique_ptr<Mixer>> mixers_;  ///< one per layer, in layer order
+  std::vector<at::Tensor> cache_tensors_;       ///< one allocation per cache group
   at::Tensor block_table_;  ///< [max_num_seqs, max_blocks_per_req] int32, persistent
   int64_t num_blocks_ = 0;
   int32_t next_free_block_ = 1;  ///< block 0 is the null block (warmers may scribble there)
@@ -121,9 +118,10 @@ class Engine {
   std::unique_ptr<GpuSpans> sdpa_spans_;   ///< libtorch prefill attention (SDPA) calls
   std::unique_ptr<GpuSpans> model_spans_;  ///< model pieces run eagerly
   double sampling_ms_ = 0;
-  double snapshot_ms_ = 0;                 ///< time spent sending result snapshots                 ///< sampling + copy to host in the current phase
+  double snapshot_ms_ = 0;                 ///< time spent sending result snapshots
   std::map<int, std::unique_ptr<PiecewiseGraphs>> piecewise_;
   std::map<int, std::unique_ptr<FullGraph>> full_;
+  nlohmann::json schedule_ = nlohmann::json::array();  ///< per step: the batch (first 512 steps)
   std::chrono::steady_clock::time_point run_start_;
 };
 

@@ -34,19 +34,7 @@ bool built_with_cuda() {
 
 namespace {
 
-int parse_arch(const std::string& arch) {
-  if (arch.rfind("sm_", 0) != 0 || arch.size() < 5) {
-    throw InputError("--arch '" + arch + "': expected sm_XX, e.g. sm_86, sm_90, sm_100");
-  }
-  try {
-    size_t used = 0;
-    int v = std::stoi(arch.substr(3), &used);
-    if (used != arch.size() - 3 || v < 50) throw std::invalid_argument(arch);
-    return v;
-  } catch (const std::exception&) {
-    throw InputError("--arch '" + arch + "': expected sm_XX, e.g. sm_86, sm_90, sm_100");
-  }
-}
+int parse_arch(const std::string& arch) { return parse_sm(arch, "--arch"); }
 
 std::string version_string(int v) {  // 13000 -> "13.0"
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
@@ -71,7 +59,8 @@ bool cuda_usable(std::string* why) {
 
 }  // namespace
 
-DeviceInfo select_device(const std::string& requested, const std::string& arch) {
+DeviceInfo select_device(const std::string& requested, const std::string& arch,
+                         const std::string& target_name, int sm_count) {
   if (requested != "auto" && requested != "cuda" && requested != "compile-only") {
     throw InputError("--device '" + requested + "': expected auto, cuda or compile-only");
   }
@@ -85,12 +74,27 @@ DeviceInfo select_device(const std::string& requested, const std::string& arch) 
   std::string why;
   const bool usable = requested != "compile-only" && cuda_usable(&why);
   if (requested == "cuda" && !usable) throw InputError("--device cuda: " + why);
+  if (sm_count < 0 || sm_count > 1024) {
+    throw InputError("--sm-count " + std::to_string(sm_count) + ": expected 1..1024");
+  }
   if (!usable) {
     info.mode = DeviceMode::kCompileOnly;
-    info.sm = parse_arch(arch.empty() ? "sm_90" : arch);
+    if (!target_name.empty()) {
+      info.target = target_profile(target_name);
+      if (!arch.empty() && parse_arch(arch) != info.target.sm) {
+        throw InputError("--arch " + arch + " contradicts --target " + target_name + " (" +
+                         info.target.arch + ")");
+      }
+      if (sm_count > 0) info.target.sm_count = sm_count;
+    } else {
+      info.target = target_for_arch(arch.empty() ? "sm_90" : arch, sm_count);
+    }
+    info.sm = info.target.sm;
+    info.sm_count = info.target.sm_count;
     info.name = "compile-only (" + info.arch() + ")";
     return info;
   }
+  if (sm_count != 0) throw InputError("--sm-count only sets the target in compile-only mode");
 #ifdef COLDSTART_WITH_CUDA
   info.mode = DeviceMode::kCuda;
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(0);
@@ -103,6 +107,16 @@ DeviceInfo select_device(const std::string& requested, const std::string& arch) 
   if (!arch.empty() && parse_arch(arch) != info.sm) {
     throw InputError("--arch " + arch + " does not match the GPU (" + info.name + " is " +
                      info.arch() + "); --arch only picks the target in compile-only mode");
+  }
+  info.target.arch = info.arch();
+  info.target.sm = info.sm;
+  info.target.sm_count = info.sm_count;
+  info.target.device_name = info.name;
+  info.target.shared_memory_per_block = static_cast<int>(prop->sharedMemPerBlockOptin);
+  if (!target_name.empty() && target_profile(target_name).sm != info.sm) {
+    throw InputError("--target " + target_name + " does not match the GPU (" + info.name +
+                     " is " + info.arch() + "); --target only picks the target in compile-only "
+                     "mode");
   }
 #endif
   return info;

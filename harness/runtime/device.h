@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "harness/common/target.h"
+
 namespace coldstart {
 
 enum class DeviceMode { kCuda, kCompileOnly };
@@ -23,6 +25,9 @@ struct DeviceInfo {
   std::string cuda_runtime_version;  ///< CUDA version libtorch was built with ("" for CPU builds)
   std::string torch_version;    ///< "2.11.0"
   std::string nvrtc_version;    ///< "13.0"
+  /// The GPU the plan is for: the device itself, or in compile-only mode the named profile
+  /// (`--target`) or the flagship of `--arch` with `--sm-count`.
+  Target target;
   std::string arch() const { return "sm_" + std::to_string(sm); }
 };
 
@@ -30,10 +35,13 @@ struct DeviceInfo {
 bool built_with_cuda();
 
 /// Picks the device: "cuda" (error when no usable GPU), "compile-only", or "auto" (cuda when a GPU
-/// and a CUDA libtorch are there, else compile-only). `arch` ("sm_90") sets the compile target in
-/// compile-only mode and must match the GPU if given in cuda mode. Throws InputError on a bad
-/// name or an impossible request.
-DeviceInfo select_device(const std::string& requested, const std::string& arch);
+/// and a CUDA libtorch are there, else compile-only). In compile-only mode the target is the
+/// profile `target_name` ("h200", see target_profile()) or else the flagship of `arch` ("sm_90",
+/// the default) with `sm_count` SMs when > 0. On a GPU, `arch` and `target_name` must match the
+/// device when given, and `sm_count` must be 0. Throws InputError on a bad name or an impossible
+/// request.
+DeviceInfo select_device(const std::string& requested, const std::string& arch,
+                         const std::string& target_name = "", int sm_count = 0);
 
 /// Host-visible CUstream of torch's current CUDA stream (nullptr in compile-only mode).
 void* current_cuda_stream();

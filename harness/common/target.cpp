@@ -1,0 +1,75 @@
+#include "harness/common/target.h"
+
+#include <fmt/format.h>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+
+namespace {
+// Shared memory a block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin): 99 KiB on
+// sm_86 (GA10x), 227 KiB on sm_90 and sm_100 (CUDA C Programming Guide, compute capabilities
+// table).
+constexpr int kSmem86 = 99 * 1024;
+constexpr int kSmem90 = 227 * 1024;
+
+const std::vector<Target>& profiles() {
+  static const std::vector<Target> p = {
+      {"sm_86", 86, 48, "NVIDIA RTX A4000", kSmem86, "rtx-a4000"},
+      {"sm_86", 86, 72, "NVIDIA A10", kSmem86, "a10"},
+      {"sm_90", 90, 132, "NVIDIA H100 80GB HBM3", kSmem90, "h100"},
+      {"sm_90", 90, 132, "NVIDIA H200", kSmem90, "h200"},
+      {"sm_100", 100, 148, "NVIDIA B200", kSmem90, "b200"},
+  };
+  return p;
+}
+}  // namespace
+
+std::string Target::arch_specific() const { return sm >= 90 ? arch + "a" : arch; }
+
+std::string Target::tuned_file_device_name() const {
+  std::string s = device_name;
+  for (char& c : s)
+    if (c == ' ') c = '_';
+  return s;
+}
+
+int parse_sm(const std::string& arch, const std::string& what) {
+  std::string digits = arch.size() > 3 ? arch.substr(3) : "";
+  if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.pop_back();
+  bool ok = arch.rfind("sm_", 0) == 0 && !digits.empty() && digits.size() <= 4;
+  for (char c : digits) ok = ok && c >= '0' && c <= '9';
+  if (!ok || std::stoi(digits) < 50) {
+    throw InputError(fmt::format("{} '{}': expected sm_XX, e.g. sm_86, sm_90, sm_100", what, arch));
+  }
+  return std::stoi(digits);
+}
+
+std::vector<Target> target_profiles() { return profiles(); }
+
+Target target_profile(const std::string& name) {
+  std::string known;
+  for (const Target& t : profiles()) {
+    if (t.profile == name) return t;
+    known += (known.empty() ? "" : ", ") + t.profile;
+  }
+  throw InputError(fmt::format("--target '{}': unknown target (known: {})", name, known));
+}
+
+Target target_for_arch(const std::string& arch, int sm_count) {
+  const int sm = parse_sm(arch);
+  const char* flagship = sm == 86 ? "rtx-a4000" : sm == 90 ? "h200" : sm == 100 ? "b200" : nullptr;
+  Target t;
+  if (flagship != nullptr) {
+    t = target_profile(flagship);
+  } else {
+    t.arch = "sm_" + std::to_string(sm);
+    t.sm = sm;
+    t.device_name = "compile-only (" + t.arch + ")";
+    t.shared_memory_per_block = sm >= 90 ? kSmem90 : sm >= 80 ? 163 * 1024 : 48 * 1024;
+  }
+  if (sm_count > 0) t.sm_count = sm_count;
+  return t;
+}
+
+}  // namespace coldstart

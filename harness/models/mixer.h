@@ -1,0 +1,175 @@
+// Token mixers: the unit that runs between captured pieces of a forward pass, as vLLM's splitting
+// ops are (attention over some KV format, a gated delta net, Mamba2, MLA-style attention with a
+// sparse indexer). A model lists one MixerSpec per layer (its layer plan); the engine builds one
+// Mixer per layer from the backend registered for that spec, groups them by cache spec (vLLM's
+// KV cache groups), allocates their caches and walks the plan. MLPs and MoE stay inside pieces.
+//
+// A new kernel family adds one backend file under harness/models/ that registers itself with
+// CS_REGISTER_MIXER_BACKEND; nothing else in the engine changes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/common/target.h"
+#include "harness/jit/jit.h"
+#include "harness/replay/scenario.h"
+#include "harness/runtime/device.h"
+#include "harness/runtime/graph.h"
+#include "harness/runtime/workspace.h"
+
+namespace coldstart {
+
+/// One step's batch as the model runner builds it (vLLM's input batch + attention metadata).
+/// Tokens of all requests are packed back to back: request r owns rows
+/// [query_start[r], query_start[r] + query_lens[r]).
+struct ForwardBatch {
+  int num_tokens = 0;                 ///< N rows in the tensors below (may include padding)
+  int num_reqs = 0;                   ///< B requests
+  std::vector<int> query_lens;        ///< host, per request: new tokens this step
+  std::vector<int> context_lens;      ///< host, per request: tokens already in the KV cache
+  std::vector<int> query_start;       ///< host, per request: first row
+  std::vector<int> req_slots;         ///< host, per request: its row in the block table and its
+                                      ///< state-cache slot (persistent while it runs)
+  at::Tensor input_ids;               ///< [N] int64
+  at::Tensor positions;               ///< [N] int64
+  at::Tensor slot_mapping;            ///< [N] int64, KV-cache slot of each token, -1 = padding
+  at::Tensor block_table;             ///< [B, max_blocks_per_req] int32 (rows of the engine's table)
+  at::Tensor seq_lens;                ///< [B] int32, context + query tokens
+  at::Tensor state_slots;             ///< [B] int32, state-cache slot of each request
+  bool skip_attention = false;        ///< no attention metadata (profile run, piecewise capture):
+                                      ///< mixers are skipped and leave their output as it is
+
+  /// Every request has one new token (a decode step).
+  bool uniform_decode() const;
+};
+
+/// One sequence's share of a step: which request slot, how many tokens are already cached, how
+/// many new tokens, and the sequence's KV-cache blocks.
+struct SeqStep {
+  int req_slot = 0;    ///< the request's row in this step's batch (0..B-1, in order)
+  int state_slot = 0;  ///< its state-cache slot, persistent while it runs (0 = the null slot)
+  int context_len = 0;
+  int query_len = 0;
+  std::vector<int32_t> blocks;
+};
+
+/// What one layer's mixer is and the shapes it works on (the model's layer plan has one per
+/// layer).
+struct MixerSpec {
+  std::string kind;          ///< "attention" | "gdn" | "mamba2" | "mla_sparse"
+  int layer = 0;             ///< decoder layer index
+  int64_t num_heads = 0;     ///< query heads (attention), value heads (GDN / Mamba2)
+  int64_t num_kv_heads = 0;  ///< KV heads (attention), key heads / groups (GDN / Mamba2)
+  int64_t head_dim = 0;      ///< per-head width
+  int64_t output_width = 0;  ///< columns of the mixer output [N, output_width] bf16
+  /// Column widths of the inputs the model hands the mixer, in order (attention: q, k, v), and the
+  /// row stride of each as the model lays them out (v is a column slice of the fused QKV
+  /// projection, so its row stride is wider than its width). Kernels specialize on strides, so
+  /// warmers build synthetic inputs with exactly these (Mixer::dummy_inputs).
+  std::vector<int64_t> input_widths;
+  std::vector<int64_t> input_row_strides;
+  nlohmann::json params = nlohmann::json::object();  ///< family-specific dimensions
+
+  /// "attention(Hq=32,Hk=8,D=128)"-style summary for results and logs.
+  std::string summary() const;
+};
+
+/// The cache a mixer needs per layer (vLLM's KVCacheSpec): paged KV blocks shared out by the
+/// block table, or per-request recurrent state (conv state + SSM state) in one slot per running
+/// request.
+struct CacheSpec {
+  enum class Kind { kNone, kPagedKv, kState };
+  Kind kind = Kind::kNone;
+  int64_t bytes_per_block = 0;    ///< kPagedKv: bytes of one block (page) of this layer
+  int64_t bytes_per_request = 0;  ///< kState: bytes of one request's state in this layer
+  std::string group;              ///< layers with equal groups share one allocation
+};
+
+/// Everything a mixer (and a model) may use of the engine.
+struct MixerContext {
+  DeviceMode mode = DeviceMode::kCompileOnly;
+  c10::Device device = c10::Device(c10::kMeta);
+  jit::JitRuntime* jit = nullptr;
+  WorkspaceManager* workspace = nullptr;
+  const Target* target = nullptr;
+  const ModelConfig* model = nullptr;
+  const EngineConfig* engine = nullptr;
+  GpuSpans* prefill_attention_spans = nullptr;  ///< times libtorch SDPA calls when set
+};
+
+/// One layer's token mixer over its cache.
+class Mixer {
+ public:
+  Mixer(MixerSpec spec, const MixerContext& ctx) : spec_(std::move(spec)), ctx_(ctx) {}
+  virtual ~Mixer() = default;
+  const MixerSpec& spec() const { return spec_; }
+  /// The registered backend name ("turboquant_4bit_nc", "paged_bf16", ...).
+  virtual std::string backend() const = 0;
+  /// The cache this layer needs.
+  virtual CacheSpec cache_spec() const = 0;
+  /// Binds this layer's cache: `bytes` is a uint8 tensor of `units` * bytes_per_block (paged KV,
+  /// `units` blocks) or `units` * bytes_per_request (state, `units` request slots), 256-byte
+  /// aligned. Called once in kv_cache_alloc.
+  virtual void bind_cache(const at::Tensor& bytes, int64_t units) = 0;
+  /// Runs the mixer for `batch`: `in` as MixerSpec::input_widths describes (bf16 [N, width]
+  /// views), writes the first batch.num_tokens rows of `out` (bf16 [>= N, output_width]). May
+  /// JIT-compile kernels and ask the workspace for scratch memory; throws what the replayed
+  /// engine would raise (e.g. the workspace-lock error).
+  virtual void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
+                       const ForwardBatch& batch) = 0;
+  /// What makes this layer's kernels distinct (dims, dtypes, cache alignment): layers with equal
+  /// texts share every compiled kernel. Warmers de-duplicate by it.
+  virtual std::string compile_config() const = 0;
+  /// The largest workspace any call of this layer can request under the engine's limits
+  /// (decode at max_num_seqs, a continuation over max_model_len - 1 cached tokens), bytes; 0
+  /// when it uses none. For reserve-the-maximum warmers.
+  virtual int64_t max_workspace_bytes() const { return 0; }
+  /// Synthetic random inputs of `num_tokens` rows laid out as the model hands them
+  /// (MixerSpec::input_widths / input_row_strides), on the engine's device.
+  std::vector<at::Tensor> dummy_inputs(int64_t num_tokens) const;
+
+ protected:
+  MixerSpec spec_;
+  MixerContext ctx_;
+};
+
+/// A registered mixer backend: which specs it serves and how to build it.
+struct MixerBackendInfo {
+  std::string kind;                         ///< MixerSpec::kind it serves
+  std::string name;                         ///< backend name
+  std::vector<std::string> kv_cache_dtypes;  ///< the engine's kv_cache_dtype values it serves;
+                                            ///< empty = any (recurrent-state mixers)
+  std::string description;                  ///< one line for `coldstart list`
+  std::function<std::unique_ptr<Mixer>(const MixerSpec&, const MixerContext&)> make;
+  /// Problems with this spec under these settings (e.g. a head_dim the kernels lack); may be
+  /// empty.
+  std::function<std::vector<ScenarioProblem>(const MixerSpec&, const ModelConfig&,
+                                           const EngineConfig&)>
+      check;
+};
+
+/// Registers a backend (static registration from its file). Throws Error on a duplicate
+/// (kind, kv_cache_dtype) pair.
+bool register_mixer_backend(MixerBackendInfo info);
+/// The backend serving `spec.kind` under `engine.kv_cache_dtype`, or nullptr.
+const MixerBackendInfo* find_mixer_backend(const std::string& kind, const std::string& kv_cache_dtype);
+/// Every registered backend, sorted by (kind, name).
+std::vector<MixerBackendInfo> mixer_backends();
+/// Builds the mixer for `spec`; throws InputError naming the kind, kv_cache_dtype and the
+/// registered ones when none serves it.
+std::unique_ptr<Mixer> make_mixer(const MixerSpec& spec, const MixerContext& ctx);
+
+#define CS_MIXER_CAT2(a, b) a##b
+#define CS_MIXER_CAT(a, b) CS_MIXER_CAT2(a, b)
+/// Registers a MixerBackendInfo built by the expression `info` at static-initialization time.
+#define CS_REGISTER_MIXER_BACKEND(info) \
+  static const bool CS_MIXER_CAT(cs_mixer_registered_, __LINE__) = \
+      ::coldstart::register_mixer_backend(info)
+
+}  // namespace coldstart

@@ -1,0 +1,201 @@
+// The registries of model families and mixer backends, and the up-front replayability check that
+// asks them (so a scenario the harness cannot replay is refused before any strategy runs).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "harness/common/error.h"
+#include "harness/models/model.h"
+
+namespace coldstart {
+namespace {
+
+std::vector<MixerBackendInfo>& backends() {
+  static std::vector<MixerBackendInfo> b;
+  return b;
+}
+
+std::vector<ModelFamilyInfo>& families() {
+  static std::vector<ModelFamilyInfo> f;
+  return f;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+/// The kv_cache_dtype values some backend of `kind` serves, for messages.
+std::vector<std::string> dtypes_of(const std::string& kind) {
+  std::set<std::string> out;
+  for (const auto& b : backends()) {
+    if (b.kind != kind) continue;
+    if (b.kv_cache_dtypes.empty()) out.insert("any");
+    out.insert(b.kv_cache_dtypes.begin(), b.kv_cache_dtypes.end());
+  }
+  return {out.begin(), out.end()};
+}
+
+}  // namespace
+
+bool ForwardBatch::uniform_decode() const {
+  if (num_reqs == 0) return false;
+  for (int q : query_lens)
+    if (q != 1) return false;
+  return true;
+}
+
+std::string MixerSpec::summary() const {
+  return fmt::format("{}(heads={},kv_heads={},head_dim={})", kind, num_heads, num_kv_heads,
+                     head_dim);
+}
+
+std::vector<at::Tensor> Mixer::dummy_inputs(int64_t num_tokens) const {
+  std::vector<at::Tensor> out;
+  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(ctx_.device);
+  for (size_t i = 0; i < spec_.input_widths.size(); ++i) {
+    const int64_t width = spec_.input_widths[i];
+    const int64_t stride = i < spec_.input_row_strides.size() ? spec_.input_row_strides[i] : width;
+    at::Tensor buf = at::empty({num_tokens, stride}, opt);
+    if (ctx_.mode == DeviceMode::kCuda) buf.normal_();
+    // The last `width` columns: a slice of a wider projection, as the model hands it.
+    out.push_back(buf.narrow(1, stride - width, width));
+  }
+  return out;
+}
+
+bool register_mixer_backend(MixerBackendInfo info) {
+  for (const auto& b : backends()) {
+    if (b.kind != info.kind) continue;
+    for (const auto& d : info.kv_cache_dtypes) {
+      if (std::find(b.kv_cache_dtypes.begin(), b.kv_cache_dtypes.end(), d) != b.kv_cache_dtypes.end())
+        throw Error(fmt::format("mixer backends '{}' and '{}' both serve {} with kv_cache_dtype {}",
+                                b.name, info.name, info.kind, d));
+    }
+  }
+  backends().push_back(std::move(info));
+  return true;
+}
+
+const MixerBackendInfo* find_mixer_backend(const std::string& kind, const std::string& kv_cache_dtype) {
+  const MixerBackendInfo* any = nullptr;
+  for (const auto& b : backends()) {
+    if (b.kind != kind) continue;
+    if (b.kv_cache_dtypes.empty()) any = &b;
+    if (std::find(b.kv_cache_dtypes.begin(), b.kv_cache_dtypes.end(), kv_cache_dtype) !=
+        b.kv_cache_dtypes.end())
+      return &b;
+  }
+  return any;
+}
+
+std::vector<MixerBackendInfo> mixer_backends() {
+  auto v = backends();
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.kind, a.name) < std::tie(b.kind, b.name);
+  });
+  return v;
+}
+
+std::unique_ptr<Mixer> make_mixer(const MixerSpec& spec, const MixerContext& ctx) {
+  const MixerBackendInfo* b = find_mixer_backend(spec.kind, ctx.engine->kv_cache_dtype);
+  if (b == nullptr) {
+    throw InputError(fmt::format("no {} backend for kv_cache_dtype '{}' (replayable: {})", spec.kind,
+                                 ctx.engine->kv_cache_dtype, join(dtypes_of(spec.kind))));
+  }
+  return b->make(spec, ctx);
+}
+
+bool register_model_family(ModelFamilyInfo info) {
+  for (const auto& f : families()) {
+    for (const auto& a : info.architectures) {
+      if (std::find(f.architectures.begin(), f.architectures.end(), a) != f.architectures.end())
+        throw Error(fmt::format("model families '{}' and '{}' both serve {}", f.name, info.name, a));
+    }
+  }
+  families().push_back(std::move(info));
+  return true;
+}
+
+const ModelFamilyInfo* find_model_family(const std::string& architecture) {
+  for (const auto& f : families()) {
+    if (std::find(f.architectures.begin(), f.architectures.end(), architecture) !=
+        f.architectures.end())
+      return &f;
+  }
+  return nullptr;
+}
+
+std::vector<ModelFamilyInfo> model_families() {
+  auto v = families();
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return v;
+}
+
+namespace {
+std::vector<std::string> all_architectures() {
+  std::vector<std::string> out;
+  for (const auto& f : model_families()) out.insert(out.end(), f.architectures.begin(), f.architectures.end());
+  return out;
+}
+}  // namespace
+
+std::unique_ptr<Model> make_model(const ModelConfig& config, const MixerContext& ctx) {
+  const ModelFamilyInfo* f = find_model_family(config.architecture);
+  if (f == nullptr) {
+    throw InputError(fmt::format("model architecture '{}' has no model family in coldstart yet "
+                                 "(replayable: {})",
+                                 config.architecture, join(all_architectures())));
+  }
+  return f->make(config, ctx);
+}
+
+std::vector<ScenarioProblem> check_replayable(const Scenario& s) {
+  std::vector<ScenarioProblem> out;
+  const EngineConfig& e = s.engine;
+  if (e.cudagraph_mode == CudaGraphMode::kFull) {
+    // Mixed prefill/decode batches inside one full graph need every mixer to be capturable for
+    // any batch shape; the replay captures FULL graphs only for uniform decode batches.
+    out.push_back({"engine.cudagraph_mode",
+                   "'full' (mixed batches in full graphs) is not replayed; replayable: none, "
+                   "piecewise, full_decode_only, full_and_piecewise"});
+  }
+  const ModelFamilyInfo* f = find_model_family(s.model.architecture);
+  if (f == nullptr) {
+    out.push_back({"model.architectures",
+                   fmt::format("architecture '{}' has no model family in coldstart (replayable: {})",
+                               s.model.architecture, join(all_architectures()))});
+    return out;
+  }
+  if (f->check) {
+    for (auto& p : f->check(s.model, e)) out.push_back(std::move(p));
+    if (!out.empty()) return out;
+  }
+  MixerContext ctx;
+  ctx.model = &s.model;
+  ctx.engine = &s.engine;
+  std::unique_ptr<Model> m = f->make(s.model, ctx);
+  std::set<std::string> seen;
+  for (const MixerSpec& spec : m->layer_plan()) {
+    const MixerBackendInfo* b = find_mixer_backend(spec.kind, e.kv_cache_dtype);
+    if (b == nullptr) {
+      if (seen.insert("missing:" + spec.kind).second) {
+        out.push_back({"engine.kv_cache_dtype",
+                       fmt::format("'{}' has no backend for the model's {} layers (replayable: {})",
+                                   e.kv_cache_dtype, spec.kind, join(dtypes_of(spec.kind)))});
+      }
+      continue;
+    }
+    if (!b->check) continue;
+    for (auto& p : b->check(spec, s.model, e)) {
+      if (seen.insert(p.key + ":" + p.message).second) out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+}  // namespace coldstart

@@ -1,0 +1,40 @@
+// What a warmer may use of the engine: the JIT runtime, the workspace, the target GPU, the
+// mixers of one backend or kind, and a dummy run of a given batch shape. Nothing else: a warmer
+// never sees the engine's graphs, scheduler or results.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/models/mixer.h"
+
+namespace coldstart {
+
+class WarmupContext {
+ public:
+  virtual ~WarmupContext() = default;
+  virtual const Scenario& scenario() const = 0;
+  virtual DeviceMode mode() const = 0;
+  /// cuda:0, or meta in compile-only mode.
+  virtual c10::Device device() const = 0;
+  virtual const Target& target() const = 0;
+  virtual jit::JitRuntime& jit() = 0;
+  virtual WorkspaceManager& workspace() = 0;
+  /// The layers' mixers whose backend() or spec().kind equals `backend_or_kind`, in layer order
+  /// (empty when the model has none).
+  virtual std::vector<Mixer*> mixers(const std::string& backend_or_kind) = 0;
+  /// A batch on the engine's own input tensors and block table (so strides and alignment, and
+  /// with them the kernels' compile keys, match serving). Token ids are synthetic. Request slots
+  /// must be 0..B-1 in order; blocks should be the null block 0, which no request uses.
+  virtual ForwardBatch make_batch(const std::vector<SeqStep>& seqs) = 0;
+  /// One model step for `seqs` the way a request step runs (graphs when a captured size fits,
+  /// else eager; mixers included; sampling and copy to host), on synthetic tokens. Returns the
+  /// sampled token ids (zeros in compile-only mode).
+  virtual std::vector<int64_t> dummy_run(const std::vector<SeqStep>& seqs) = 0;
+  /// Writes a progress line.
+  virtual void log(const std::string& line) = 0;
+};
+
+}  // namespace coldstart
