@@ -99,8 +99,11 @@ class DenseModel final : public Model {
     return bytes;
   }
 
-  void piece(int i, ForwardState& st, const ForwardBatch& batch,
-             const at::Tensor& logit_rows) override {
+  at::Tensor compute_logits(const at::Tensor& hidden) override {
+    return at::linear(hidden, lm_head_).to(at::kFloat);
+  }
+
+  void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
     const int L = c_.num_hidden_layers;
     if (i == 0) {
       st.hidden = embed_.index({batch.input_ids});
@@ -117,9 +120,7 @@ class DenseModel final : public Model {
     }
     if (i == L) {
       st.residual = st.hidden + st.residual;
-      at::Tensor h = rms_norm(st.residual, final_norm_, c_.rms_norm_eps);
-      if (logit_rows.defined()) h = h.index({logit_rows});
-      st.logits = at::linear(h, lm_head_).to(at::kFloat);
+      st.hidden = rms_norm(st.residual, final_norm_, c_.rms_norm_eps);
       return;
     }
     // Layer i up to attention.

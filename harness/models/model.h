@@ -25,13 +25,13 @@ struct ForwardState {
   at::Tensor residual;              ///< [N, H] bf16
   std::vector<at::Tensor> mixer_in;  ///< the next mixer's inputs (MixerSpec::input_widths)
   at::Tensor mixer_out;             ///< [N, output_width] bf16, written by the mixer
-  at::Tensor logits;                ///< [rows, V] float32
 };
 
 /// A decoder-only model over real shapes with random bf16 weights. Pieces: piece 0 = embedding +
 /// layer 0 up to its mixer; piece i = rest of layer i-1 (mixer output projection, MLP / MoE) +
-/// layer i up to its mixer; the last piece = rest of the last layer + final norm + LM head. The
-/// mixers run between pieces.
+/// layer i up to its mixer; the last piece = rest of the last layer + final norm. The mixers run
+/// between pieces. Logits are not part of any piece: as vLLM V1's execute_model does, the runner
+/// computes them eagerly, outside the graphs, for the sampled rows only (compute_logits).
 class Model {
  public:
   virtual ~Model() = default;
@@ -43,10 +43,11 @@ class Model {
   /// Allocates and fills the weights (normal, seeded); on meta only shapes are made. Returns bytes.
   virtual int64_t load_weights(uint64_t seed) = 0;
   /// Runs piece `i` in [0, num_layers()] on `st`: reads st.mixer_out of layer i-1 (i > 0), sets
-  /// st.mixer_in for layer i (i < num_layers()). `logit_rows` (last piece only): rows whose
-  /// logits to compute ([rows] int64), or undefined for all rows.
-  virtual void piece(int i, ForwardState& st, const ForwardBatch& batch,
-                     const at::Tensor& logit_rows) = 0;
+  /// st.mixer_in for layer i (i < num_layers()); the last piece leaves the final-normed hidden
+  /// states [N, H] bf16 in st.hidden.
+  virtual void piece(int i, ForwardState& st, const ForwardBatch& batch) = 0;
+  /// LM head over `hidden` [rows, H] bf16 (the sampled rows): [rows, V] float32.
+  virtual at::Tensor compute_logits(const at::Tensor& hidden) = 0;
 };
 
 /// A registered model family.

@@ -71,7 +71,7 @@ class FullGraph {
   int size = 0;
   ForwardBatch in;  ///< the batch the graph was captured with; its tensors are static
   std::unique_ptr<CapturedGraph> graph;
-  at::Tensor logits;
+  at::Tensor hidden;  ///< [size, H] final hidden states, the graph's static output
 };
 
 // ---- engine --------------------------------------------------------------------------------
@@ -216,6 +216,7 @@ StrategyResult Engine::run() {
     timed("kernel_warmup", &Engine::do_kernel_warmup);
     timed("graph_capture", &Engine::do_graph_capture);
     timed("workspace_lock", &Engine::do_workspace_lock);
+    timed("sampler_warmup", &Engine::do_sampler_warmup);
     result_.startup_ms = startup;
     // The first wave (every request not marked steady) runs together under the scheduler; the
     // steady request, if any, runs alone afterwards.
@@ -281,17 +282,33 @@ void Engine::do_load_weights() {
   result_.extra["weights_bytes"] = bytes;
 }
 
+std::vector<SeqStep> Engine::dummy_seqs(int num_tokens) const {
+  // vLLM V1 GPUModelRunner._dummy_run (gpu_model_runner.py, main of 2026, commit 000fc94b):
+  // num_reqs = min(num_tokens, max_num_seqs) requests of num_tokens // num_reqs tokens, the last
+  // one also taking the remainder; every token in the null block.
+  const int num_reqs = std::max(1, std::min(num_tokens, scenario_.engine.max_num_seqs));
+  std::vector<SeqStep> seqs;
+  for (int r = 0; r < num_reqs; ++r) {
+    SeqStep s;
+    s.req_slot = r;
+    s.query_len = num_tokens / num_reqs + (r == num_reqs - 1 ? num_tokens % num_reqs : 0);
+    s.blocks.assign(1, 0);
+    seqs.push_back(s);
+  }
+  return seqs;
+}
+
 void Engine::do_profile_run() {
-  // vLLM's profile run: one dummy forward at max_num_batched_tokens with no attention metadata,
-  // so attention layers are skipped; its peak activation memory sizes the KV cache.
+  // vLLM's profile_run: _dummy_run(max_num_batched_tokens, is_profile=True) with no attention
+  // metadata, so every mixer returns early; then _dummy_sampler_run on the last token of each
+  // dummy request. Its peak activation memory sizes the KV cache.
   reset_peak_memory(mode());
-  SeqStep s;
-  s.query_len = scenario_.engine.max_num_batched_tokens;
-  s.blocks.assign(1, 0);
-  ForwardBatch b = make_batch({s}, /*skip_attention=*/true);
-  run_eager(b, /*last_rows_only=*/true);
+  const std::vector<SeqStep> seqs = dummy_seqs(scenario_.engine.max_num_batched_tokens);
+  ForwardBatch b = make_batch(seqs, /*skip_attention=*/true);
+  sample(model_->compute_logits(last_token_hidden(run_eager(b), b)), b.num_reqs);
   const MemoryStats m = memory_stats(mode());
   result_.extra["profile_peak_bytes"] = m.peak_allocated;
+  result_.extra["profile_run_requests"] = b.num_reqs;
 }
 
 void Engine::do_kv_cache_alloc() {
@@ -372,14 +389,13 @@ void Engine::do_graph_capture() {
   const bool full_decode = e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise ||
                            e.cudagraph_mode == CudaGraphMode::kFullDecodeOnly ||
                            e.cudagraph_mode == CudaGraphMode::kFull;
-  if (e.cudagraph_mode == CudaGraphMode::kFull) {
-    throw InputError("cudagraph_mode 'full' (mixed batches in full graphs) is not replayed yet; "
-                     "use full_and_piecewise or full_decode_only");
-  }
   const int L = model_->num_layers();
   const int64_t out_width = max_mixer_output_width();
   std::vector<int> sizes = e.cudagraph_capture_sizes;
-  std::sort(sizes.rbegin(), sizes.rend());  // largest first, as vLLM captures
+  // vLLM's capture order (CudagraphDispatcher.get_capture_descs, vllm/v1/cudagraph_dispatcher.py
+  // at ae2e8e62): every PIECEWISE (mixed) size first, then every FULL uniform-decode size, each
+  // largest first; FULL decode sizes are the capture sizes in [1, max_num_seqs].
+  std::sort(sizes.rbegin(), sizes.rend());
   auto make_static = [&](int P, bool with_attention) {
     std::vector<SeqStep> seqs;
     if (with_attention) {
@@ -392,40 +408,24 @@ void Engine::do_graph_capture() {
         seqs.push_back(s);
       }
     } else {
-      SeqStep s;
-      s.query_len = P;
-      s.blocks.assign(cdiv(P, e.block_size), 0);
-      seqs.push_back(s);
+      seqs = dummy_seqs(P);
     }
     return make_batch(seqs, !with_attention);
   };
   int captured = 0;
   CaptureStreamScope capture_stream(mode());
-  if (full_decode) {
-    for (int P : sizes) {
-      if (P > e.max_num_seqs) continue;
-      auto g = std::make_unique<FullGraph>();
-      g->size = P;
-      g->in = make_static(P, /*with_attention=*/true);
-      run_eager(g->in, false);  // one eager warmup run per size, as vLLM does
-      g->graph = std::make_unique<CapturedGraph>(mode());
-      g->graph->capture([&] { g->logits = run_eager(g->in, false); }, pool_);
-      full_[P] = std::move(g);
-      ++captured;
-    }
-  }
   if (piecewise) {
     for (int P : sizes) {
       auto g = std::make_unique<PiecewiseGraphs>();
       g->size = P;
       g->in = make_static(P, /*with_attention=*/false);
-      run_eager(g->in, false);  // eager warmup; attention skipped (no metadata)
+      run_eager(g->in);  // eager warmup; mixers skipped (no metadata)
       g->mixer_out =
           at::empty({P, out_width}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
       ForwardState st;
       for (int i = 0; i <= L; ++i) {
         CapturedGraph graph(mode());
-        graph.capture([&] { model_->piece(i, st, g->in, at::Tensor()); }, pool_);
+        graph.capture([&] { model_->piece(i, st, g->in); }, pool_);
         g->graphs.push_back(std::move(graph));
         g->states.push_back(st);
         if (i < L) st.mixer_out = g->mixer_out.narrow(1, 0, mixers_[i]->spec().output_width);
@@ -434,11 +434,43 @@ void Engine::do_graph_capture() {
       ++captured;
     }
   }
+  if (full_decode) {
+    for (int P : sizes) {
+      if (P > e.max_num_seqs) continue;
+      auto g = std::make_unique<FullGraph>();
+      g->size = P;
+      g->in = make_static(P, /*with_attention=*/true);
+      run_eager(g->in);  // one eager warmup run per size (cudagraph_num_of_warmups = 1)
+      g->graph = std::make_unique<CapturedGraph>(mode());
+      g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
+      full_[P] = std::move(g);
+      ++captured;
+    }
+  }
   result_.extra["graphs_captured"] = captured;
+  // vLLM locks the workspace at the end of capture_model; with cudagraph_mode none capture_model
+  // returns early and the workspace is never locked (gpu_model_runner.py at 000fc94b; PR #46883
+  // proposes locking on every path, not merged). do_workspace_lock records it.
 }
 
 void Engine::do_workspace_lock() {
-  workspace_->lock();
+  const bool lock = scenario_.engine.cudagraph_mode != CudaGraphMode::kNone;
+  if (lock) workspace_->lock();
+  result_.extra["workspace_locked"] = lock;
+  if (!lock) {
+    result_.extra["workspace_lock_note"] =
+        "cudagraph_mode none: vLLM's capture_model returns before lock_workspace()";
+  }
+}
+
+void Engine::do_sampler_warmup() {
+  // vLLM Worker.compile_or_warm_up_model after capture_model (gpu_worker.py at 35d5cda1): an
+  // eager _dummy_run(min(max_num_seqs, max_num_batched_tokens)) without attention metadata, then
+  // _dummy_sampler_run on its last-token hidden states. The workspace is already locked here.
+  const EngineConfig& e = scenario_.engine;
+  const std::vector<SeqStep> seqs = dummy_seqs(std::min(e.max_num_seqs, e.max_num_batched_tokens));
+  ForwardBatch b = make_batch(seqs, /*skip_attention=*/true);
+  sample(model_->compute_logits(last_token_hidden(run_eager(b), b)), b.num_reqs);
   jit_->monitor().activate();  // startup is over: the JIT monitor watches the hot path
 }
 
@@ -508,13 +540,12 @@ at::Tensor Engine::last_token_rows(const ForwardBatch& batch) const {
   return at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device());
 }
 
-at::Tensor Engine::run_eager(const ForwardBatch& batch, bool last_rows_only) {
+at::Tensor Engine::run_eager(const ForwardBatch& batch) {
   ForwardState st;
   const int L = model_->num_layers();
-  const at::Tensor rows = last_rows_only ? last_token_rows(batch) : at::Tensor();
   for (int i = 0; i <= L; ++i) {
     if (model_spans_) model_spans_->begin();
-    model_->piece(i, st, batch, i == L ? rows : at::Tensor());
+    model_->piece(i, st, batch);
     if (model_spans_) model_spans_->end();
     if (i == L) break;
     // Without metadata (profile run, piecewise capture) a mixer leaves its output buffer as it
@@ -523,7 +554,11 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch, bool last_rows_only) {
                              at::TensorOptions().dtype(at::kBFloat16).device(device()));
     if (!batch.skip_attention) mixers_[i]->forward(st.mixer_in, st.mixer_out, batch);
   }
-  return st.logits;
+  return st.hidden;
+}
+
+at::Tensor Engine::last_token_hidden(const at::Tensor& hidden, const ForwardBatch& batch) const {
+  return hidden.index({last_token_rows(batch)});
 }
 
 std::vector<int64_t> Engine::sample(const at::Tensor& logits, int rows) {
@@ -541,17 +576,22 @@ std::vector<int64_t> Engine::sample(const at::Tensor& logits, int rows) {
 
 std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   const int N = batch.num_tokens;
-  // Full decode graph (attention inside).
+  // Logits are computed eagerly for the sampled rows only, outside every graph (vLLM V1
+  // execute_model: compute_logits(hidden_states[logits_indices])).
+  auto finish = [&](const at::Tensor& hidden) {
+    return sample(model_->compute_logits(last_token_hidden(hidden, batch)), batch.num_reqs);
+  };
+  // Full decode graph (mixers inside).
   if (batch.uniform_decode()) {
     auto it = full_.lower_bound(N);
     if (it != full_.end()) {
       FullGraph& g = *it->second;
       if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, true);
       g.graph->replay();
-      return sample(g.logits, batch.num_reqs);
+      return finish(g.hidden);
     }
   }
-  // Piecewise graphs, attention eager in between.
+  // Piecewise graphs, mixers eager in between.
   auto it = piecewise_.lower_bound(N);
   if (it != piecewise_.end()) {
     PiecewiseGraphs& g = *it->second;
@@ -565,9 +605,9 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
       at::Tensor out = g.mixer_out.narrow(0, 0, N).narrow(1, 0, mixers_[i]->spec().output_width);
       mixers_[i]->forward(in, out, batch);
     }
-    return sample(g.states[L].logits.index({last_token_rows(batch)}), batch.num_reqs);
+    return finish(g.states[L].hidden);
   }
-  return sample(run_eager(batch, /*last_rows_only=*/true), batch.num_reqs);
+  return finish(run_eager(batch));
 }
 
 void Engine::record_first_time_costs() {

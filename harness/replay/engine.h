@@ -91,7 +91,13 @@ class Engine final : public WarmupContext {
   /// One model step: graph replay when a captured size fits, else eager. Returns sampled token
   /// ids (host; zeros in compile-only mode), one per request.
   std::vector<int64_t> execute(const ForwardBatch& batch);
-  at::Tensor run_eager(const ForwardBatch& batch, bool last_rows_only);
+  /// Every piece and mixer eagerly; returns the final hidden states [N, H].
+  at::Tensor run_eager(const ForwardBatch& batch);
+  /// hidden[last token of each request]: the rows that are sampled, [B, H].
+  at::Tensor last_token_hidden(const at::Tensor& hidden, const ForwardBatch& batch) const;
+  /// vLLM's _dummy_run batch of `num_tokens` tokens (min(num_tokens, max_num_seqs) requests).
+  std::vector<SeqStep> dummy_seqs(int num_tokens) const;
+  void do_sampler_warmup();
   ForwardBatch make_batch(const std::vector<SeqStep>& seqs, bool skip_attention);
   /// Widest mixer output of any layer (columns of the static mixer-output buffer).
   int64_t max_mixer_output_width() const;
