@@ -41,6 +41,7 @@ struct ForwardBatch {
   at::Tensor slot_mapping;            ///< [N] int64, KV-cache slot of each token, -1 = padding
   at::Tensor block_table;             ///< [B, max_blocks_per_req] int32 (rows of the engine's table)
   at::Tensor seq_lens;                ///< [B] int32, context + query tokens
+  at::Tensor query_start_loc;         ///< [B + 1] int32, first row of each request, then N
   at::Tensor state_slots;             ///< [B] int32, state-cache slot of each request
   bool skip_attention = false;        ///< no attention metadata (profile run, piecewise capture):
                                       ///< mixers are skipped and leave their output as it is

@@ -32,7 +32,8 @@ std::string error_text(const std::exception& e) {
 
 /// Copies a step's inputs into the static batch a graph of `size` rows was captured with, and
 /// pads the rest (token 0 at position 0; with attention metadata, slot -1 and length 0 so the
-/// kernels skip the padding rows).
+/// kernels skip the padding rows). Full graphs hold uniform decode batches only, so their
+/// query_start_loc (0, 1, ..., size) never changes.
 static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, int size,
                       bool attention_metadata) {
   const int n = step.num_tokens;
@@ -510,6 +511,9 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
   b.positions = to_dev(pos, at::kLong);
   b.slot_mapping = to_dev(slots, at::kLong);
   b.seq_lens = to_dev(seq_lens, at::kInt);
+  std::vector<int32_t> starts(b.query_start.begin(), b.query_start.end());
+  starts.push_back(static_cast<int32_t>(pos.size()));
+  b.query_start_loc = to_dev(starts, at::kInt);
   b.state_slots = to_dev(state_slots, at::kInt);
   // Block-table rows of the batch's request slots, written in place so the batch keeps the
   // engine table's stride (max_blocks_per_req), as vLLM's persistent block table does.
