@@ -220,6 +220,26 @@ TEST_F(ReplayE2E, CompileOnlyTargetsSetArchAndSmCountAndKeepTheOutcomes) {
   }
 }
 
+TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {
+  auto by = replay("scenarios/qwen3-8b-overlapping-requests.yaml", "--strategy none");
+  ASSERT_EQ(by.size(), 1u);
+  const nlohmann::json& schedule = by.begin()->second.extra.at("schedule");
+  int mixed = 0, max_reqs = 0;
+  for (const auto& step : schedule) {
+    if (step.at("wave").get<int>() != 0) continue;
+    int prefill = 0, decode = 0;
+    for (const auto& q : step.at("seqs")) (q.at("kind") == "decode" ? decode : prefill)++;
+    EXPECT_EQ(step.at("mixed").get<bool>(), prefill > 0 && decode > 0) << step.dump();
+    mixed += step.at("mixed").get<bool>();
+    max_reqs = std::max(max_reqs, prefill + decode);
+  }
+  EXPECT_GE(mixed, 2) << "the second and third requests prefill beside running decodes";
+  EXPECT_EQ(max_reqs, 3);
+  // The steady request runs alone afterwards.
+  for (const auto& step : schedule)
+    if (step.at("wave").get<int>() == 1) EXPECT_EQ(step.at("seqs").size(), 1u);
+}
+
 /// Every scenario under scenarios/ meets its own expect: rules in compile-only mode.
 class ScenarioExpectations : public ReplayE2E, public ::testing::WithParamInterface<std::string> {};
 
