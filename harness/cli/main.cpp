@@ -102,14 +102,29 @@ std::string hostname() {
 /// What the loader checks beyond the file format: warmer names, and whether the registered
 /// model families and mixer backends can replay it (so an unsupported scenario exits 2, at the
 /// line of the key, before any strategy runs).
-ScenarioRules replay_rules() {
+ScenarioRules replay_rules(std::optional<Target> target = std::nullopt) {
   ScenarioRules rules;
   rules.known_warmers = warmer_names();
-  rules.check_replayable = check_replayable;
+  rules.check_replayable = [target](const Scenario& s) {
+    return check_replayable(s, target ? &*target : nullptr);
+  };
   return rules;
 }
 
-Scenario load(const ReplayArgs& a) { return load_scenario(a.scenario, a.sets, replay_rules()); }
+/// The target when it is known without touching a GPU (the parent never initializes CUDA before
+/// it forks children): compile-only mode, or a build without CUDA. On a GPU the child learns the
+/// device, and a kernel the device lacks makes that strategy's outcome `error`.
+std::optional<Target> known_target(const ReplayArgs& a) {
+  if (a.device != "compile-only" && !(a.device == "auto" && !built_with_cuda())) return std::nullopt;
+  Target t = a.target.empty() ? target_for_arch(a.arch.empty() ? "sm_90" : a.arch, a.sm_count)
+                              : target_profile(a.target);
+  if (!a.target.empty() && a.sm_count > 0) t.sm_count = a.sm_count;
+  return t;
+}
+
+Scenario load(const ReplayArgs& a) {
+  return load_scenario(a.scenario, a.sets, replay_rules(known_target(a)));
+}
 
 /// Checks, before any strategy runs, every option a child would otherwise reject one strategy
 /// at a time: device, arch, JIT monitor mode, cache directory, output paths, timeout. Throws

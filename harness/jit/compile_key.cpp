@@ -136,4 +136,50 @@ CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Conste
   return key;
 }
 
+int arch_sm(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return 0;
+  int v = 0;
+  size_t i = 3;
+  for (; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) v = v * 10 + (arch[i] - '0');
+  const bool tail_ok = i == arch.size() || (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f'));
+  return i > 3 && tail_ok ? v : 0;
+}
+
+namespace {
+bool declares(const KernelSource& k, int sm) {
+  // Arch-specific targets exist for sm_90 and sm_100 (and later "a" families), not below sm_90.
+  if (k.arch_specific && sm < 90) return false;
+  return sm >= k.min_sm && (k.max_sm == 0 || sm <= k.max_sm);
+}
+}  // namespace
+
+std::string declared_archs_text(const KernelSource& k) {
+  std::string lo = "sm_" + std::to_string(k.min_sm) + (k.arch_specific ? "a" : "");
+  if (k.max_sm == 0) return lo + "+";
+  return lo + ".." + "sm_" + std::to_string(k.max_sm) + (k.arch_specific ? "a" : "");
+}
+
+std::string kernel_arch(const KernelSource& k, const std::string& target_arch) {
+  const int sm = arch_sm(target_arch);
+  if (!declares(k, sm)) {
+    throw UnsupportedArchError("kernel " + k.name + " exists for " + declared_archs_text(k) +
+                               "; the target is " + target_arch);
+  }
+  if (!k.arch_specific || (!target_arch.empty() && target_arch.back() == 'a')) return target_arch;
+  return "sm_" + std::to_string(sm) + "a";
+}
+
+std::vector<std::string> declared_archs(const KernelSource& k,
+                                        const std::vector<std::string>& candidates) {
+  std::vector<std::string> out;
+  for (const std::string& a : candidates) {
+    const int sm = arch_sm(a);
+    if (sm == 0 || !declares(k, sm)) continue;
+    const bool suffixed = a.back() == 'a';
+    if (k.arch_specific != suffixed) continue;  // plain kernels on plain archs, "a" on "a"
+    out.push_back(a);
+  }
+  return out;
+}
+
 }  // namespace coldstart::jit

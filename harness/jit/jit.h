@@ -67,7 +67,33 @@ struct KernelSource {
   const char* source;  ///< CUDA C++ text (embedded into the binary at build time)
   std::vector<std::string> arg_names;
   std::vector<std::string> do_not_specialize;
+  /// The archs the kernel exists for: compute capability min_sm..max_sm (max_sm 0 = no upper
+  /// bound). Default sm_80 and later (bf16 arithmetic).
+  int min_sm = 80;
+  int max_sm = 0;
+  /// Uses features only the architecture-specific targets have (wgmma, TMA multicast, tcgen05):
+  /// compiled for sm_90a / sm_100a instead of sm_90 / sm_100.
+  bool arch_specific = false;
 };
+
+/// Raised when a kernel is asked for on an arch it does not declare (KernelSource::min_sm /
+/// max_sm / arch_specific); the text names the kernel, what it declares and the target.
+class UnsupportedArchError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+/// Compute capability of an arch name: "sm_90" / "sm_90a" -> 90; 0 when not of that form.
+int arch_sm(const std::string& arch);
+/// The arch a kernel compiles for on `target_arch` ("sm_90" -> "sm_90a" for arch-specific
+/// kernels). Throws UnsupportedArchError when the kernel does not exist for it.
+std::string kernel_arch(const KernelSource& kernel, const std::string& target_arch);
+/// The archs among `candidates` (e.g. nvrtc_supported_archs()) the kernel is declared for, in the
+/// spelling it compiles with (arch-specific ones with their "a").
+std::vector<std::string> declared_archs(const KernelSource& kernel,
+                                        const std::vector<std::string>& candidates);
+/// "sm_80+", "sm_90a, sm_100a", ...: what the kernel declares, for messages.
+std::string declared_archs_text(const KernelSource& kernel);
 
 /// Everything that makes a new binary. Same key = cache hit.
 struct CompileKey {

@@ -198,7 +198,7 @@ struct JitRuntime::Impl {
     } else {
       monitor.before_compile(key, rec);  // may throw HotPathCompileError: nothing compiled
       const auto t1 = std::chrono::steady_clock::now();
-      ck->cubin = detail::compile_cubin(kernel, constexprs, args, arch, key_text);
+      ck->cubin = detail::compile_cubin(kernel, constexprs, args, key.arch, key_text);
       ms = ms_since(t1);
       source = "nvrtc";
       write_disk(path, key_text, ck->cubin);
@@ -228,7 +228,10 @@ struct JitRuntime::Impl {
         return *it->second->kernel;  // another thread got here first
       }
     }
-    CompileKey key = make_compile_key(kernel, constexprs, args, arch, compiler);
+    // The arch this kernel compiles for here (its "a" target when arch-specific); throws
+    // UnsupportedArchError when the kernel does not exist for the target.
+    const std::string karch = kernel_arch(kernel, arch);
+    CompileKey key = make_compile_key(kernel, constexprs, args, karch, compiler);
     std::string key_text = key.str();
     CompiledKernel* ck = nullptr;
     auto found = by_key.find(key_text);  // by_key only changes under compile_mu

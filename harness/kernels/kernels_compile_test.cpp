@@ -1,7 +1,10 @@
-// Compiles every runtime-compiled kernel of every family with NVRTC for sm_86, sm_90 and sm_100
-// (no GPU needed). A failure prints the NVRTC log.
+// Compiles every runtime-compiled kernel of every family with NVRTC for every arch it declares
+// (KernelSource::min_sm / max_sm / arch_specific) among those this NVRTC supports (no GPU needed),
+// and checks that a plan on an arch a kernel lacks is refused by name. A failure prints the NVRTC
+// log.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 #include <string>
@@ -19,8 +22,12 @@ struct ArchCase {
 
 std::vector<ArchCase> arch_cases() {
   std::vector<ArchCase> out;
+  std::vector<std::string> supported = jit::nvrtc_supported_archs();
+  // NVRTC lists plain archs; the arch-specific targets exist for sm_90 and sm_100 and later.
+  for (const std::string& a : jit::nvrtc_supported_archs())
+    if (jit::arch_sm(a) == 90 || jit::arch_sm(a) >= 100) supported.push_back(a + "a");
   for (const KernelCompileCase& c : all_compile_cases()) {
-    for (const char* arch : {"sm_86", "sm_90", "sm_100"}) out.push_back({c, arch});
+    for (const std::string& arch : jit::declared_archs(*c.kernel, supported)) out.push_back({c, arch});
   }
   return out;
 }
@@ -47,6 +54,46 @@ TEST_P(KernelCompile, CompilesToCubin) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, KernelCompile, testing::ValuesIn(arch_cases()), case_name);
+
+TEST(KernelArchs, EveryKernelCompilesForTheFlagshipTargetsItDeclares) {
+  // The archs CI must always cover: the RTX A4000 / A10 (sm_86), H100 / H200 (sm_90), B200
+  // (sm_100), when this NVRTC supports them.
+  const auto supported = jit::nvrtc_supported_archs();
+  for (const KernelCompileCase& c : all_compile_cases()) {
+    const auto archs = jit::declared_archs(*c.kernel, supported);
+    for (const char* a : {"sm_86", "sm_90", "sm_100"}) {
+      if (std::find(supported.begin(), supported.end(), a) == supported.end()) continue;
+      if (jit::arch_sm(a) < c.kernel->min_sm || c.kernel->arch_specific) continue;
+      EXPECT_NE(std::find(archs.begin(), archs.end(), a), archs.end()) << c.label << " " << a;
+    }
+  }
+}
+
+TEST(KernelArchs, AnArchAKernelLacksIsRefusedByName) {
+  jit::KernelSource k{"needs_hopper", "k", "extern \"C\" __global__ void k() {}", {}, {}};
+  k.min_sm = 90;
+  EXPECT_THROW(jit::kernel_arch(k, "sm_86"), jit::UnsupportedArchError);
+  try {
+    jit::kernel_arch(k, "sm_86");
+  } catch (const jit::UnsupportedArchError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs_hopper exists for sm_90+"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(jit::kernel_arch(k, "sm_90"), "sm_90");
+  k.arch_specific = true;
+  EXPECT_EQ(jit::kernel_arch(k, "sm_90"), "sm_90a");
+  EXPECT_EQ(jit::kernel_arch(k, "sm_100"), "sm_100a");
+  EXPECT_EQ(jit::declared_archs(k, {"sm_86", "sm_90", "sm_90a", "sm_100a"}),
+            (std::vector<std::string>{"sm_90a", "sm_100a"}));
+  // A JIT runtime targeting an arch the kernel lacks refuses before compiling anything.
+  jit::JitOptions o;
+  o.arch = "sm_86";
+  o.launch = false;
+  jit::JitRuntime rt(o);
+  EXPECT_THROW(rt.ensure(k, {}, {}), jit::UnsupportedArchError);
+  EXPECT_EQ(rt.cached_kernels(), 0u);
+  EXPECT_TRUE(rt.monitor().records().empty());
+}
 
 // A kernel added to a family's list but given no compile case would escape the test above.
 TEST(KernelRegistry, EveryKernelHasACompileCase) {

@@ -148,6 +148,9 @@ struct MixerBackendInfo {
                                             ///< empty = any (recurrent-state mixers)
   std::string description;                  ///< one line for `coldstart list`
   std::function<std::unique_ptr<Mixer>(const MixerSpec&, const MixerContext&)> make;
+  /// The runtime-compiled kernels it launches (their declared archs are checked against the
+  /// target before anything runs).
+  std::vector<const jit::KernelSource*> kernels;
   /// Problems with this spec under these settings (e.g. a head_dim the kernels lack); may be
   /// empty.
   std::function<std::vector<ScenarioProblem>(const MixerSpec&, const ModelConfig&,

@@ -73,9 +73,10 @@ std::vector<ModelFamilyInfo> model_families();
 std::unique_ptr<Model> make_model(const ModelConfig& config, const MixerContext& ctx);
 
 /// Everything that makes `s` impossible to replay, asked of the registries before any strategy
-/// runs: the model family, each layer's mixer backend under kv_cache_dtype, and the engine
-/// settings the replay supports. Builds the model on the meta device (no weights) for its plan.
-std::vector<ScenarioProblem> check_replayable(const Scenario& s);
+/// runs: the model family, each layer's mixer backend under kv_cache_dtype, the engine settings
+/// the replay supports and, when `target` is given, whether every kernel of those backends
+/// exists for its arch. Builds the model on the meta device (no weights) for its plan.
+std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* target = nullptr);
 
 #define CS_REGISTER_MODEL_FAMILY(info) \
   static const bool CS_MIXER_CAT(cs_model_registered_, __LINE__) = \

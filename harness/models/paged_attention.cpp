@@ -118,6 +118,7 @@ MixerBackendInfo paged_backend() {
   b.make = [](const MixerSpec& s, const MixerContext& c) -> std::unique_ptr<Mixer> {
     return std::make_unique<PagedAttention>(s, c);
   };
+  b.kernels = paged::all_kernels();
   b.check = [](const MixerSpec& s, const ModelConfig&, const EngineConfig&) {
     std::vector<ScenarioProblem> out;
     if (s.head_dim % 32 != 0 || s.head_dim < 32 || s.head_dim > 256) {

@@ -154,7 +154,7 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, const MixerContext&
   return f->make(config, ctx);
 }
 
-std::vector<ScenarioProblem> check_replayable(const Scenario& s) {
+std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* target) {
   std::vector<ScenarioProblem> out;
   const EngineConfig& e = s.engine;
   if (e.cudagraph_mode == CudaGraphMode::kFull) {
@@ -189,6 +189,17 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s) {
                                    e.kv_cache_dtype, spec.kind, join(dtypes_of(spec.kind)))});
       }
       continue;
+    }
+    if (target != nullptr) {
+      for (const jit::KernelSource* k : b->kernels) {
+        try {
+          jit::kernel_arch(*k, target->arch);
+        } catch (const jit::UnsupportedArchError& err) {
+          const std::string text = fmt::format("the {} backend cannot run on {}: {}", b->name,
+                                               target->device_name, err.what());
+          if (seen.insert(text).second) out.push_back({"engine.kv_cache_dtype", text});
+        }
+      }
     }
     if (!b->check) continue;
     for (auto& p : b->check(spec, s.model, e)) {

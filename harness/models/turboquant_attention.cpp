@@ -121,6 +121,7 @@ MixerBackendInfo turboquant_backend() {
   b.make = [](const MixerSpec& s, const MixerContext& c) -> std::unique_ptr<Mixer> {
     return std::make_unique<TurboQuantAttention>(s, c);
   };
+  b.kernels = tq::all_kernels();
   b.check = [](const MixerSpec& s, const ModelConfig&, const EngineConfig&) {
     std::vector<ScenarioProblem> out;
     if (!is_power_of_two(s.head_dim)) {

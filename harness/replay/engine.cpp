@@ -142,7 +142,8 @@ void Engine::snapshot_inner() {
   result_.hot_path_compiles.clear();
   result_.startup_compile_list.clear();
   for (const auto& r : recs) {
-    CompileEvent ev{r.kernel, r.key, r.compile_ms, r.phase, r.source};
+    CompileEvent ev{r.kernel, r.key, r.compile_ms, r.phase, r.source,
+                    r.selector, r.tuning_key, r.config, r.num_candidates};
     if (r.hot_path) {
       result_.hot_path_compiles.push_back(ev);
     } else {
@@ -229,6 +230,12 @@ StrategyResult Engine::run() {
     if (!steady.empty()) do_wave(steady, 1);
     result_.outcome = Outcome::kOk;
     current_phase_.clear();
+  } catch (const jit::UnsupportedArchError& e) {
+    // Not something the replayed engine raises: this device lacks a kernel the plan needs.
+    result_.outcome = Outcome::kError;
+    result_.error = std::string("not replayable on this device: ") + e.what();
+    result_.failed_phase = current_phase_;
+    log("error in " + current_phase_ + ": " + *result_.error);
   } catch (const std::exception& e) {
     result_.outcome = Outcome::kCrash;
     result_.error = error_text(e);
