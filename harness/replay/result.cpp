@@ -104,7 +104,9 @@ bool operator==(const PhaseTiming& a, const PhaseTiming& b) {
 
 bool operator==(const CompileEvent& a, const CompileEvent& b) {
   return a.kernel == b.kernel && a.key == b.key && same(a.compile_ms, b.compile_ms) &&
-         a.phase == b.phase && a.source == b.source;
+         a.phase == b.phase && a.source == b.source && a.selector == b.selector &&
+         a.tuning_key == b.tuning_key && a.config == b.config &&
+         a.num_candidates == b.num_candidates;
 }
 
 bool operator==(const WorkspaceStats& a, const WorkspaceStats& b) {
@@ -156,6 +158,12 @@ void from_json(const json& j, PhaseTiming& v) {
 void to_json(json& j, const CompileEvent& v) {
   j = json{{"kernel", v.kernel},         {"key", v.key},     {"compile_ms", v.compile_ms},
            {"phase", v.phase},           {"source", v.source}};
+  if (!v.selector.empty()) {
+    j["selector"] = v.selector;
+    j["tuning_key"] = v.tuning_key;
+    j["config"] = v.config;
+    j["num_candidates"] = v.num_candidates;
+  }
 }
 
 void from_json(const json& j, CompileEvent& v) {
@@ -164,6 +172,10 @@ void from_json(const json& j, CompileEvent& v) {
   v.compile_ms = value_or<double>(j, "compile_ms", 0.0);
   v.phase = value_or<std::string>(j, "phase", "");
   v.source = value_or<std::string>(j, "source", "");
+  v.selector = value_or<std::string>(j, "selector", "");
+  v.tuning_key = value_or<std::string>(j, "tuning_key", "");
+  v.config = value_or<std::string>(j, "config", "");
+  v.num_candidates = value_or<int>(j, "num_candidates", 0);
 }
 
 void to_json(json& j, const WorkspaceStats& v) {

@@ -52,6 +52,12 @@ struct CompileEvent {
   double compile_ms = 0;
   std::string phase;    ///< phase that was running when the compile happened
   std::string source;   ///< "nvrtc" (compiled now) or "disk" (loaded from the on-disk cache)
+  /// How the launch config was chosen: "table" | "heuristic" | "autotune" | "default", or "" for
+  /// a fixed config (then the three fields below are empty / 0 and left out of the JSON).
+  std::string selector;
+  std::string tuning_key;  ///< the selector's key, e.g. "M=5 -> 4"
+  std::string config;      ///< the chosen config's name
+  int num_candidates = 0;  ///< configs the selector chose among
 };
 
 /// Workspace manager figures. JSON: {locked_bytes, peak_requested_bytes, num_slots}.

@@ -27,7 +27,9 @@ StrategyResult sample() {
   r.failed_phase = "first_decode";
   r.startup_ms = 1234.5;
   r.phases = {{"init", 1.25, std::nullopt, -1}, {"prefill", 8.5, 7.75, 0}};
-  r.hot_path_compiles = {{"tq_decode_stage1", "k1", 210.0, "first_decode", "nvrtc"}};
+  r.hot_path_compiles = {{"tq_decode_stage1", "k1", 210.0, "first_decode", "nvrtc"},
+                         {"ssd_chunk_scan", "k2", 80.0, "prefill", "nvrtc", "autotune",
+                          "dstate=128", "BLOCK_M=64,warps=4", 6}};
   r.startup_compile_list = {{"tq_store", "k0", 150.0, "kernel_warmup", "disk"}};
   r.startup_compiles = 1;
   r.workspace = {270336, 2097152, 2};
@@ -71,6 +73,12 @@ TEST(StrategyResultJson, RoundTripKeepsEverything) {
   StrategyResult back = json(r).get<StrategyResult>();
   EXPECT_EQ(back, r);
   EXPECT_EQ(back.extra, json({{"lazy_module_load_ms", 3.5}}));
+  // A compile's config provenance is kept; a fixed config writes no selector fields.
+  const json j = json(r);
+  EXPECT_FALSE(j["hot_path_compiles"][0].contains("selector"));
+  EXPECT_EQ(j["hot_path_compiles"][1]["selector"], "autotune");
+  EXPECT_EQ(j["hot_path_compiles"][1]["num_candidates"], 6);
+  EXPECT_EQ(back.hot_path_compiles[1].tuning_key, "dstate=128");
 }
 
 TEST(StrategyResultJson, ExtraNeverOverridesANamedField) {
