@@ -91,7 +91,9 @@ DeviceInfo select_device(const std::string& requested, const std::string& arch,
     }
     info.sm = info.target.sm;
     info.sm_count = info.target.sm_count;
-    info.name = "compile-only (" + info.arch() + ")";
+    // "compile-only: NVIDIA H200" for a profile's target, "compile-only (sm_75)" otherwise.
+    info.name = info.target.profile.empty() ? "compile-only (" + info.arch() + ")"
+                                            : "compile-only: " + info.target.device_name;
     return info;
   }
   if (sm_count != 0) throw InputError("--sm-count only sets the target in compile-only mode");

@@ -17,7 +17,8 @@ const char* device_mode_name(DeviceMode mode);
 /// Where a result came from; goes into the result's `meta` block.
 struct DeviceInfo {
   DeviceMode mode = DeviceMode::kCompileOnly;
-  std::string name;             ///< "NVIDIA H200", or "compile-only (sm_90)"
+  std::string name;             ///< "NVIDIA H200", or in compile-only mode "compile-only: NVIDIA
+                                ///< H200" (a profile's target) / "compile-only (sm_75)"
   int sm = 0;                   ///< compute capability * 10, e.g. 90; the target arch in compile-only
   int sm_count = 0;             ///< multiprocessors; 0 in compile-only
   long long total_memory_bytes = 0;  ///< 0 in compile-only
