@@ -34,15 +34,14 @@ struct ForwardBatch {
   std::vector<int> query_lens;        ///< host, per request: new tokens this step
   std::vector<int> context_lens;      ///< host, per request: tokens already in the KV cache
   std::vector<int> query_start;       ///< host, per request: first row
-  std::vector<int> req_slots;         ///< host, per request: its row in the block table and its
-                                      ///< state-cache slot (persistent while it runs)
+  std::vector<int> req_slots;         ///< host, per request: its row in the block table
   at::Tensor input_ids;               ///< [N] int64
   at::Tensor positions;               ///< [N] int64
   at::Tensor slot_mapping;            ///< [N] int64, KV-cache slot of each token, -1 = padding
   at::Tensor block_table;             ///< [B, max_blocks_per_req] int32 (rows of the engine's table)
   at::Tensor seq_lens;                ///< [B] int32, context + query tokens
   at::Tensor query_start_loc;         ///< [B + 1] int32, first row of each request, then N
-  at::Tensor state_slots;             ///< [B] int32, state-cache slot of each request
+  at::Tensor state_slots;             ///< [B] int32, state page (block id) of each request
   bool skip_attention = false;        ///< no attention metadata (profile run, piecewise capture):
                                       ///< mixers are skipped and leave their output as it is
 
@@ -54,7 +53,7 @@ struct ForwardBatch {
 /// many new tokens, and the sequence's KV-cache blocks.
 struct SeqStep {
   int req_slot = 0;    ///< the request's row in this step's batch (0..B-1, in order)
-  int state_slot = 0;  ///< its state-cache slot, persistent while it runs (0 = the null slot)
+  int state_slot = 0;  ///< its state page (a block id), fixed while it runs (0 = the null block)
   int context_len = 0;
   int query_len = 0;
   std::vector<int32_t> blocks;
@@ -81,15 +80,16 @@ struct MixerSpec {
   std::string summary() const;
 };
 
-/// The cache a mixer needs per layer (vLLM's KVCacheSpec): paged KV blocks shared out by the
-/// block table, or per-request recurrent state (conv state + SSM state) in one slot per running
-/// request.
+/// The cache a mixer needs per layer (vLLM's KVCacheSpec): paged KV blocks addressed by the block
+/// table, or per-request recurrent state (conv state + SSM state), one page per request. The
+/// engine lays every layer's cache out with plan_kv_cache (harness/replay/kv_cache_plan.h), which
+/// follows vLLM's grouping and, for hybrid models, its page-size unification.
 struct CacheSpec {
   enum class Kind { kNone, kPagedKv, kState };
   Kind kind = Kind::kNone;
-  int64_t bytes_per_block = 0;    ///< kPagedKv: bytes of one block (page) of this layer
-  int64_t bytes_per_request = 0;  ///< kState: bytes of one request's state in this layer
-  std::string group;              ///< layers with equal groups share one allocation
+  int64_t bytes_per_token = 0;    ///< kPagedKv: K + V bytes of one token in this layer
+  int64_t bytes_per_request = 0;  ///< kState: one request's state bytes in this layer
+  std::string group;              ///< layers with equal texts form one cache group
 };
 
 /// Everything a mixer (and a model) may use of the engine.
@@ -114,10 +114,12 @@ class Mixer {
   virtual std::string backend() const = 0;
   /// The cache this layer needs.
   virtual CacheSpec cache_spec() const = 0;
-  /// Binds this layer's cache: `bytes` is a uint8 tensor of `units` * bytes_per_block (paged KV,
-  /// `units` blocks) or `units` * bytes_per_request (state, `units` request slots), 256-byte
-  /// aligned. Called once in kv_cache_alloc.
-  virtual void bind_cache(const at::Tensor& bytes, int64_t units) = 0;
+  /// Binds this layer's cache: `bytes` is a uint8 tensor of `num_pages` pages of `page_bytes`
+  /// each, 256-byte aligned. Paged KV: page p is block p (page_bytes = block_size *
+  /// bytes_per_token, with the engine's final block size). State: page p is the state of the
+  /// request whose state block is p (ForwardBatch::state_slots), bytes_per_request of it used
+  /// (vLLM pads state pages up to the attention page). Called once in kv_cache_alloc.
+  virtual void bind_cache(const at::Tensor& bytes, int64_t num_pages, int64_t page_bytes) = 0;
   /// Runs the mixer for `batch`: `in` as MixerSpec::input_widths describes (bf16 [N, width]
   /// views), writes the first batch.num_tokens rows of `out` (bf16 [>= N, output_width]). May
   /// JIT-compile kernels and ask the workspace for scratch memory; throws what the replayed

@@ -41,12 +41,13 @@ class PagedAttention final : public Mixer {
   CacheSpec cache_spec() const override {
     CacheSpec c;
     c.kind = CacheSpec::Kind::kPagedKv;
-    c.bytes_per_block = layout_.page_size_bytes();
-    c.group = fmt::format("attention/{}/block_bytes={}", backend(), c.bytes_per_block);
+    c.bytes_per_token = layout_.page_size_bytes() / layout_.block_size;
+    c.group = fmt::format("attention/{}/token_bytes={}", backend(), c.bytes_per_token);
     return c;
   }
 
-  void bind_cache(const at::Tensor& bytes, int64_t num_blocks) override {
+  void bind_cache(const at::Tensor& bytes, int64_t num_blocks, int64_t page_bytes) override {
+    CS_CHECK(page_bytes == layout_.page_size_bytes(), "paged cache page size differs from its block");
     const at::ScalarType t = paged::cache_scalar_type(layout_);
     cache_ = (t == at::kByte ? bytes : bytes.view(t)).view(paged::cache_shape(layout_, num_blocks));
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ctx_.device);

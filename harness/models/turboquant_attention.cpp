@@ -19,13 +19,15 @@ TurboQuantAttention::TurboQuantAttention(const MixerSpec& spec, const MixerConte
 CacheSpec TurboQuantAttention::cache_spec() const {
   CacheSpec c;
   c.kind = CacheSpec::Kind::kPagedKv;
-  c.bytes_per_block = layout_.block_bytes();
-  c.group = fmt::format("attention/{}/block_bytes={}", backend(), c.bytes_per_block);
+  c.bytes_per_token = layout_.block_bytes() / layout_.block_size;
+  c.group = fmt::format("attention/{}/token_bytes={}", backend(), c.bytes_per_token);
   return c;
 }
 
-void TurboQuantAttention::bind_cache(const at::Tensor& bytes, int64_t num_blocks) {
-  cache_ = bytes.view(tq::cache_shape(layout_, num_blocks));
+void TurboQuantAttention::bind_cache(const at::Tensor& bytes, int64_t num_pages,
+                                     int64_t page_bytes) {
+  CS_CHECK(page_bytes == layout_.block_bytes(), "TurboQuant page size differs from its block");
+  cache_ = bytes.view(tq::cache_shape(layout_, num_pages));
 }
 
 int64_t TurboQuantAttention::decode_workspace_bytes(int64_t batch) const {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "harness/replay/kv_cache_plan.h"
 #include "harness/replay/scheduler.h"
 #include "harness/runtime/nvtx.h"
 #include "warmers/warmer.h"
@@ -117,6 +118,17 @@ std::vector<Mixer*> Engine::mixers(const std::string& backend_or_kind) {
     if (m->backend() == backend_or_kind || m->spec().kind == backend_or_kind) out.push_back(m.get());
   }
   return out;
+}
+
+void Engine::build_mixers() {
+  // The engine walks the model's layer plan: one mixer per layer from its registered backend.
+  mixers_.clear();
+  nlohmann::json plan = nlohmann::json::array();
+  for (const MixerSpec& spec : model_->layer_plan()) {
+    mixers_.push_back(make_mixer(spec, mixer_ctx_));
+    plan.push_back(spec.summary() + " " + mixers_.back()->backend());
+  }
+  result_.extra["layer_plan"] = plan;
 }
 
 int64_t Engine::max_mixer_output_width() const {
@@ -271,14 +283,9 @@ void Engine::do_init() {
   ctx.model = &scenario_.model;
   ctx.engine = &scenario_.engine;
   ctx.prefill_attention_spans = sdpa_spans_.get();
+  mixer_ctx_ = ctx;
   model_ = make_model(scenario_.model, ctx);
-  // The engine walks the model's layer plan: one mixer per layer from its registered backend.
-  nlohmann::json plan = nlohmann::json::array();
-  for (const MixerSpec& spec : model_->layer_plan()) {
-    mixers_.push_back(make_mixer(spec, ctx));
-    plan.push_back(spec.summary() + " " + mixers_.back()->backend());
-  }
-  result_.extra["layer_plan"] = plan;
+  build_mixers();
   block_table_ = at::zeros({scenario_.engine.max_num_seqs, max_blocks_per_req()},
                            at::TensorOptions().dtype(at::kInt).device(
                                mode() == DeviceMode::kCuda ? device() : c10::Device(c10::kCPU)));
@@ -320,63 +327,72 @@ void Engine::do_profile_run() {
 }
 
 void Engine::do_kv_cache_alloc() {
-  // Cache groups as vLLM's KV cache manager forms them: layers with the same cache spec share
-  // one allocation; paged KV groups share the block pool (one block id = one page in every
-  // paged layer), recurrent-state groups get one slot per running request plus the null slot 0.
+  // The layout vLLM's KV cache manager gives (plan_kv_cache, harness/replay/kv_cache_plan.h):
+  // layers grouped by cache spec, group_size shared tensors of num_blocks pages, one layer of
+  // every group in each; for hybrid models the block size is raised until an attention page holds
+  // a state page. Recurrent-state layers keep one page per running request.
   const EngineConfig& e = scenario_.engine;
-  struct Group {
-    CacheSpec spec;
-    std::vector<Mixer*> layers;
-  };
-  std::map<std::string, Group> groups;
-  int64_t per_block = 0, state_bytes = 0;
+  KvCachePlanInput in;
+  in.block_size = e.block_size;
   for (auto& m : mixers_) {
     const CacheSpec c = m->cache_spec();
     if (c.kind == CacheSpec::Kind::kNone) continue;
-    Group& g = groups[c.group];
-    g.spec = c;
-    g.layers.push_back(m.get());
-    if (c.kind == CacheSpec::Kind::kPagedKv) per_block += c.bytes_per_block;
-    if (c.kind == CacheSpec::Kind::kState) state_bytes += c.bytes_per_request;
+    in.layers.push_back({m->spec().layer, c.group, c.kind == CacheSpec::Kind::kPagedKv,
+                         c.bytes_per_token, c.bytes_per_request});
   }
-  const int64_t state_slots = e.max_num_seqs + 1;
+  const bool has_state = std::any_of(in.layers.begin(), in.layers.end(),
+                                     [](const LayerCacheNeed& l) { return !l.paged; });
   if (e.num_gpu_blocks) {
-    num_blocks_ = *e.num_gpu_blocks;
+    in.num_gpu_blocks = *e.num_gpu_blocks;
     result_.extra["kv_cache_sizing"] = "num_gpu_blocks from the scenario";
-  } else if (mode() == DeviceMode::kCuda && per_block > 0) {
+  } else if (mode() == DeviceMode::kCuda) {
     const MemoryStats m = memory_stats(mode());
     const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
     const double non_kv = static_cast<double>(m.peak_allocated) +
-                          static_cast<double>(m.total_device - m.free_device - m.reserved) +
-                          static_cast<double>(state_bytes * state_slots);
-    num_blocks_ = static_cast<int64_t>((budget - non_kv) / static_cast<double>(per_block));
+                          static_cast<double>(m.total_device - m.free_device - m.reserved);
+    in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
     result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
   } else {
-    num_blocks_ = static_cast<int64_t>(e.max_num_seqs) * max_blocks_per_req() + 1;
+    in.num_gpu_blocks = static_cast<int64_t>(e.max_num_seqs) * (max_blocks_per_req() + 1) + 1;
     result_.extra["kv_cache_sizing"] =
-        "compile-only: max_num_seqs full-length sequences + the null block";
+        "compile-only: max_num_seqs full-length sequences (+ a state page each) + the null block";
   }
-  const int64_t needed = max_blocks_per_req() + 1;
-  if (per_block > 0 && num_blocks_ < needed) {
-    throw Error(fmt::format("KV cache too small: {} blocks, one max_model_len request needs {}",
-                            num_blocks_, needed));
+  in.min_blocks = max_blocks_per_req() + 1 + (has_state ? 1 : 0);
+  if (in.layers.empty()) return;
+  const KvCachePlan plan = plan_kv_cache(in);
+  if (plan.block_size_raised) {
+    // vLLM: "Setting attention block size to N tokens to ensure that attention page size is >=
+    // mamba page size"; every mixer is rebuilt for the new block size.
+    result_.extra["block_size_raised"] = {{"from", e.block_size}, {"to", plan.block_size}};
+    scenario_.engine.block_size = plan.block_size;
+    build_mixers();
+    block_table_ = at::zeros({e.max_num_seqs, max_blocks_per_req()},
+                             block_table_.options().device(block_table_.device()));
   }
-  nlohmann::json described = nlohmann::json::array();
-  for (auto& [name, g] : groups) {
-    const bool paged = g.spec.kind == CacheSpec::Kind::kPagedKv;
-    const int64_t units = paged ? num_blocks_ : state_slots;
-    const int64_t unit_bytes = paged ? g.spec.bytes_per_block : g.spec.bytes_per_request;
-    const auto L = static_cast<int64_t>(g.layers.size());
-    at::Tensor all = at::empty({L, units * unit_bytes},
-                               at::TensorOptions().dtype(at::kByte).device(device()));
-    for (int64_t l = 0; l < L; ++l) g.layers[l]->bind_cache(all[l], units);
-    described.push_back({{"group", name}, {"layers", L}, {"units", units},
-                         {"unit_bytes", unit_bytes}, {"bytes", L * units * unit_bytes}});
-    cache_tensors_.push_back(all);
+  num_blocks_ = plan.num_blocks;
+  for (int t = 0; t < plan.group_size; ++t) {
+    cache_tensors_.push_back(at::empty({plan.tensor_bytes()},
+                                       at::TensorOptions().dtype(at::kByte).device(device())));
   }
-  result_.extra["cache_groups"] = described;
+  nlohmann::json groups = nlohmann::json::array();
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    groups.push_back({{"spec", plan.group_specs[g]}, {"layers", plan.groups[g]}});
+  }
+  for (auto& m : mixers_) {
+    const int t = m->spec().layer < static_cast<int>(plan.tensor_of_layer.size())
+                      ? plan.tensor_of_layer[m->spec().layer]
+                      : -1;
+    if (t >= 0) m->bind_cache(cache_tensors_[t], plan.num_blocks, plan.page_bytes);
+  }
+  result_.extra["cache_groups"] = groups;
+  result_.extra["kv_cache_plan"] = {{"block_size", plan.block_size},
+                                    {"page_bytes", plan.page_bytes},
+                                    {"state_padding_bytes", plan.state_padding_bytes},
+                                    {"tensors", plan.group_size},
+                                    {"tensor_bytes", plan.tensor_bytes()}};
   result_.extra["num_gpu_blocks"] = num_blocks_;
-  result_.extra["kv_cache_bytes"] = num_blocks_ * per_block;
+  result_.extra["kv_cache_bytes"] = plan.tensor_bytes() * plan.group_size;
+  has_state_ = has_state;
 }
 
 void Engine::do_kernel_warmup() {
@@ -677,17 +693,18 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
   // runs, its own state-cache slot.
   std::vector<SchedRequest> reqs;
   std::map<int, std::vector<int32_t>> blocks;
+  std::map<int, int> state_page;
   for (int id : ids) {
     const RequestSpec& r = scenario_.requests[id];
     reqs.push_back({id, r.prompt_tokens, r.decode_steps, r.arrival_step});
     const int total = r.prompt_tokens + r.decode_steps;
     for (int i = 0; i < cdiv(total, e.block_size); ++i) blocks[id].push_back(next_free_block_++);
+    // A recurrent-state layer holds one page per request (vLLM mamba_cache_mode "none"), from
+    // the same block pool.
+    if (has_state_) state_page[id] = next_free_block_++;
     CS_CHECK(next_free_block_ <= num_blocks_, "KV cache blocks exhausted by the requests");
   }
   Scheduler sched(reqs, e.max_num_seqs, e.max_num_batched_tokens, e.enable_chunked_prefill);
-  std::map<int, int> state_slot;
-  std::vector<int> free_slots;
-  for (int s = e.max_num_seqs; s >= 1; --s) free_slots.push_back(s);
   std::map<int, Clock::time_point> arrival;
   std::map<int, double> reporting_at_arrival;
   std::map<std::string, double> aggregated;  // role -> ms of steps not timed as their own phase
@@ -705,14 +722,9 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     }
     std::vector<SeqStep> seqs;
     for (const ScheduledSeq& q : st.seqs) {
-      if (!state_slot.count(q.id)) {
-        CS_CHECK(!free_slots.empty(), "more running requests than max_num_seqs");
-        state_slot[q.id] = free_slots.back();
-        free_slots.pop_back();
-      }
       SeqStep s;
       s.req_slot = static_cast<int>(seqs.size());
-      s.state_slot = state_slot[q.id];
+      s.state_slot = has_state_ ? state_page[q.id] : 0;
       s.context_len = q.context_len;
       s.query_len = q.query_len;
       s.blocks = blocks[q.id];
@@ -759,15 +771,6 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       result_.extra["schedule"] = schedule_;
     }
     sched.complete(st);
-    for (const ScheduledSeq& q : st.seqs) {
-      const RequestSpec& r = scenario_.requests[q.id];
-      const bool finished = q.context_len + q.query_len >= r.prompt_tokens &&
-                            (q.decode_index + 1 >= r.decode_steps);
-      if (finished && state_slot.count(q.id)) {
-        free_slots.push_back(state_slot[q.id]);
-        state_slot.erase(q.id);
-      }
-    }
   }
   // Steps not timed as their own phase: drop what they recorded in the GPU spans.
   sdpa_spans_->take_total_ms();

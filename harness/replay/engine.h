@@ -98,6 +98,8 @@ class Engine final : public WarmupContext {
   /// vLLM's _dummy_run batch of `num_tokens` tokens (min(num_tokens, max_num_seqs) requests).
   std::vector<SeqStep> dummy_seqs(int num_tokens) const;
   void do_sampler_warmup();
+  /// (Re)builds one mixer per layer from the model's plan with mixer_ctx_.
+  void build_mixers();
   ForwardBatch make_batch(const std::vector<SeqStep>& seqs, bool skip_attention);
   /// Widest mixer output of any layer (columns of the static mixer-output buffer).
   int64_t max_mixer_output_width() const;
@@ -116,7 +118,9 @@ class Engine final : public WarmupContext {
   std::unique_ptr<WorkspaceManager> workspace_;
   std::unique_ptr<Model> model_;
   std::vector<std::unique_ptr<Mixer>> mixers_;  ///< one per layer, in layer order
-  std::vector<at::Tensor> cache_tensors_;       ///< one allocation per cache group
+  std::vector<at::Tensor> cache_tensors_;       ///< the shared cache tensors (kv_cache_plan.h)
+  MixerContext mixer_ctx_;                      ///< what mixers and the model were built with
+  bool has_state_ = false;                      ///< some layer keeps per-request state
   at::Tensor block_table_;  ///< [max_num_seqs, max_blocks_per_req] int32, persistent
   int64_t num_blocks_ = 0;
   int32_t next_free_block_ = 1;  ///< block 0 is the null block (warmers may scribble there)

@@ -1,0 +1,64 @@
+// How the KV cache and the recurrent-state cache are laid out, as vLLM V1's KV cache manager
+// does it for dense and hybrid (attention + Mamba2 / GDN) models. Torch-free.
+//
+// Followed (read through the code-search tool; commits of vllm-project/vllm):
+// - page sizes: vllm/v1/kv_cache_interface.py (bc8282e6): an attention page is
+//   block_size * bytes_per_token; a Mamba page is the sum of one request's state tensors;
+//   without prefix caching a Mamba layer holds 1 block per request (mamba_cache_mode "none");
+// - page-size unification: vllm/model_executor/models/config.py (1936cf38),
+//   HybridAttentionMambaModelConfig.verify_and_update_config: attn_block = align *
+//   cdiv(mamba_page, align * attention bytes per token) with align 16; the block size becomes
+//   attn_block when the scenario's is smaller; the Mamba page is padded up to the attention page;
+// - grouping and allocation: vllm/v1/core/kv_cache_utils.py (bbf906a8, mid-2025),
+//   _get_kv_cache_config_uniform_page_size: layers grouped by spec, group_size = the smallest
+//   number of layers of one spec, each spec split into groups of group_size layers; group_size
+//   tensors of num_blocks pages, each shared by one layer of every group; num_blocks =
+//   available_bytes // page // group_size. The 2026 refactor (get_kv_cache_groups) was not re-read.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace coldstart {
+
+/// One layer's cache need.
+struct LayerCacheNeed {
+  int layer = 0;
+  std::string spec;              ///< layers with equal specs are grouped (e.g. "attention/paged_bf16")
+  bool paged = true;             ///< true: paged KV (attention); false: recurrent state
+  int64_t bytes_per_token = 0;   ///< paged: K+V bytes of one token in this layer
+  int64_t state_bytes = 0;       ///< state: one request's conv + SSM state bytes in this layer
+};
+
+/// The inputs of the plan.
+struct KvCachePlanInput {
+  std::vector<LayerCacheNeed> layers;
+  int block_size = 16;                  ///< the scenario's block size (tokens)
+  std::optional<int64_t> num_gpu_blocks;  ///< fixed block count, else from available_bytes
+  int64_t available_bytes = 0;          ///< memory for the caches after the profile run
+  int64_t min_blocks = 1;               ///< blocks the plan must hold (else an Error)
+  int align = 16;                       ///< attention block alignment of the hybrid rule (FA)
+};
+
+/// The layout.
+struct KvCachePlan {
+  int block_size = 16;         ///< tokens per block after the hybrid rule (may exceed the input)
+  bool block_size_raised = false;
+  int64_t page_bytes = 0;      ///< bytes of one block (page) in every layer
+  int64_t state_padding_bytes = 0;  ///< bytes a state page is padded by (hybrid)
+  int group_size = 0;          ///< layers per group = number of shared tensors
+  std::vector<std::vector<int>> groups;  ///< layer ids of each group (a spec's layers, in order)
+  std::vector<std::string> group_specs;  ///< the spec of each group
+  int64_t num_blocks = 0;      ///< pages in each shared tensor
+  /// tensor_of_layer[layer] = index of the shared tensor (0..group_size-1) that holds it.
+  std::vector<int> tensor_of_layer;
+  int64_t tensor_bytes() const { return page_bytes * num_blocks; }
+};
+
+/// Plans the caches. Throws Error when a layer need is malformed or fewer than min_blocks blocks
+/// fit. Layers with neither paged nor state needs are left out (tensor_of_layer -1).
+KvCachePlan plan_kv_cache(const KvCachePlanInput& in);
+
+}  // namespace coldstart

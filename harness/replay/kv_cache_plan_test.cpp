@@ -1,0 +1,75 @@
+#include "harness/replay/kv_cache_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+namespace {
+
+LayerCacheNeed attn(int layer, int64_t per_token) { return {layer, "attention", true, per_token, 0}; }
+LayerCacheNeed state(int layer, int64_t bytes) { return {layer, "gdn", false, 0, bytes}; }
+
+TEST(KvCachePlan, DenseModelOneTensorPerLayer) {
+  KvCachePlanInput in;
+  for (int l = 0; l < 36; ++l) in.layers.push_back(attn(l, 2 * 8 * 128 * 2));
+  in.block_size = 16;
+  in.available_bytes = 1000ll * 16 * 4096 * 36;  // 1000 pages per layer
+  KvCachePlan p = plan_kv_cache(in);
+  EXPECT_EQ(p.block_size, 16);
+  EXPECT_FALSE(p.block_size_raised);
+  EXPECT_EQ(p.page_bytes, 16 * 4096);
+  EXPECT_EQ(p.group_size, 36);
+  EXPECT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.num_blocks, 1000);
+  for (int l = 0; l < 36; ++l) EXPECT_EQ(p.tensor_of_layer[l], l);
+}
+
+TEST(KvCachePlan, HybridRaisesTheBlockSizeAndSharesTensorsAcrossGroups) {
+  // Qwen3-Next-like: 36 GDN + 12 attention layers (vLLM's example: group_size 12, 4 groups, 12
+  // tensors). GDN state per request: conv (3, 8192) bf16 + ssm (32, 128, 128) fp32.
+  const int64_t gdn = 3 * 8192 * 2 + 32 * 128 * 128 * 4;
+  const int64_t tok = 2 * 2 * 256 * 2;  // K+V, 2 KV heads of 256, bf16
+  KvCachePlanInput in;
+  for (int l = 0; l < 48; ++l) in.layers.push_back(l % 4 == 3 ? attn(l, tok) : state(l, gdn));
+  in.block_size = 16;
+  in.num_gpu_blocks = 100;
+  KvCachePlan p = plan_kv_cache(in);
+  // attn_block = 16 * cdiv(gdn, 16 * tok) tokens.
+  const int64_t want_block = 16 * ((gdn + 16 * tok - 1) / (16 * tok));
+  EXPECT_EQ(p.block_size, want_block);
+  EXPECT_TRUE(p.block_size_raised);
+  EXPECT_EQ(p.page_bytes, want_block * tok);
+  EXPECT_GE(p.page_bytes, gdn);
+  EXPECT_EQ(p.state_padding_bytes, p.page_bytes - gdn);
+  EXPECT_EQ(p.group_size, 12);
+  EXPECT_EQ(p.groups.size(), 4u);  // 3 GDN groups + 1 attention group
+  // One layer of every group per tensor: tensor 0 holds the first layer of each group.
+  int in_tensor0 = 0;
+  for (int l = 0; l < 48; ++l) in_tensor0 += p.tensor_of_layer[l] == 0;
+  EXPECT_EQ(in_tensor0, 4);
+}
+
+TEST(KvCachePlan, SmallStatesKeepTheScenarioBlockSize) {
+  KvCachePlanInput in;
+  in.layers = {attn(0, 4096), state(1, 1000)};
+  in.block_size = 32;
+  in.num_gpu_blocks = 10;
+  KvCachePlan p = plan_kv_cache(in);
+  EXPECT_EQ(p.block_size, 32);
+  EXPECT_FALSE(p.block_size_raised);
+  EXPECT_EQ(p.state_padding_bytes, 32 * 4096 - 1000);
+}
+
+TEST(KvCachePlan, TooFewBlocksAndMalformedNeedsAreErrors) {
+  KvCachePlanInput in;
+  in.layers = {attn(0, 4096)};
+  in.available_bytes = 4096 * 16 * 3;
+  in.min_blocks = 4;
+  EXPECT_THROW(plan_kv_cache(in), Error);
+  in.layers = {attn(0, 0)};
+  EXPECT_THROW(plan_kv_cache(in), Error);
+}
+
+}  // namespace
+}  // namespace coldstart
