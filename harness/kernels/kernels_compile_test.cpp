@@ -1,4 +1,5 @@
-// Compiles every runtime-compiled kernel of every family with NVRTC for every arch it declares
+// Compiles every runtime-compiled kernel of every family with NVRTC for every arch it declares,
+// one per GPU generation (sm_80, 86, 89, 90, 100, 120 and sm_90a / sm_100a)
 // (KernelSource::min_sm / max_sm / arch_specific) among those this NVRTC supports (no GPU needed),
 // and checks that a plan on an arch a kernel lacks is refused by name. A failure prints the NVRTC
 // log.
@@ -22,10 +23,16 @@ struct ArchCase {
 
 std::vector<ArchCase> arch_cases() {
   std::vector<ArchCase> out;
-  std::vector<std::string> supported = jit::nvrtc_supported_archs();
-  // NVRTC lists plain archs; the arch-specific targets exist for sm_90 and sm_100 and later.
-  for (const std::string& a : jit::nvrtc_supported_archs())
-    if (jit::arch_sm(a) == 90 || jit::arch_sm(a) >= 100) supported.push_back(a + "a");
+  // One arch per GPU generation coldstart targets (Ampere A100 / GA10x, Ada, Hopper, Blackwell
+  // datacenter and consumer), and the arch-specific targets of Hopper and Blackwell, among those
+  // this NVRTC supports. Minor variants (sm_87, sm_103, sm_121, ...) compile the same source.
+  const auto nvrtc = jit::nvrtc_supported_archs();
+  std::vector<std::string> supported;
+  for (const char* a : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+    if (std::find(nvrtc.begin(), nvrtc.end(), a) == nvrtc.end()) continue;
+    supported.push_back(a);
+    if (jit::arch_sm(a) == 90 || jit::arch_sm(a) == 100) supported.push_back(std::string(a) + "a");
+  }
   for (const KernelCompileCase& c : all_compile_cases()) {
     for (const std::string& arch : jit::declared_archs(*c.kernel, supported)) out.push_back({c, arch});
   }
