@@ -3,76 +3,19 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
-#include <limits>
-#include <string>
-#include <utility>
 
 #include <fmt/format.h>
 
+#include "harness/kernels/launch_util.h"
 #include "harness/runtime/tensor_args.h"
-
-#ifdef COLDSTART_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace coldstart::paged {
 namespace {
 
 using jit::KernelArg;
+using namespace kernels;  // launch_util.h: the argument checks and launch helpers
 
-[[noreturn]] void fail(const char* fn, const char* arg, const std::string& what) {
-  throw Error(fmt::format("paged::{}: argument '{}' {}", fn, arg, what));
-}
-
-std::string shape_str(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += fmt::format("{}{}", i ? ", " : "", t.size(i));
-  return s + "]";
-}
-
-void check_defined_on_device(const char* fn, const char* arg, const at::Tensor& t) {
-  if (!t.defined()) fail(fn, arg, "is an undefined tensor");
-  if (!t.is_cuda() && !t.is_meta()) {
-    fail(fn, arg,
-         fmt::format("must be on a CUDA device (or the meta device in compile-only mode), got {}",
-                     t.device().str()));
-  }
-}
-
-// Checks dtype, rank, device kind (CUDA, or meta in compile-only mode) and optionally full
-// contiguity or a contiguous innermost dimension.
-enum class Layout { kAny, kInnerContiguous, kContiguous };
-void check(const char* fn, const char* arg, const at::Tensor& t, at::ScalarType dtype, int64_t dim,
-           Layout layout) {
-  if (!t.defined()) fail(fn, arg, "is an undefined tensor");
-  if (t.scalar_type() != dtype) {
-    fail(fn, arg,
-         fmt::format("must have dtype {}, got {}", c10::toString(dtype),
-                     c10::toString(t.scalar_type())));
-  }
-  if (t.dim() != dim) {
-    fail(fn, arg, fmt::format("must have {} dimensions, got shape {}", dim, shape_str(t)));
-  }
-  check_defined_on_device(fn, arg, t);
-  if (layout == Layout::kContiguous && !t.is_contiguous()) fail(fn, arg, "must be contiguous");
-  if (layout == Layout::kInnerContiguous && t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) {
-    fail(fn, arg, "must have a contiguous innermost dimension");
-  }
-}
-
-void check_size(const char* fn, const char* arg, const at::Tensor& t, int64_t d, int64_t want) {
-  if (t.size(d) != want) {
-    fail(fn, arg, fmt::format("has shape {}; dimension {} must be {}", shape_str(t), d, want));
-  }
-}
-
-void check_same_device(const char* fn, const at::Tensor& ref, const char* arg,
-                       const at::Tensor& t) {
-  if (t.device() != ref.device()) {
-    fail(fn, arg,
-         fmt::format("is on {}, the other arguments on {}", t.device().str(), ref.device().str()));
-  }
-}
+constexpr const char* kFamily = "paged";
 
 // torch 2.1+ has float8_e4m3fn; compared by name so older libtorch (no such enum) still builds.
 bool is_float8_e4m3fn(const at::Tensor& t) {
@@ -85,7 +28,7 @@ struct CacheArgs {
   KernelArg value;
 };
 
-CacheArgs check_cache(const char* fn, const PagedLayout& l, const at::Tensor& kv_cache_in) {
+CacheArgs check_cache(const CallSite& fn, const PagedLayout& l, const at::Tensor& kv_cache_in) {
   at::Tensor kv = kv_cache_in;
   if (kv.defined() && l.dtype == CacheDtype::kFP8E4M3 && is_float8_e4m3fn(kv)) {
     kv = kv.view(at::kByte);
@@ -107,8 +50,8 @@ CacheArgs check_cache(const char* fn, const PagedLayout& l, const at::Tensor& kv
 
 // A per-tensor scale: float32 with one element on the cache's device. Required for fp8; for bf16
 // it is not read, and an undefined tensor passes a null pointer.
-KernelArg scale_arg(const char* fn, const char* arg, const PagedLayout& l, const at::Tensor& s,
-                    const at::Tensor& kv_cache) {
+KernelArg scale_arg(const CallSite& fn, const char* arg, const PagedLayout& l,
+                    const at::Tensor& s, const at::Tensor& kv_cache) {
   if (!s.defined()) {
     if (l.dtype == CacheDtype::kFP8E4M3) fail(fn, arg, "is required for an fp8 cache");
     return KernelArg::pointer(0, jit::DType::kF32);
@@ -119,60 +62,18 @@ KernelArg scale_arg(const char* fn, const char* arg, const PagedLayout& l, const
   if (s.numel() != 1 || s.dim() > 1) {
     fail(fn, arg, fmt::format("must be a scalar (one element), got shape {}", shape_str(s)));
   }
-  check_defined_on_device(fn, arg, s);
+  check_on_device(fn, arg, s);
   check_same_device(fn, kv_cache, arg, s);
   return tensor_arg(s);
 }
 
-int32_t to_i32(const char* fn, const char* arg, int64_t v) {
-  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-    fail(fn, arg, fmt::format("value {} does not fit the kernel's int32", v));
-  }
-  return static_cast<int32_t>(v);
-}
-
-unsigned grid_dim(const char* fn, const char* what, int64_t v, int64_t max) {
-  if (v <= 0 || v > max) {
-    throw Error(fmt::format("paged::{}: grid {} = {} out of range", fn, what, v));
-  }
-  return static_cast<unsigned>(v);
-}
-
-// torch's current stream on the tensor's device; nullptr on the meta device (no launch happens).
-void* stream_for(const at::Tensor& t) {
-#ifdef COLDSTART_WITH_CUDA
-  if (t.is_cuda()) {
-    return static_cast<void*>(c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
-  }
-#endif
-  (void)t;
-  return nullptr;
-}
-
-jit::LaunchDims dims(unsigned gx, unsigned gy, unsigned gz, unsigned threads) {
-  jit::LaunchDims d;
-  d.grid[0] = gx;
-  d.grid[1] = gy;
-  d.grid[2] = gz;
-  d.block[0] = threads;
-  return d;
-}
-
 // Hq of a query tensor: a positive multiple of the layout's KV heads.
-void check_q_heads(const char* fn, const char* arg, const PagedLayout& l, int64_t hq) {
+void check_q_heads(const CallSite& fn, const char* arg, const PagedLayout& l, int64_t hq) {
   if (hq <= 0 || hq % l.num_kv_heads != 0 || hq > 65535) {
     fail(fn, arg,
          fmt::format("has {} heads, not a positive multiple of {} KV heads (at most 65535)", hq,
                      l.num_kv_heads));
   }
-}
-
-int64_t check_splits(const char* fn, const at::Tensor& mid_o) {
-  const int64_t splits = mid_o.size(2);
-  if (splits <= 0 || splits > 1024) {
-    fail(fn, "mid_o", fmt::format("has {} KV splits (dimension 2); expected 1..1024", splits));
-  }
-  return splits;
 }
 
 }  // namespace
@@ -188,30 +89,19 @@ at::ScalarType cache_scalar_type(const PagedLayout& layout) {
 void store(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& key,
            const at::Tensor& value, const at::Tensor& slot_mapping, const at::Tensor& kv_cache,
            const at::Tensor& k_scale, const at::Tensor& v_scale) {
-  const char* fn = "store";
-  check(fn, "key", key, at::kBFloat16, 3, Layout::kInnerContiguous);
-  check(fn, "value", value, at::kBFloat16, 3, Layout::kInnerContiguous);
-  check(fn, "slot_mapping", slot_mapping, at::kLong, 1, Layout::kContiguous);
+  const CallSite fn{kFamily, "store"};
+  check_store_inputs(fn, key, value, slot_mapping);
   const CacheArgs cache = check_cache(fn, l, kv_cache);
   const KernelArg ks = scale_arg(fn, "k_scale", l, k_scale, kv_cache);
   const KernelArg vs = scale_arg(fn, "v_scale", l, v_scale, kv_cache);
-  const int64_t n = key.size(0);
-  check_size(fn, "key", key, 1, l.num_kv_heads);
-  check_size(fn, "key", key, 2, l.head_dim);
-  if (value.sizes() != key.sizes()) {
-    fail(fn, "value", fmt::format("has shape {}, key has {}", shape_str(value), shape_str(key)));
-  }
-  check_size(fn, "slot_mapping", slot_mapping, 0, n);
-  check_same_device(fn, kv_cache, "key", key);
-  check_same_device(fn, kv_cache, "value", value);
-  check_same_device(fn, kv_cache, "slot_mapping", slot_mapping);
+  const int64_t n =
+      check_store_shapes(fn, l.num_kv_heads, l.head_dim, kv_cache, key, value, slot_mapping);
   if (n == 0) return;
   rt.launch(cache_store_kernel(), cache_store_constexprs(l),
             {tensor_arg(key), tensor_arg(value), tensor_arg(slot_mapping), cache.key, cache.value,
              ks, vs, KernelArg::i64(key.stride(0)), KernelArg::i64(key.stride(1)),
              KernelArg::i64(value.stride(0)), KernelArg::i64(value.stride(1))},
-            dims(grid_dim(fn, "x (tokens)", n, 0x7fffffff),
-                 grid_dim(fn, "y (kv heads)", l.num_kv_heads, 65535), 1, kStoreThreads),
+            store_grid(fn, n, l.num_kv_heads, kStoreThreads),
             stream_for(kv_cache));
 }
 
@@ -219,32 +109,18 @@ void decode_stage1(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& 
                    const at::Tensor& kv_cache, const at::Tensor& k_scale,
                    const at::Tensor& v_scale, const at::Tensor& block_table,
                    const at::Tensor& seq_lens, float sm_scale, const at::Tensor& mid_o) {
-  const char* fn = "decode_stage1";
+  const CallSite fn{kFamily, "decode_stage1"};
   check(fn, "q", q, at::kBFloat16, 3, Layout::kInnerContiguous);
   const CacheArgs cache = check_cache(fn, l, kv_cache);
   const KernelArg ks = scale_arg(fn, "k_scale", l, k_scale, kv_cache);
   const KernelArg vs = scale_arg(fn, "v_scale", l, v_scale, kv_cache);
-  check(fn, "block_table", block_table, at::kInt, 2, Layout::kInnerContiguous);
-  check(fn, "seq_lens", seq_lens, at::kInt, 1, Layout::kContiguous);
-  check(fn, "mid_o", mid_o, at::kFloat, 4, Layout::kContiguous);
+  check_decode_tables(fn, block_table, seq_lens, mid_o);
   const int64_t b = q.size(0);
   const int64_t hq = q.size(1);
   check_size(fn, "q", q, 2, l.head_dim);
   check_q_heads(fn, "q", l, hq);
-  if (block_table.size(0) < b) {
-    fail(fn, "block_table", fmt::format("has {} rows for a batch of {}", block_table.size(0), b));
-  }
-  if (seq_lens.size(0) < b) {
-    fail(fn, "seq_lens", fmt::format("has {} entries for a batch of {}", seq_lens.size(0), b));
-  }
-  check_size(fn, "mid_o", mid_o, 0, b);
-  check_size(fn, "mid_o", mid_o, 1, hq);
-  check_size(fn, "mid_o", mid_o, 3, l.head_dim + 1);
-  const int64_t splits = check_splits(fn, mid_o);
-  check_same_device(fn, kv_cache, "q", q);
-  check_same_device(fn, kv_cache, "block_table", block_table);
-  check_same_device(fn, kv_cache, "seq_lens", seq_lens);
-  check_same_device(fn, kv_cache, "mid_o", mid_o);
+  const int64_t splits =
+      check_decode_batch(fn, l.head_dim, kv_cache, q, block_table, seq_lens, mid_o);
   if (b == 0) return;
   const int32_t bt_stride = to_i32(fn, "block_table", block_table.stride(0));
   rt.launch(decode_stage1_kernel(),
@@ -252,46 +128,27 @@ void decode_stage1(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& 
             {tensor_arg(q), cache.key, cache.value, ks, vs, tensor_arg(block_table),
              tensor_arg(seq_lens), tensor_arg(mid_o), KernelArg::i64(q.stride(0)),
              KernelArg::i64(q.stride(1)), KernelArg::i32(bt_stride), KernelArg::f32(sm_scale)},
-            dims(grid_dim(fn, "x (batch)", b, 0x7fffffff), grid_dim(fn, "y (q heads)", hq, 65535),
-                 static_cast<unsigned>(splits), kStage1Threads),
+            decode_grid(fn, b, hq, splits, kStage1Threads),
             stream_for(kv_cache));
 }
 
 void decode_stage2(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& mid_o,
                    const at::Tensor& out, const at::Tensor& lse) {
-  const char* fn = "decode_stage2";
-  check(fn, "mid_o", mid_o, at::kFloat, 4, Layout::kContiguous);
-  check(fn, "out", out, at::kBFloat16, 3, Layout::kInnerContiguous);
-  check(fn, "lse", lse, at::kFloat, 2, Layout::kContiguous);
-  const int64_t b = mid_o.size(0);
-  const int64_t hq = mid_o.size(1);
-  check_size(fn, "mid_o", mid_o, 3, l.head_dim + 1);
-  const int64_t splits = check_splits(fn, mid_o);
-  check_size(fn, "out", out, 0, b);
-  check_size(fn, "out", out, 1, hq);
-  check_size(fn, "out", out, 2, l.head_dim);
-  check_size(fn, "lse", lse, 0, b);
-  check_size(fn, "lse", lse, 1, hq);
-  check_same_device(fn, mid_o, "out", out);
-  check_same_device(fn, mid_o, "lse", lse);
-  if (b == 0 || hq == 0) return;
-  rt.launch(decode_stage2_kernel(), decode_stage2_constexprs(l, static_cast<int>(splits)),
-            {tensor_arg(mid_o), tensor_arg(out), tensor_arg(lse), KernelArg::i64(out.stride(0)),
-             KernelArg::i64(out.stride(1))},
-            dims(grid_dim(fn, "x (batch)", b, 0x7fffffff), grid_dim(fn, "y (q heads)", hq, 65535),
-                 1, kStage2Threads),
-            stream_for(mid_o));
+  launch_decode_stage2(
+      rt, CallSite{kFamily, "decode_stage2"}, decode_stage2_kernel(),
+      [&](int splits) { return decode_stage2_constexprs(l, splits); }, l.head_dim,
+      kStage2Threads, mid_o, out, lse);
 }
 
 DecodeWorkspace decode_workspace_views(const at::Tensor& buffer, int64_t batch,
                                        int64_t num_q_heads, int64_t head_dim,
                                        int64_t num_kv_splits) {
-  const char* fn = "decode_workspace_views";
+  const CallSite fn{kFamily, "decode_workspace_views"};
   check(fn, "buffer", buffer, at::kByte, 1, Layout::kContiguous);
   if (batch < 0 || num_q_heads < 0 || head_dim <= 0 || num_kv_splits <= 0) {
-    throw Error(fmt::format("paged::{}: bad geometry batch={} num_q_heads={} head_dim={} "
+    throw Error(fmt::format("{}::{}: bad geometry batch={} num_q_heads={} head_dim={} "
                             "num_kv_splits={}",
-                            fn, batch, num_q_heads, head_dim, num_kv_splits));
+                            fn.family, fn.name, batch, num_q_heads, head_dim, num_kv_splits));
   }
   const int64_t need = decode_workspace_bytes(batch, num_q_heads, head_dim, num_kv_splits);
   if (buffer.size(0) < need) {
@@ -322,7 +179,7 @@ void prefill(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& q,
              const at::Tensor& kv_cache, const at::Tensor& k_scale, const at::Tensor& v_scale,
              const at::Tensor& block_table, const at::Tensor& query_start_loc,
              const at::Tensor& seq_lens, float sm_scale, const at::Tensor& out) {
-  const char* fn = "prefill";
+  const CallSite fn{kFamily, "prefill"};
   check(fn, "q", q, at::kBFloat16, 3, Layout::kInnerContiguous);
   const CacheArgs cache = check_cache(fn, l, kv_cache);
   const KernelArg ks = scale_arg(fn, "k_scale", l, k_scale, kv_cache);

@@ -1,8 +1,11 @@
 #include "harness/kernels/paged/paged_kernels.h"
 
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
+
+#include "harness/kernels/source_util.h"
 
 // Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
 extern const char* const kSource_paged_common;
@@ -16,23 +19,8 @@ namespace {
 
 jit::KernelSource make_source(const char* name, const char* text,
                               std::vector<std::string> arg_names, std::string& storage) {
-  jit::KernelSource k;
-  k.name = name;
-  k.entry = name;
-  // Each NVRTC program is the shared device helpers followed by one kernel file; the #line makes
-  // NVRTC's messages point into the kernel file.
-  storage = std::string(kSource_paged_common) + "\n#line 1 \"" + name + ".cu\"\n" + text;
-  k.source = storage.c_str();
-  k.arg_names = std::move(arg_names);
-  return k;
-}
-
-std::string label_of(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs) {
-  std::string s = k.name + "[";
-  for (size_t i = 0; i < cs.size(); ++i) {
-    s += fmt::format("{}{}={}", i ? "," : "", cs[i].name, cs[i].value);
-  }
-  return s + "]";
+  return kernels::make_kernel_source(kSource_paged_common, name, text, std::move(arg_names),
+                                     storage);
 }
 
 jit::Constexpr dtype_constexpr(const PagedLayout& l) {
@@ -58,12 +46,8 @@ PagedLayout PagedLayout::make(int head_dim, int block_size, int num_kv_heads, Ca
     throw InputError(fmt::format(
         "paged: head_dim {} is not supported (must be a multiple of 32 in [32, 256])", head_dim));
   }
-  if (block_size <= 0) {
-    throw InputError(fmt::format("paged: block_size {} must be positive", block_size));
-  }
-  if (num_kv_heads <= 0) {
-    throw InputError(fmt::format("paged: num_kv_heads {} must be positive", num_kv_heads));
-  }
+  kernels::require_positive("paged", "block_size", block_size);
+  kernels::require_positive("paged", "num_kv_heads", num_kv_heads);
   if (dtype != CacheDtype::kBF16 && dtype != CacheDtype::kFP8E4M3) {
     throw InputError(fmt::format("paged: cache dtype code {} is not supported",
                                  static_cast<int>(dtype)));
@@ -126,11 +110,7 @@ std::vector<jit::Constexpr> cache_store_constexprs(const PagedLayout& layout) {
 
 namespace {
 int kv_group(const PagedLayout& layout, int num_q_heads) {
-  if (num_q_heads <= 0 || num_q_heads % layout.num_kv_heads != 0) {
-    throw InputError(fmt::format("paged: {} query heads is not a positive multiple of {} KV heads",
-                                 num_q_heads, layout.num_kv_heads));
-  }
-  return num_q_heads / layout.num_kv_heads;
+  return kernels::kv_group("paged", num_q_heads, layout.num_kv_heads);
 }
 }  // namespace
 
@@ -165,13 +145,7 @@ std::vector<KernelCompileCase> compile_cases() {
   const uint64_t base = 1u << 20;  // 256-byte aligned, as a real allocation
   auto add = [&](const jit::KernelSource& k, std::vector<jit::Constexpr> cs,
                  std::vector<KernelArg> args) {
-    KernelCompileCase c;
-    c.family = "paged";
-    c.label = label_of(k, cs);
-    c.kernel = &k;
-    c.constexprs = std::move(cs);
-    c.args = std::move(args);
-    cases.push_back(std::move(c));
+    cases.push_back(kernels::make_compile_case("paged", k, std::move(cs), std::move(args)));
   };
   for (int d : {128, 256}) {
     const int64_t qkv_stride = static_cast<int64_t>(hq + 2 * hk) * d;  // q/k/v views of qkv

@@ -94,12 +94,7 @@ std::pair<at::Tensor, at::Tensor> gather_sequence(const PagedLayout& l, const at
   if (c.dim() != 5 || c.size(0) != 2) {
     throw Error("paged reference: kv_cache must be [2, num_blocks, block_size, Hk, D]");
   }
-  const at::Tensor bt = block_table_row.to(at::kCPU).to(at::kLong).contiguous();
-  at::Tensor slots = at::empty({num_tokens}, at::kLong);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    slots.data_ptr<int64_t>()[t] =
-        bt.data_ptr<int64_t>()[t / l.block_size] * l.block_size + t % l.block_size;
-  }
+  const at::Tensor slots = kernels::ref::token_slots(block_table_row, l.block_size, 0, num_tokens);
   const at::Tensor k = c[0].reshape({-1, l.num_kv_heads, l.head_dim}).index_select(0, slots);
   const at::Tensor v = c[1].reshape({-1, l.num_kv_heads, l.head_dim}).index_select(0, slots);
   return {element_values(l, k, k_scale), element_values(l, v, v_scale)};
@@ -107,31 +102,7 @@ std::pair<at::Tensor, at::Tensor> gather_sequence(const PagedLayout& l, const at
 
 Attention decode_attention(const at::Tensor& q, const std::vector<at::Tensor>& keys,
                            const std::vector<at::Tensor>& values, double sm_scale) {
-  const at::Tensor qd = q.to(at::kCPU).to(at::kDouble);
-  const int64_t b = qd.size(0);
-  const int64_t hq = qd.size(1);
-  const int64_t d = qd.size(2);
-  if (static_cast<int64_t>(keys.size()) != b || static_cast<int64_t>(values.size()) != b) {
-    throw Error("paged reference: decode_attention needs one key and value tensor per sequence");
-  }
-  Attention a;
-  a.out = at::zeros({b, hq, d}, at::kDouble);
-  a.lse = at::full({b, hq}, -std::numeric_limits<double>::infinity(), at::kDouble);
-  for (int64_t i = 0; i < b; ++i) {
-    const at::Tensor k = keys[i].to(at::kCPU).to(at::kDouble);  // [L, Hk, D]
-    const at::Tensor v = values[i].to(at::kCPU).to(at::kDouble);
-    if (k.size(0) == 0) continue;
-    const int64_t group = hq / k.size(1);
-    const at::Tensor kx = k.repeat_interleave(group, 1).permute({1, 0, 2});  // [Hq, L, D]
-    const at::Tensor vx = v.repeat_interleave(group, 1).permute({1, 0, 2});
-    const at::Tensor scores =
-        at::matmul(kx, qd[i].unsqueeze(-1)).squeeze(-1) * sm_scale;  // [Hq, L]
-    const at::Tensor lse = at::logsumexp(scores, {1});
-    const at::Tensor p = at::exp(scores - lse.unsqueeze(1));
-    a.out[i].copy_(at::matmul(p.unsqueeze(1), vx).squeeze(1));
-    a.lse[i].copy_(lse);
-  }
-  return a;
+  return kernels::ref::decode_attention("paged", q, keys, values, sm_scale);
 }
 
 at::Tensor prefill_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,

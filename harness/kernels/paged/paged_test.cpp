@@ -9,11 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <limits>
-#include <numeric>
 #include <ostream>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,9 +18,13 @@
 #include "harness/jit/jit.h"
 #include "harness/kernels/paged/paged.h"
 #include "harness/kernels/paged/paged_reference.h"
+#include "harness/kernels/reference_util.h"
+#include "harness/kernels/test_util.h"
 
 namespace coldstart::paged {
 namespace {
+
+using namespace kernels::test;  // test_util.h
 
 constexpr CacheDtype kBF16 = CacheDtype::kBF16;
 constexpr CacheDtype kFP8 = CacheDtype::kFP8E4M3;
@@ -147,13 +148,6 @@ TEST(PagedReference, PrefillMatchesDecodePerPosition) {
 // ---------------------------------------------------------------------------------------------
 // CPU: compile-only mode (meta tensors, JitRuntime without launches)
 
-jit::JitOptions compile_only_options() {
-  jit::JitOptions o;
-  o.arch = "sm_90";
-  o.launch = false;
-  return o;
-}
-
 TEST(PagedCompileOnly, WrappersCompileOnMetaTensors) {
   jit::JitRuntime rt(compile_only_options());
   const auto meta = at::TensorOptions().device(at::kMeta);
@@ -203,18 +197,6 @@ TEST(PagedCompileOnly, WrappersCompileOnMetaTensors) {
          at::empty({1, hq, d}, meta.dtype(at::kBFloat16)));
   EXPECT_EQ(rt.cached_kernels(), expected + 1);
 }
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_MENTIONS(call, text) \
-  EXPECT_NE(message_of([&] { call; }).find(text), std::string::npos) << message_of([&] { call; })
 
 TEST(PagedCompileOnly, ValidationNamesTheArgument) {
   jit::JitRuntime rt(compile_only_options());
@@ -279,46 +261,6 @@ TEST(PagedCompileOnly, ValidationNamesTheArgument) {
 // ---------------------------------------------------------------------------------------------
 // GPU
 
-bool gpu_available(std::string* why) {
-#ifndef COLDSTART_WITH_CUDA
-  *why = "this build's libtorch has no CUDA backend";
-  return false;
-#else
-  if (!at::hasCUDA()) {
-    *why = "libtorch sees no CUDA device";
-    return false;
-  }
-  return true;
-#endif
-}
-
-#define PAGED_REQUIRE_GPU()                                                  \
-  do {                                                                       \
-    std::string why_;                                                        \
-    if (!gpu_available(&why_)) {                                             \
-      GTEST_SKIP() << "needs a CUDA GPU and a CUDA libtorch: " << why_;      \
-    }                                                                        \
-  } while (0)
-
-// One runtime for all GPU tests, so each kernel compiles once. Deliberately never destroyed: at
-// static-destruction time libtorch may already have torn its CUDA state down.
-jit::JitRuntime& gpu_runtime() {
-  static jit::JitRuntime* rt = new jit::JitRuntime(jit::JitOptions{});  // current GPU's arch
-  return *rt;
-}
-
-at::TensorOptions cuda(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
-
-constexpr uint8_t kSentinel = 0xAB;
-
-// Random non-zero bf16 on the GPU, generated on the CPU from `seed`.
-at::Tensor random_bf16(std::vector<int64_t> shape, uint64_t seed, double scale, double shift) {
-  at::manual_seed(seed);
-  at::Tensor x = at::randn(shape) * scale + shift;
-  x = at::where(x == 0, at::full_like(x, 1e-3), x);
-  return x.to(at::kBFloat16).to(at::kCUDA);
-}
-
 // Per-tensor scales for a dtype (fp8: chosen so |x| / scale spans the e4m3 range).
 struct Scales {
   float k = 1.0f, v = 1.0f;
@@ -356,42 +298,18 @@ at::Tensor element_bytes_of(const at::Tensor& elements) {
       {elements.size(0), elements.size(1), -1});
 }
 
-// Every sequence gets its own shuffled blocks; the table has `stride` columns.
-struct Paged {
-  at::Tensor cache;        // cuda, sentinel-filled
-  at::Tensor block_table;  // cpu int32 [B, stride]
-  int64_t num_blocks = 0;
-};
-
-Paged make_paged(const PagedLayout& l, const std::vector<int64_t>& lens, int64_t stride,
-                 uint64_t seed) {
-  Paged p;
-  int64_t total = 0;
-  for (int64_t n : lens) total += (n + l.block_size - 1) / l.block_size;
-  p.num_blocks = total + 5;
-  std::vector<int32_t> ids(p.num_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(static_cast<uint32_t>(seed)));
-  p.block_table = at::zeros({static_cast<int64_t>(lens.size()), stride}, at::kInt);
-  size_t next = 0;
-  for (size_t b = 0; b < lens.size(); ++b) {
-    const int64_t nb = (lens[b] + l.block_size - 1) / l.block_size;
-    for (int64_t j = 0; j < nb; ++j) p.block_table[b][j] = ids[next++];
-  }
+// Every sequence gets its own shuffled blocks of a sentinel-filled cache; the table has `stride`
+// columns.
+PagedCache make_paged(const PagedLayout& l, const std::vector<int64_t>& lens, int64_t stride,
+                      uint64_t seed) {
+  PagedCache p = shuffled_blocks(l.block_size, lens, stride, seed);
   p.cache = poisoned_cache(l, p.num_blocks);
   return p;
 }
 
 // Cache slots of tokens [first, first + n) of a sequence.
 at::Tensor slots_of(const PagedLayout& l, const at::Tensor& bt_row, int64_t first, int64_t n) {
-  at::Tensor s = at::empty({n}, at::kLong);
-  const at::Tensor row = bt_row.contiguous();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = first + i;
-    s[i] = static_cast<int64_t>(row.data_ptr<int32_t>()[t / l.block_size]) * l.block_size +
-           t % l.block_size;
-  }
-  return s;
+  return kernels::ref::token_slots(bt_row, l.block_size, first, n);
 }
 
 // |got - want| <= |want| * 2^-8 (bf16 output rounding) + 1e-4 * vmax (float32 accumulation).
@@ -421,7 +339,7 @@ void PrintTo(const StoreCase& c, std::ostream* os) { *os << store_name({c, 0}); 
 class PagedStoreGpu : public testing::TestWithParam<StoreCase> {};
 
 TEST_P(PagedStoreGpu, BytesMatchReference) {
-  PAGED_REQUIRE_GPU();
+  CS_REQUIRE_GPU();
   const StoreCase c = GetParam();
   const PagedLayout l = PagedLayout::make(static_cast<int>(c.d), static_cast<int>(c.bs),
                                           static_cast<int>(c.hk), c.dtype);
@@ -436,11 +354,7 @@ TEST_P(PagedStoreGpu, BytesMatchReference) {
   const int64_t num_blocks = (c.tokens + c.bs - 1) / c.bs + 3;
   const int64_t total_slots = num_blocks * c.bs;
   // Distinct random slots; every 5th token skipped (negative slot).
-  std::vector<int64_t> perm(total_slots);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
-  at::Tensor slots = at::empty({c.tokens}, at::kLong);
-  for (int64_t t = 0; t < c.tokens; ++t) slots[t] = (t % 5 == 3) ? -1 : perm[t];
+  const at::Tensor slots = random_slots(c.tokens, total_slots);
   at::Tensor cache = poisoned_cache(l, num_blocks);
   store(gpu_runtime(), l, key, value, slots.to(at::kCUDA), cache, sc.k_t, sc.v_t);
   const at::Tensor bytes = cache_bytes(l, cache);  // [2, slots, Hk, D * elt]
@@ -519,7 +433,7 @@ void PrintTo(const DecodeCase& c, std::ostream* os) { *os << decode_name({c, 0})
 class PagedDecodeGpu : public testing::TestWithParam<DecodeCase> {};
 
 TEST_P(PagedDecodeGpu, MatchesFloat64Reference) {
-  PAGED_REQUIRE_GPU();
+  CS_REQUIRE_GPU();
   const DecodeCase c = GetParam();
   const PagedLayout l = PagedLayout::make(static_cast<int>(c.d), static_cast<int>(c.bs),
                                           static_cast<int>(c.hk), c.dtype);
@@ -528,7 +442,7 @@ TEST_P(PagedDecodeGpu, MatchesFloat64Reference) {
   std::vector<int64_t> lens;
   for (int64_t b = 0; b < c.batch; ++b) lens.push_back(std::max<int64_t>(1, c.ctx - 7 * b));
   const int64_t max_blocks = (c.ctx + c.bs - 1) / c.bs + 3;  // not a multiple of 16 on purpose
-  Paged p = make_paged(l, lens, max_blocks, seed);
+  PagedCache p = make_paged(l, lens, max_blocks, seed);
   const Scales sc = make_scales(c.dtype, 0.02f, 0.01f);
   for (int64_t b = 0; b < c.batch; ++b) {
     const at::Tensor k = random_bf16({lens[b], c.hk, c.d}, seed + 2 * b, 1.5, 0.2);
@@ -629,7 +543,7 @@ void PrintTo(const PrefillCase& c, std::ostream* os) { *os << prefill_name({c, 0
 class PagedPrefillGpu : public testing::TestWithParam<PrefillCase> {};
 
 TEST_P(PagedPrefillGpu, MatchesFloat64Reference) {
-  PAGED_REQUIRE_GPU();
+  CS_REQUIRE_GPU();
   const PrefillCase c = GetParam();
   const PagedLayout l = PagedLayout::make(static_cast<int>(c.d), static_cast<int>(c.bs),
                                           static_cast<int>(c.hk), c.dtype);
@@ -645,7 +559,7 @@ TEST_P(PagedPrefillGpu, MatchesFloat64Reference) {
   const int64_t total_q = qsl.back();
   const int64_t padded = total_q + 2;  // two padding tokens, whose rows must stay untouched
   const int64_t max_lens = *std::max_element(lens.begin(), lens.end());
-  Paged p = make_paged(l, lens, (max_lens + c.bs - 1) / c.bs + 1, seed);
+  PagedCache p = make_paged(l, lens, (max_lens + c.bs - 1) / c.bs + 1, seed);
   const Scales sc = make_scales(c.dtype, 0.03f, 0.015f);
 
   // The context was stored by earlier steps, the chunk just now: two store calls per sequence.

@@ -1,8 +1,11 @@
 #include "harness/kernels/turboquant/turboquant_kernels.h"
 
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
+
+#include "harness/kernels/source_util.h"
 
 // Embedded by cs_embed_sources (harness/kernels/CMakeLists.txt).
 extern const char* const kSource_tq_common;
@@ -18,23 +21,7 @@ bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 jit::KernelSource make_source(const char* name, const char* text,
                               std::vector<std::string> arg_names, std::string& storage) {
-  jit::KernelSource k;
-  k.name = name;
-  k.entry = name;
-  // Each NVRTC program is the shared device helpers followed by one kernel file; the #line makes
-  // NVRTC's messages point into the kernel file.
-  storage = std::string(kSource_tq_common) + "\n#line 1 \"" + name + ".cu\"\n" + text;
-  k.source = storage.c_str();
-  k.arg_names = std::move(arg_names);
-  return k;
-}
-
-std::string label_of(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs) {
-  std::string s = k.name + "[";
-  for (size_t i = 0; i < cs.size(); ++i) {
-    s += fmt::format("{}{}={}", i ? "," : "", cs[i].name, cs[i].value);
-  }
-  return s + "]";
+  return kernels::make_kernel_source(kSource_tq_common, name, text, std::move(arg_names), storage);
 }
 
 }  // namespace
@@ -45,12 +32,8 @@ TqLayout TqLayout::make(int head_dim, int block_size, int num_kv_heads) {
         "turboquant: head_dim {} is not supported (must be a power of two in [16, 256])",
         head_dim));
   }
-  if (block_size <= 0) {
-    throw InputError(fmt::format("turboquant: block_size {} must be positive", block_size));
-  }
-  if (num_kv_heads <= 0) {
-    throw InputError(fmt::format("turboquant: num_kv_heads {} must be positive", num_kv_heads));
-  }
+  kernels::require_positive("turboquant", "block_size", block_size);
+  kernels::require_positive("turboquant", "num_kv_heads", num_kv_heads);
   TqLayout l;
   l.head_dim = head_dim;
   l.block_size = block_size;
@@ -108,15 +91,10 @@ std::vector<jit::Constexpr> cache_store_constexprs(const TqLayout& layout) {
 
 std::vector<jit::Constexpr> decode_stage1_constexprs(const TqLayout& layout, int num_q_heads,
                                                      int num_kv_splits) {
-  if (num_q_heads <= 0 || num_q_heads % layout.num_kv_heads != 0) {
-    throw InputError(fmt::format(
-        "turboquant: {} query heads is not a positive multiple of {} KV heads", num_q_heads,
-        layout.num_kv_heads));
-  }
   return {{"HEAD_DIM", layout.head_dim},
           {"BLOCK_SIZE", layout.block_size},
           {"NUM_KV_SPLITS", num_kv_splits},
-          {"KV_GROUP", num_q_heads / layout.num_kv_heads}};
+          {"KV_GROUP", kernels::kv_group("turboquant", num_q_heads, layout.num_kv_heads)}};
 }
 
 std::vector<jit::Constexpr> decode_stage2_constexprs(const TqLayout& layout, int num_kv_splits) {
@@ -140,13 +118,7 @@ std::vector<KernelCompileCase> compile_cases() {
     const uint64_t base = 1u << 20;                                     // 256-byte aligned
     auto add = [&](const jit::KernelSource& k, std::vector<jit::Constexpr> cs,
                    std::vector<KernelArg> args) {
-      KernelCompileCase c;
-      c.family = "turboquant";
-      c.label = label_of(k, cs);
-      c.kernel = &k;
-      c.constexprs = std::move(cs);
-      c.args = std::move(args);
-      cases.push_back(std::move(c));
+      cases.push_back(kernels::make_compile_case("turboquant", k, std::move(cs), std::move(args)));
     };
     add(cache_store_kernel(), cache_store_constexprs(l),
         {KernelArg::pointer(base + 2ull * hq * d, DType::kBF16),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/kernels/turboquant/turboquant_kernels.h"
+#include "harness/kernels/reference_util.h"
 
 namespace coldstart::tq::ref {
 
@@ -63,15 +64,10 @@ std::pair<at::Tensor, at::Tensor> dequant_sequence(const TqLayout& layout, const
                                                    const at::Tensor& block_table_row,
                                                    int64_t num_tokens);
 
-/// Decode attention result: out float64 [B, Hq, D], lse float64 [B, Hq] (natural log of the sum
-/// of exp(sm_scale * q.k); -inf and a zero output for an empty sequence).
-struct Attention {
-  at::Tensor out;
-  at::Tensor lse;
-};
+/// Decode attention result: out float64 [B, Hq, D], lse float64 [B, Hq] (reference_util.h).
+using Attention = kernels::ref::Attention;
 
-/// Float64 decode attention of q [B, Hq, D] over per-sequence keys[b] / values[b]
-/// [L_b, Hk, D]; query head h reads KV head h / (Hq / Hk).
+/// Float64 decode attention (kernels::ref::decode_attention; errors say "turboquant reference").
 Attention decode_attention(const at::Tensor& q, const std::vector<at::Tensor>& keys,
                            const std::vector<at::Tensor>& values, double sm_scale);
 

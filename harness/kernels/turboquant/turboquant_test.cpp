@@ -9,17 +9,20 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <memory>
-#include <numeric>
-#include <random>
 #include <string>
+#include <vector>
 
 #include "harness/jit/jit.h"
+#include "harness/kernels/reference_util.h"
+#include "harness/kernels/test_util.h"
 #include "harness/kernels/turboquant/turboquant.h"
 #include "harness/kernels/turboquant/turboquant_reference.h"
 
 namespace coldstart::tq {
 namespace {
+
+using kernels::ref::token_slots;
+using namespace kernels::test;  // test_util.h
 
 // ---------------------------------------------------------------------------------------------
 // CPU: layout and workspace sizes
@@ -132,13 +135,6 @@ TEST(TqReference, PackUnpackRoundTrip) {
 // ---------------------------------------------------------------------------------------------
 // CPU: compile-only mode (meta tensors, JitRuntime without launches)
 
-jit::JitOptions compile_only_options() {
-  jit::JitOptions o;
-  o.arch = "sm_90";
-  o.launch = false;
-  return o;
-}
-
 TEST(TqCompileOnly, WrappersCompileOnMetaTensors) {
   jit::JitRuntime rt(compile_only_options());
   const TqLayout l = TqLayout::make(128, 16, 8);
@@ -179,128 +175,44 @@ TEST(TqCompileOnly, ValidationNamesTheArgument) {
   const at::Tensor cache = at::empty(cache_shape(l, 4), meta.dtype(at::kByte));
   const at::Tensor good = at::empty({3, 8, 128}, meta.dtype(at::kBFloat16));
   const at::Tensor slots = at::empty({3}, meta.dtype(at::kLong));
-  auto message = [](auto&& fn) -> std::string {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
-  EXPECT_NE(message([&] { store(rt, l, good.to(at::kFloat), good, slots, cache); }).find("'key'"),
-            std::string::npos);
-  EXPECT_NE(message([&] { store(rt, l, good, good, slots.to(at::kInt), cache); })
-                .find("'slot_mapping'"),
-            std::string::npos);
+  EXPECT_MENTIONS(store(rt, l, good.to(at::kFloat), good, slots, cache), "'key'");
+  EXPECT_MENTIONS(store(rt, l, good, good, slots.to(at::kInt), cache), "'slot_mapping'");
   const at::Tensor bad_cache = at::empty({4, 16, 8, 130}, meta.dtype(at::kByte));
-  EXPECT_NE(message([&] { store(rt, l, good, good, slots, bad_cache); }).find("'cache'"),
-            std::string::npos);
+  EXPECT_MENTIONS(store(rt, l, good, good, slots, bad_cache), "'cache'");
   const at::Tensor cpu_key = at::empty({3, 8, 128}, at::kBFloat16);
-  EXPECT_NE(message([&] { store(rt, l, cpu_key, good, slots, cache); }).find("CUDA device"),
-            std::string::npos);
+  EXPECT_MENTIONS(store(rt, l, cpu_key, good, slots, cache), "CUDA device");
   const at::Tensor q = at::empty({2, 12, 128}, meta.dtype(at::kBFloat16));  // 12 % 8 != 0
   const at::Tensor mid = at::empty({2, 12, 32, 129}, meta.dtype(at::kFloat));
-  EXPECT_NE(message([&] {
-              decode_stage1(rt, l, q, cache, at::empty({2, 4}, meta.dtype(at::kInt)),
-                            at::empty({2}, meta.dtype(at::kInt)), 1.0f, mid);
-            }).find("'q'"),
-            std::string::npos);
+  EXPECT_MENTIONS(decode_stage1(rt, l, q, cache, at::empty({2, 4}, meta.dtype(at::kInt)),
+                                at::empty({2}, meta.dtype(at::kInt)), 1.0f, mid),
+                  "'q'");
   const at::Tensor kout = at::empty({8, 32, 128}, meta.dtype(at::kBFloat16));
-  EXPECT_NE(message([&] {
-              dequant_kv(rt, l, cache, at::empty({1}, meta.dtype(at::kInt)), 33, kout, kout);
-            }).find("'k_out'"),
-            std::string::npos);
-  EXPECT_NE(message([&] {
-              dequant_kv(rt, l, cache, at::empty({1}, meta.dtype(at::kInt)), 20, kout, kout);
-            }).find("'block_table_row'"),
-            std::string::npos);
+  EXPECT_MENTIONS(dequant_kv(rt, l, cache, at::empty({1}, meta.dtype(at::kInt)), 33, kout, kout),
+                  "'k_out'");
+  EXPECT_MENTIONS(dequant_kv(rt, l, cache, at::empty({1}, meta.dtype(at::kInt)), 20, kout, kout),
+                  "'block_table_row'");
   EXPECT_EQ(rt.cached_kernels(), 0u);
 }
 
 // ---------------------------------------------------------------------------------------------
 // GPU
 
-bool gpu_available(std::string* why) {
-#ifndef COLDSTART_WITH_CUDA
-  *why = "this build's libtorch has no CUDA backend";
-  return false;
-#else
-  if (!at::hasCUDA()) {
-    *why = "libtorch sees no CUDA device";
-    return false;
-  }
-  return true;
-#endif
-}
-
-#define TQ_REQUIRE_GPU()                                                     \
-  do {                                                                       \
-    std::string why_;                                                        \
-    if (!gpu_available(&why_)) {                                             \
-      GTEST_SKIP() << "needs a CUDA GPU and a CUDA libtorch: " << why_;      \
-    }                                                                        \
-  } while (0)
-
-// One runtime for all GPU tests, so each kernel compiles once. Deliberately never destroyed: at
-// static-destruction time libtorch may already have torn its CUDA state down.
-jit::JitRuntime& gpu_runtime() {
-  static jit::JitRuntime* rt = new jit::JitRuntime(jit::JitOptions{});  // current GPU's arch
-  return *rt;
-}
-
-at::TensorOptions cuda(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
-
-// Random non-zero bf16 [n, h, d] on the GPU, generated on the CPU from `seed`.
-at::Tensor random_bf16(std::vector<int64_t> shape, uint64_t seed, double scale, double shift) {
-  at::manual_seed(seed);
-  at::Tensor x = at::randn(shape) * scale + shift;
-  x = at::where(x == 0, at::full_like(x, 1e-3), x);
-  return x.to(at::kBFloat16).to(at::kCUDA);
-}
-
-// A cache with `num_blocks` blocks poisoned with 0xAB, and a shuffled block table giving every
-// sequence its own blocks. Returns the table as int32 CPU [B, stride].
-struct Paged {
-  at::Tensor cache;        // cuda uint8
-  at::Tensor block_table;  // cpu int32 [B, stride]
-  int64_t num_blocks = 0;
-};
-
-Paged make_paged(const TqLayout& l, const std::vector<int64_t>& lens, int64_t stride, uint64_t seed) {
-  Paged p;
-  int64_t total = 0;
-  for (int64_t n : lens) total += (n + l.block_size - 1) / l.block_size;
-  p.num_blocks = total + 5;
-  std::vector<int32_t> ids(p.num_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::shuffle(ids.begin(), ids.end(), rng);
-  p.block_table = at::zeros({static_cast<int64_t>(lens.size()), stride}, at::kInt);
-  size_t next = 0;
-  for (size_t b = 0; b < lens.size(); ++b) {
-    const int64_t nb = (lens[b] + l.block_size - 1) / l.block_size;
-    for (int64_t j = 0; j < nb; ++j) p.block_table[b][j] = ids[next++];
-  }
-  p.cache = at::full(cache_shape(l, p.num_blocks), 0xAB, cuda(at::kByte));
+// A cache with `num_blocks` blocks poisoned with kSentinel, and a shuffled block table giving
+// every sequence its own blocks.
+PagedCache make_paged(const TqLayout& l, const std::vector<int64_t>& lens, int64_t stride,
+                      uint64_t seed) {
+  PagedCache p = shuffled_blocks(l.block_size, lens, stride, seed);
+  p.cache = at::full(cache_shape(l, p.num_blocks), kSentinel, cuda(at::kByte));
   return p;
 }
 
-at::Tensor slots_of(const TqLayout& l, const at::Tensor& bt_row, int64_t n) {
-  at::Tensor s = at::empty({n}, at::kLong);
-  for (int64_t t = 0; t < n; ++t) {
-    s[t] = static_cast<int64_t>(bt_row[t / l.block_size].item<int32_t>()) * l.block_size +
-           t % l.block_size;
-  }
-  return s;
-}
-
 // Stores `key`/`value` [n, Hk, D] of every sequence through the kernel.
-void store_all(const TqLayout& l, Paged& p, const std::vector<at::Tensor>& keys,
+void store_all(const TqLayout& l, PagedCache& p, const std::vector<at::Tensor>& keys,
                const std::vector<at::Tensor>& values) {
   for (size_t b = 0; b < keys.size(); ++b) {
     const int64_t n = keys[b].size(0);
     store(gpu_runtime(), l, keys[b], values[b],
-          slots_of(l, p.block_table[b], n).to(at::kCUDA), p.cache);
+          token_slots(p.block_table[b], l.block_size, 0, n).to(at::kCUDA), p.cache);
   }
 }
 
@@ -313,7 +225,7 @@ struct StoreCase {
 class TqStoreGpu : public testing::TestWithParam<StoreCase> {};
 
 TEST_P(TqStoreGpu, BytesMatchReference) {
-  TQ_REQUIRE_GPU();
+  CS_REQUIRE_GPU();
   const StoreCase c = GetParam();
   const TqLayout l = TqLayout::make(static_cast<int>(c.d), 16, static_cast<int>(c.hk));
   // key / value as strided views of a fused qkv tensor, as a serving engine passes them.
@@ -323,12 +235,8 @@ TEST_P(TqStoreGpu, BytesMatchReference) {
   const int64_t num_blocks = (c.tokens + 15) / 16 + 3;
   const int64_t total_slots = num_blocks * 16;
   // Distinct random slots; every 5th token skipped (negative slot).
-  std::vector<int64_t> perm(total_slots);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
-  at::Tensor slots = at::empty({c.tokens}, at::kLong);
-  for (int64_t t = 0; t < c.tokens; ++t) slots[t] = (t % 5 == 3) ? -1 : perm[t];
-  at::Tensor cache = at::full(cache_shape(l, num_blocks), 0xAB, cuda(at::kByte));
+  const at::Tensor slots = random_slots(c.tokens, total_slots);
+  at::Tensor cache = at::full(cache_shape(l, num_blocks), kSentinel, cuda(at::kByte));
   store(gpu_runtime(), l, key, value, slots.to(at::kCUDA), cache);
   const at::Tensor bytes = cache.cpu().view({-1, c.hk, l.slot_bytes});
 
@@ -339,7 +247,7 @@ TEST_P(TqStoreGpu, BytesMatchReference) {
   at::Tensor unused = at::ones({total_slots}, at::kBool);
   unused.index_fill_(0, kept_slots, false);
   const at::Tensor rest = bytes.index_select(0, unused.nonzero().squeeze(1));
-  EXPECT_TRUE((rest == 0xAB).all().item<bool>()) << "store wrote outside slot_mapping";
+  EXPECT_TRUE((rest == kSentinel).all().item<bool>()) << "store wrote outside slot_mapping";
 
   const auto got = ref::unpack_slots(l, bytes.index_select(0, kept_slots));  // [n', Hk, ...]
   const at::Tensor k_in = key.cpu().index_select(0, tok);
@@ -420,14 +328,14 @@ std::vector<DecodeCase> decode_cases() {
 class TqDecodeGpu : public testing::TestWithParam<DecodeCase> {};
 
 TEST_P(TqDecodeGpu, MatchesFloat64Reference) {
-  TQ_REQUIRE_GPU();
+  CS_REQUIRE_GPU();
   const DecodeCase c = GetParam();
   const TqLayout l = TqLayout::make(static_cast<int>(c.d), 16, static_cast<int>(c.hk));
   const uint64_t seed = static_cast<uint64_t>(c.batch * 1000003 + c.ctx * 131 + c.hq * 7 + c.d);
   std::vector<int64_t> lens;
   for (int64_t b = 0; b < c.batch; ++b) lens.push_back(std::max<int64_t>(1, c.ctx - 7 * b));
   const int64_t max_blocks = (c.ctx + 15) / 16 + 3;  // not a multiple of 16 on purpose
-  Paged p = make_paged(l, lens, max_blocks, seed);
+  PagedCache p = make_paged(l, lens, max_blocks, seed);
   std::vector<at::Tensor> keys, values;
   for (int64_t b = 0; b < c.batch; ++b) {
     keys.push_back(random_bf16({lens[b], c.hk, c.d}, seed + 2 * b, 1.5, 0.2));
@@ -483,12 +391,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TqDecodeGpu, testing::ValuesIn(decode_cases()),
 class TqDequantGpu : public testing::TestWithParam<DecodeCase> {};
 
 TEST_P(TqDequantGpu, MatchesReferenceAndLeavesTailUntouched) {
-  TQ_REQUIRE_GPU();
+  CS_REQUIRE_GPU();
   const DecodeCase c = GetParam();  // batch unused: one sequence
   const TqLayout l = TqLayout::make(static_cast<int>(c.d), 16, static_cast<int>(c.hk));
   const uint64_t seed = static_cast<uint64_t>(c.ctx * 17 + c.hk * 3 + c.d);
   const int64_t n = c.ctx;
-  Paged p = make_paged(l, {n}, (n + 15) / 16 + 1, seed);
+  PagedCache p = make_paged(l, {n}, (n + 15) / 16 + 1, seed);
   store_all(l, p, {random_bf16({n, c.hk, c.d}, seed, 2.0, 0.1)},
             {random_bf16({n, c.hk, c.d}, seed + 1, 1.0, 0.0)});
   // One block more than needed, so rows past num_tokens include a whole untouched block.

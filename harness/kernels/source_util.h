@@ -1,0 +1,37 @@
+// Helpers the kernel families share to describe their runtime-compiled kernels: KernelSource
+// specs built from a family's common device header plus one kernel file, and the labels and
+// records of their compile cases (kernel_registry.h). Torch-free (cs_kernel_sources).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/jit/jit.h"
+#include "harness/kernels/kernel_registry.h"
+
+namespace coldstart::kernels {
+
+/// The KernelSource of kernel `name` (also its extern "C" entry): one NVRTC program made of the
+/// family's shared device helpers `common` followed by the kernel file `text`, behind a
+/// `#line 1 "<name>.cu"` so NVRTC's messages point into the kernel file. The program text is
+/// kept in `storage`, which must outlive the returned source (a function-local static).
+jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,
+                                     std::vector<std::string> arg_names, std::string& storage);
+
+/// Printable identity of a specialization: "<kernel>[NAME=value,...]", constexprs in order.
+std::string compile_case_label(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs);
+
+/// A compile case of `family` ("paged") for kernel `k`, labelled by compile_case_label.
+KernelCompileCase make_compile_case(const char* family, const jit::KernelSource& k,
+                                    std::vector<jit::Constexpr> cs,
+                                    std::vector<jit::KernelArg> args);
+
+/// Query heads per KV head (a kernel's KV_GROUP). Throws InputError
+/// "<family>: <q> query heads is not a positive multiple of <kv> KV heads" otherwise.
+int kv_group(const char* family, int num_q_heads, int num_kv_heads);
+
+/// Throws InputError "<family>: <what> <value> must be positive" unless value > 0 (layout
+/// geometry such as block_size, num_kv_heads).
+void require_positive(const char* family, const char* what, int value);
+
+}  // namespace coldstart::kernels
