@@ -23,6 +23,20 @@ const std::vector<Target>& profiles() {
   };
   return p;
 }
+/// cudaDevAttrMaxSharedMemoryPerBlockOptin by compute capability (CUDA C Programming Guide,
+/// "Technical Specifications per Compute Capability"): 227 KiB on sm_90 / sm_100 / sm_103,
+/// 163 KiB on sm_80 / sm_87, 99 KiB on sm_86 / sm_89 / sm_120 / sm_121, 64 KiB on sm_75, 96 KiB
+/// on sm_70; 48 KiB (the portable limit) for anything else.
+int shared_memory_per_block_optin(int sm) {
+  switch (sm) {
+    case 90: case 100: case 103: return kSmem90;
+    case 80: case 87: return 163 * 1024;
+    case 86: case 89: case 120: case 121: return kSmem86;
+    case 75: return 64 * 1024;
+    case 70: case 72: return 96 * 1024;
+    default: return 48 * 1024;
+  }
+}
 }  // namespace
 
 std::string Target::arch_specific() const { return sm >= 90 ? arch + "a" : arch; }
@@ -66,7 +80,7 @@ Target target_for_arch(const std::string& arch, int sm_count) {
     t.arch = "sm_" + std::to_string(sm);
     t.sm = sm;
     t.device_name = "compile-only (" + t.arch + ")";
-    t.shared_memory_per_block = sm >= 90 ? kSmem90 : sm >= 80 ? 163 * 1024 : 48 * 1024;
+    t.shared_memory_per_block = shared_memory_per_block_optin(sm);
   }
   if (sm_count > 0) t.sm_count = sm_count;
   return t;

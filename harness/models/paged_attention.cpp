@@ -123,7 +123,7 @@ MixerBackendInfo paged_backend() {
   b.check = [](const MixerSpec& s, const ModelConfig&, const EngineConfig&) {
     std::vector<ScenarioProblem> out;
     if (s.head_dim % 32 != 0 || s.head_dim < 32 || s.head_dim > 256) {
-      out.push_back({"engine.kv_cache_dtype",
+      out.push_back({"model.head_dim",
                      fmt::format("the paged kernels take head_dim 32..256 in steps of 32, but the "
                                  "model's head_dim is {}",
                                  s.head_dim)});

@@ -126,10 +126,11 @@ MixerBackendInfo turboquant_backend() {
   b.kernels = tq::all_kernels();
   b.check = [](const MixerSpec& s, const ModelConfig&, const EngineConfig&) {
     std::vector<ScenarioProblem> out;
-    if (!is_power_of_two(s.head_dim)) {
-      out.push_back({"engine.kv_cache_dtype",
-                     fmt::format("turboquant_4bit_nc needs a power-of-two head_dim (Hadamard "
-                                 "rotation), but the model's head_dim is {}",
+    if (!is_power_of_two(s.head_dim) || s.head_dim < 16 || s.head_dim > 256) {
+      out.push_back({"model.head_dim",
+                     fmt::format("turboquant_4bit_nc needs a power-of-two head_dim in [16, 256] "
+                                 "(Hadamard rotation, the kernels' tiles), but the model's "
+                                 "head_dim is {}",
                                  s.head_dim)});
     }
     return out;

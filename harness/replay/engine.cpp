@@ -242,10 +242,11 @@ StrategyResult Engine::run() {
     if (!steady.empty()) do_wave(steady, 1);
     result_.outcome = Outcome::kOk;
     current_phase_.clear();
-  } catch (const jit::UnsupportedArchError& e) {
-    // Not something the replayed engine raises: this device lacks a kernel the plan needs.
+  } catch (const InputError& e) {
+    // Not something the replayed engine raises: this device lacks a kernel the plan needs, or the
+    // requests cannot be replayed with these settings (a harness limit, outcome `error`).
     result_.outcome = Outcome::kError;
-    result_.error = std::string("not replayable on this device: ") + e.what();
+    result_.error = std::string("not replayable: ") + e.what();
     result_.failed_phase = current_phase_;
     log("error in " + current_phase_ + ": " + *result_.error);
   } catch (const std::exception& e) {
@@ -357,7 +358,10 @@ void Engine::do_kv_cache_alloc() {
     result_.extra["kv_cache_sizing"] =
         "compile-only: max_num_seqs full-length sequences (+ a state page each) + the null block";
   }
-  in.min_blocks = max_blocks_per_req() + 1 + (has_state ? 1 : 0);
+  // vLLM's startup check: the cache must hold one max_model_len request (the loader checks a
+  // fixed num_gpu_blocks the same way); a request that needs more blocks than are usable is
+  // refused by the scheduler.
+  in.min_blocks = max_blocks_per_req();
   if (in.layers.empty()) return;
   const KvCachePlan plan = plan_kv_cache(in);
   if (plan.block_size_raised) {
@@ -370,6 +374,9 @@ void Engine::do_kv_cache_alloc() {
                              block_table_.options().device(block_table_.device()));
   }
   num_blocks_ = plan.num_blocks;
+  has_cache_ = true;
+  free_blocks_.clear();
+  for (int64_t b = 1; b < num_blocks_; ++b) free_blocks_.push_back(static_cast<int32_t>(b));
   for (int t = 0; t < plan.group_size; ++t) {
     cache_tensors_.push_back(at::empty({plan.tensor_bytes()},
                                        at::TensorOptions().dtype(at::kByte).device(device())));
@@ -689,28 +696,46 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
   const EngineConfig& e = scenario_.engine;
   const bool timed = mode() == DeviceMode::kCuda;
   const int lead = ids.front();
-  // Each request is a fresh sequence with its own blocks (no prefix-cache hits) and, while it
-  // runs, its own state-cache slot.
+  // Each request is a fresh sequence with its own blocks (no prefix-cache hits), taken from the
+  // free block queue when it is admitted and returned when it finishes; a model with recurrent
+  // layers also gives it one state page (vLLM mamba_cache_mode "none").
   std::vector<SchedRequest> reqs;
-  std::map<int, std::vector<int32_t>> blocks;
-  std::map<int, int> state_page;
   for (int id : ids) {
     const RequestSpec& r = scenario_.requests[id];
-    reqs.push_back({id, r.prompt_tokens, r.decode_steps, r.arrival_step});
-    const int total = r.prompt_tokens + r.decode_steps;
-    for (int i = 0; i < cdiv(total, e.block_size); ++i) blocks[id].push_back(next_free_block_++);
-    // A recurrent-state layer holds one page per request (vLLM mamba_cache_mode "none"), from
-    // the same block pool.
-    if (has_state_) state_page[id] = next_free_block_++;
-    CS_CHECK(next_free_block_ <= num_blocks_, "KV cache blocks exhausted by the requests");
+    const int64_t need = cdiv(r.prompt_tokens + r.decode_steps, e.block_size) + (has_state_ ? 1 : 0);
+    reqs.push_back({id, r.prompt_tokens, r.decode_steps, r.arrival_step, need});
   }
-  Scheduler sched(reqs, e.max_num_seqs, e.max_num_batched_tokens, e.enable_chunked_prefill);
+  Scheduler sched(reqs, e.max_num_seqs, e.max_num_batched_tokens, e.enable_chunked_prefill,
+                  has_cache_ ? static_cast<int64_t>(free_blocks_.size()) : -1);
+  std::map<int, std::vector<int32_t>> blocks;
+  std::map<int, int> state_page;
+  auto admit = [&](int id) {
+    const RequestSpec& r = scenario_.requests[id];
+    const int n = cdiv(r.prompt_tokens + r.decode_steps, e.block_size);
+    CS_CHECK(free_blocks_.size() >= static_cast<size_t>(n + (has_state_ ? 1 : 0)),
+             "the scheduler admitted a request the free block queue cannot hold");
+    for (int i = 0; i < n; ++i) {
+      blocks[id].push_back(free_blocks_.front());
+      free_blocks_.pop_front();
+    }
+    if (has_state_) {
+      state_page[id] = free_blocks_.front();
+      free_blocks_.pop_front();
+    }
+  };
+  auto release = [&](int id) {
+    for (int32_t b : blocks[id]) free_blocks_.push_back(b);
+    if (state_page.count(id)) free_blocks_.push_back(state_page[id]);
+    blocks.erase(id);
+    state_page.erase(id);
+  };
   std::map<int, Clock::time_point> arrival;
   std::map<int, double> reporting_at_arrival;
   std::map<std::string, double> aggregated;  // role -> ms of steps not timed as their own phase
   std::vector<std::string> aggregated_order;
   std::vector<double> lead_decode_ms;
   device_synchronize(mode());
+  current_phase_ = wave == 0 ? "prefill" : "steady_request";
   while (!sched.done()) {
     const SchedStep st = sched.next();
     const auto t0 = Clock::now();
@@ -722,6 +747,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     }
     std::vector<SeqStep> seqs;
     for (const ScheduledSeq& q : st.seqs) {
+      if (!blocks.count(q.id)) admit(q.id);
       SeqStep s;
       s.req_slot = static_cast<int>(seqs.size());
       s.state_slot = has_state_ ? state_page[q.id] : 0;
@@ -731,6 +757,19 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       seqs.push_back(std::move(s));
     }
     const std::string role = step_role(st, lead);
+    // Listed before it runs, so a step that fails is in the schedule too; `ms` is filled after.
+    const bool listed = schedule_.size() < 512;
+    if (listed) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const ScheduledSeq& q : st.seqs) {
+        rows.push_back({{"request", q.id}, {"context", q.context_len}, {"query", q.query_len},
+                        {"kind", q.decode_index >= 0 ? "decode" : "prefill"}});
+      }
+      schedule_.push_back({{"wave", wave}, {"step", st.index}, {"phase", role},
+                           {"num_tokens", st.num_tokens()}, {"mixed", st.mixed()},
+                           {"ms", nullptr}, {"seqs", rows}});
+      result_.extra["schedule"] = schedule_;
+    }
     auto body = [&] { execute(make_batch(seqs, false)); };
     double ms = 0;
     if (role == "prefill" || role == "continuation_prefill" || role == "first_decode") {
@@ -758,19 +797,13 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
         if (q.id == lead && timed) (wave == 0 ? result_.ttft_ms : result_.steady_ttft_ms) = ttft;
       }
     }
-    if (schedule_.size() < 512) {
-      nlohmann::json rows = nlohmann::json::array();
-      for (const ScheduledSeq& q : st.seqs) {
-        rows.push_back({{"request", q.id}, {"context", q.context_len}, {"query", q.query_len},
-                        {"kind", q.decode_index >= 0 ? "decode" : "prefill"}});
-      }
-      schedule_.push_back({{"wave", wave}, {"step", st.index}, {"phase", role},
-                           {"num_tokens", st.num_tokens()}, {"mixed", st.mixed()},
-                           {"ms", timed ? nlohmann::json(ms) : nlohmann::json(nullptr)},
-                           {"seqs", rows}});
+    if (listed && timed) {
+      schedule_.back()["ms"] = ms;
       result_.extra["schedule"] = schedule_;
     }
     sched.complete(st);
+    for (const ScheduledSeq& q : st.seqs)
+      if (sched.finished(q.id) && blocks.count(q.id)) release(q.id);
   }
   // Steps not timed as their own phase: drop what they recorded in the GPU spans.
   sdpa_spans_->take_total_ms();

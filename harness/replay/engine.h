@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -123,7 +124,10 @@ class Engine final : public WarmupContext {
   bool has_state_ = false;                      ///< some layer keeps per-request state
   at::Tensor block_table_;  ///< [max_num_seqs, max_blocks_per_req] int32, persistent
   int64_t num_blocks_ = 0;
-  int32_t next_free_block_ = 1;  ///< block 0 is the null block (warmers may scribble there)
+  /// vLLM's free block queue: every block but the null block 0 (warmers may scribble there),
+  /// taken from the front when a request is admitted, returned to the back when it finishes.
+  std::deque<int32_t> free_blocks_;
+  bool has_cache_ = false;  ///< some layer has a cache (else requests need no blocks)
   GraphPool pool_;
   std::unique_ptr<GpuSpans> sdpa_spans_;   ///< libtorch prefill attention (SDPA) calls
   std::unique_ptr<GpuSpans> model_spans_;  ///< model pieces run eagerly

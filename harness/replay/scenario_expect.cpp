@@ -82,7 +82,16 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
     }
     if (const Entry* x = mv.get("mode")) r.mode = read_choice(c, *x, kModes, "mode");
     if (const Entry* x = mv.get("outcome")) r.outcome = read_choice(c, *x, kOutcomes, "outcome");
-    if (const Entry* x = mv.get("failed_phase")) r.failed_phase = read_string(c, x->path, x->value);
+    if (const Entry* x = mv.get("failed_phase")) {
+      // The phases a replay can fail in (engine.cpp): startup, then request steps named by what
+      // they do for the lead request.
+      static const std::vector<std::string> kPhases = {
+          "init",          "load_weights",  "profile_run",          "kv_cache_alloc",
+          "kernel_warmup", "graph_capture", "workspace_lock",       "sampler_warmup",
+          "prefill",       "continuation_prefill", "first_decode", "decode",
+          "prefill_others", "steady_request"};
+      r.failed_phase = read_choice(c, *x, kPhases, "phase");
+    }
     if (const Entry* x = mv.get("error_prefix")) r.error_prefix = read_string(c, x->path, x->value);
     if (const Entry* x = mv.get("hot_path_compiles"))
       r.hot_path_compiles = read_int_in(c, x->path, x->value, 0);
@@ -96,8 +105,12 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
       } else {
         std::vector<std::string> kernels;
         for (size_t k = 0; k < x->value.size(); ++k)
-          if (auto v = read_string(c, child(x->path, std::to_string(k)), x->value[k]))
-            kernels.push_back(*v);
+          if (auto v = read_string(c, child(x->path, std::to_string(k)), x->value[k])) {
+            if (v->empty())
+              c.fail(child(x->path, std::to_string(k)), x->value[k].Mark(), "a kernel name must not be empty");
+            else
+              kernels.push_back(*v);
+          }
         std::sort(kernels.begin(), kernels.end());
         kernels.erase(std::unique(kernels.begin(), kernels.end()), kernels.end());
         r.hot_path_kernels = std::move(kernels);

@@ -22,14 +22,24 @@ bool SchedStep::mixed() const {
 }
 
 Scheduler::Scheduler(std::vector<SchedRequest> requests, int max_num_seqs,
-                     int max_num_batched_tokens, bool enable_chunked_prefill)
-    : max_num_seqs_(max_num_seqs), budget_(max_num_batched_tokens), chunked_(enable_chunked_prefill) {
+                     int max_num_batched_tokens, bool enable_chunked_prefill, int64_t free_blocks)
+    : max_num_seqs_(max_num_seqs),
+      budget_(max_num_batched_tokens),
+      chunked_(enable_chunked_prefill),
+      free_blocks_(free_blocks) {
   if (max_num_seqs < 1 || max_num_batched_tokens < 1) {
     throw Error("scheduler: max_num_seqs and max_num_batched_tokens must be >= 1");
   }
   for (const auto& r : requests) {
-    if (r.prompt_tokens < 1 || r.decode_steps < 0 || r.arrival_step < 0) {
+    if (r.prompt_tokens < 1 || r.decode_steps < 0 || r.arrival_step < 0 || r.blocks < 0) {
       throw Error(fmt::format("scheduler: request {} is malformed", r.id));
+    }
+    if (free_blocks >= 0 && r.blocks > free_blocks) {
+      throw InputError(fmt::format(
+          "request {} needs {} KV-cache blocks but the cache has {} usable: vLLM would keep it "
+          "waiting for ever; give the engine more blocks (num_gpu_blocks, gpu_memory_utilization) "
+          "or shorten the request",
+          r.id, r.blocks, free_blocks));
     }
     reqs_.push_back(State{r});
   }
@@ -49,7 +59,13 @@ Scheduler::State& Scheduler::find(int id) {
   throw Error(fmt::format("scheduler: no request {}", id));
 }
 
-int Scheduler::arrival_step(int id) const {
+bool Scheduler::finished(int id) const {
+  for (const auto& s : reqs_)
+    if (s.r.id == id) return s.finished;
+  throw Error(fmt::format("scheduler: no request {}", id));
+}
+
+int64_t Scheduler::arrival_step(int id) const {
   for (const auto& s : reqs_)
     if (s.r.id == id) return s.r.arrival_step;
   throw Error(fmt::format("scheduler: no request {}", id));
@@ -59,7 +75,7 @@ SchedStep Scheduler::next() {
   if (done()) throw Error("scheduler: every request already finished");
   // Skip idle steps: nothing running and the next arrival still ahead.
   if (running_.empty()) {
-    int first = std::numeric_limits<int>::max();
+    int64_t first = std::numeric_limits<int64_t>::max();
     for (const auto& s : reqs_)
       if (!s.admitted) first = std::min(first, s.r.arrival_step);
     step_ = std::max(step_, first);
@@ -87,6 +103,8 @@ SchedStep Scheduler::next() {
     if (budget <= 0 || static_cast<int>(running_.size()) >= max_num_seqs_) break;
     if (s.admitted || s.r.arrival_step > step_) continue;
     if (!chunked_ && s.r.prompt_tokens > budget) break;  // head of line waits for a whole budget
+    if (free_blocks_ >= 0 && s.r.blocks > free_blocks_) break;  // allocate_slots fails: it waits
+    if (free_blocks_ >= 0) free_blocks_ -= s.r.blocks;
     ScheduledSeq q;
     q.id = s.r.id;
     q.query_len = std::min(s.r.prompt_tokens, budget);
@@ -97,9 +115,10 @@ SchedStep Scheduler::next() {
     out.seqs.push_back(q);
   }
   if (out.seqs.empty()) {
-    throw Error(fmt::format("scheduler: nothing can be scheduled at step {} (a prompt longer than "
-                            "max_num_batched_tokens {} with chunked prefill off)",
-                            step_, budget_));
+    throw InputError(fmt::format(
+        "nothing can be scheduled at step {}: a prompt longer than max_num_batched_tokens {} "
+        "with chunked prefill off",
+        step_, budget_));
   }
   return out;
 }
@@ -111,7 +130,10 @@ void Scheduler::complete(const SchedStep& step) {
     if (q.decode_index >= 0) ++s.decoded;
     // Finished once the prompt is in and every decode step ran (decode_steps == 0: the first
     // sampled token ends it).
-    if (s.computed >= s.r.prompt_tokens && s.decoded >= s.r.decode_steps) s.finished = true;
+    if (!s.finished && s.computed >= s.r.prompt_tokens && s.decoded >= s.r.decode_steps) {
+      s.finished = true;
+      if (free_blocks_ >= 0) free_blocks_ += s.r.blocks;
+    }
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [&](int id) { return find(id).finished; }),

@@ -3,11 +3,14 @@
 // order, each getting its remaining prompt tokens (chunked to the token budget) or one decode
 // token; then waiting requests that have arrived, first come first served, while fewer than
 // max_num_seqs run and token budget is left, the head of the queue chunked to what is left
-// (or not admitted when chunked prefill is off and its prompt does not fit). New requests join
-// running decodes in the same step, so mixed prefill/decode batches occur. No preemption: the
-// replay's KV cache always holds every request. Torch-free.
+// (or not admitted when chunked prefill is off and its prompt does not fit, or when the KV cache
+// has too few free blocks: allocate_slots fails and the queue waits, first come first served).
+// New requests join running decodes in the same step, so mixed prefill/decode batches occur. A
+// request takes all its blocks when admitted and returns them when it finishes (vLLM allocates
+// them chunk by chunk; with no preemption the peak is the same). Torch-free.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace coldstart {
@@ -17,7 +20,9 @@ struct SchedRequest {
   int id = 0;             ///< caller's index
   int prompt_tokens = 0;  ///< > 0
   int decode_steps = 0;   ///< decode steps after the first sampled token (>= 0)
-  int arrival_step = 0;   ///< the step at which it arrives (>= 0)
+  int64_t arrival_step = 0;  ///< the step at which it arrives (>= 0)
+  int64_t blocks = 0;        ///< KV-cache blocks it holds while it runs (prompt + output, plus
+                             ///< a state page for models with recurrent layers)
 };
 
 /// One request's share of a step.
@@ -31,7 +36,7 @@ struct ScheduledSeq {
 
 /// One scheduler step.
 struct SchedStep {
-  int index = 0;  ///< step number (idle steps with nothing to run are skipped, not listed)
+  int64_t index = 0;  ///< step number (idle steps with nothing to run are skipped, not listed)
   std::vector<ScheduledSeq> seqs;  ///< in batch order: running first, then newly admitted
   int num_tokens() const;
   /// Both prefill and decode rows.
@@ -41,19 +46,24 @@ struct SchedStep {
 /// Forms steps until every request has finished.
 class Scheduler {
  public:
-  /// Throws Error when a limit is < 1 or a request is malformed.
+  /// `free_blocks` < 0: no KV-cache limit. Throws Error when a limit is < 1 or a request is
+  /// malformed, InputError when a request needs more blocks than the whole cache has (vLLM
+  /// would keep it waiting for ever; the replay refuses it).
   Scheduler(std::vector<SchedRequest> requests, int max_num_seqs, int max_num_batched_tokens,
-            bool enable_chunked_prefill);
+            bool enable_chunked_prefill, int64_t free_blocks = -1);
   /// True when every request finished.
   bool done() const;
   /// The next step's batch (advances the step counter over idle steps). Throws Error when
   /// nothing can ever be scheduled (a prompt longer than the budget with chunked prefill off).
   /// Call complete() before the next call.
   SchedStep next();
-  /// Records that `step` ran: computed tokens advance, requests that finished leave.
+  /// Records that `step` ran: computed tokens advance, requests that finished leave and return
+  /// their blocks.
   void complete(const SchedStep& step);
-  /// The first step index at or after which request `id` arrives.
-  int arrival_step(int id) const;
+  /// The step at which request `id` arrives.
+  int64_t arrival_step(int id) const;
+  /// Whether request `id` has finished.
+  bool finished(int id) const;
 
  private:
   struct State {
@@ -68,7 +78,8 @@ class Scheduler {
   std::vector<int> running_;  ///< ids in admission order
   int max_num_seqs_, budget_;
   bool chunked_;
-  int step_ = 0;
+  int64_t free_blocks_;
+  int64_t step_ = 0;
 };
 
 }  // namespace coldstart

@@ -92,5 +92,30 @@ TEST(Scheduler, IdleStepsAreSkippedAndChunkedPrefillOffWaits) {
   EXPECT_THROW(off.next(), Error);
 }
 
+TEST(Scheduler, RequestsWaitForFreeBlocksAndGetThemBack) {
+  // 10 free blocks; each request holds 6 while it runs: the second waits for the first to finish.
+  Scheduler s({{0, 32, 2, 0, 6}, {1, 32, 2, 0, 6}}, 4, 2048, true, 10);
+  auto steps = run_all(s);
+  ASSERT_GE(steps.size(), 4u);
+  for (const auto& q : steps[0].seqs) EXPECT_EQ(q.id, 0);
+  size_t first_with_1 = 0;
+  while (first_with_1 < steps.size() && steps[first_with_1].seqs.back().id != 1) ++first_with_1;
+  ASSERT_LT(first_with_1, steps.size());
+  for (size_t i = first_with_1; i < steps.size(); ++i)
+    for (const auto& q : steps[i].seqs) EXPECT_EQ(q.id, 1) << "request 0 had finished";
+  EXPECT_TRUE(s.finished(0));
+  EXPECT_TRUE(s.finished(1));
+  // A request larger than the whole cache can never run: refused, not waited on for ever.
+  EXPECT_THROW(Scheduler({{0, 32, 2, 0, 11}}, 4, 2048, true, 10), InputError);
+}
+
+TEST(Scheduler, ArrivalStepsBeyondInt32DoNotOverflow) {
+  Scheduler s({{0, 8, 2, 3000000000LL}}, 1, 16, true);
+  auto steps = run_all(s);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[0].index, 3000000000LL);
+  EXPECT_EQ(steps[2].index, 3000000002LL);
+}
+
 }  // namespace
 }  // namespace coldstart

@@ -326,7 +326,9 @@ std::optional<int> read_int_in(Checker& c, const Path& p, const YAML::Node& n, l
   auto v = read_int(c, p, n);
   if (!v) return std::nullopt;
   if (*v < lo || *v > hi) {
-    if (hi == std::numeric_limits<int>::max())
+    if (hi == std::numeric_limits<int>::max() && *v > hi)
+      c.fail(p, n.Mark(), fmt::format("must be at most {}, got {}", hi, *v));
+    else if (hi == std::numeric_limits<int>::max())
       c.fail(p, n.Mark(), fmt::format("must be at least {}, got {}", lo, *v));
     else
       c.fail(p, n.Mark(), fmt::format("must be in [{}, {}], got {}", lo, hi, *v));
