@@ -8,20 +8,18 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "harness/replay/engine_internal.h"
 #include "harness/replay/kv_cache_plan.h"
-#include "harness/replay/scheduler.h"
 #include "harness/runtime/nvtx.h"
 #include "warmers/warmer.h"
 
 namespace coldstart {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+using engine_detail::Clock;
+using engine_detail::cdiv;
+using engine_detail::ms_since;
 
+namespace {
 /// The text of an exception as a result's `error`: c10 errors without their C++ backtrace.
 std::string error_text(const std::exception& e) {
   if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
@@ -642,188 +640,6 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     return finish(g.states[L].hidden);
   }
   return finish(run_eager(batch));
-}
-
-void Engine::record_first_time_costs() {
-  // What the first request paid that the same-length second one did not, per request phase:
-  // first-request phase ms minus steady-request phase ms (positive = a first-time cost).
-  nlohmann::json costs = nlohmann::json::object();
-  for (const PhaseTiming& first : result_.phases) {
-    if (first.request != 0) continue;
-    for (const PhaseTiming& steady : result_.phases) {
-      if (steady.request == 1 && steady.name == first.name) {
-        costs[first.name] = first.ms - steady.ms;
-        const std::string k0 = "0." + first.name, k1 = "1." + first.name;
-        for (const char* part : {"prefill_attention_gpu_ms", "model_pieces_gpu_ms", "sampling_ms"}) {
-          const auto& m = result_.extra[part];
-          if (m.is_object() && m.contains(k0) && m.contains(k1)) {
-            costs[first.name + "." + part] = m[k0].get<double>() - m[k1].get<double>();
-          }
-        }
-      }
-    }
-  }
-  result_.extra["first_time_cost_ms"] = costs;
-  if (result_.ttft_ms && result_.steady_ttft_ms && *result_.steady_ttft_ms > 0) {
-    result_.extra["ttft_first_over_steady"] = *result_.ttft_ms / *result_.steady_ttft_ms;
-  }
-}
-
-namespace {
-/// The phase a step belongs to, named by what it does for the wave's lead request (the first
-/// request: its TTFT and first decode are the headline figures). Steps the lead is not in are
-/// "decode" when every row decodes, else "prefill_others".
-std::string step_role(const SchedStep& st, int lead) {
-  bool all_decode = true;
-  for (const ScheduledSeq& q : st.seqs) {
-    if (q.id == lead) {
-      if (q.decode_index == 0) return "first_decode";
-      if (q.decode_index > 0) return "decode";
-      return q.context_len == 0 ? "prefill" : "continuation_prefill";
-    }
-    all_decode = all_decode && q.decode_index >= 0;
-  }
-  return all_decode ? "decode" : "prefill_others";
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-}  // namespace
-
-void Engine::do_wave(const std::vector<int>& ids, int wave) {
-  const EngineConfig& e = scenario_.engine;
-  const bool timed = mode() == DeviceMode::kCuda;
-  const int lead = ids.front();
-  // Each request is a fresh sequence with its own blocks (no prefix-cache hits), taken from the
-  // free block queue when it is admitted and returned when it finishes; a model with recurrent
-  // layers also gives it one state page (vLLM mamba_cache_mode "none").
-  std::vector<SchedRequest> reqs;
-  for (int id : ids) {
-    const RequestSpec& r = scenario_.requests[id];
-    const int64_t need = cdiv(r.prompt_tokens + r.decode_steps, e.block_size) + (has_state_ ? 1 : 0);
-    reqs.push_back({id, r.prompt_tokens, r.decode_steps, r.arrival_step, need});
-  }
-  Scheduler sched(reqs, e.max_num_seqs, e.max_num_batched_tokens, e.enable_chunked_prefill,
-                  has_cache_ ? static_cast<int64_t>(free_blocks_.size()) : -1);
-  std::map<int, std::vector<int32_t>> blocks;
-  std::map<int, int> state_page;
-  auto admit = [&](int id) {
-    const RequestSpec& r = scenario_.requests[id];
-    const int n = cdiv(r.prompt_tokens + r.decode_steps, e.block_size);
-    CS_CHECK(free_blocks_.size() >= static_cast<size_t>(n + (has_state_ ? 1 : 0)),
-             "the scheduler admitted a request the free block queue cannot hold");
-    for (int i = 0; i < n; ++i) {
-      blocks[id].push_back(free_blocks_.front());
-      free_blocks_.pop_front();
-    }
-    if (has_state_) {
-      state_page[id] = free_blocks_.front();
-      free_blocks_.pop_front();
-    }
-  };
-  auto release = [&](int id) {
-    for (int32_t b : blocks[id]) free_blocks_.push_back(b);
-    if (state_page.count(id)) free_blocks_.push_back(state_page[id]);
-    blocks.erase(id);
-    state_page.erase(id);
-  };
-  std::map<int, Clock::time_point> arrival;
-  std::map<int, double> reporting_at_arrival;
-  std::map<std::string, double> aggregated;  // role -> ms of steps not timed as their own phase
-  std::vector<std::string> aggregated_order;
-  std::vector<double> lead_decode_ms;
-  device_synchronize(mode());
-  current_phase_ = wave == 0 ? "prefill" : "steady_request";
-  while (!sched.done()) {
-    const SchedStep st = sched.next();
-    const auto t0 = Clock::now();
-    for (int id : ids) {
-      if (!arrival.count(id) && st.index >= sched.arrival_step(id)) {
-        arrival[id] = t0;
-        reporting_at_arrival[id] = snapshot_ms_;
-      }
-    }
-    std::vector<SeqStep> seqs;
-    for (const ScheduledSeq& q : st.seqs) {
-      if (!blocks.count(q.id)) admit(q.id);
-      SeqStep s;
-      s.req_slot = static_cast<int>(seqs.size());
-      s.state_slot = has_state_ ? state_page[q.id] : 0;
-      s.context_len = q.context_len;
-      s.query_len = q.query_len;
-      s.blocks = blocks[q.id];
-      seqs.push_back(std::move(s));
-    }
-    const std::string role = step_role(st, lead);
-    // Listed before it runs, so a step that fails is in the schedule too; `ms` is filled after.
-    const bool listed = schedule_.size() < 512;
-    if (listed) {
-      nlohmann::json rows = nlohmann::json::array();
-      for (const ScheduledSeq& q : st.seqs) {
-        rows.push_back({{"request", q.id}, {"context", q.context_len}, {"query", q.query_len},
-                        {"kind", q.decode_index >= 0 ? "decode" : "prefill"}});
-      }
-      schedule_.push_back({{"wave", wave}, {"step", st.index}, {"phase", role},
-                           {"num_tokens", st.num_tokens()}, {"mixed", st.mixed()},
-                           {"ms", nullptr}, {"seqs", rows}});
-      result_.extra["schedule"] = schedule_;
-    }
-    auto body = [&] { execute(make_batch(seqs, false)); };
-    double ms = 0;
-    if (role == "prefill" || role == "continuation_prefill" || role == "first_decode") {
-      phase(role, wave, body);
-      ms = result_.phases.back().ms;
-    } else {
-      if (current_phase_ != role) {
-        current_phase_ = role;
-        jit_->monitor().set_phase(role);
-      }
-      body();
-      device_synchronize(mode());
-      ms = ms_since(t0);
-      if (!aggregated.count(role)) aggregated_order.push_back(role);
-      aggregated[role] += ms;
-    }
-    for (const ScheduledSeq& q : st.seqs) {
-      if (q.id == lead && q.decode_index >= 0) lead_decode_ms.push_back(ms);
-      if (q.completes_prefill) {
-        // TTFT: arrival to the first sampled token, without the harness's own reporting.
-        const double reporting = snapshot_ms_ - reporting_at_arrival[q.id];
-        const double ttft = ms_since(arrival[q.id]) - reporting;
-        result_.extra["harness_reporting_ms"][std::to_string(wave)] = reporting;
-        if (timed) result_.extra["request_ttft_ms"][std::to_string(q.id)] = ttft;
-        if (q.id == lead && timed) (wave == 0 ? result_.ttft_ms : result_.steady_ttft_ms) = ttft;
-      }
-    }
-    if (listed && timed) {
-      schedule_.back()["ms"] = ms;
-      result_.extra["schedule"] = schedule_;
-    }
-    sched.complete(st);
-    for (const ScheduledSeq& q : st.seqs)
-      if (sched.finished(q.id) && blocks.count(q.id)) release(q.id);
-  }
-  // Steps not timed as their own phase: drop what they recorded in the GPU spans.
-  sdpa_spans_->take_total_ms();
-  model_spans_->take_total_ms();
-  sampling_ms_ = 0;
-  for (const std::string& role : aggregated_order) {
-    result_.phases.push_back(PhaseTiming{role, aggregated[role], std::nullopt, wave});
-  }
-  std::vector<double> rest(lead_decode_ms.size() > 1 ? lead_decode_ms.begin() + 1
-                                                     : lead_decode_ms.end(),
-                           lead_decode_ms.end());
-  if (wave == 0) {
-    if (timed && !lead_decode_ms.empty()) result_.first_decode_ms = lead_decode_ms[0];
-    result_.extra["first_request_decode_median_ms"] =
-        timed && !rest.empty() ? nlohmann::json(median_of(rest)) : nlohmann::json(nullptr);
-  } else if (timed) {
-    if (!lead_decode_ms.empty()) result_.steady_decode_ms = median_of(lead_decode_ms);
-    record_first_time_costs();
-  }
-  snapshot();
 }
 
 }  // namespace coldstart
