@@ -34,7 +34,6 @@ struct ForwardBatch {
   std::vector<int> query_lens;        ///< host, per request: new tokens this step
   std::vector<int> context_lens;      ///< host, per request: tokens already in the KV cache
   std::vector<int> query_start;       ///< host, per request: first row
-  std::vector<int> req_slots;         ///< host, per request: its row in the block table
   at::Tensor input_ids;               ///< [N] int64
   at::Tensor positions;               ///< [N] int64
   at::Tensor slot_mapping;            ///< [N] int64, KV-cache slot of each token, -1 = padding

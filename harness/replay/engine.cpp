@@ -511,7 +511,6 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
   std::vector<int32_t> seq_lens, state_slots;
   const int bs = scenario_.engine.block_size;
   for (const SeqStep& s : seqs) {
-    b.req_slots.push_back(s.req_slot);
     state_slots.push_back(s.state_slot);
     b.query_start.push_back(static_cast<int>(pos.size()));
     b.query_lens.push_back(s.query_len);
