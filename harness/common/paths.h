@@ -27,6 +27,15 @@ void make_dirs(const std::string& path);
 bool remove_tree(const std::string& path) noexcept;
 /// A new private directory under $TMPDIR (or /tmp) named `<prefix>XXXXXX`. Throws Error.
 std::string make_temp_dir(const std::string& prefix);
+/// make_temp_dir for a scope: the directory and its contents are removed (best effort) when the
+/// object is destroyed. Throws Error like make_temp_dir.
+struct ScopedTempDir {
+  explicit ScopedTempDir(const std::string& prefix) : path(make_temp_dir(prefix)) {}
+  ~ScopedTempDir() { remove_tree(path); }
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  const std::string path;
+};
 /// Writes `data` to `path` atomically: a temporary file beside it (same file system), written in
 /// full, given `mode` (mkstemp makes 0600), fsync'ed, then renamed over `path`; a reader sees the
 /// old file or the whole new one, never a part. Throws Error "<path>: <step> failed: <errno

@@ -13,6 +13,7 @@
 
 #include "harness/jit/compiled_kernel.h"
 #include "harness/jit/driver.h"
+#include "harness/common/paths.h"
 #include "harness/jit/jit.h"
 
 namespace coldstart::jit {
@@ -69,16 +70,9 @@ JitOptions compile_only(const std::string& cache_dir = "") {
   return o;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "cs-jit-test-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+/// A fresh directory for one test, removed afterwards.
+struct TempDir : paths::ScopedTempDir {
+  TempDir() : paths::ScopedTempDir("cs-jit-test-") {}
 };
 
 // ---------------------------------------------------------------- specialization

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/jit/driver.h"
+#include "harness/common/paths.h"
 #include "harness/jit/jit.h"
 #include "harness/jit/select.h"
 
@@ -21,16 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "cs-select-test-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+/// A fresh directory for one test, removed afterwards.
+struct TempDir : paths::ScopedTempDir {
+  TempDir() : paths::ScopedTempDir("cs-select-test-") {}
 };
 
 std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
