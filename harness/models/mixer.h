@@ -91,6 +91,14 @@ struct CacheSpec {
   std::string group;              ///< layers with equal texts form one cache group
 };
 
+/// One layer's share of the cache memory (Mixer::bind_cache).
+struct CacheBinding {
+  at::Tensor bytes;        ///< uint8 1-D, num_pages * page_bytes, 256-byte aligned
+  int64_t num_pages = 0;   ///< pages (blocks) in `bytes`
+  int64_t page_bytes = 0;  ///< bytes of one page
+  bool hybrid = false;     ///< the pages are shared with recurrent-state layers
+};
+
 /// Everything a mixer (and a model) may use of the engine.
 struct MixerContext {
   DeviceMode mode = DeviceMode::kCompileOnly;
@@ -113,12 +121,13 @@ class Mixer {
   virtual std::string backend() const = 0;
   /// The cache this layer needs.
   virtual CacheSpec cache_spec() const = 0;
-  /// Binds this layer's cache: `bytes` is a uint8 tensor of `num_pages` pages of `page_bytes`
-  /// each, 256-byte aligned. Paged KV: page p is block p (page_bytes = block_size *
-  /// bytes_per_token, with the engine's final block size). State: page p is the state of the
-  /// request whose state block is p (ForwardBatch::state_slots), bytes_per_request of it used
+  /// Binds this layer's cache (CacheBinding). Paged KV: page p is block p (page_bytes =
+  /// block_size * bytes_per_token, with the engine's final block size); when the pages are shared
+  /// with recurrent-state layers (a hybrid model) the layer must lay a block's K and V inside its
+  /// page, as vLLM re-strides attention caches for hybrid models. State: page p is the state of
+  /// the request whose state block is p (ForwardBatch::state_slots), bytes_per_request of it used
   /// (vLLM pads state pages up to the attention page). Called once in kv_cache_alloc.
-  virtual void bind_cache(const at::Tensor& bytes, int64_t num_pages, int64_t page_bytes) = 0;
+  virtual void bind_cache(const CacheBinding& binding) = 0;
   /// Runs the mixer for `batch`: `in` as MixerSpec::input_widths describes (bf16 [N, width]
   /// views), writes the first batch.num_tokens rows of `out` (bf16 [>= N, output_width]). May
   /// JIT-compile kernels and ask the workspace for scratch memory; throws what the replayed

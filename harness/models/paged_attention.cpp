@@ -46,10 +46,16 @@ class PagedAttention final : public Mixer {
     return c;
   }
 
-  void bind_cache(const at::Tensor& bytes, int64_t num_blocks, int64_t page_bytes) override {
-    CS_CHECK(page_bytes == layout_.page_size_bytes(), "paged cache page size differs from its block");
-    const at::ScalarType t = paged::cache_scalar_type(layout_);
-    cache_ = (t == at::kByte ? bytes : bytes.view(t)).view(paged::cache_shape(layout_, num_blocks));
+  void bind_cache(const CacheBinding& c) override {
+    CS_CHECK(c.page_bytes == layout_.page_size_bytes(),
+             "paged cache page size differs from its block");
+    if (c.hybrid) {
+      cache_ = paged::block_major_view(layout_, c.bytes, c.num_pages, c.page_bytes);
+    } else {
+      const at::ScalarType t = paged::cache_scalar_type(layout_);
+      cache_ = (t == at::kByte ? c.bytes : c.bytes.view(t))
+                   .view(paged::cache_shape(layout_, c.num_pages));
+    }
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ctx_.device);
     k_scale_ = at::empty({1}, f32);
     v_scale_ = at::empty({1}, f32);

@@ -24,10 +24,9 @@ CacheSpec TurboQuantAttention::cache_spec() const {
   return c;
 }
 
-void TurboQuantAttention::bind_cache(const at::Tensor& bytes, int64_t num_pages,
-                                     int64_t page_bytes) {
-  CS_CHECK(page_bytes == layout_.block_bytes(), "TurboQuant page size differs from its block");
-  cache_ = bytes.view(tq::cache_shape(layout_, num_pages));
+void TurboQuantAttention::bind_cache(const CacheBinding& c) {
+  CS_CHECK(c.page_bytes == layout_.block_bytes(), "TurboQuant page size differs from its block");
+  cache_ = c.bytes.view(tq::cache_shape(layout_, c.num_pages));
 }
 
 int64_t TurboQuantAttention::decode_workspace_bytes(int64_t batch) const {

@@ -14,7 +14,9 @@ class TurboQuantAttention final : public Mixer {
   TurboQuantAttention(const MixerSpec& spec, const MixerContext& ctx);
   std::string backend() const override { return "turboquant_4bit_nc"; }
   CacheSpec cache_spec() const override;
-  void bind_cache(const at::Tensor& bytes, int64_t num_pages, int64_t page_bytes) override;
+  /// The TurboQuant cache is block-major already (a block's K and V in its page), so a hybrid
+  /// binding needs no re-striding.
+  void bind_cache(const CacheBinding& binding) override;
   /// in = {q [N, Hq*D], k [N, Hk*D], v [N, Hk*D]} bf16; out [N, Hq*D] bf16.
   void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
                const ForwardBatch& batch) override;

@@ -387,7 +387,7 @@ void Engine::do_kv_cache_alloc() {
     const int t = m->spec().layer < static_cast<int>(plan.tensor_of_layer.size())
                       ? plan.tensor_of_layer[m->spec().layer]
                       : -1;
-    if (t >= 0) m->bind_cache(cache_tensors_[t], plan.num_blocks, plan.page_bytes);
+    if (t >= 0) m->bind_cache({cache_tensors_[t], plan.num_blocks, plan.page_bytes, has_state});
   }
   result_.extra["cache_groups"] = groups;
   result_.extra["kv_cache_plan"] = {{"block_size", plan.block_size},

@@ -22,10 +22,12 @@ bool is_float8_e4m3fn(const at::Tensor& t) {
   return std::strcmp(c10::toString(t.scalar_type()), "Float8_e4m3fn") == 0;
 }
 
-// The K and V halves of a validated cache, as kernel pointer arguments.
+// The K and V halves of a validated cache, as kernel pointer arguments, and the element
+// distance between two blocks.
 struct CacheArgs {
   KernelArg key;
   KernelArg value;
+  int64_t block_stride = 0;
 };
 
 CacheArgs check_cache(const CallSite& fn, const PagedLayout& l, const at::Tensor& kv_cache_in) {
@@ -40,12 +42,22 @@ CacheArgs check_cache(const CallSite& fn, const PagedLayout& l, const at::Tensor
          fmt::format("must have dtype {} for a {} cache, got {}", c10::toString(want),
                      cache_dtype_name(l.dtype), c10::toString(kv_cache_in.scalar_type())));
   }
-  check(fn, "kv_cache", kv, want, 5, Layout::kContiguous);
+  check(fn, "kv_cache", kv, want, 5, Layout::kAny);
   check_size(fn, "kv_cache", kv, 0, 2);
   check_size(fn, "kv_cache", kv, 2, l.block_size);
   check_size(fn, "kv_cache", kv, 3, l.num_kv_heads);
   check_size(fn, "kv_cache", kv, 4, l.head_dim);
-  return {tensor_arg(kv.select(0, 0)), tensor_arg(kv.select(0, 1))};
+  // Each block [block_size, Hk, D] dense; blocks may sit a page apart (the block-major layout).
+  const int64_t block_elems = static_cast<int64_t>(l.block_size) * l.num_kv_heads * l.head_dim;
+  const bool block_dense = kv.stride(4) == 1 && kv.stride(3) == l.head_dim &&
+                           kv.stride(2) == static_cast<int64_t>(l.num_kv_heads) * l.head_dim;
+  if (!block_dense || kv.stride(1) < block_elems || kv.stride(0) < block_elems) {
+    fail(fn, "kv_cache",
+         fmt::format("has strides [{}, {}, {}, {}, {}]: each block must be a dense "
+                     "[block_size, Hk, D] and blocks must not overlap",
+                     kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), kv.stride(4)));
+  }
+  return {tensor_arg(kv.select(0, 0)), tensor_arg(kv.select(0, 1)), kv.stride(1)};
 }
 
 // A per-tensor scale: float32 with one element on the cache's device. Required for fp8; for bf16
@@ -86,6 +98,25 @@ at::ScalarType cache_scalar_type(const PagedLayout& layout) {
   return layout.dtype == CacheDtype::kBF16 ? at::kBFloat16 : at::kByte;
 }
 
+at::Tensor block_major_view(const PagedLayout& l, const at::Tensor& bytes, int64_t num_blocks,
+                            int64_t page_bytes) {
+  const int eb = l.element_bytes();
+  if (!bytes.defined() || bytes.scalar_type() != at::kByte || bytes.dim() != 1 ||
+      page_bytes < l.page_size_bytes() || page_bytes % eb != 0 ||
+      bytes.size(0) < num_blocks * page_bytes) {
+    throw Error(fmt::format(
+        "paged::block_major_view: {} bytes cannot hold {} pages of {} bytes (a K+V block "
+        "needs {})",
+        bytes.defined() ? bytes.numel() : 0, num_blocks, page_bytes, l.page_size_bytes()));
+  }
+  const int64_t page = page_bytes / eb;
+  const int64_t block = static_cast<int64_t>(l.block_size) * l.num_kv_heads * l.head_dim;
+  const at::Tensor typed = bytes.narrow(0, 0, num_blocks * page_bytes).view(cache_scalar_type(l));
+  return typed.as_strided({2, num_blocks, l.block_size, l.num_kv_heads, l.head_dim},
+                          {block, page, static_cast<int64_t>(l.num_kv_heads) * l.head_dim,
+                           l.head_dim, 1});
+}
+
 void store(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& key,
            const at::Tensor& value, const at::Tensor& slot_mapping, const at::Tensor& kv_cache,
            const at::Tensor& k_scale, const at::Tensor& v_scale) {
@@ -100,7 +131,8 @@ void store(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& key,
   rt.launch(cache_store_kernel(), cache_store_constexprs(l),
             {tensor_arg(key), tensor_arg(value), tensor_arg(slot_mapping), cache.key, cache.value,
              ks, vs, KernelArg::i64(key.stride(0)), KernelArg::i64(key.stride(1)),
-             KernelArg::i64(value.stride(0)), KernelArg::i64(value.stride(1))},
+             KernelArg::i64(value.stride(0)), KernelArg::i64(value.stride(1)),
+             KernelArg::i32(l.block_size), KernelArg::i64(cache.block_stride)},
             store_grid(fn, n, l.num_kv_heads, kStoreThreads),
             stream_for(kv_cache));
 }
@@ -127,7 +159,8 @@ void decode_stage1(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& 
             decode_stage1_constexprs(l, static_cast<int>(hq), static_cast<int>(splits)),
             {tensor_arg(q), cache.key, cache.value, ks, vs, tensor_arg(block_table),
              tensor_arg(seq_lens), tensor_arg(mid_o), KernelArg::i64(q.stride(0)),
-             KernelArg::i64(q.stride(1)), KernelArg::i32(bt_stride), KernelArg::f32(sm_scale)},
+             KernelArg::i64(q.stride(1)), KernelArg::i32(bt_stride), KernelArg::f32(sm_scale),
+             KernelArg::i64(cache.block_stride)},
             decode_grid(fn, b, hq, splits, kStage1Threads),
             stream_for(kv_cache));
 }
@@ -220,7 +253,7 @@ void prefill(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& q,
              KernelArg::i64(q.stride(0)), KernelArg::i64(q.stride(1)),
              KernelArg::i64(out.stride(0)), KernelArg::i64(out.stride(1)),
              KernelArg::i32(bt_stride), KernelArg::i32(to_i32(fn, "query_start_loc", num_seqs)),
-             KernelArg::f32(sm_scale)},
+             KernelArg::f32(sm_scale), KernelArg::i64(cache.block_stride)},
             dims(grid_dim(fn, "x (tokens)", t, 0x7fffffff), grid_dim(fn, "y (q heads)", hq, 65535),
                  1, kPrefillThreads),
             stream_for(kv_cache));

@@ -9,10 +9,13 @@
 // keys are the ones a GPU run would produce (pointer alignment comes from storage offsets, see
 // harness/runtime/tensor_args.h).
 //
-// The cache of a layer is kv_cache = cache_shape(layout, num_blocks) =
-// [2, num_blocks, block_size, Hk, D], contiguous, of cache_scalar_type(layout): bf16, or for fp8
-// uint8 (a float8_e4m3fn tensor is accepted too, where torch has that dtype). k_scale / v_scale
-// are float32 tensors of one element on the cache's device (vLLM's layer._k_scale / _v_scale):
+// The cache of a layer is kv_cache = [2, num_blocks, block_size, Hk, D] of
+// cache_scalar_type(layout): bf16, or for fp8 uint8 (a float8_e4m3fn tensor is accepted too,
+// where torch has that dtype). Each block [block_size, Hk, D] is dense; the distance between two
+// blocks (stride 1) is passed to the kernels, so both vLLM layouts work: the plain one
+// (cache_shape, contiguous: all K blocks, then all V blocks) and the block-major one of hybrid
+// models (block_major_view: a block's K then its V, one page per block). k_scale / v_scale are
+// float32 tensors of one element on the cache's device (vLLM's layer._k_scale / _v_scale):
 // required for fp8; for bf16 they are not read and may be undefined tensors.
 //
 // Units: token counts in tokens, strides in elements, workspace sizes in bytes. "Hq"/"Hk" are the
@@ -35,12 +38,21 @@ std::vector<int64_t> cache_shape(const PagedLayout& layout, int64_t num_blocks);
 /// Torch dtype of the cache tensor: kBFloat16 (bf16) or kByte (fp8 e4m3 bytes).
 at::ScalarType cache_scalar_type(const PagedLayout& layout);
 
+/// The block-major view vLLM gives an attention layer of a hybrid model, whose pages are shared
+/// with recurrent-state layers (vllm/v1/worker/gpu_model_runner.py,
+/// _update_hybrid_attention_mamba_layout: the cache is re-strided so that page p holds block p's
+/// K followed by its V): `bytes` uint8 1-D of num_blocks * page_bytes, page_bytes >=
+/// layout.page_size_bytes(); returns [2, num_blocks, block_size, Hk, D] with stride(1) =
+/// page_bytes / element size. Works on the meta device. Throws Error when the sizes disagree.
+at::Tensor block_major_view(const PagedLayout& layout, const at::Tensor& bytes, int64_t num_blocks,
+                            int64_t page_bytes);
+
 /// Writes N tokens' K and V into the cache (kernel paged_cache_store; vLLM's
 /// reshape_and_cache_flash). fp8: stores e4m3(x / scale), rounded to nearest even, saturating.
 /// - key, value: bf16 [N, Hk, D], innermost dimension contiguous (any token/head strides, e.g.
 ///   views of a fused qkv projection)
 /// - slot_mapping: int64 [N], contiguous; the cache slot of each token, negative = skip
-/// - kv_cache: cache_shape(layout, num_blocks), contiguous
+/// - kv_cache: [2, num_blocks, block_size, Hk, D], blocks dense (see above)
 /// - k_scale, v_scale: float32 [1] (see above)
 /// N == 0 launches (and compiles) nothing.
 void store(jit::JitRuntime& rt, const PagedLayout& layout, const at::Tensor& key,

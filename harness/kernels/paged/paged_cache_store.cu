@@ -13,6 +13,9 @@
 //   k_scale        float32 [1] (fp8: stored = e4m3(k / k_scale), saturating; bf16: not read)
 //   v_scale        float32 [1] (same for V)
 //   key_stride_t, key_stride_h, value_stride_t, value_stride_h   int64, in elements
+//   block_size     int32, tokens per cache block
+//   block_stride   int64, elements between two blocks of key_cache / value_cache (vLLM's
+//                  reshape_and_cache_flash takes the same two as runtime arguments)
 
 constexpr int kStoreThreads = 128;
 
@@ -21,7 +24,8 @@ paged_cache_store(const pa_u16* __restrict__ key, const pa_u16* __restrict__ val
                   const pa_i64* __restrict__ slot_mapping, pa_cache_t* __restrict__ key_cache,
                   pa_cache_t* __restrict__ value_cache, const float* __restrict__ k_scale,
                   const float* __restrict__ v_scale, pa_i64 key_stride_t, pa_i64 key_stride_h,
-                  pa_i64 value_stride_t, pa_i64 value_stride_h) {
+                  pa_i64 value_stride_t, pa_i64 value_stride_h, int block_size,
+                  pa_i64 block_stride) {
   const int token = blockIdx.x;
   const int head = blockIdx.y;
   const int num_kv_heads = gridDim.y;
@@ -30,7 +34,9 @@ paged_cache_store(const pa_u16* __restrict__ key, const pa_u16* __restrict__ val
 
   const pa_u16* kp = key + token * key_stride_t + head * key_stride_h;
   const pa_u16* vp = value + token * value_stride_t + head * value_stride_h;
-  const pa_i64 off = pa_slot_offset(slot, num_kv_heads, head);
+  const pa_i64 off =
+      pa_cache_offset(slot / block_size, static_cast<int>(slot % block_size), block_stride,
+                      num_kv_heads, head);
   if constexpr (kCacheFp8) {
     const float ks = *k_scale;
     const float vs = *v_scale;

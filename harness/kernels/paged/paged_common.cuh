@@ -103,9 +103,12 @@ __device__ __forceinline__ float pa_cache_load(pa_cache_t x) { return pa_e4m3_to
 #error "CACHE_DTYPE must be 0 (bf16) or 1 (fp8 e4m3)"
 #endif
 
-// Element offset of (slot, head, 0) in key_cache / value_cache.
-__device__ __forceinline__ pa_i64 pa_slot_offset(pa_i64 slot, int num_kv_heads, int head) {
-  return (slot * num_kv_heads + head) * static_cast<pa_i64>(kD);
+// Element offset of (block, row, head, 0) in key_cache / value_cache. `block_stride` is the
+// element distance between two blocks: block_size * Hk * D for the plain layout, a whole
+// K+V page for the block-major layout of hybrid models (see paged_kernels.h).
+__device__ __forceinline__ pa_i64 pa_cache_offset(pa_i64 block, int row, pa_i64 block_stride,
+                                                  int num_kv_heads, int head) {
+  return block * block_stride + (static_cast<pa_i64>(row) * num_kv_heads + head) * kD;
 }
 
 __device__ __forceinline__ float pa_warp_sum(float x) {
@@ -127,8 +130,9 @@ __device__ __forceinline__ float pa_attend(const float (&q)[kCpl],
                                            const pa_cache_t* __restrict__ key_cache,
                                            const pa_cache_t* __restrict__ value_cache,
                                            float k_scale, float v_scale,
-                                           const int* __restrict__ bt, int start, int end,
-                                           int num_kv_heads, int head, float* s_out) {
+                                           const int* __restrict__ bt, pa_i64 block_stride,
+                                           int start, int end, int num_kv_heads, int head,
+                                           float* s_out) {
   __shared__ float s_m[NWARPS];
   __shared__ float s_l[NWARPS];
   __shared__ float s_w[NWARPS];
@@ -146,8 +150,8 @@ __device__ __forceinline__ float pa_attend(const float (&q)[kCpl],
   // Each warp walks its own tokens; the trip count is uniform within the warp, so the shuffles
   // stay converged.
   for (int t = start + warp; t < end; t += NWARPS) {
-    const pa_i64 slot = static_cast<pa_i64>(bt[t / BS]) * BS + (t % BS);
-    const pa_i64 off = pa_slot_offset(slot, num_kv_heads, head) + lane;
+    const pa_i64 off =
+        pa_cache_offset(bt[t / BS], t % BS, block_stride, num_kv_heads, head) + lane;
     const pa_cache_t* kp = key_cache + off;
     const pa_cache_t* vp = value_cache + off;
     float dot = 0.0f;

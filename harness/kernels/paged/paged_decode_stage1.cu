@@ -19,6 +19,8 @@
 //   q_stride_b, q_stride_h   int64, in elements
 //   block_table_stride  int32, in elements (specialized like Triton: 1 / divisible by 16)
 //   sm_scale            float32, softmax scale applied to q.k (1/sqrt(D) for standard attention)
+//   cache_block_stride  int64, elements between two blocks of key_cache / value_cache (vLLM's
+//                       Triton attention passes stride_k_cache_0 the same way)
 
 #ifndef BLOCK_SIZE
 #error "BLOCK_SIZE must be defined"
@@ -39,7 +41,7 @@ paged_decode_stage1(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__
                     const float* __restrict__ v_scale, const int* __restrict__ block_table,
                     const int* __restrict__ seq_lens, float* __restrict__ mid_o,
                     pa_i64 q_stride_b, pa_i64 q_stride_h, int block_table_stride,
-                    float sm_scale) {
+                    float sm_scale, pa_i64 cache_block_stride) {
   const int b = blockIdx.x;
   const int hq = blockIdx.y;
   const int split = blockIdx.z;
@@ -67,7 +69,8 @@ paged_decode_stage1(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__
   const float vs = kCacheFp8 ? *v_scale : 1.0f;
   const float lse = pa_attend<BLOCK_SIZE, kStage1Warps>(
       qv, key_cache, value_cache, ks, vs,
-      block_table + static_cast<pa_i64>(b) * block_table_stride, start, end, num_kv_heads, hk,
+      block_table + static_cast<pa_i64>(b) * block_table_stride, cache_block_stride,
+      start, end, num_kv_heads, hk,
       s_out);
   for (int d = tid; d < kD; d += kStage1Threads) out[d] = s_out[d];
   if (tid == 0) out[kD] = lse;

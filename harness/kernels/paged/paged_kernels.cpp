@@ -65,7 +65,8 @@ const jit::KernelSource& cache_store_kernel() {
   static const jit::KernelSource k = make_source(
       "paged_cache_store", kSource_paged_cache_store,
       {"key", "value", "slot_mapping", "key_cache", "value_cache", "k_scale", "v_scale",
-       "key_stride_t", "key_stride_h", "value_stride_t", "value_stride_h"},
+       "key_stride_t", "key_stride_h", "value_stride_t", "value_stride_h", "block_size",
+       "block_stride"},
       storage);
   return k;
 }
@@ -75,7 +76,7 @@ const jit::KernelSource& decode_stage1_kernel() {
   static const jit::KernelSource k = make_source(
       "paged_decode_stage1", kSource_paged_decode_stage1,
       {"q", "key_cache", "value_cache", "k_scale", "v_scale", "block_table", "seq_lens", "mid_o",
-       "q_stride_b", "q_stride_h", "block_table_stride", "sm_scale"},
+       "q_stride_b", "q_stride_h", "block_table_stride", "sm_scale", "cache_block_stride"},
       storage);
   return k;
 }
@@ -94,7 +95,7 @@ const jit::KernelSource& prefill_kernel() {
       "paged_prefill", kSource_paged_prefill,
       {"q", "key_cache", "value_cache", "k_scale", "v_scale", "block_table", "query_start_loc",
        "seq_lens", "out", "q_stride_t", "q_stride_h", "out_stride_t", "out_stride_h",
-       "block_table_stride", "num_seqs", "sm_scale"},
+       "block_table_stride", "num_seqs", "sm_scale", "cache_block_stride"},
       storage);
   return k;
 }
@@ -154,20 +155,23 @@ std::vector<KernelCompileCase> compile_cases() {
       const PagedLayout l = PagedLayout::make(d, 16, hk, dt);
       const DType cache_t = dt == CacheDtype::kBF16 ? DType::kBF16 : DType::kU8;
       const uint64_t value_cache = base + static_cast<uint64_t>(l.page_size_bytes() / 2) * num_blocks;
+      const int64_t block_elems = static_cast<int64_t>(l.block_size) * hk * d;
       add(cache_store_kernel(), cache_store_constexprs(l),
           {KernelArg::pointer(base + 2ull * hq * d, DType::kBF16),
            KernelArg::pointer(base + 2ull * (hq + hk) * d, DType::kBF16),
            KernelArg::pointer(base, DType::kI64), KernelArg::pointer(base, cache_t),
            KernelArg::pointer(value_cache, cache_t), KernelArg::pointer(base, DType::kF32),
            KernelArg::pointer(base, DType::kF32), KernelArg::i64(qkv_stride), KernelArg::i64(d),
-           KernelArg::i64(qkv_stride), KernelArg::i64(d)});
+           KernelArg::i64(qkv_stride), KernelArg::i64(d), KernelArg::i32(l.block_size),
+           KernelArg::i64(block_elems)});
       add(decode_stage1_kernel(), decode_stage1_constexprs(l, hq),
           {KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, cache_t),
            KernelArg::pointer(value_cache, cache_t), KernelArg::pointer(base, DType::kF32),
            KernelArg::pointer(base, DType::kF32), KernelArg::pointer(base, DType::kI32),
            KernelArg::pointer(base, DType::kI32), KernelArg::pointer(base, DType::kF32),
            KernelArg::i64(qkv_stride), KernelArg::i64(d),
-           KernelArg::i32(max_model_len / l.block_size), KernelArg::f32(sm_scale)});
+           KernelArg::i32(max_model_len / l.block_size), KernelArg::f32(sm_scale),
+           KernelArg::i64(block_elems)});
       add(prefill_kernel(), prefill_constexprs(l, hq),
           {KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, cache_t),
            KernelArg::pointer(value_cache, cache_t), KernelArg::pointer(base, DType::kF32),
@@ -176,7 +180,7 @@ std::vector<KernelCompileCase> compile_cases() {
            KernelArg::pointer(base, DType::kBF16), KernelArg::i64(qkv_stride), KernelArg::i64(d),
            KernelArg::i64(static_cast<int64_t>(hq) * d), KernelArg::i64(d),
            KernelArg::i32(max_model_len / l.block_size), KernelArg::i32(1),
-           KernelArg::f32(sm_scale)});
+           KernelArg::f32(sm_scale), KernelArg::i64(block_elems)});
     }
     const PagedLayout l = PagedLayout::make(d, 16, hk, CacheDtype::kBF16);
     add(decode_stage2_kernel(), decode_stage2_constexprs(l),

@@ -22,6 +22,8 @@
 //   block_table_stride  int32, in elements
 //   num_seqs            int32 (>= 1)
 //   sm_scale            float32, softmax scale applied to q.k
+//   cache_block_stride  int64, elements between two blocks of key_cache / value_cache (vLLM's
+//                       Triton attention passes stride_k_cache_0 the same way)
 
 #ifndef BLOCK_SIZE
 #error "BLOCK_SIZE must be defined"
@@ -40,7 +42,7 @@ paged_prefill(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__ key_c
               const int* __restrict__ query_start_loc, const int* __restrict__ seq_lens,
               pa_u16* __restrict__ out, pa_i64 q_stride_t, pa_i64 q_stride_h,
               pa_i64 out_stride_t, pa_i64 out_stride_h, int block_table_stride, int num_seqs,
-              float sm_scale) {
+              float sm_scale, pa_i64 cache_block_stride) {
   const int t = blockIdx.x;
   const int hq = blockIdx.y;
   const int num_q_heads = gridDim.y;
@@ -79,6 +81,6 @@ paged_prefill(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__ key_c
   const float vs = kCacheFp8 ? *v_scale : 1.0f;
   pa_attend<BLOCK_SIZE, kPrefillWarps>(qv, key_cache, value_cache, ks, vs,
                                        block_table + static_cast<pa_i64>(b) * block_table_stride,
-                                       0, end, num_kv_heads, hk, s_out);
+                                       cache_block_stride, 0, end, num_kv_heads, hk, s_out);
   for (int d = tid; d < kD; d += kPrefillThreads) o[d] = pa_f32_to_bf16(s_out[d]);
 }

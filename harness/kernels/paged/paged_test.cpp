@@ -515,6 +515,7 @@ struct PrefillCase {
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (context tokens, chunk tokens)
   int64_t hq, hk, d, bs;
   CacheDtype dtype;
+  bool block_major = false;  // the hybrid layout: block b's K then V in page b
 };
 
 std::string prefill_name(const testing::TestParamInfo<PrefillCase>& i) {
@@ -522,7 +523,7 @@ std::string prefill_name(const testing::TestParamInfo<PrefillCase>& i) {
   std::string s = dtype_tag(c.dtype);
   for (const auto& sq : c.seqs) s += "_c" + std::to_string(sq.first) + "q" + std::to_string(sq.second);
   return s + "_hq" + std::to_string(c.hq) + "_hk" + std::to_string(c.hk) + "_d" +
-         std::to_string(c.d) + "_bs" + std::to_string(c.bs);
+         std::to_string(c.d) + "_bs" + std::to_string(c.bs) + (c.block_major ? "_blockmajor" : "");
 }
 
 std::vector<PrefillCase> prefill_cases() {
@@ -534,6 +535,8 @@ std::vector<PrefillCase> prefill_cases() {
     out.push_back({{{513, 40}}, 16, 2, 256, 16, dt});                      // D 256
     out.push_back({{{31, 1}, {32, 5}, {33, 17}, {5, 100}}, 32, 8, 128, 32, dt});
     out.push_back({{{1000, 3}, {2048, 1}}, 8, 1, 64, 16, dt});            // long context, MQA
+    // Qwen3-Next's gated attention in a hybrid cache: 544-token blocks, block-major pages.
+    out.push_back({{{600, 70}, {0, 9}}, 16, 2, 256, 544, dt, true});
   }
   return out;
 }
@@ -560,6 +563,11 @@ TEST_P(PagedPrefillGpu, MatchesFloat64Reference) {
   const int64_t padded = total_q + 2;  // two padding tokens, whose rows must stay untouched
   const int64_t max_lens = *std::max_element(lens.begin(), lens.end());
   PagedCache p = make_paged(l, lens, (max_lens + c.bs - 1) / c.bs + 1, seed);
+  if (c.block_major) {
+    at::Tensor raw = at::full({p.num_blocks * l.page_size_bytes()}, kSentinel, cuda(at::kByte));
+    p.cache = block_major_view(l, raw, p.num_blocks, l.page_size_bytes());
+    ASSERT_EQ(p.cache.stride(1), l.page_size_bytes() / l.element_bytes());
+  }
   const Scales sc = make_scales(c.dtype, 0.03f, 0.015f);
 
   // The context was stored by earlier steps, the chunk just now: two store calls per sequence.
