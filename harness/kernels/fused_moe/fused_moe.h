@@ -1,0 +1,115 @@
+// Fused MoE (vLLM's unquantized Triton fused_experts path, bf16): the torch-side API the models
+// call. See fused_moe_kernels.h for the steps vLLM runs and the sources each one mirrors.
+//
+// Every function validates its arguments (throwing coldstart::Error "fused_moe::<function>:
+// argument '<name>' ..."), builds the launch arguments and calls JitRuntime::launch on torch's
+// current CUDA stream. In compile-only mode the tensors live on torch's meta device and nothing
+// is launched: no function reads tensor data, calls .item() or synchronizes, so the compile keys
+// are the ones a GPU run produces. Intermediate buffers are at::empty on the input's device
+// (vLLM takes them from torch's caching allocator, not from the workspace).
+//
+// Units: token counts in tokens, strides in elements. M = tokens, E = experts, H = hidden size,
+// N = expert intermediate size (w2.shape[2]), top_k = experts per token.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "harness/jit/jit.h"
+#include "harness/jit/select.h"
+#include "harness/kernels/fused_moe/fused_moe_kernels.h"
+
+namespace coldstart::fused_moe {
+
+/// Shape of one MoE layer.
+struct MoeShape {
+  int64_t num_experts;   ///< E (1..1024)
+  int64_t intermediate;  ///< N = w2.shape[2] (w13 is [E, 2N, H])
+  int64_t hidden;        ///< H
+  int top_k;             ///< experts per token (1..E)
+  bool renormalize;      ///< divide the top-k weights by their sum (norm_topk_prob)
+};
+
+/// Compiles the AOT kernels (topk_softmax for bf16 and float32 logits, align, silu_and_mul, sum)
+/// for this shape: the model calls it while loading weights, as vLLM's are built ahead of time.
+/// Launches nothing. Throws InputError for a shape out of range (see MoeShape), CudaError on an
+/// NVRTC failure.
+void precompile_aot_kernels(jit::JitRuntime& rt, const MoeShape& s);
+
+/// gating_logits bf16/f32 [M, E] (innermost contiguous) -> topk_weights f32 [M, top_k],
+/// topk_ids int32 [M, top_k] (both contiguous): softmax over E in float32, the top_k largest
+/// (ties: lower expert index), renormalized when s.renormalize. M == 0 launches nothing.
+void topk_softmax(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& gating_logits,
+                  const at::Tensor& topk_weights, const at::Tensor& topk_ids);
+
+/// Where configs come from: a directory of vLLM tables and the device name vLLM would use
+/// (torch.cuda.get_device_name(), e.g. "NVIDIA H200"; jit::vllm_device_name maps it).
+struct ConfigSource {
+  std::string table_dir;
+  std::string device_name;
+};
+
+/// vLLM's config for M tokens: the entry of <table_dir>/E=<E>,N=<N>,device_name=<dev>.json
+/// nearest to M (selector "table", tuning_key "M=<M> -> <key>"), or get_default_config(M, E)
+/// when there is no such file (selector "default"). Throws InputError for a bad table file.
+jit::Selection select_config(const ConfigSource& src, const MoeShape& s, int64_t M);
+
+/// out bf16 [M, H] = sum_k w_k * W2_e(silu(W1_e x) * W3_e x) over the top-k experts.
+/// hidden bf16 [M, H] contiguous; w13 bf16 [E, 2N, H]; w2 bf16 [E, H, N] (both with a
+/// contiguous innermost dimension); topk_weights f32 [M, top_k] and topk_ids int32 [M, top_k],
+/// contiguous; out bf16 [M, H], innermost contiguous. Runs the GEMMs under a jit::SelectionScope
+/// of select_config(src, s, M) and returns that Selection (so the caller can record which config
+/// each M used). M == 0 launches nothing. topk_ids outside [0, E) are skipped by the aligned path
+/// and undefined behaviour on the naive path (as in vLLM).
+jit::Selection fused_experts(jit::JitRuntime& rt, const MoeShape& s, const ConfigSource& src,
+                             const at::Tensor& hidden, const at::Tensor& w13, const at::Tensor& w2,
+                             const at::Tensor& topk_weights, const at::Tensor& topk_ids,
+                             const at::Tensor& out);
+
+/// fused_experts with a given selection (sel.config is the GEMM config; the compiles record
+/// sel's provenance): for tests and benchmarks that force a config.
+void fused_experts_with(jit::JitRuntime& rt, const MoeShape& s, const jit::Selection& sel,
+                        const at::Tensor& hidden, const at::Tensor& w13, const at::Tensor& w2,
+                        const at::Tensor& topk_weights, const at::Tensor& topk_ids,
+                        const at::Tensor& out);
+
+// ---- the steps, one kernel each (fused_experts calls them) ------------------------------------
+
+/// moe_align_block_size: topk_ids int32 [M, top_k] contiguous -> sorted_token_ids int32
+/// [max_num_tokens_padded(M * top_k, E, block_m)], expert_ids int32 [cdiv(that, block_m)],
+/// num_tokens_post_padded int32 [1] (at::empty on topk_ids' device; see fused_moe_kernels.h).
+struct Alignment {
+  at::Tensor sorted_token_ids;  ///< undefined on the naive path
+  at::Tensor expert_ids;
+  at::Tensor num_tokens_post_padded;
+};
+Alignment align_block_size(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& topk_ids,
+                           int64_t block_m);
+
+/// vLLM's _prepare_expert_assignment: the naive assignment (no kernel: expert_ids =
+/// topk_ids.view(-1), num_tokens_post_padded = at::full({1}, M * top_k * block_m)) when
+/// uses_naive_block_assignment(M, top_k, E), else align_block_size.
+Alignment prepare_expert_assignment(jit::JitRuntime& rt, const MoeShape& s,
+                                    const at::Tensor& topk_ids, int64_t block_m);
+
+/// One grouped GEMM (fused_moe_gemm): c[t, :] = a[t / top_k, :] x b[e]^T (* topk_weights.flat[t]
+/// when mul_routed_weight) for the pairs t of `asg`, with config `cfg`.
+/// - a: bf16 [rows, K], innermost contiguous; b: bf16 [E, Nout, K], innermost contiguous
+/// - c: bf16 [num_pairs / top_k, top_k, Nout] or [num_pairs, Nout] (c.stride(-2) rows apart)
+///   with a contiguous innermost dimension; num_pairs = rows * top_k
+/// - topk_weights: float32 contiguous with num_pairs elements (read when mul_routed_weight)
+void gemm(jit::JitRuntime& rt, const jit::KernelConfig& cfg, const at::Tensor& a,
+          const at::Tensor& b, const at::Tensor& c, const at::Tensor& topk_weights,
+          const Alignment& asg, bool mul_routed_weight, int top_k);
+
+/// out bf16 [T, d] = silu(input[:, :d]) * input[:, d:], input bf16 [T, 2d]; both innermost
+/// contiguous.
+void silu_and_mul(jit::JitRuntime& rt, const at::Tensor& out, const at::Tensor& input);
+
+/// out bf16 [M, H] (innermost contiguous) = sum over dimension 1 of input bf16 [M, top_k, H]
+/// (contiguous).
+void moe_sum(jit::JitRuntime& rt, const at::Tensor& input, const at::Tensor& out);
+
+}  // namespace coldstart::fused_moe
