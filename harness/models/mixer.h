@@ -134,6 +134,24 @@ class Mixer {
   /// engine would raise (e.g. the workspace-lock error).
   virtual void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
                        const ForwardBatch& batch) = 0;
+  /// The call the layer gets when the forward context has no attention metadata (vLLM's profile
+  /// run, the eager warmups of piecewise capture, the sampler warmup's dummy run). vLLM's
+  /// attention layers return at once, which is the default here; a backend whose engine layer
+  /// does something on that path (the GDN layer's prefill-kernel warmup) overrides it. `out` is
+  /// left as it is either way.
+  virtual void forward_no_metadata(const std::vector<at::Tensor>& in, at::Tensor& out,
+                                   const ForwardBatch& batch) {
+    (void)in;
+    (void)out;
+    (void)batch;
+  }
+  /// The layer's cache as its kernels see it, for warmers that launch kernels on the serving
+  /// tensors as vLLM's warmers read layer.kv_cache (attention: {kv_cache}; GDN / Mamba2:
+  /// {conv_state, ssm_state}); empty before bind_cache or when the layer has none.
+  virtual std::vector<at::Tensor> cache_views() const { return {}; }
+  /// The layer's own parameters kernels take (GDN: {conv1d weight, A_log, dt_bias}); empty when
+  /// all of its weights live in the model.
+  virtual std::vector<at::Tensor> parameters() const { return {}; }
   /// What makes this layer's kernels distinct (dims, dtypes, cache alignment): layers with equal
   /// texts share every compiled kernel. Warmers de-duplicate by it.
   virtual std::string compile_config() const = 0;

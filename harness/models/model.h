@@ -25,6 +25,9 @@ struct ForwardState {
   at::Tensor residual;              ///< [N, H] bf16
   std::vector<at::Tensor> mixer_in;  ///< the next mixer's inputs (MixerSpec::input_widths)
   at::Tensor mixer_out;             ///< [N, output_width] bf16, written by the mixer
+  /// Tensors a model hands from one piece to the next besides the residual stream (Qwen3-Next's
+  /// output gates, made before a mixer and applied after it); graph-captured like the others.
+  std::vector<at::Tensor> carry;
 };
 
 /// A decoder-only model over real shapes with random bf16 weights. Pieces: piece 0 = embedding +
@@ -48,6 +51,9 @@ class Model {
   virtual void piece(int i, ForwardState& st, const ForwardBatch& batch) = 0;
   /// LM head over `hidden` [rows, H] bf16 (the sampled rows): [rows, V] float32.
   virtual at::Tensor compute_logits(const at::Tensor& hidden) = 0;
+  /// What the model wants in the result (result.extra["model"]), e.g. which tuned-table config
+  /// each token count used; null when it has nothing to say.
+  virtual nlohmann::json report() const { return nullptr; }
 };
 
 /// A registered model family.

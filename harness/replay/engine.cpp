@@ -167,6 +167,10 @@ void Engine::snapshot_inner() {
     result_.workspace.num_slots = workspace_->num_slots();
     result_.extra["workspace_current_bytes"] = workspace_->current_bytes();
   }
+  if (model_) {
+    nlohmann::json r = model_->report();
+    if (!r.is_null()) result_.extra["model"] = std::move(r);
+  }
   if (options_.on_snapshot) options_.on_snapshot(result_);
 }
 
@@ -580,10 +584,14 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch) {
     if (model_spans_) model_spans_->end();
     if (i == L) break;
     // Without metadata (profile run, piecewise capture) a mixer leaves its output buffer as it
-    // is, as vLLM's layers return early when attn_metadata is None.
+    // is, as vLLM's layers return early when attn_metadata is None (forward_no_metadata).
     st.mixer_out = at::empty({batch.num_tokens, mixers_[i]->spec().output_width},
                              at::TensorOptions().dtype(at::kBFloat16).device(device()));
-    if (!batch.skip_attention) mixers_[i]->forward(st.mixer_in, st.mixer_out, batch);
+    if (batch.skip_attention) {
+      mixers_[i]->forward_no_metadata(st.mixer_in, st.mixer_out, batch);
+    } else {
+      mixers_[i]->forward(st.mixer_in, st.mixer_out, batch);
+    }
   }
   return st.hidden;
 }
