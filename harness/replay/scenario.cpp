@@ -117,6 +117,36 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
     }
   }
 
+  if (const Entry* x = ev.get("tuned_config_dir")) {
+    if (auto v = read_string(c, x->path, x->value)) {
+      std::string dir = *v;
+      if (!dir.empty() && dir[0] != '/' && !c.from_command_line(x->path))
+        dir = paths::join(paths::parent(c.file()), dir);
+      dir = paths::normalize(dir);
+      if (!paths::is_directory(dir))
+        c.fail(x->path, x->value.Mark(), fmt::format("'{}' is not a directory", dir));
+      else
+        e.tuned_config_dir = dir;
+    }
+  }
+  if (const Entry* x = ev.get("num_speculative_tokens")) {
+    if (auto v = read_int_in(c, x->path, x->value, 0)) {
+      if (*v > 16)
+        c.fail(x->path, x->value.Mark(), fmt::format("{} is more than 16 draft tokens", *v));
+      else
+        e.num_speculative_tokens = static_cast<int>(*v);
+    }
+  }
+  if (const Entry* x = ev.get("mamba_ssm_cache_dtype")) {
+    if (auto v = read_string(c, x->path, x->value)) {
+      if (*v != "auto" && *v != "float32" && *v != "bfloat16")
+        c.fail(x->path, x->value.Mark(),
+               fmt::format("'{}' is not one of auto, bfloat16, float32", *v));
+      else
+        e.mamba_ssm_cache_dtype = *v;
+    }
+  }
+
   if (const Entry* x = ev.get("gpu_memory_utilization")) {
     if (auto v = read_number(c, x->path, x->value)) {
       if (!(*v > 0.0 && *v <= 1.0))

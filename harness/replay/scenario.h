@@ -36,6 +36,16 @@
 //     allow_long_max_model_len: false  # default false; the twin of vLLM's
 //                                      # VLLM_ALLOW_LONG_MAX_MODEL_LEN: lets max_model_len exceed
 //                                      # the model's derived limit
+//     tuned_config_dir: ../fixtures/tuned-configs   # vLLM-style tuned kernel-config tables
+//                                      # (fused_moe/E=...,N=...,device_name=....json), relative
+//                                      # to this file; required by MoE models (vLLM reads its
+//                                      # packaged folder, or VLLM_TUNED_CONFIG_FOLDER)
+//     num_speculative_tokens: 0        # default 0; vLLM's speculative_config
+//                                      # .num_speculative_tokens as warmers see it (draft tokens
+//                                      # themselves are not replayed: decode steps carry one
+//                                      # token per request)
+//     mamba_ssm_cache_dtype: auto      # default auto (= the model dtype, bf16); or float32: the
+//                                      # recurrent SSM state dtype of GDN / Mamba2 layers
 //   requests:                          # required: 1 to 64 entries (roles: see Requests below)
 //     - {prompt_tokens: 512, decode_steps: 32}   # the first request after startup
 //     - {prompt_tokens: 64, decode_steps: 8, arrival_step: 3}   # joins at scheduler step 3
@@ -181,6 +191,9 @@ struct EngineConfig {
   std::optional<long long> num_gpu_blocks;   ///< explicit KV cache size in blocks, else from memory
   bool enable_chunked_prefill = true;        ///< V1 default: long prompts are split into chunks
   bool allow_long_max_model_len = false;     ///< max_model_len may exceed the model's derived limit
+  std::string tuned_config_dir;              ///< tuned kernel-config tables ("" = none given)
+  int num_speculative_tokens = 0;            ///< speculative tokens per step (warmers only)
+  std::string mamba_ssm_cache_dtype = "auto";  ///< "auto" (model dtype) | "float32"
 };
 
 /// One request replayed after startup.
