@@ -73,6 +73,35 @@ __device__ __forceinline__ void gd_mma_tile(float* acc, const gd_u16* sa, int ld
   }
 }
 
+// The same product with sb given k-major: sbk[0:kd, n0:n0+8] stored [kd][N] (row stride ldb),
+// i.e. B in its natural [reduction][column] layout (a token-major tile of k or v); each B
+// register packs two 16-bit loads from consecutive rows, so no transposed staging is needed.
+__device__ __forceinline__ void gd_mma_tile_kn(float* acc, const gd_u16* sa, int lda,
+                                               const gd_u16* sbk, int ldb, int m0, int n0,
+                                               int kd) {
+  const int lane = threadIdx.x & 31;
+  const int r = lane >> 2;
+  const int c = (lane & 3) * 2;
+  const gd_u16* a_lo = sa + (m0 + r) * lda + c;
+  const gd_u16* a_hi = a_lo + 8 * lda;
+  const gd_u16* b_p = sbk + c * ldb + n0 + r;
+  for (int k0 = 0; k0 < kd; k0 += 16) {
+    const gd_u32 a0 = *reinterpret_cast<const gd_u32*>(a_lo + k0);
+    const gd_u32 a1 = *reinterpret_cast<const gd_u32*>(a_hi + k0);
+    const gd_u32 a2 = *reinterpret_cast<const gd_u32*>(a_lo + k0 + 8);
+    const gd_u32 a3 = *reinterpret_cast<const gd_u32*>(a_hi + k0 + 8);
+    const gd_u16* bk = b_p + k0 * ldb;
+    const gd_u32 b0 = static_cast<gd_u32>(bk[0]) | (static_cast<gd_u32>(bk[ldb]) << 16);
+    const gd_u32 b1 =
+        static_cast<gd_u32>(bk[8 * ldb]) | (static_cast<gd_u32>(bk[9 * ldb]) << 16);
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
 // Row / column of element e (0..3) of a lane's fragment in a tile at (m0, n0).
 __device__ __forceinline__ int gd_frag_row(int m0, int e) {
   return m0 + ((threadIdx.x & 31) >> 2) + ((e >> 1) << 3);

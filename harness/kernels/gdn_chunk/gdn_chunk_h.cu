@@ -8,7 +8,7 @@
 // and ht = S after the last chunk (float32). Mirrors chunk_gated_delta_rule_fwd_kernel_h_blockdim64
 // (vllm/model_executor/layers/fla/ops/chunk_delta_h.py); gk (USE_GK) and exp2 gates (USE_EXP2) are
 // not used by the GDN prefill and are rejected here.
-// The state lives in the warps' mma accumulators; w, k^T, bf16(S) and the scaled v_new^T are
+// The state lives in the warps' mma accumulators; w, k, bf16(S) and the scaled v_new^T are
 // staged in dynamic shared memory (gdn_chunk_kernels.h: h_smem_bytes).
 // Arguments: k bf16 [T, Hg, K], v (= u) bf16 [T, H, V], w bf16 [T, H, K], v_new bf16 [T, H, V],
 // g f32 [T, H], gk (null), h bf16 [NT, H, V, K], h0 f32 [N, H, V, K], ht f32 [N, H, V, K],
@@ -37,8 +37,8 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
       const int* __restrict__ cu_seqlens, const int* __restrict__ chunk_offsets, int T) {
   extern __shared__ __align__(16) unsigned char gd_smem[];
   gd_u16* sW = reinterpret_cast<gd_u16*>(gd_smem);  // [BT][K]
-  gd_u16* sKT = sW + BT * kLdK;                      // [K][BT]
-  gd_u16* sS = sKT + K * kLdT;                       // [BV][K]
+  gd_u16* sK = sW + BT * kLdK;                       // [BT][K]
+  gd_u16* sS = sK + BT * kLdK;                       // [BV][K]
   gd_u16* sVT = sS + kBV * kLdK;                      // [BV][BT]
   float* sg = reinterpret_cast<float*>(sVT + kBV * kLdT);
   (void)gk;
@@ -78,7 +78,7 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
   for (int c = 0; c < nt; ++c) {
     const int rows = min(BT, len - c * BT);
     const gd_i64 row0 = static_cast<gd_i64>(bos) + c * BT;
-    // (a) bf16(S) -> shared; stage w, k^T and g of the chunk.
+    // (a) bf16(S) -> shared; stage w, k and g of the chunk.
     for (int j = 0; j < kTpwS; ++j) {
       const int i = warp + j * NUM_WARPS;
       if (i >= kStateTiles) break;
@@ -97,8 +97,7 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
         kv = *reinterpret_cast<const gd_u32*>(k + ((row0 + t) * Hg + i_hk) * K + col);
       }
       *reinterpret_cast<gd_u32*>(&sW[t * kLdK + col]) = wv;
-      sKT[col * kLdT + t] = static_cast<gd_u16>(kv & 0xffffu);
-      sKT[(col + 1) * kLdT + t] = static_cast<gd_u16>(kv >> 16);
+      *reinterpret_cast<gd_u32*>(&sK[t * kLdK + col]) = kv;
     }
     for (int t = threadIdx.x; t < BT; t += kThreads) {
       sg[t] = t < rows ? g[(row0 + t) * H + i_h] : 0.f;
@@ -150,7 +149,7 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
     for (int j = 0; j < kTpwS; ++j) {
       const int i = warp + j * NUM_WARPS;
       if (i >= kStateTiles) break;
-      gd_mma_tile(S[j], sVT, kLdT, sKT, kLdT, GD_TILE_M0(i, K), GD_TILE_N0(i, K), BT);
+      gd_mma_tile_kn(S[j], sVT, kLdT, sK, kLdK, GD_TILE_M0(i, K), GD_TILE_N0(i, K), BT);
     }
     __syncthreads();
   }

@@ -384,7 +384,8 @@ int64_t config_value(const jit::KernelConfig& c, const char* name, int64_t fallb
 unsigned h_smem_bytes(const GdnDims& d, const jit::KernelConfig& c) {
   const int64_t K = d.head_k_dim, bt = kChunkSize;
   const int64_t bv = std::min<int64_t>(config_value(c, "BV", 64), d.head_v_dim);
-  const int64_t elems = bt * (K + 8) + K * (bt + 8) + bv * (K + 8) + bv * (bt + 8);
+  // w and k [BT][K], bf16(S) [BV][K], scaled v_new^T [BV][BT] (rows padded by 8), g [BT]
+  const int64_t elems = 2 * bt * (K + 8) + bv * (K + 8) + bv * (bt + 8);
   return static_cast<unsigned>(elems * 2 + bt * 4);
 }
 
@@ -392,7 +393,8 @@ unsigned o_smem_bytes(const GdnDims& d, const jit::KernelConfig& c) {
   const int64_t bt = kChunkSize;
   const int64_t bk = std::min<int64_t>(config_value(c, "BK", 64), d.head_k_dim);
   const int64_t bv = std::min<int64_t>(config_value(c, "BV", 64), d.head_v_dim);
-  const int64_t elems = 2 * bt * (bk + 8) + bv * (bk + 8) + bt * (bt + 8) + bv * (bt + 8);
+  // q, k [BT][BK], h [BV][BK], scores [BT][BT], v_new [BT][BV] (rows padded by 8), g [BT]
+  const int64_t elems = 2 * bt * (bk + 8) + bv * (bk + 8) + bt * (bt + 8) + bt * (bv + 8);
   return static_cast<unsigned>(elems * 2 + bt * 4);
 }
 

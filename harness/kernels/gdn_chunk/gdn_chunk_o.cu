@@ -22,6 +22,7 @@ static_assert(K % kBK == 0 && V % kBV == 0 && kBK % 16 == 0 && kBV % 8 == 0,
 
 constexpr int kLdB = kBK + 8;
 constexpr int kLdT = BT + 8;
+constexpr int kLdV = kBV + 8;
 constexpr int kOTiles = (BT / 16) * (kBV / 8);
 constexpr int kTpwO = (kOTiles + NUM_WARPS - 1) / NUM_WARPS;
 constexpr int kSTiles = (BT / 16) * (BT / 8);
@@ -37,8 +38,8 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
   gd_u16* sK = sQ + BT * kLdB;                       // [BT][BK]
   gd_u16* sH = sK + BT * kLdB;                       // [BV][BK]
   gd_u16* sP = sH + kBV * kLdB;                       // [BT][BT]
-  gd_u16* sVT = sP + BT * kLdT;                      // [BV][BT]
-  float* sg = reinterpret_cast<float*>(sVT + kBV * kLdT);
+  gd_u16* sV = sP + BT * kLdT;                       // [BT][BV]
+  float* sg = reinterpret_cast<float*>(sV + BT * kLdV);
 
   const int i_v = blockIdx.x, i_t = blockIdx.y;
   const int i_b = blockIdx.z / H, i_h = blockIdx.z % H;
@@ -93,7 +94,7 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
     }
   }
 
-  // masked, gated scores -> bf16 in shared memory; v_new^T staged
+  // masked, gated scores -> bf16 in shared memory; v_new staged
   for (int j = 0; j < kTpwS; ++j) {
     const int i = warp + j * NUM_WARPS;
     if (i >= kSTiles) break;
@@ -111,8 +112,7 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
     const int t = idx / (kBV / 2), col = (idx % (kBV / 2)) * 2;
     gd_u32 vv = 0;
     if (t < rows) vv = *reinterpret_cast<const gd_u32*>(v + ((row0 + t) * H + i_h) * V + v0 + col);
-    sVT[col * kLdT + t] = static_cast<gd_u16>(vv & 0xffffu);
-    sVT[(col + 1) * kLdT + t] = static_cast<gd_u16>(vv >> 16);
+    *reinterpret_cast<gd_u32*>(&sV[t * kLdV + col]) = vv;
   }
   __syncthreads();
   for (int j = 0; j < kTpwO; ++j) {
@@ -120,7 +120,7 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
     if (i >= kOTiles) break;
     const int m0 = GD_TILE_M0(i, kBV), n0 = GD_TILE_N0(i, kBV);
     for (int e = 0; e < 4; ++e) acc_o[j][e] *= expf(sg[gd_frag_row(m0, e)]);
-    gd_mma_tile(acc_o[j], sP, kLdT, sVT, kLdT, m0, n0, BT);
+    gd_mma_tile_kn(acc_o[j], sP, kLdT, sV, kLdV, m0, n0, BT);
     for (int e = 0; e < 4; e += 2) {
       const int r = gd_frag_row(m0, e), col = gd_frag_col(n0, e);
       if (r >= rows) continue;

@@ -3,8 +3,8 @@
 //   w = Ai @ (k * beta * exp(g))    bf16 [B*T, H, K]
 // (the scaled operands rounded to bf16 before the product, as vLLM does).
 // Mirrors recompute_w_u_fwd_kernel (vllm/model_executor/layers/fla/ops/wy_fast.py).
-// Grid (NT, B * H). Ai stays in shared memory; v and k are staged BV / BK columns at a time,
-// transposed ([column][token]) so the token dimension is the reduction dimension.
+// Grid (NT, B * H). Ai stays in shared memory; the scaled v and k are staged BV / BK columns at
+// a time, token-major.
 // Arguments: k bf16 [B*T, Hg, K], v bf16 [B*T, H, V], beta f32 [B*T, H], w, u, A (= Ai) bf16
 // [B*T, H, BT], g f32 [B*T, H], cu_seqlens, chunk_indices, T (do_not_specialize).
 #if BT != 64
@@ -16,9 +16,10 @@
 
 constexpr int kLd = BT + 8;
 constexpr int kBN = BK > BV ? BK : BV;
+constexpr int kLdN = kBN + 8;
 constexpr int kTpwMax = ((BT / 16) * (kBN / 8) + NUM_WARPS - 1) / NUM_WARPS;
 
-// out[r, n0 + n] = sum_t sa[r][t] * sb[n][t] for r < rows, n < bn, stored bf16 at
+// out[r, n] = sum_t sa[r][t] * sb[t][n] for r < rows, n < bn, stored bf16 at
 // out + (row0 + r) * row_stride + n.
 __device__ __forceinline__ void gd_wy_product(const gd_u16* sa, const gd_u16* sb, int bn,
                                               gd_u16* out, gd_i64 row_stride, int rows) {
@@ -29,7 +30,7 @@ __device__ __forceinline__ void gd_wy_product(const gd_u16* sa, const gd_u16* sb
     if (i >= tiles) break;
     const int m0 = (i / (bn / 8)) * 16, n0 = (i % (bn / 8)) * 8;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    gd_mma_tile(acc, sa, kLd, sb, kLd, m0, n0, BT);
+    gd_mma_tile_kn(acc, sa, kLd, sb, kLdN, m0, n0, BT);
     for (int e = 0; e < 4; e += 2) {
       const int r = gd_frag_row(m0, e), col = gd_frag_col(n0, e);
       if (r >= rows) continue;
@@ -45,7 +46,7 @@ gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const f
        const float* __restrict__ g, const int* __restrict__ cu_seqlens,
        const int* __restrict__ chunk_indices, int T) {
   __shared__ __align__(16) gd_u16 sa[BT * kLd];
-  __shared__ __align__(16) gd_u16 sb[kBN * kLd];
+  __shared__ __align__(16) gd_u16 sb[BT * kLdN];
   __shared__ float sbeta[BT];
   __shared__ float sgate[BT];
   const int i_t = blockIdx.x;
@@ -73,7 +74,7 @@ gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const f
       const int t = idx / BV, col = idx % BV;
       float x = 0.f;
       if (t < rows) x = gd_bf16_to_f32(v[((row0 + t) * H + i_h) * V + vb + col]) * sbeta[t];
-      sb[col * kLd + t] = gd_f32_to_bf16(x);
+      sb[t * kLdN + col] = gd_f32_to_bf16(x);
     }
     __syncthreads();
     gd_wy_product(sa, sb, BV, u + (row0 * H + i_h) * V + vb, static_cast<gd_i64>(H) * V, rows);
@@ -86,7 +87,7 @@ gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const f
       if (t < rows) {
         x = gd_bf16_to_f32(k[((row0 + t) * Hg + i_hk) * K + kb + col]) * sbeta[t] * sgate[t];
       }
-      sb[col * kLd + t] = gd_f32_to_bf16(x);
+      sb[t * kLdN + col] = gd_f32_to_bf16(x);
     }
     __syncthreads();
     gd_wy_product(sa, sb, BK, w + (row0 * H + i_h) * K + kb, static_cast<gd_i64>(H) * K, rows);
