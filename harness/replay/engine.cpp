@@ -453,8 +453,9 @@ void Engine::do_graph_capture() {
       g->size = P;
       g->in = make_static(P, /*with_attention=*/false);
       run_eager(g->in);  // eager warmup; mixers skipped (no metadata)
+      // Zeroed: rows past a step's token count are padding the pieces still read (see execute).
       g->mixer_out =
-          at::empty({P, out_width}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
+          at::zeros({P, out_width}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
       ForwardState st;
       for (int i = 0; i <= L; ++i) {
         CapturedGraph graph(mode());
@@ -584,8 +585,11 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch) {
     if (model_spans_) model_spans_->end();
     if (i == L) break;
     // Without metadata (profile run, piecewise capture) a mixer leaves its output buffer as it
-    // is, as vLLM's layers return early when attn_metadata is None (forward_no_metadata).
-    st.mixer_out = at::empty({batch.num_tokens, mixers_[i]->spec().output_width},
+    // is, as vLLM's layers return early when attn_metadata is None (forward_no_metadata). The
+    // buffer starts zeroed, as vLLM's GDN layer allocates core_attn_out with torch.zeros (PR
+    // #28182): uninitialized rows would reach the MoE router as garbage (NaN logits pick
+    // expert ids out of range).
+    st.mixer_out = at::zeros({batch.num_tokens, mixers_[i]->spec().output_width},
                              at::TensorOptions().dtype(at::kBFloat16).device(device()));
     if (batch.skip_attention) {
       mixers_[i]->forward_no_metadata(st.mixer_in, st.mixer_out, batch);
@@ -635,6 +639,9 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   if (it != piecewise_.end()) {
     PiecewiseGraphs& g = *it->second;
     if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, false);
+    // The padding rows of the mixer outputs: the mixers write only the step's N rows, the pieces
+    // read all g.size; keep the padding zero (vLLM's GDN output buffer is zero-filled).
+    if (g.size > N) g.mixer_out.narrow(0, N, g.size - N).zero_();
     const int L = model_->num_layers();
     for (int i = 0; i <= L; ++i) {
       g.graphs[i].replay();
