@@ -240,6 +240,46 @@ TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {
     if (step.at("wave").get<int>() == 1) EXPECT_EQ(step.at("seqs").size(), 1u);
 }
 
+/// Qwen3-Next: the hybrid cache layout, which tuned-table entry each token count used and where
+/// it first compiled, and the compile keys that separate serving from the GDN warmer.
+TEST_F(ReplayE2E, QwenNextHybridLayoutMoeConfigsAndGdnKeys) {
+  auto by = replay("scenarios/qwen3-next-gdn.yaml");
+  ASSERT_EQ(by.size(), 2u);
+  const StrategyResult& none = by.at("none []");
+  const StrategyResult& warm = by.at("qwen-gdn-warmup []");
+  // vLLM's hybrid rule: a 544-token attention page (2 * 544 * 2 KV heads * 256 * 2 B) holds one
+  // request's GDN state (conv 3 x 8192 bf16 + SSM 32 x 128 x 128 bf16).
+  EXPECT_EQ(none.extra.at("block_size_raised").at("to").get<int>(), 544);
+  EXPECT_EQ(none.extra.at("kv_cache_plan").at("page_bytes").get<int64_t>(), 2 * 544 * 2 * 256 * 2);
+  EXPECT_EQ(none.extra.at("cache_groups").size(), 2u);
+  // Fused MoE: M = 2048 (the profile run) and the decode capture sizes use their own table
+  // entries; the second chunk (952 tokens) takes entry 1024, first used on the hot path.
+  std::map<int, nlohmann::json> used;
+  for (const auto& u : none.extra.at("model").at("fused_moe_configs")) used[u.at("M").get<int>()] = u;
+  ASSERT_TRUE(used.count(2048) && used.count(952) && used.count(1));
+  EXPECT_EQ(used[2048].at("first_phase"), "profile_run");
+  EXPECT_EQ(used[2048].at("tuning_key"), "M=2048 -> 2048");
+  EXPECT_EQ(used[952].at("tuning_key"), "M=952 -> 1024");
+  EXPECT_EQ(used[952].at("first_phase"), "continuation_prefill");
+  EXPECT_EQ(used[1].at("first_phase"), "graph_capture");
+  // The mixed batch (one decode, then a prefill) gathers states through index / mask slices at
+  // num_decodes = 1: unaligned pointers, a key of its own, which the warmer compiled at startup.
+  std::string mixed_gather;
+  for (const auto& c : none.hot_path_compiles)
+    if (c.kernel == "mamba_gather_initial_states" && c.phase == "decode") mixed_gather = c.key;
+  ASSERT_FALSE(mixed_gather.empty());
+  EXPECT_NE(mixed_gather.find(",*i32,*u8,"), std::string::npos) << mixed_gather;
+  bool warmed = false;
+  for (const auto& c : warm.startup_compile_list)
+    warmed |= c.key == mixed_gather && c.phase == "kernel_warmup";
+  EXPECT_TRUE(warmed) << "the warmer's unaligned case compiles the mixed batch's key";
+  // The warmer's conv1d call has one token: its key differs from serving's in that
+  // specialization only, so serving prefills still compile conv1d.
+  int conv_hot = 0;
+  for (const auto& c : warm.hot_path_compiles) conv_hot += c.kernel == "mamba_causal_conv1d_fwd";
+  EXPECT_EQ(conv_hot, 2) << "2048- and 952-token prefills";
+}
+
 /// Every scenario under scenarios/ meets its own expect: rules in compile-only mode.
 class ScenarioExpectations : public ReplayE2E, public ::testing::WithParamInterface<std::string> {};
 

@@ -1,0 +1,316 @@
+// Gated-delta-net (GDN) mixer: the core of Qwen3-Next's linear-attention layers, as vLLM runs it
+// with the Triton/FLA prefill backend (vllm/model_executor/layers/mamba/gdn/
+// qwen_gdn_linear_attn.py, QwenGatedDeltaNetAttention._forward_core, vllm-project/vllm 00545a8a;
+// the replay takes gdn_prefill_backend "triton": on SM90 vLLM's default would be FlashInfer's own
+// JIT-compiled prefill kernel, which is not replayed).
+//
+// Per step (non-speculative):
+// - any prefill in the batch: causal_conv1d_fwd over every token (decodes included), with
+//   has_initial_state = context > 0 and the requests' conv-state pages;
+//   decode-only: causal_conv1d_update;
+// - decodes (the leading requests of one token) go through fused_sigmoid_gating_delta_rule_update
+//   on contiguous q / k / v copies; when prefills share the batch, the decode rows are split off
+//   first (vLLM's split_non_spec);
+// - prefills: fused_post_conv_prep on the prefill rows (a slice after the decodes), the initial
+//   states gathered from the SSM-state pages (gather_initial_states, zero where there is no
+//   context), chunk_gated_delta_rule (chunk 64), and the final states scattered back
+//   (scatter_states). The index / mask slices start at num_decodes, so in mixed batches their
+//   pointers are not 16-byte aligned: the gather / scatter kernels specialize on that.
+// - without attention metadata (profile run, capture warmups): the first call runs vLLM's
+//   _warmup_prefill_kernels: fused_post_conv_prep + chunk_gated_delta_rule at T = 64 on random
+//   inputs, which compiles (and on a GPU autotunes) the chunk chain before the KV cache exists.
+// The layer's own parameters (conv1d weight, A_log, dt_bias) live here; projections, the gated
+// RMSNorm and out_proj are the model's.
+//
+// State page of a request (vLLM MambaSpec: conv state then SSM state; vLLM's default "SD" conv
+// layout, mamba_utils.get_conv_state_layout):
+//   conv state [conv_kernel - 1, conv_dim] bf16, then SSM state [Hv, V, K] in the SSM dtype.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "harness/kernels/gdn_chunk/gdn_chunk.h"
+#include "harness/kernels/gdn_decode/gdn_decode.h"
+#include "harness/kernels/mamba_ops/mamba_ops.h"
+#include "harness/models/mixer.h"
+
+namespace coldstart {
+namespace {
+
+/// vLLM's FLA chunk size (FLA_CHUNK_SIZE), the length of the profile-run prefill warmup.
+constexpr int64_t kChunk = 64;
+
+at::ScalarType ssm_dtype(const EngineConfig& e) {
+  return e.mamba_ssm_cache_dtype == "float32" ? at::kFloat : at::kBFloat16;
+}
+
+class GdnMixer final : public Mixer {
+ public:
+  GdnMixer(const MixerSpec& spec, const MixerContext& ctx)
+      : Mixer(spec, ctx),
+        hk_(spec.num_kv_heads),
+        hv_(spec.num_heads),
+        dk_(spec.params.value("head_k_dim", int64_t{128})),
+        dv_(spec.head_dim),
+        width_(spec.params.value("conv_kernel", int64_t{4})),
+        state_dtype_(ssm_dtype(*ctx.engine)) {
+    conv_dim_ = 2 * hk_ * dk_ + hv_ * dv_;
+    // The layer's parameters: random (seeded by layer) on a GPU, shapes only on meta.
+    const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(ctx.device);
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ctx.device);
+    conv_weight_ = at::empty({conv_dim_, width_}, bf16);
+    a_log_ = at::empty({hv_}, f32);
+    dt_bias_ = at::empty({hv_}, bf16);  // vLLM creates dt_bias in the model dtype
+    if (ctx.mode == DeviceMode::kCuda) {
+      at::Generator gen = at::detail::createCPUGenerator(1000 + spec.layer);
+      conv_weight_.copy_(at::randn({conv_dim_, width_}, gen, at::kFloat).mul_(0.5));
+      a_log_.copy_(at::rand({hv_}, gen, at::kFloat).mul_(2.0).sub_(1.0));
+      dt_bias_.copy_(at::rand({hv_}, gen, at::kFloat).mul_(0.5));
+    }
+  }
+
+  std::string backend() const override { return "gdn_triton"; }
+
+  int64_t conv_state_bytes() const { return conv_dim_ * (width_ - 1) * 2; }
+  int64_t ssm_state_bytes() const {
+    return hv_ * dv_ * dk_ * static_cast<int64_t>(c10::elementSize(state_dtype_));
+  }
+
+  CacheSpec cache_spec() const override {
+    CacheSpec c;
+    c.kind = CacheSpec::Kind::kState;
+    c.bytes_per_request = conv_state_bytes() + ssm_state_bytes();
+    c.group = fmt::format("gdn/conv={}x{}/ssm={}x{}x{}/{}", conv_dim_, width_ - 1, hv_, dv_, dk_,
+                          c10::toString(state_dtype_));
+    return c;
+  }
+
+  void bind_cache(const CacheBinding& c) override {
+    CS_CHECK(c.page_bytes >= conv_state_bytes() + ssm_state_bytes(),
+             "GDN state page smaller than one request's state");
+    const int64_t conv_page = c.page_bytes / 2;
+    conv_state_ = c.bytes.view(at::kBFloat16)
+                      .as_strided({c.num_pages, width_ - 1, conv_dim_}, {conv_page, conv_dim_, 1});
+    const int64_t es = static_cast<int64_t>(c10::elementSize(state_dtype_));
+    CS_CHECK(c.page_bytes % es == 0 && conv_state_bytes() % es == 0,
+             "GDN state page not aligned to the SSM dtype");
+    ssm_state_ = c.bytes.view(state_dtype_)
+                     .as_strided({c.num_pages, hv_, dv_, dk_},
+                                 {c.page_bytes / es, dv_ * dk_, dk_, 1}, conv_state_bytes() / es);
+  }
+
+  void forward_no_metadata(const std::vector<at::Tensor>& in, at::Tensor& out,
+                           const ForwardBatch& batch) override {
+    (void)in;
+    (void)out;
+    (void)batch;
+    if (prefill_warmed_up_) return;
+    prefill_warmed_up_ = true;
+    // vLLM _warmup_prefill_kernels: T = 64 random tokens of one sequence, zero initial state.
+    const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(ctx_.device);
+    at::Tensor mixed = at::empty({kChunk, conv_dim_}, bf16);
+    at::Tensor a = at::empty({kChunk, hv_}, bf16), b = at::empty({kChunk, hv_}, bf16);
+    if (ctx_.mode == DeviceMode::kCuda) {
+      mixed.normal_();
+      a.normal_();
+      b.normal_();
+    }
+    const gdn_chunk::PostConvOut pc = post_conv(mixed, a, b);
+    at::Tensor state = zeros_f32({1, hv_, dv_, dk_});
+    at::Tensor o = at::empty({kChunk, hv_, dv_}, bf16);
+    at::Tensor final_state = at::empty({1, hv_, dv_, dk_}, state.options());
+    chunk(pc, upload({0, static_cast<int32_t>(kChunk)}), {static_cast<int>(kChunk)}, state, o,
+          final_state);
+  }
+
+  void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
+               const ForwardBatch& batch) override {
+    const at::Tensor& mixed_qkv = in.at(0);  // [N, conv_dim]
+    const at::Tensor& b = in.at(1);          // [N, Hv]
+    const at::Tensor& a = in.at(2);          // [N, Hv]
+    const int B = batch.num_reqs;
+    // Decodes lead the batch (vLLM's input batch is reordered that way for GDN, whose metadata
+    // builder sets reorder_batch_threshold = 1); the scheduler's order already is.
+    // A decode is a request of one new token (vLLM split_decodes_and_prefills with
+    // decode_threshold 1, whatever its context: the FULL-capture dummy batch is all decodes).
+    int D = 0;
+    while (D < B && batch.query_lens[D] == 1) ++D;
+    for (int r = D; r < B; ++r) {
+      if (batch.query_lens[r] == 1) {
+        throw Error("gdn mixer: the batch is not decode-first (harness fault)");
+      }
+    }
+    const int64_t T = batch.query_start.empty()
+                          ? 0
+                          : static_cast<int64_t>(batch.query_start[B - 1] + batch.query_lens[B - 1]);
+    const gdn_decode::GdnDims dd{static_cast<int>(hk_), static_cast<int>(hv_),
+                                 static_cast<int>(dk_), static_cast<int>(dv_)};
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk_)));
+    at::Tensor o = out.narrow(0, 0, T).view({T, hv_, dv_});
+    const at::Tensor x = mixed_qkv.narrow(0, 0, T);
+    const at::Tensor slots = batch.state_slots.narrow(0, 0, B);
+
+    if (D == B) {  // decode only (also the FULL decode graph's path)
+      at::Tensor conv_out = at::empty({T, conv_dim_}, x.options());
+      mamba_ops::causal_conv1d_update(*ctx_.jit, x, conv_state_, conv_weight_, at::Tensor(),
+                                      mamba_ops::Activation::kSilu, slots, conv_out);
+      decode(conv_out, a.narrow(0, 0, T), b.narrow(0, 0, T), slots,
+             batch.query_start_loc.narrow(0, 0, B + 1), o, dd, scale);
+      return;
+    }
+
+    // Prefill (maybe with leading decodes): conv1d over the whole batch.
+    std::vector<uint8_t> has_init(B);
+    for (int r = 0; r < B; ++r) has_init[r] = batch.context_lens[r] > 0 ? 1 : 0;
+    const at::Tensor has_initial_state = upload_bool(has_init);
+    at::Tensor conv_out = at::empty({T, conv_dim_}, x.options());
+    mamba_ops::causal_conv1d_fwd(*ctx_.jit, x, conv_weight_, at::Tensor(), conv_state_,
+                                 batch.query_start_loc.narrow(0, 0, B + 1), slots,
+                                 has_initial_state, mamba_ops::Activation::kSilu, conv_out);
+    if (D > 0) {
+      decode(conv_out.narrow(0, 0, D), a.narrow(0, 0, D), b.narrow(0, 0, D), slots,
+             batch.query_start_loc.narrow(0, 0, D + 1), o.narrow(0, 0, D), dd, scale);
+    }
+    const int64_t TP = T - D;  // prefill tokens, after the decode rows
+    const gdn_chunk::PostConvOut pc =
+        post_conv(conv_out.narrow(0, D, TP), a.narrow(0, D, TP), b.narrow(0, D, TP));
+    std::vector<int32_t> cu = {0};
+    std::vector<int> lens;
+    for (int r = D; r < B; ++r) {
+      cu.push_back(cu.back() + batch.query_lens[r]);
+      lens.push_back(batch.query_lens[r]);
+    }
+    const int64_t P = B - D;
+    // The slices at num_decodes: unaligned pointers in mixed batches, as in vLLM.
+    const at::Tensor prefill_slots = slots.narrow(0, D, P);
+    const at::Tensor prefill_has_init = has_initial_state.narrow(0, D, P);
+    at::Tensor gathered = at::empty({P, hv_, dv_, dk_}, ssm_state_.options());
+    mamba_ops::gather_initial_states(*ctx_.jit, ssm_state_, prefill_slots, prefill_has_init,
+                                     gathered);
+    const at::Tensor initial = gathered.to(at::kFloat);
+    at::Tensor final_state = at::empty({P, hv_, dv_, dk_}, initial.options());
+    chunk(pc, upload(cu), lens, initial, o.narrow(0, D, TP), final_state);
+    mamba_ops::scatter_states(*ctx_.jit, ssm_state_, final_state, prefill_slots);
+  }
+
+  std::vector<at::Tensor> cache_views() const override {
+    if (!conv_state_.defined()) return {};
+    return {conv_state_, ssm_state_};
+  }
+  std::vector<at::Tensor> parameters() const override { return {conv_weight_, a_log_, dt_bias_}; }
+
+  std::string compile_config() const override {
+    return fmt::format("gdn Hk={} Hv={} K={} V={} width={} ssm={} page={}", hk_, hv_, dk_, dv_,
+                       width_, c10::toString(state_dtype_),
+                       ssm_state_.defined() ? ssm_state_.stride(0) : 0);
+  }
+
+ private:
+  gdn_chunk::GdnDims chunk_dims() const {
+    return {static_cast<int>(hk_), static_cast<int>(hv_), static_cast<int>(dk_),
+            static_cast<int>(dv_)};
+  }
+
+  gdn_chunk::PostConvOut post_conv(const at::Tensor& conv_out, const at::Tensor& a,
+                                   const at::Tensor& b) const {
+    const int64_t T = conv_out.size(0);
+    const auto bf16 = conv_out.options();
+    const auto f32 = bf16.dtype(at::kFloat);
+    gdn_chunk::PostConvOut pc;
+    pc.q = at::empty({T, hk_, dk_}, bf16);
+    pc.k = at::empty({T, hk_, dk_}, bf16);
+    pc.v = at::empty({T, hv_, dv_}, bf16);
+    pc.g = at::empty({T, hv_}, f32);
+    pc.beta = at::empty({T, hv_}, f32);
+    gdn_chunk::fused_post_conv(*ctx_.jit, chunk_dims(), conv_out, a, b, a_log_, dt_bias_, pc);
+    return pc;
+  }
+
+  void chunk(const gdn_chunk::PostConvOut& pc, const at::Tensor& cu_seqlens,
+             const std::vector<int>& lens, const at::Tensor& initial, const at::Tensor& o,
+             const at::Tensor& final_state) const {
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk_)));
+    const int64_t T = pc.q.size(0);
+    // FLA's intermediates come from torch's caching allocator, not the locked workspace (vLLM
+    // sizes them into the KV budget instead: mamba/gdn/chunk_workspace.py).
+    at::Tensor scratch =
+        at::empty({gdn_chunk::chunk_scratch_bytes(chunk_dims(), T, lens)},
+                  at::TensorOptions().dtype(at::kByte).device(ctx_.device));
+    gdn_chunk::chunk_gated_delta_rule(*ctx_.jit, chunk_dims(), pc.q, pc.k, pc.v, pc.g, pc.beta,
+                                      scale, cu_seqlens, lens, initial, o, final_state, scratch);
+  }
+
+  // vLLM rearrange_mixed_qkv: contiguous q [T, Hk, K], k, v [T, Hv, V] copies, then the fused
+  // decode update over the requests' SSM-state pages.
+  void decode(const at::Tensor& conv_out, const at::Tensor& a, const at::Tensor& b,
+              const at::Tensor& slots, const at::Tensor& cu_seqlens, const at::Tensor& o,
+              const gdn_decode::GdnDims& dd, float scale) const {
+    const int64_t T = conv_out.size(0);
+    const at::Tensor q = conv_out.narrow(1, 0, hk_ * dk_).contiguous().view({T, hk_, dk_});
+    const at::Tensor k = conv_out.narrow(1, hk_ * dk_, hk_ * dk_).contiguous().view({T, hk_, dk_});
+    const at::Tensor v = conv_out.narrow(1, 2 * hk_ * dk_, hv_ * dv_).contiguous().view({T, hv_, dv_});
+    gdn_decode::fused_sigmoid_gating_delta_rule_update(*ctx_.jit, dd, a_log_, a, b, dt_bias_, q, k,
+                                                       v, ssm_state_, slots, cu_seqlens,
+                                                       at::Tensor(), o, scale, true);
+  }
+
+  at::Tensor zeros_f32(std::vector<int64_t> shape) const {
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ctx_.device);
+    return ctx_.mode == DeviceMode::kCuda ? at::zeros(shape, f32) : at::empty(shape, f32);
+  }
+
+  // Host metadata to the device (prefill steps only: never inside a captured graph).
+  at::Tensor upload(const std::vector<int32_t>& v) const {
+    const int64_t n = static_cast<int64_t>(v.size());
+    if (ctx_.mode != DeviceMode::kCuda)
+      return at::empty({n}, at::TensorOptions().dtype(at::kInt).device(ctx_.device));
+    return at::from_blob(const_cast<int32_t*>(v.data()), {n}, at::kInt).to(ctx_.device);
+  }
+  at::Tensor upload_bool(const std::vector<uint8_t>& v) const {
+    const int64_t n = static_cast<int64_t>(v.size());
+    if (ctx_.mode != DeviceMode::kCuda)
+      return at::empty({n}, at::TensorOptions().dtype(at::kBool).device(ctx_.device));
+    return at::from_blob(const_cast<uint8_t*>(v.data()), {n}, at::kByte)
+        .to(at::kBool)
+        .to(ctx_.device);
+  }
+
+  int64_t hk_, hv_, dk_, dv_, width_, conv_dim_ = 0;
+  at::ScalarType state_dtype_;
+  at::Tensor conv_weight_, a_log_, dt_bias_;
+  at::Tensor conv_state_, ssm_state_;
+  bool prefill_warmed_up_ = false;
+};
+
+MixerBackendInfo gdn_backend() {
+  MixerBackendInfo b;
+  b.kind = "gdn";
+  b.name = "gdn_triton";
+  b.description = "gated delta net (Qwen3-Next) with vLLM's Triton/FLA kernels: causal conv1d, "
+                  "chunked prefill chain (chunk 64), fused decode update, state gather/scatter";
+  b.make = [](const MixerSpec& s, const MixerContext& c) -> std::unique_ptr<Mixer> {
+    return std::make_unique<GdnMixer>(s, c);
+  };
+  for (auto* k : gdn_chunk::all_kernels()) b.kernels.push_back(k);
+  for (auto* k : gdn_decode::all_kernels()) b.kernels.push_back(k);
+  for (auto* k : mamba_ops::all_kernels()) b.kernels.push_back(k);
+  b.check = [](const MixerSpec& s, const ModelConfig&, const EngineConfig&) {
+    std::vector<ScenarioProblem> out;
+    const int64_t dk = s.params.value("head_k_dim", int64_t{0});
+    if ((dk != 64 && dk != 128) || (s.head_dim != 64 && s.head_dim != 128)) {
+      out.push_back({"model.linear_key_head_dim",
+                     fmt::format("the GDN kernels take key / value head dims of 64 or 128, got "
+                                 "{} / {}",
+                                 dk, s.head_dim)});
+    }
+    return out;
+  };
+  return b;
+}
+
+}  // namespace
+
+CS_REGISTER_MIXER_BACKEND(gdn_backend());
+
+}  // namespace coldstart

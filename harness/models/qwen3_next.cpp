@@ -1,0 +1,409 @@
+// Qwen3-Next (Qwen3NextForCausalLM): a hybrid of gated-delta-net (GDN) linear attention and gated
+// full attention, every layer followed by a sparse MoE with a shared expert. Followed:
+// vllm/model_executor/models/qwen3_next.py and vllm/model_executor/layers/mamba/gdn/
+// qwen_gdn_linear_attn.py (vllm-project/vllm 00545a8a):
+// - layer l is full attention when (l + 1) % full_attention_interval == 0, else GDN;
+// - GDN: in_proj_qkvz [H -> 2*Hk*K + 2*Hv*V] and in_proj_ba [H -> 2*Hv], unpacked into contiguous
+//   mixed_qkv [N, conv_dim], z [N, Hv, V], b and a [N, Hv]; the GDN core (conv1d, recurrence) is
+//   the mixer; after it the gated RMSNorm (RMSNormGated, norm before an SiLU gate by z: a
+//   runtime-compiled kernel, mamba_ops::gated_rms_norm, over N * Hv rows of V) and out_proj.
+//   The checkpoint's interleaved GQA layout of in_proj_qkvz only decides which weight rows feed
+//   which head; with random weights the harness splits the projection plainly;
+// - gated attention: q_proj yields q and a per-head output gate ([N, Hq, 2D] split in halves), q /
+//   k RMSNorm of the (1 + w) kind (GemmaRMSNorm), neox RoPE on the first
+//   partial_rotary_factor * D dims, attention through the backend, output * sigmoid(gate), o_proj;
+// - sparse MoE: router linear [E, H] -> softmax top-k (renormalized when norm_topk_prob) -> the
+//   fused-MoE kernels with vLLM's tuned table for E and N = moe_intermediate_size; plus a shared
+//   expert (SiLU MLP of shared_expert_intermediate_size) scaled by sigmoid(shared_expert_gate(x)).
+// Projections, norms and the shared expert are libtorch operations (an engine's ahead-of-time
+// kernels); the gated RMSNorm and the expert GEMMs are runtime-compiled as vLLM's Triton kernels
+// are, so they compile where vLLM's would: in the profile run, the capture's eager warmups, or
+// on the hot path.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "harness/common/paths.h"
+#include "harness/kernels/fused_moe/fused_moe.h"
+#include "harness/kernels/mamba_ops/mamba_ops.h"
+#include "harness/models/model.h"
+
+namespace coldstart {
+namespace {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return (xf * inv).to(x.scalar_type()) * weight;
+}
+
+// Qwen3-Next's norms are zero-centred: the weight acts as (1 + w) (vLLM GemmaRMSNorm).
+at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return (xf * inv * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
+}
+
+/// The dimensions Qwen3-Next adds to a dense config.
+struct NextDims {
+  int interval = 4;          // full_attention_interval
+  int64_t hk = 16, hv = 32;  // GDN key / value heads
+  int64_t dk = 128, dv = 128;
+  int64_t conv_kernel = 4;
+  int64_t experts = 512, top_k = 10, moe_inter = 512, shared_inter = 512;
+  bool norm_topk = true;
+  double partial_rotary = 0.25;
+
+  int64_t conv_dim() const { return 2 * hk * dk + hv * dv; }
+};
+
+int64_t get_int(const nlohmann::json& raw, const char* key, int64_t fallback) {
+  return raw.contains(key) && raw[key].is_number_integer() ? raw[key].get<int64_t>() : fallback;
+}
+
+NextDims next_dims(const ModelConfig& c) {
+  const nlohmann::json& r = c.raw;
+  NextDims d;
+  d.interval = static_cast<int>(get_int(r, "full_attention_interval", d.interval));
+  d.hk = get_int(r, "linear_num_key_heads", d.hk);
+  d.hv = get_int(r, "linear_num_value_heads", d.hv);
+  d.dk = get_int(r, "linear_key_head_dim", d.dk);
+  d.dv = get_int(r, "linear_value_head_dim", d.dv);
+  d.conv_kernel = get_int(r, "linear_conv_kernel_dim", d.conv_kernel);
+  d.experts = get_int(r, "num_experts", d.experts);
+  d.top_k = get_int(r, "num_experts_per_tok", d.top_k);
+  d.moe_inter = get_int(r, "moe_intermediate_size", d.moe_inter);
+  d.shared_inter = get_int(r, "shared_expert_intermediate_size", d.shared_inter);
+  if (r.contains("norm_topk_prob") && r["norm_topk_prob"].is_boolean())
+    d.norm_topk = r["norm_topk_prob"].get<bool>();
+  if (r.contains("partial_rotary_factor") && r["partial_rotary_factor"].is_number())
+    d.partial_rotary = r["partial_rotary_factor"].get<double>();
+  return d;
+}
+
+bool is_attention_layer(const NextDims& d, int layer) { return (layer + 1) % d.interval == 0; }
+
+struct Weights {
+  at::Tensor input_norm, post_norm;
+  // GDN
+  at::Tensor in_qkvz, in_ba, gate_norm, out_proj;
+  // attention
+  at::Tensor qkv, q_norm, k_norm, o_proj;
+  // MoE
+  at::Tensor router, w13, w2, shared_gate_up, shared_down, shared_gate;
+};
+
+class Qwen3NextModel final : public Model {
+ public:
+  Qwen3NextModel(const ModelConfig& c, const MixerContext& ctx)
+      : c_(c), d_(next_dims(c)), ctx_(ctx), device_(ctx.device) {
+    moe_.num_experts = d_.experts;
+    moe_.intermediate = d_.moe_inter;
+    moe_.hidden = c.hidden_size;
+    moe_.top_k = static_cast<int>(d_.top_k);
+    moe_.renormalize = d_.norm_topk;
+    // vLLM keeps fused-MoE tables in a fused_moe/ folder of its config directory.
+    if (ctx.engine && !ctx.engine->tuned_config_dir.empty())
+      moe_src_.table_dir = paths::join(ctx.engine->tuned_config_dir, "fused_moe");
+    moe_src_.device_name = ctx.target ? ctx.target->device_name : std::string();
+  }
+
+  std::string name() const override { return c_.architecture; }
+
+  std::vector<MixerSpec> layer_plan() const override {
+    std::vector<MixerSpec> plan;
+    const int64_t D = c_.head_dim, Hq = c_.num_attention_heads, Hk = c_.num_key_value_heads;
+    for (int l = 0; l < c_.num_hidden_layers; ++l) {
+      MixerSpec s;
+      s.layer = l;
+      if (is_attention_layer(d_, l)) {
+        // q [N, Hq*D] and k [N, Hk*D] contiguous after norm + RoPE; v a column slice of the fused
+        // projection [N, (2*Hq + 2*Hk) * D] (q and its gate, k, v).
+        s.kind = "attention";
+        s.num_heads = Hq;
+        s.num_kv_heads = Hk;
+        s.head_dim = D;
+        s.output_width = Hq * D;
+        s.input_widths = {Hq * D, Hk * D, Hk * D};
+        s.input_row_strides = {Hq * D, Hk * D, (2 * Hq + 2 * Hk) * D};
+      } else {
+        // mixed_qkv [N, conv_dim], b [N, Hv], a [N, Hv], all contiguous (vLLM unpacks the
+        // interleaved projection into fresh tensors); output core_attn_out [N, Hv*V].
+        s.kind = "gdn";
+        s.num_heads = d_.hv;
+        s.num_kv_heads = d_.hk;
+        s.head_dim = d_.dv;
+        s.output_width = d_.hv * d_.dv;
+        s.input_widths = {d_.conv_dim(), d_.hv, d_.hv};
+        s.input_row_strides = {d_.conv_dim(), d_.hv, d_.hv};
+        s.params = {{"head_k_dim", d_.dk}, {"conv_kernel", d_.conv_kernel},
+                    {"rms_norm_eps", c_.rms_norm_eps}};
+      }
+      plan.push_back(std::move(s));
+    }
+    return plan;
+  }
+
+  int64_t load_weights(uint64_t seed) override {
+    const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(device_);
+    const bool meta = device_.is_meta();
+    int64_t bytes = 0;
+    auto make = [&](std::vector<int64_t> shape, double std) {
+      at::Tensor t = at::empty(shape, opt);
+      if (!meta) t.normal_(0.0, std);
+      bytes += t.numel() * 2;
+      return t;
+    };
+    auto zeros = [&](int64_t n) {  // (1 + w) norms: w = 0 is the identity scale
+      at::Tensor t = at::zeros({n}, opt);
+      bytes += n * 2;
+      return t;
+    };
+    auto ones = [&](int64_t n) {
+      at::Tensor t = at::ones({n}, opt);
+      bytes += n * 2;
+      return t;
+    };
+    if (!meta) at::manual_seed(seed);
+    const int64_t H = c_.hidden_size, D = c_.head_dim, Hq = c_.num_attention_heads,
+                  Hk = c_.num_key_value_heads, V = c_.vocab_size;
+    const double sh = 1.0 / std::sqrt(static_cast<double>(H));
+    embed_ = make({V, H}, 1.0);
+    layers_.clear();
+    for (int l = 0; l < c_.num_hidden_layers; ++l) {
+      Weights w;
+      w.input_norm = zeros(H);
+      w.post_norm = zeros(H);
+      if (is_attention_layer(d_, l)) {
+        w.qkv = make({(2 * Hq + 2 * Hk) * D, H}, sh);
+        w.q_norm = zeros(D);
+        w.k_norm = zeros(D);
+        w.o_proj = make({H, Hq * D}, 1.0 / std::sqrt(static_cast<double>(Hq * D)));
+      } else {
+        w.in_qkvz = make({d_.conv_dim() + d_.hv * d_.dv, H}, sh);
+        w.in_ba = make({2 * d_.hv, H}, sh);
+        w.gate_norm = ones(d_.dv);  // RMSNormGated's weight (plain scale)
+        w.out_proj = make({H, d_.hv * d_.dv}, 1.0 / std::sqrt(static_cast<double>(d_.hv * d_.dv)));
+      }
+      w.router = make({d_.experts, H}, sh);
+      w.w13 = make({d_.experts, 2 * d_.moe_inter, H}, sh);
+      w.w2 = make({d_.experts, H, d_.moe_inter}, 1.0 / std::sqrt(static_cast<double>(d_.moe_inter)));
+      w.shared_gate_up = make({2 * d_.shared_inter, H}, sh);
+      w.shared_down = make({H, d_.shared_inter}, 1.0 / std::sqrt(static_cast<double>(d_.shared_inter)));
+      w.shared_gate = make({1, H}, sh);
+      layers_.push_back(std::move(w));
+    }
+    final_norm_ = zeros(H);
+    lm_head_ = c_.tie_word_embeddings ? embed_ : make({V, H}, sh);
+    // RoPE over the rotary part of each head: [max_positions, rot] float32, cos then sin.
+    const int64_t rot = rotary_dim();
+    const int64_t max_pos = c_.max_position_embeddings;
+    const auto fopt = at::TensorOptions().dtype(at::kFloat).device(device_);
+    if (meta) {
+      rope_ = at::empty({max_pos, rot}, fopt);
+    } else {
+      at::Tensor inv_freq =
+          at::pow(c_.rope_theta, -at::arange(0, rot, 2, fopt) / static_cast<double>(rot));
+      at::Tensor freqs = at::outer(at::arange(max_pos, fopt), inv_freq);
+      rope_ = at::cat({freqs.cos(), freqs.sin()}, -1).contiguous();
+    }
+    // vLLM's topk_softmax / moe_align_block_size / silu_and_mul / moe_sum are ahead-of-time CUDA
+    // ops; their stand-ins compile here, while the weights load, never on the hot path.
+    if (ctx_.jit) fused_moe::precompile_aot_kernels(*ctx_.jit, moe_);
+    return bytes;
+  }
+
+  at::Tensor compute_logits(const at::Tensor& hidden) override {
+    return at::linear(hidden, lm_head_).to(at::kFloat);
+  }
+
+  nlohmann::json report() const override {
+    if (moe_configs_.empty()) return nullptr;
+    nlohmann::json used = nlohmann::json::array();
+    for (const auto& [m, info] : moe_configs_) {
+      used.push_back({{"M", m}, {"selector", info.selector}, {"tuning_key", info.tuning_key},
+                      {"config", info.config}, {"first_phase", info.first_phase}});
+    }
+    return {{"fused_moe_configs", used}, {"fused_moe_table", moe_table_}};
+  }
+
+  void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
+    const int L = c_.num_hidden_layers;
+    if (i == 0) {
+      st.hidden = embed_.index({batch.input_ids});
+    } else {
+      const Weights& w = layers_[i - 1];
+      at::Tensor mixed;
+      if (is_attention_layer(d_, i - 1)) {
+        // Output gate of gated attention, then o_proj.
+        const at::Tensor gate = st.carry.at(0);
+        mixed = at::linear(st.mixer_out * at::sigmoid(gate), w.o_proj);
+      } else {
+        // RMSNormGated over every head's V values, gated by SiLU(z), then out_proj.
+        const at::Tensor z = st.carry.at(0);
+        const int64_t N = st.mixer_out.size(0);
+        at::Tensor normed = at::empty({N * d_.hv, d_.dv}, st.mixer_out.options());
+        mamba_ops::gated_rms_norm(*ctx_.jit, st.mixer_out.reshape({N * d_.hv, d_.dv}),
+                                  z.reshape({N * d_.hv, d_.dv}), w.gate_norm, c_.rms_norm_eps,
+                                  /*norm_before_gate=*/true, mamba_ops::Activation::kSilu,
+                                  /*group_size=*/d_.dv, sm_count(), normed);
+        mixed = at::linear(normed.view({N, d_.hv * d_.dv}), w.out_proj);
+      }
+      st.residual = mixed + st.residual;
+      st.hidden = moe(w, gemma_rms_norm(st.residual, w.post_norm, c_.rms_norm_eps), batch);
+    }
+    st.carry.clear();
+    if (i == L) {
+      st.residual = st.hidden + st.residual;
+      st.hidden = gemma_rms_norm(st.residual, final_norm_, c_.rms_norm_eps);
+      return;
+    }
+    const Weights& w = layers_[i];
+    st.residual = (i == 0) ? st.hidden : st.hidden + st.residual;
+    const at::Tensor h = gemma_rms_norm(st.residual, w.input_norm, c_.rms_norm_eps);
+    if (is_attention_layer(d_, i)) {
+      attention_inputs(w, h, st, batch);
+    } else {
+      gdn_inputs(w, h, st);
+    }
+  }
+
+ private:
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(std::llround(c_.head_dim * d_.partial_rotary));
+  }
+  int sm_count() const { return ctx_.target ? ctx_.target->sm_count : 132; }
+
+  void gdn_inputs(const Weights& w, const at::Tensor& h, ForwardState& st) const {
+    const int64_t N = h.size(0), cd = d_.conv_dim();
+    const at::Tensor qkvz = at::linear(h, w.in_qkvz);  // [N, conv_dim + Hv*V]
+    const at::Tensor ba = at::linear(h, w.in_ba);      // [N, 2*Hv]
+    // vLLM copies every part out of the interleaved projection into its own tensor.
+    const at::Tensor mixed_qkv = qkvz.narrow(1, 0, cd).contiguous();
+    const at::Tensor z = qkvz.narrow(1, cd, d_.hv * d_.dv).contiguous().view({N, d_.hv, d_.dv});
+    const at::Tensor b = ba.narrow(1, 0, d_.hv).contiguous();
+    const at::Tensor a = ba.narrow(1, d_.hv, d_.hv).contiguous();
+    st.mixer_in = {mixed_qkv, b, a};
+    st.carry = {z};
+  }
+
+  void attention_inputs(const Weights& w, const at::Tensor& h, ForwardState& st,
+                        const ForwardBatch& batch) const {
+    const int64_t N = h.size(0), D = c_.head_dim, Hq = c_.num_attention_heads,
+                  Hk = c_.num_key_value_heads;
+    const at::Tensor qkv = at::linear(h, w.qkv);  // [N, (2*Hq + 2*Hk) * D]
+    const at::Tensor q_gate = qkv.narrow(1, 0, 2 * Hq * D).view({N, Hq, 2 * D});
+    at::Tensor q = q_gate.narrow(2, 0, D);
+    const at::Tensor gate = q_gate.narrow(2, D, D).reshape({N, Hq * D});
+    at::Tensor k = qkv.narrow(1, 2 * Hq * D, Hk * D).view({N, Hk, D});
+    const at::Tensor v = qkv.narrow(1, (2 * Hq + Hk) * D, Hk * D);
+    q = gemma_rms_norm(q, w.q_norm, c_.rms_norm_eps);
+    k = gemma_rms_norm(k, w.k_norm, c_.rms_norm_eps);
+    const at::Tensor cs = rope_.index({batch.positions}).unsqueeze(1);  // [N, 1, rot]
+    st.mixer_in = {partial_rope(q, cs).reshape({N, Hq * D}), partial_rope(k, cs).reshape({N, Hk * D}),
+                   v};
+    st.carry = {gate};
+  }
+
+  // Neox-style rotation of the first rotary_dim() dims of each head; the rest pass through.
+  at::Tensor partial_rope(const at::Tensor& x, const at::Tensor& cos_sin) const {
+    const int64_t rot = rotary_dim(), half = rot / 2;
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor cos = cos_sin.narrow(-1, 0, half), sin = cos_sin.narrow(-1, half, half);
+    at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+    at::Tensor rest = xf.narrow(-1, rot, x.size(-1) - rot);
+    return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest}, -1).to(x.scalar_type());
+  }
+
+  // Qwen3NextSparseMoeBlock: routed experts through the fused-MoE kernels plus the gated shared
+  // expert.
+  at::Tensor moe(const Weights& w, const at::Tensor& h, const ForwardBatch& batch) {
+    (void)batch;
+    const int64_t M = h.size(0);
+    const at::Tensor logits = at::linear(h, w.router);  // [M, E] bf16
+    const auto f32 = h.options().dtype(at::kFloat);
+    at::Tensor topk_w = at::empty({M, d_.top_k}, f32);
+    at::Tensor topk_ids = at::empty({M, d_.top_k}, h.options().dtype(at::kInt));
+    fused_moe::topk_softmax(*ctx_.jit, moe_, logits, topk_w, topk_ids);
+    at::Tensor routed = at::empty_like(h);
+    const jit::Selection sel =
+        fused_moe::fused_experts(*ctx_.jit, moe_, moe_src_, h, w.w13, w.w2, topk_w, topk_ids, routed);
+    note_moe_config(M, sel);
+    const at::Tensor gu = at::linear(h, w.shared_gate_up);
+    const int64_t I = d_.shared_inter;
+    const at::Tensor shared =
+        at::linear(at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.shared_down);
+    return routed + at::sigmoid(at::linear(h, w.shared_gate)) * shared;
+  }
+
+  void note_moe_config(int64_t M, const jit::Selection& sel) {
+    if (moe_configs_.count(M)) return;
+    MoeUse u;
+    u.selector = sel.selector;
+    u.tuning_key = sel.tuning_key;
+    u.config = sel.config.name;
+    u.first_phase = ctx_.jit ? ctx_.jit->monitor().phase() : "";
+    moe_configs_[M] = u;
+    if (moe_table_.empty()) moe_table_ = sel.table_file;
+  }
+
+  struct MoeUse {
+    std::string selector, tuning_key, config, first_phase;
+  };
+
+  ModelConfig c_;
+  NextDims d_;
+  MixerContext ctx_;
+  c10::Device device_;
+  fused_moe::MoeShape moe_;
+  fused_moe::ConfigSource moe_src_;
+  std::map<int64_t, MoeUse> moe_configs_;
+  std::string moe_table_;
+  at::Tensor embed_, final_norm_, lm_head_, rope_;
+  std::vector<Weights> layers_;
+};
+
+std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig& e) {
+  std::vector<ScenarioProblem> out;
+  const NextDims d = next_dims(c);
+  if (d.interval <= 0) {
+    out.push_back({"model.full_attention_interval",
+                   fmt::format("must be positive, got {}", d.interval)});
+  }
+  if (d.hk <= 0 || d.hv % std::max<int64_t>(d.hk, 1) != 0) {
+    out.push_back({"model.linear_num_value_heads",
+                   fmt::format("{} value heads is not a multiple of {} key heads", d.hv, d.hk)});
+  }
+  const int64_t rot = static_cast<int64_t>(std::llround(c.head_dim * d.partial_rotary));
+  if (rot <= 0 || rot % 2 != 0 || rot > c.head_dim) {
+    out.push_back({"model.partial_rotary_factor",
+                   fmt::format("gives a rotary width of {} of head_dim {}", rot, c.head_dim)});
+  }
+  if (e.tuned_config_dir.empty()) {
+    out.push_back({"engine.tuned_config_dir",
+                   "is empty: the fused-MoE kernels need vLLM's tuned-table directory (or a "
+                   "directory without a table for the default config)"});
+  }
+  return out;
+}
+
+ModelFamilyInfo qwen3_next_family() {
+  ModelFamilyInfo f;
+  f.name = "qwen3-next";
+  f.architectures = {"Qwen3NextForCausalLM"};
+  f.description = "Qwen3-Next hybrid: gated-delta-net + gated attention every "
+                  "full_attention_interval layers, sparse MoE with a shared expert";
+  f.make = [](const ModelConfig& c, const MixerContext& ctx) -> std::unique_ptr<Model> {
+    return std::make_unique<Qwen3NextModel>(c, ctx);
+  };
+  f.check = check_next;
+  return f;
+}
+
+}  // namespace
+
+CS_REGISTER_MODEL_FAMILY(qwen3_next_family());
+
+}  // namespace coldstart
