@@ -251,7 +251,10 @@ TEST_F(ReplayE2E, QwenNextHybridLayoutMoeConfigsAndGdnKeys) {
   // request's GDN state (conv 3 x 8192 bf16 + SSM 32 x 128 x 128 bf16).
   EXPECT_EQ(none.extra.at("block_size_raised").at("to").get<int>(), 544);
   EXPECT_EQ(none.extra.at("kv_cache_plan").at("page_bytes").get<int64_t>(), 2 * 544 * 2 * 256 * 2);
-  EXPECT_EQ(none.extra.at("cache_groups").size(), 2u);
+  // Grouped as vLLM's KV cache manager does: group_size 2 (the attention layers), so the six GDN
+  // layers form three groups of two, sharing 2 tensors with the attention group.
+  EXPECT_EQ(none.extra.at("cache_groups").size(), 4u);
+  EXPECT_EQ(none.extra.at("kv_cache_plan").at("tensors").get<int>(), 2);
   // Fused MoE: M = 2048 (the profile run) and the decode capture sizes use their own table
   // entries; the second chunk (952 tokens) takes entry 1024, first used on the hot path.
   std::map<int, nlohmann::json> used;
