@@ -5,16 +5,11 @@
 
 #include <cmath>
 
+#include "harness/models/layers_common.h"
 #include "harness/models/model.h"
 
 namespace coldstart {
 namespace {
-
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return (xf * inv).to(x.scalar_type()) * weight;
-}
 
 struct LayerWeights {
   at::Tensor input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
@@ -49,54 +44,31 @@ class DenseModel final : public Model {
   }
 
   int64_t load_weights(uint64_t seed) override {
-    const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(device_);
-    const bool meta = device_.is_meta();
-    int64_t bytes = 0;
-    auto make = [&](std::vector<int64_t> shape, double std) {
-      at::Tensor t = at::empty(shape, opt);
-      if (!meta) t.normal_(0.0, std);
-      bytes += t.numel() * 2;
-      return t;
-    };
-    auto ones = [&](int64_t n) {
-      at::Tensor t = at::empty({n}, opt);
-      if (!meta) t.fill_(1.0);
-      bytes += n * 2;
-      return t;
-    };
-    if (!meta) at::manual_seed(seed);
+    WeightMaker w(device_);
+    if (!device_.is_meta()) at::manual_seed(seed);
     const int64_t H = c_.hidden_size, D = c_.head_dim, Hq = c_.num_attention_heads,
                   Hk = c_.num_key_value_heads, I = c_.intermediate_size, V = c_.vocab_size;
-    embed_ = make({V, H}, 1.0);
+    embed_ = w.normal({V, H}, 1.0);
     layers_.clear();
     for (int l = 0; l < c_.num_hidden_layers; ++l) {
-      LayerWeights w;
-      w.input_norm = ones(H);
-      w.qkv = make({(Hq + 2 * Hk) * D, H}, 1.0 / std::sqrt(double(H)));
+      LayerWeights lw;
+      lw.input_norm = w.ones(H);
+      lw.qkv = w.normal({(Hq + 2 * Hk) * D, H}, 1.0 / std::sqrt(double(H)));
       if (has_qk_norm_) {
-        w.q_norm = ones(D);
-        w.k_norm = ones(D);
+        lw.q_norm = w.ones(D);
+        lw.k_norm = w.ones(D);
       }
-      w.o_proj = make({H, Hq * D}, 1.0 / std::sqrt(double(Hq * D)));
-      w.post_norm = ones(H);
-      w.gate_up = make({2 * I, H}, 1.0 / std::sqrt(double(H)));
-      w.down = make({H, I}, 1.0 / std::sqrt(double(I)));
-      layers_.push_back(std::move(w));
+      lw.o_proj = w.normal({H, Hq * D}, 1.0 / std::sqrt(double(Hq * D)));
+      lw.post_norm = w.ones(H);
+      lw.gate_up = w.normal({2 * I, H}, 1.0 / std::sqrt(double(H)));
+      lw.down = w.normal({H, I}, 1.0 / std::sqrt(double(I)));
+      layers_.push_back(std::move(lw));
     }
-    final_norm_ = ones(H);
-    lm_head_ = c_.tie_word_embeddings ? embed_ : make({V, H}, 1.0 / std::sqrt(double(H)));
+    final_norm_ = w.ones(H);
+    lm_head_ = c_.tie_word_embeddings ? embed_ : w.normal({V, H}, 1.0 / std::sqrt(double(H)));
     // RoPE table [max_positions, D]: cos in the first half, sin in the second (float32).
-    const int64_t max_pos = c_.max_position_embeddings;
-    const auto fopt = at::TensorOptions().dtype(at::kFloat).device(device_);
-    if (meta) {
-      rope_ = at::empty({max_pos, D}, fopt);
-    } else {
-      at::Tensor inv_freq =
-          at::pow(c_.rope_theta, -at::arange(0, D, 2, fopt) / static_cast<double>(D));
-      at::Tensor freqs = at::outer(at::arange(max_pos, fopt), inv_freq);
-      rope_ = at::cat({freqs.cos(), freqs.sin()}, -1).contiguous();
-    }
-    return bytes;
+    rope_ = rope_table(c_.max_position_embeddings, D, c_.rope_theta, device_);
+    return w.bytes();
   }
 
   at::Tensor compute_logits(const at::Tensor& hidden) override {
@@ -138,19 +110,10 @@ class DenseModel final : public Model {
       k = rms_norm(k, w.k_norm, c_.rms_norm_eps);
     }
     at::Tensor cs = rope_.index({batch.positions}).unsqueeze(1);  // [N, 1, D]
-    st.mixer_in = {apply_rope(q, cs).reshape({N, Hq * D}), apply_rope(k, cs).reshape({N, Hk * D}), v};
+    st.mixer_in = {neox_rope(q, cs).reshape({N, Hq * D}), neox_rope(k, cs).reshape({N, Hk * D}), v};
   }
 
  private:
-  // Neox-style rotation of the two halves of each head.
-  static at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos_sin) {
-    const int64_t half = x.size(-1) / 2;
-    at::Tensor cos = cos_sin.narrow(-1, 0, half), sin = cos_sin.narrow(-1, half, half);
-    at::Tensor xf = x.to(at::kFloat);
-    at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-    return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
-  }
-
   ModelConfig c_;
   c10::Device device_;
   bool has_qk_norm_ = false;

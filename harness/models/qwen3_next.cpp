@@ -28,23 +28,11 @@
 #include "harness/common/paths.h"
 #include "harness/kernels/fused_moe/fused_moe.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
+#include "harness/models/layers_common.h"
 #include "harness/models/model.h"
 
 namespace coldstart {
 namespace {
-
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return (xf * inv).to(x.scalar_type()) * weight;
-}
-
-// Qwen3-Next's norms are zero-centred: the weight acts as (1 + w) (vLLM GemmaRMSNorm).
-at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return (xf * inv * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
-}
 
 /// The dimensions Qwen3-Next adds to a dense config.
 struct NextDims {
@@ -147,72 +135,45 @@ class Qwen3NextModel final : public Model {
   }
 
   int64_t load_weights(uint64_t seed) override {
-    const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(device_);
-    const bool meta = device_.is_meta();
-    int64_t bytes = 0;
-    auto make = [&](std::vector<int64_t> shape, double std) {
-      at::Tensor t = at::empty(shape, opt);
-      if (!meta) t.normal_(0.0, std);
-      bytes += t.numel() * 2;
-      return t;
-    };
-    auto zeros = [&](int64_t n) {  // (1 + w) norms: w = 0 is the identity scale
-      at::Tensor t = at::zeros({n}, opt);
-      bytes += n * 2;
-      return t;
-    };
-    auto ones = [&](int64_t n) {
-      at::Tensor t = at::ones({n}, opt);
-      bytes += n * 2;
-      return t;
-    };
-    if (!meta) at::manual_seed(seed);
+    WeightMaker m(device_);
+    if (!device_.is_meta()) at::manual_seed(seed);
     const int64_t H = c_.hidden_size, D = c_.head_dim, Hq = c_.num_attention_heads,
                   Hk = c_.num_key_value_heads, V = c_.vocab_size;
     const double sh = 1.0 / std::sqrt(static_cast<double>(H));
-    embed_ = make({V, H}, 1.0);
+    auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+    embed_ = m.normal({V, H}, 1.0);
     layers_.clear();
     for (int l = 0; l < c_.num_hidden_layers; ++l) {
       Weights w;
-      w.input_norm = zeros(H);
-      w.post_norm = zeros(H);
+      w.input_norm = m.zeros(H);  // (1 + w) norms: w = 0 is the identity scale
+      w.post_norm = m.zeros(H);
       if (is_attention_layer(d_, l)) {
-        w.qkv = make({(2 * Hq + 2 * Hk) * D, H}, sh);
-        w.q_norm = zeros(D);
-        w.k_norm = zeros(D);
-        w.o_proj = make({H, Hq * D}, 1.0 / std::sqrt(static_cast<double>(Hq * D)));
+        w.qkv = m.normal({(2 * Hq + 2 * Hk) * D, H}, sh);
+        w.q_norm = m.zeros(D);
+        w.k_norm = m.zeros(D);
+        w.o_proj = m.normal({H, Hq * D}, inv_sqrt(Hq * D));
       } else {
-        w.in_qkvz = make({d_.conv_dim() + d_.hv * d_.dv, H}, sh);
-        w.in_ba = make({2 * d_.hv, H}, sh);
-        w.gate_norm = ones(d_.dv);  // RMSNormGated's weight (plain scale)
-        w.out_proj = make({H, d_.hv * d_.dv}, 1.0 / std::sqrt(static_cast<double>(d_.hv * d_.dv)));
+        w.in_qkvz = m.normal({d_.conv_dim() + d_.hv * d_.dv, H}, sh);
+        w.in_ba = m.normal({2 * d_.hv, H}, sh);
+        w.gate_norm = m.ones(d_.dv);  // RMSNormGated's weight (plain scale)
+        w.out_proj = m.normal({H, d_.hv * d_.dv}, inv_sqrt(d_.hv * d_.dv));
       }
-      w.router = make({d_.experts, H}, sh);
-      w.w13 = make({d_.experts, 2 * d_.moe_inter, H}, sh);
-      w.w2 = make({d_.experts, H, d_.moe_inter}, 1.0 / std::sqrt(static_cast<double>(d_.moe_inter)));
-      w.shared_gate_up = make({2 * d_.shared_inter, H}, sh);
-      w.shared_down = make({H, d_.shared_inter}, 1.0 / std::sqrt(static_cast<double>(d_.shared_inter)));
-      w.shared_gate = make({1, H}, sh);
+      w.router = m.normal({d_.experts, H}, sh);
+      w.w13 = m.normal({d_.experts, 2 * d_.moe_inter, H}, sh);
+      w.w2 = m.normal({d_.experts, H, d_.moe_inter}, inv_sqrt(d_.moe_inter));
+      w.shared_gate_up = m.normal({2 * d_.shared_inter, H}, sh);
+      w.shared_down = m.normal({H, d_.shared_inter}, inv_sqrt(d_.shared_inter));
+      w.shared_gate = m.normal({1, H}, sh);
       layers_.push_back(std::move(w));
     }
-    final_norm_ = zeros(H);
-    lm_head_ = c_.tie_word_embeddings ? embed_ : make({V, H}, sh);
-    // RoPE over the rotary part of each head: [max_positions, rot] float32, cos then sin.
-    const int64_t rot = rotary_dim();
-    const int64_t max_pos = c_.max_position_embeddings;
-    const auto fopt = at::TensorOptions().dtype(at::kFloat).device(device_);
-    if (meta) {
-      rope_ = at::empty({max_pos, rot}, fopt);
-    } else {
-      at::Tensor inv_freq =
-          at::pow(c_.rope_theta, -at::arange(0, rot, 2, fopt) / static_cast<double>(rot));
-      at::Tensor freqs = at::outer(at::arange(max_pos, fopt), inv_freq);
-      rope_ = at::cat({freqs.cos(), freqs.sin()}, -1).contiguous();
-    }
+    final_norm_ = m.zeros(H);
+    lm_head_ = c_.tie_word_embeddings ? embed_ : m.normal({V, H}, sh);
+    // RoPE over the rotary part of each head.
+    rope_ = rope_table(c_.max_position_embeddings, rotary_dim(), c_.rope_theta, device_);
     // vLLM's topk_softmax / moe_align_block_size / silu_and_mul / moe_sum are ahead-of-time CUDA
     // ops; their stand-ins compile here, while the weights load, never on the hot path.
     if (ctx_.jit) fused_moe::precompile_aot_kernels(*ctx_.jit, moe_);
-    return bytes;
+    return m.bytes();
   }
 
   at::Tensor compute_logits(const at::Tensor& hidden) override {
@@ -302,19 +263,8 @@ class Qwen3NextModel final : public Model {
     q = gemma_rms_norm(q, w.q_norm, c_.rms_norm_eps);
     k = gemma_rms_norm(k, w.k_norm, c_.rms_norm_eps);
     const at::Tensor cs = rope_.index({batch.positions}).unsqueeze(1);  // [N, 1, rot]
-    st.mixer_in = {partial_rope(q, cs).reshape({N, Hq * D}), partial_rope(k, cs).reshape({N, Hk * D}),
-                   v};
+    st.mixer_in = {neox_rope(q, cs).reshape({N, Hq * D}), neox_rope(k, cs).reshape({N, Hk * D}), v};
     st.carry = {gate};
-  }
-
-  // Neox-style rotation of the first rotary_dim() dims of each head; the rest pass through.
-  at::Tensor partial_rope(const at::Tensor& x, const at::Tensor& cos_sin) const {
-    const int64_t rot = rotary_dim(), half = rot / 2;
-    at::Tensor xf = x.to(at::kFloat);
-    at::Tensor cos = cos_sin.narrow(-1, 0, half), sin = cos_sin.narrow(-1, half, half);
-    at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-    at::Tensor rest = xf.narrow(-1, rot, x.size(-1) - rot);
-    return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest}, -1).to(x.scalar_type());
   }
 
   // Qwen3NextSparseMoeBlock: routed experts through the fused-MoE kernels plus the gated shared

@@ -1,0 +1,50 @@
+// Host-side pieces every model family shares: RMSNorm in the two flavours the families use, the
+// RoPE table and its neox-style rotation, and the random bf16 weight maker. Libtorch operations
+// (an engine's ahead-of-time kernels), never JIT compiles.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace coldstart {
+
+/// RMSNorm over the last dimension, computed in float32: x / rms(x) * weight, in x's dtype.
+/// x [..., H] (any float dtype), weight [H]. eps is added to mean(x^2).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// The zero-centred RMSNorm (vLLM's GemmaRMSNorm, used by Qwen3-Next): x / rms(x) * (1 + weight).
+at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// RoPE table [max_positions, rot] float32 on `device`: cos of the rot / 2 frequencies
+/// theta^(-2i / rot) in the first half, sin in the second. On the meta device only the shape.
+at::Tensor rope_table(int64_t max_positions, int64_t rot, double theta, c10::Device device);
+
+/// Neox-style rotation of the first rot = cos_sin.size(-1) values of each head (halves rotated
+/// against each other); the rest pass through. x [N, heads, D], cos_sin [N, 1, rot] float32
+/// (rows of rope_table by position); returns x's dtype and shape.
+at::Tensor neox_rope(const at::Tensor& x, const at::Tensor& cos_sin);
+
+/// Makes a model's weights: bf16 on `device`, normal(0, std) with torch's global generator when
+/// not on meta; counts the bytes made.
+class WeightMaker {
+ public:
+  explicit WeightMaker(c10::Device device);
+  /// normal(0, std) values (shape only on meta).
+  at::Tensor normal(std::vector<int64_t> shape, double std);
+  /// All ones (a plain RMSNorm scale).
+  at::Tensor ones(int64_t n);
+  /// All zeros (a (1 + w) RMSNorm scale).
+  at::Tensor zeros(int64_t n);
+  /// Bytes of everything made so far.
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  c10::Device device_;
+  bool meta_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace coldstart
