@@ -22,7 +22,8 @@ class Warmer {
   virtual std::string name() const = 0;
   /// One line for `coldstart list`: what it does and which engine behaviour it mirrors.
   virtual std::string description() const = 0;
-  /// Runs the warmer. Errors propagate and make the strategy's outcome a crash in kernel_warmup.
+  /// Runs the warmer. Errors propagate and fail the strategy in kernel_warmup: outcome `crash`
+  /// for what the engine raises (e.g. the workspace-lock error), `error` for anything else.
   virtual void run(WarmupContext& ctx) = 0;
 };
 

@@ -25,6 +25,18 @@ std::string error_text(const std::exception& e) {
   if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
   return e.what();
 }
+
+/// True for the failures the replayed engine itself raises: the workspace-lock assertion, a
+/// hot-path compile refused by the JIT monitor (`--jit-monitor error`, vLLM's strict mode), and
+/// running out of device memory (torch's allocator message, matched by text so libtorch 1.x,
+/// which has no OutOfMemoryError class, builds too). Anything else (a kernel wrapper's argument
+/// check, a CUDA error of one of the harness's kernels, a libtorch shape error) is a harness
+/// fault.
+bool engine_raised(const std::exception& e) {
+  if (dynamic_cast<const WorkspaceLockedError*>(&e) || dynamic_cast<const jit::HotPathCompileError*>(&e))
+    return true;
+  return std::string(e.what()).find("CUDA out of memory") != std::string::npos;
+}
 }  // namespace
 
 // ---- graphs --------------------------------------------------------------------------------
@@ -252,10 +264,11 @@ StrategyResult Engine::run() {
     result_.failed_phase = current_phase_;
     log("error in " + current_phase_ + ": " + *result_.error);
   } catch (const std::exception& e) {
-    result_.outcome = Outcome::kCrash;
-    result_.error = error_text(e);
+    const bool crash = engine_raised(e);
+    result_.outcome = crash ? Outcome::kCrash : Outcome::kError;
+    result_.error = crash ? error_text(e) : "harness fault: " + error_text(e);
     result_.failed_phase = current_phase_;
-    log("crash in " + current_phase_ + ": " + *result_.error);
+    log(std::string(crash ? "crash" : "error") + " in " + current_phase_ + ": " + *result_.error);
   }
   snapshot();
   return result_;
