@@ -298,11 +298,21 @@ MixerBackendInfo gdn_backend() {
   b.check = [](const MixerSpec& s, const ModelConfig&, const EngineConfig&) {
     std::vector<ScenarioProblem> out;
     const int64_t dk = s.params.value("head_k_dim", int64_t{0});
-    if ((dk != 64 && dk != 128) || (s.head_dim != 64 && s.head_dim != 128)) {
+    const int64_t width = s.params.value("conv_kernel", int64_t{0});
+    if (dk != 64 && dk != 128) {
       out.push_back({"model.linear_key_head_dim",
-                     fmt::format("the GDN kernels take key / value head dims of 64 or 128, got "
-                                 "{} / {}",
-                                 dk, s.head_dim)});
+                     fmt::format("the GDN kernels take key head dims of 64 or 128, got {}", dk)});
+    }
+    if (s.head_dim != 64 && s.head_dim != 128) {
+      out.push_back({"model.linear_value_head_dim",
+                     fmt::format("the GDN kernels take value head dims of 64 or 128, got {}",
+                                 s.head_dim)});
+    }
+    if (width < 2 || width > 4) {
+      out.push_back({"model.linear_conv_kernel_dim",
+                     fmt::format("the causal conv1d kernels (mamba_ops) take widths 2..4, "
+                                 "got {}",
+                                 width)});
     }
     return out;
   };

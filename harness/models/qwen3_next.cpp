@@ -187,7 +187,9 @@ class Qwen3NextModel final : public Model {
       used.push_back({{"M", m}, {"selector", info.selector}, {"tuning_key", info.tuning_key},
                       {"config", info.config}, {"first_phase", info.first_phase}});
     }
-    return {{"fused_moe_configs", used}, {"fused_moe_table", moe_table_}};
+    // "default" selections name the file looked for and not found.
+    return {{"fused_moe_configs", used},
+            {moe_table_found_ ? "fused_moe_table" : "fused_moe_table_not_found", moe_table_}};
   }
 
   void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
@@ -296,7 +298,10 @@ class Qwen3NextModel final : public Model {
     u.config = sel.config.name;
     u.first_phase = ctx_.jit ? ctx_.jit->monitor().phase() : "";
     moe_configs_[M] = u;
-    if (moe_table_.empty()) moe_table_ = sel.table_file;
+    if (moe_table_.empty()) {
+      moe_table_ = sel.table_file;
+      moe_table_found_ = sel.selector == "table";
+    }
   }
 
   struct MoeUse {
@@ -311,6 +316,7 @@ class Qwen3NextModel final : public Model {
   fused_moe::ConfigSource moe_src_;
   std::map<int64_t, MoeUse> moe_configs_;
   std::string moe_table_;
+  bool moe_table_found_ = false;
   at::Tensor embed_, final_norm_, lm_head_, rope_;
   std::vector<Weights> layers_;
 };
@@ -325,6 +331,12 @@ std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig
   if (d.hk <= 0 || d.hv % std::max<int64_t>(d.hk, 1) != 0) {
     out.push_back({"model.linear_num_value_heads",
                    fmt::format("{} value heads is not a multiple of {} key heads", d.hv, d.hk)});
+  }
+  if (d.experts < 1 || d.experts > 1024 || d.top_k < 1 || d.top_k > d.experts) {
+    out.push_back({"model.num_experts_per_tok",
+                   fmt::format("top-{} of {} experts: the fused-MoE kernels take 1..1024 experts "
+                               "and a top-k of 1..num_experts",
+                               d.top_k, d.experts)});
   }
   const int64_t rot = static_cast<int64_t>(std::llround(c.head_dim * d.partial_rotary));
   if (rot <= 0 || rot % 2 != 0 || rot > c.head_dim) {

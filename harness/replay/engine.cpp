@@ -358,6 +358,17 @@ void Engine::do_kv_cache_alloc() {
   }
   const bool has_state = std::any_of(in.layers.begin(), in.layers.end(),
                                      [](const LayerCacheNeed& l) { return !l.paged; });
+  if (in.layers.empty()) return;
+  // The block size after vLLM's hybrid rule (the plan's page unification does not depend on the
+  // block count): block counts below are in blocks of that size.
+  int block_size = e.block_size;
+  {
+    KvCachePlanInput probe = in;
+    probe.num_gpu_blocks = 1 << 20;
+    probe.min_blocks = 1;
+    block_size = plan_kv_cache(probe).block_size;
+  }
+  const int64_t blocks_per_req = cdiv(e.max_model_len, block_size);
   if (e.num_gpu_blocks) {
     in.num_gpu_blocks = *e.num_gpu_blocks;
     result_.extra["kv_cache_sizing"] = "num_gpu_blocks from the scenario";
@@ -369,15 +380,14 @@ void Engine::do_kv_cache_alloc() {
     in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
     result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
   } else {
-    in.num_gpu_blocks = static_cast<int64_t>(e.max_num_seqs) * (max_blocks_per_req() + 1) + 1;
+    in.num_gpu_blocks = static_cast<int64_t>(e.max_num_seqs) * (blocks_per_req + 1) + 1;
     result_.extra["kv_cache_sizing"] =
         "compile-only: max_num_seqs full-length sequences (+ a state page each) + the null block";
   }
   // vLLM's startup check: the cache must hold one max_model_len request (the loader checks a
   // fixed num_gpu_blocks the same way); a request that needs more blocks than are usable is
   // refused by the scheduler.
-  in.min_blocks = max_blocks_per_req();
-  if (in.layers.empty()) return;
+  in.min_blocks = blocks_per_req;
   const KvCachePlan plan = plan_kv_cache(in);
   if (plan.block_size_raised) {
     // vLLM: "Setting attention block size to N tokens to ensure that attention page size is >=
