@@ -162,6 +162,30 @@ TEST(Table, ShowsEveryRowAndEveryErrorInFull) {
   EXPECT_NE(text.find("  second line\n"), std::string::npos);
 }
 
+// The table calls things what JUnit, Markdown and HTML call them: a strategy that compiled on the
+// hot path although it forbids that is a failure, and an arch mismatch is "skipped" in the row and
+// in the footer alike (not "error").
+TEST(Table, DisallowedHotPathIsAFailureAndSkippedStaysSkipped) {
+  RunResults run = fixed_run();
+  StrategyResult strict = make("strict", {"tq-decode-warmup"}, Outcome::kOk);
+  strict.extra["allow_hot_path_compiles"] = false;
+  strict.hot_path_compiles = {{"tq_store", "a", 12.0, "prefill", "nvrtc"},
+                              {"tq_store", "b", 11.0, "decode", "nvrtc"}};
+  StrategyResult elsewhere = make("elsewhere", {}, Outcome::kError);
+  elsewhere.extra["skipped"] = true;
+  elsewhere.error = "scenario archs [sm_100] exclude sm_90";
+  run.results.push_back(strict);
+  run.results.push_back(elsewhere);
+  const std::string text = render_table(run, false);
+  EXPECT_NE(text.find("failed: hot-path compile"), std::string::npos) << text;
+  EXPECT_NE(text.find("strict: failed: allow_hot_path_compiles is false\n  2 hot-path compile(s): "
+                      "tq_store"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("elsewhere: skipped\n  scenario archs"), std::string::npos) << text;
+  EXPECT_EQ(text.find("elsewhere: error"), std::string::npos) << text;
+}
+
 TEST(Table, EmptyRun) {
   RunResults run;
   std::string text = render_table(run, false);

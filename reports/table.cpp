@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace coldstart::reports {
 
@@ -43,8 +44,12 @@ std::string ms(const std::optional<double>& v) {
 
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
 
+bool skipped(const StrategyResult& r) { return r.extra.contains("skipped"); }
+
 std::string outcome_cell(const StrategyResult& r) {
-  if (r.extra.contains("skipped")) return "skipped";  // could not run on this device
+  if (skipped(r)) return "skipped";  // could not run on this device
+  // As JUnit, Markdown and HTML count it: a failure although the replay itself ran.
+  if (detail::disallowed_hot_path(r)) return "failed: hot-path compile";
   std::string s = outcome_name(r.outcome);
   if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) {
     s += " @ " + *r.failed_phase;
@@ -172,7 +177,9 @@ std::string render_table(const RunResults& run, bool color) {
   out += std::string(total, '-') + "\n";
   for (size_t k = 0; k < rows.size(); ++k) {
     std::vector<std::string> paints(cols.size());
-    paints[kOutcomeCol] = outcome_color(rows[k]->outcome);
+    paints[kOutcomeCol] = skipped(*rows[k])                     ? kYellow
+                          : detail::disallowed_hot_path(*rows[k]) ? kRed
+                                                                  : outcome_color(rows[k]->outcome);
     out += join_row(cells[k], paints);
   }
   if (rows.empty()) out += "(no results)\n";
@@ -182,13 +189,27 @@ std::string render_table(const RunResults& run, bool color) {
   // Full error text of every result that did not end ok.
   bool first = true;
   for (const StrategyResult* r : rows) {
-    if (r->outcome == Outcome::kOk) continue;
+    const bool hot = r->outcome == Outcome::kOk && detail::disallowed_hot_path(*r);
+    if (r->outcome == Outcome::kOk && !hot) continue;
     if (first) out += "\n";
     first = false;
     std::string where = r->failed_phase ? " in " + *r->failed_phase : "";
-    out += paint(fmt::format("{}: {}{}", label(*r), outcome_name(r->outcome), where),
-                 outcome_color(r->outcome)) + "\n";
     std::string text = r->error.value_or("(no error text)");
+    if (skipped(*r)) {
+      out += paint(fmt::format("{}: skipped", label(*r)), kYellow) + "\n";
+    } else if (hot) {
+      out += paint(fmt::format("{}: failed: allow_hot_path_compiles is false", label(*r)), kRed) +
+             "\n";
+      std::vector<std::string> names;
+      for (const auto& e : r->hot_path_compiles) {
+        if (std::find(names.begin(), names.end(), e.kernel) == names.end()) names.push_back(e.kernel);
+      }
+      text = fmt::format("{} hot-path compile(s): {}", r->hot_path_compiles.size(),
+                         fmt::join(names, ", "));
+    } else {
+      out += paint(fmt::format("{}: {}{}", label(*r), outcome_name(r->outcome), where),
+                   outcome_color(r->outcome)) + "\n";
+    }
     size_t start = 0;
     while (start <= text.size()) {
       size_t nl = text.find('\n', start);
