@@ -456,7 +456,7 @@ int compare_main(const std::string& baseline, const std::string& current,
 void write_merged_json(const std::string& path, const std::vector<RunResults>& runs) {
   json j = {{"schema", kMergedSchema}, {"runs", json::array()}};
   for (const RunResults& r : runs) j["runs"].push_back(r);
-  paths::write_file_atomic(path, j.dump(2) + "\n");
+  paths::write_file_atomic(path, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
 std::vector<RunResults> read_any_results(const std::string& path) {

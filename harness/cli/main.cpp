@@ -161,7 +161,10 @@ void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& o
     if (a.sm_count < 0 || a.sm_count > 1024)
       throw InputError("--sm-count " + std::to_string(a.sm_count) + ": expected 1..1024");
   }
-  if (a.timeout_s < 0) throw InputError("--timeout must be positive (0 = the scenario's timeout_s)");
+  if (!(a.timeout_s >= 0) || a.timeout_s > kMaxTimeoutS)  // also refuses NaN and inf
+    throw InputError(fmt::format(
+        "--timeout must be between 0 (the scenario's timeout_s) and {:g} seconds (7 days)",
+        kMaxTimeoutS));
   if (!a.cache_dir.empty()) {
     try {
       paths::make_dirs(a.cache_dir);

@@ -193,7 +193,11 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
     EXPECT_NE(text.find(c.key), std::string::npos) << c.args << "\n" << text;
     EXPECT_EQ(text.find("crash"), std::string::npos) << "refused, not run: " << text;
     EXPECT_FALSE(paths::exists(json)) << c.args;
-  }
+  }  // A watchdog limit past 7 days used to overflow and time every strategy out at once.
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
+                          "--timeout 1e10 --json " + json, out),
+            2);
+  EXPECT_NE(read_text(out).find("--timeout must be between 0"), std::string::npos) << read_text(out);
 }
 
 TEST_F(ReplayE2E, CompileOnlyTargetsSetArchAndSmCountAndKeepTheOutcomes) {

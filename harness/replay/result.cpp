@@ -322,7 +322,10 @@ void from_json(const json& j, RunResults& v) {
 // ---- files ------------------------------------------------------------------------------------
 
 void write_results_json(const std::string& path, const RunResults& results) {
-  paths::write_file_atomic(path, json(results).dump(2) + "\n");
+  // Invalid UTF-8 (e.g. a byte in a scenario name) is written as U+FFFD instead of throwing and
+  // losing the run's results.
+  paths::write_file_atomic(
+      path, json(results).dump(2, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
 RunResults read_results_json(const std::string& path) {

@@ -134,6 +134,20 @@ TEST(ResultsFile, WriteThenReadRoundTrips) {
   std::remove(path.c_str());
 }
 
+// A byte that is not UTF-8 (in a scenario name, an error text) must not make the write throw and
+// lose the run's results: it is written as U+FFFD.
+TEST(ResultsFile, InvalidUtf8IsReplacedNotFatal) {
+  RunResults run = sample_run();
+  run.scenario.name = std::string("bad\xff name");
+  run.results.at(0).error = std::string("text \xc3 cut");
+  std::string path = temp_path("utf8");
+  ASSERT_NO_THROW(write_results_json(path, run));
+  RunResults back = read_results_json(path);
+  EXPECT_EQ(back.scenario.name, "bad\xef\xbf\xbd name");
+  EXPECT_EQ(back.results.size(), run.results.size());
+  std::remove(path.c_str());
+}
+
 TEST(ResultsFile, WriteReplacesAnExistingFileAndLeavesNoTemp) {
   std::string path = temp_path("replace");
   { std::ofstream(path) << "old"; }

@@ -435,9 +435,10 @@ Scenario build(Checker& c, const YAML::Node& root, const ScenarioRules& rules,
   if (s.variants.empty()) s.variants.push_back(Variant{});
   if (const Entry* x = top.get("timeout_s")) {
     if (auto v = read_number(c, x->path, x->value)) {
-      if (!(*v > 0) || std::isinf(*v))
+      if (!(*v > 0) || std::isinf(*v) || *v > kMaxTimeoutS)
         c.fail(x->path, x->value.Mark(),
-               fmt::format("must be a positive number of seconds, got {}", *v));
+               fmt::format("must be a positive number of seconds, at most {:g} (7 days), got {}",
+                           kMaxTimeoutS, *v));
       else
         s.timeout_s = *v;
     }

@@ -152,6 +152,10 @@
 namespace coldstart {
 
 /// The model's shape, read from an HF config.json with the scenario's overrides applied.
+/// The longest per-strategy watchdog limit a scenario or --timeout may set, seconds (7 days):
+/// larger values overflowed the watchdog's clock arithmetic.
+constexpr double kMaxTimeoutS = 7 * 24 * 3600.0;
+
 struct ModelConfig {
   std::string architecture;         ///< architectures[0], e.g. "Qwen3ForCausalLM"
   std::string model_type;           ///< e.g. "qwen3"

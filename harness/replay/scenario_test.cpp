@@ -461,6 +461,12 @@ TEST_F(ScenarioFiles, TimeoutMustBePositive) {
   expect_at(error_of(std::string(kBase) + "timeout_s: -1\n"), 16, "timeout_s", "positive");
 }
 
+// Huge limits overflowed the watchdog (every strategy 'timed out' within a second).
+TEST_F(ScenarioFiles, TimeoutIsBoundedToSevenDays) {
+  expect_at(error_of(std::string(kBase) + "timeout_s: 1e10\n"), 16, "timeout_s", "at most");
+  expect_at(error_of(std::string(kBase) + "timeout_s: 1e308\n"), 16, "timeout_s", "at most");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The HF config
 
