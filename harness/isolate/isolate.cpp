@@ -472,7 +472,7 @@ StrategyResult classify(const ChildExit& ex, StrategyResult r) {
       if (ex.signal == SIGKILL) {
         how_killed = fmt::format(", killed with SIGKILL {:g} s after SIGTERM", kKillGraceSeconds);
       }
-      r.error = fmt::format("no progress after {:g} s (watchdog){}", ex.timeout_s, how_killed);
+      r.error = fmt::format("wall-clock limit of {:g} s reached (watchdog){}", ex.timeout_s, how_killed);
       r.failed_phase = running;
       break;
     }

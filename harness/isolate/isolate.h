@@ -128,7 +128,7 @@ StrategyResult last_snapshot(const std::vector<std::string>& messages, StrategyR
 /// this sets outcome, error, failed_phase, exit_code, signal and wall_ms, and drops the protocol
 /// fields "final" and "current_phase" from extra:
 ///  - spawn failed                          -> error, "cannot start child: <spawn_error>"
-///  - watchdog fired                        -> timeout, "no progress after N s (watchdog)",
+///  - watchdog fired                        -> timeout, "wall-clock limit of N s reached (watchdog)",
 ///                                             failed_phase = running phase
 ///  - killed by a signal                    -> crash, "child killed by SIGSEGV (signal 11)" plus the
 ///                                             last stderr line; failed_phase = running phase
