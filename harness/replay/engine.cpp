@@ -359,15 +359,8 @@ void Engine::do_kv_cache_alloc() {
   const bool has_state = std::any_of(in.layers.begin(), in.layers.end(),
                                      [](const LayerCacheNeed& l) { return !l.paged; });
   if (in.layers.empty()) return;
-  // The block size after vLLM's hybrid rule (the plan's page unification does not depend on the
-  // block count): block counts below are in blocks of that size.
-  int block_size = e.block_size;
-  {
-    KvCachePlanInput probe = in;
-    probe.num_gpu_blocks = 1 << 20;
-    probe.min_blocks = 1;
-    block_size = plan_kv_cache(probe).block_size;
-  }
+  // Block counts below are in blocks of the size after vLLM's hybrid rule.
+  const int block_size = plan_page(in).block_size;
   const int64_t blocks_per_req = cdiv(e.max_model_len, block_size);
   if (e.num_gpu_blocks) {
     in.num_gpu_blocks = *e.num_gpu_blocks;

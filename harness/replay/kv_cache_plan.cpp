@@ -12,16 +12,12 @@ namespace {
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-KvCachePlan plan_kv_cache(const KvCachePlanInput& in) {
-  KvCachePlan p;
+KvCachePage plan_page(const KvCachePlanInput& in) {
+  KvCachePage p;
   p.block_size = in.block_size;
   if (in.block_size < 1 || in.align < 1) throw Error("kv cache plan: block_size and align must be >= 1");
   int64_t attn_token = 0, state_page = 0;
-  int max_layer = -1;
-  std::map<std::string, std::vector<int>> by_spec;
-  std::vector<std::string> spec_order;
   for (const LayerCacheNeed& l : in.layers) {
-    max_layer = std::max(max_layer, l.layer);
     if (l.paged ? l.bytes_per_token <= 0 : l.state_bytes <= 0) {
       throw Error(fmt::format("kv cache plan: layer {} ({}) needs no bytes", l.layer, l.spec));
     }
@@ -32,13 +28,9 @@ KvCachePlan plan_kv_cache(const KvCachePlanInput& in) {
     }
     if (l.paged) attn_token = l.bytes_per_token;
     if (!l.paged) state_page = std::max(state_page, l.state_bytes);
-    if (!by_spec.count(l.spec)) spec_order.push_back(l.spec);
-    by_spec[l.spec].push_back(l.layer);
   }
-  p.tensor_of_layer.assign(max_layer + 1, -1);
-  if (in.layers.empty()) return p;
-  // Page size: attention pages of block_size tokens; with recurrent layers, the hybrid rule
-  // raises the block size until an attention page holds a state page, then pads the state page.
+  // Attention pages of block_size tokens; with recurrent layers, the hybrid rule raises the block
+  // size until an attention page holds a state page, then pads the state page.
   if (attn_token > 0 && state_page > 0) {
     const int64_t attn_block = in.align * cdiv(state_page, in.align * attn_token);
     if (attn_block > p.block_size) {
@@ -52,6 +44,26 @@ KvCachePlan plan_kv_cache(const KvCachePlanInput& in) {
   } else {
     p.page_bytes = state_page;
   }
+  return p;
+}
+
+KvCachePlan plan_kv_cache(const KvCachePlanInput& in) {
+  const KvCachePage page = plan_page(in);
+  KvCachePlan p;
+  p.block_size = page.block_size;
+  p.block_size_raised = page.block_size_raised;
+  p.page_bytes = page.page_bytes;
+  p.state_padding_bytes = page.state_padding_bytes;
+  int max_layer = -1;
+  std::map<std::string, std::vector<int>> by_spec;
+  std::vector<std::string> spec_order;
+  for (const LayerCacheNeed& l : in.layers) {
+    max_layer = std::max(max_layer, l.layer);
+    if (!by_spec.count(l.spec)) spec_order.push_back(l.spec);
+    by_spec[l.spec].push_back(l.layer);
+  }
+  p.tensor_of_layer.assign(max_layer + 1, -1);
+  if (in.layers.empty()) return p;
   // Groups of group_size layers of one spec; one shared tensor per position in a group.
   size_t group_size = SIZE_MAX;
   for (const auto& [spec, layers] : by_spec) group_size = std::min(group_size, layers.size());

@@ -57,8 +57,22 @@ struct KvCachePlan {
   int64_t tensor_bytes() const { return page_bytes * num_blocks; }
 };
 
-/// Plans the caches. Throws Error when a layer need is malformed or fewer than min_blocks blocks
-/// fit. Layers with neither paged nor state needs are left out (tensor_of_layer -1).
+/// The page every layer shares: the block size after vLLM's hybrid rule and the page bytes
+/// (independent of how many blocks there will be).
+struct KvCachePage {
+  int block_size = 16;
+  bool block_size_raised = false;
+  int64_t page_bytes = 0;
+  int64_t state_padding_bytes = 0;
+};
+
+/// The page of `in` (num_gpu_blocks, available_bytes and min_blocks are not read): what the
+/// engine needs to count blocks in the final block size before sizing the cache. Throws Error
+/// when a layer need is malformed; page_bytes is 0 when there are no layers.
+KvCachePage plan_page(const KvCachePlanInput& in);
+
+/// Plans the caches (the page of plan_page, then groups and blocks). Throws Error when a layer
+/// need is malformed or fewer than min_blocks blocks fit. Layers with neither paged nor state needs are left out (tensor_of_layer -1).
 KvCachePlan plan_kv_cache(const KvCachePlanInput& in);
 
 }  // namespace coldstart
