@@ -28,6 +28,7 @@
 #include "harness/kernels/gdn_chunk/gdn_chunk.h"
 #include "harness/kernels/gdn_decode/gdn_decode.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
+#include "harness/runtime/host_upload.h"
 #include "warmers/warmer.h"
 #include "warmers/warmup_context.h"
 
@@ -173,11 +174,8 @@ class QwenGdnWarmup final : public Warmer {
     return g;
   }
 
-  static at::Tensor ints(std::vector<int32_t> v, WarmupContext& ctx) {
-    const int64_t n = static_cast<int64_t>(v.size());
-    const auto opt = at::TensorOptions().dtype(at::kInt).device(ctx.device());
-    if (ctx.mode() != DeviceMode::kCuda) return at::empty({n}, opt);
-    return at::from_blob(v.data(), {n}, at::kInt).to(ctx.device());
+  static at::Tensor ints(const std::vector<int32_t>& v, WarmupContext& ctx) {
+    return upload(v, at::kInt, ctx.device());
   }
 
   // The seed's request counts: the smallest that select BV = 32, 64 and V on this GPU.

@@ -34,6 +34,7 @@
 #include "harness/kernels/gdn_decode/gdn_decode.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
 #include "harness/models/mixer.h"
+#include "harness/runtime/host_upload.h"
 
 namespace coldstart {
 namespace {
@@ -120,8 +121,9 @@ class GdnMixer final : public Mixer {
     at::Tensor state = zeros_f32({1, hv_, dv_, dk_});
     at::Tensor o = at::empty({kChunk, hv_, dv_}, bf16);
     at::Tensor final_state = at::empty({1, hv_, dv_, dk_}, state.options());
-    chunk(pc, upload({0, static_cast<int32_t>(kChunk)}), {static_cast<int>(kChunk)}, state, o,
-          final_state);
+    const at::Tensor cu_seqlens =
+        upload(std::vector<int32_t>{0, static_cast<int32_t>(kChunk)}, at::kInt, ctx_.device);
+    chunk(pc, cu_seqlens, {static_cast<int>(kChunk)}, state, o, final_state);
   }
 
   void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
@@ -144,9 +146,6 @@ class GdnMixer final : public Mixer {
     const int64_t T = batch.query_start.empty()
                           ? 0
                           : static_cast<int64_t>(batch.query_start[B - 1] + batch.query_lens[B - 1]);
-    const gdn_decode::GdnDims dd{static_cast<int>(hk_), static_cast<int>(hv_),
-                                 static_cast<int>(dk_), static_cast<int>(dv_)};
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk_)));
     at::Tensor o = out.narrow(0, 0, T).view({T, hv_, dv_});
     const at::Tensor x = mixed_qkv.narrow(0, 0, T);
     const at::Tensor slots = batch.state_slots.narrow(0, 0, B);
@@ -156,21 +155,22 @@ class GdnMixer final : public Mixer {
       mamba_ops::causal_conv1d_update(*ctx_.jit, x, conv_state_, conv_weight_, at::Tensor(),
                                       mamba_ops::Activation::kSilu, slots, conv_out);
       decode(conv_out, a.narrow(0, 0, T), b.narrow(0, 0, T), slots,
-             batch.query_start_loc.narrow(0, 0, B + 1), o, dd, scale);
+             batch.query_start_loc.narrow(0, 0, B + 1), o);
       return;
     }
 
     // Prefill (maybe with leading decodes): conv1d over the whole batch.
     std::vector<uint8_t> has_init(B);
     for (int r = 0; r < B; ++r) has_init[r] = batch.context_lens[r] > 0 ? 1 : 0;
-    const at::Tensor has_initial_state = upload_bool(has_init);
+    // Host metadata (prefill steps only: never inside a captured graph).
+    const at::Tensor has_initial_state = upload(has_init, at::kBool, ctx_.device);
     at::Tensor conv_out = at::empty({T, conv_dim_}, x.options());
     mamba_ops::causal_conv1d_fwd(*ctx_.jit, x, conv_weight_, at::Tensor(), conv_state_,
                                  batch.query_start_loc.narrow(0, 0, B + 1), slots,
                                  has_initial_state, mamba_ops::Activation::kSilu, conv_out);
     if (D > 0) {
       decode(conv_out.narrow(0, 0, D), a.narrow(0, 0, D), b.narrow(0, 0, D), slots,
-             batch.query_start_loc.narrow(0, 0, D + 1), o.narrow(0, 0, D), dd, scale);
+             batch.query_start_loc.narrow(0, 0, D + 1), o.narrow(0, 0, D));
     }
     const int64_t TP = T - D;  // prefill tokens, after the decode rows
     const gdn_chunk::PostConvOut pc =
@@ -190,7 +190,7 @@ class GdnMixer final : public Mixer {
                                      gathered);
     const at::Tensor initial = gathered.to(at::kFloat);
     at::Tensor final_state = at::empty({P, hv_, dv_, dk_}, initial.options());
-    chunk(pc, upload(cu), lens, initial, o.narrow(0, D, TP), final_state);
+    chunk(pc, upload(cu, at::kInt, ctx_.device), lens, initial, o.narrow(0, D, TP), final_state);
     mamba_ops::scatter_states(*ctx_.jit, ssm_state_, final_state, prefill_slots);
   }
 
@@ -207,6 +207,9 @@ class GdnMixer final : public Mixer {
   }
 
  private:
+  /// The query scale of both kernels, K^-0.5 (vLLM: head_k_dim ** -0.5).
+  float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk_))); }
+
   gdn_chunk::GdnDims chunk_dims() const {
     return {static_cast<int>(hk_), static_cast<int>(hv_), static_cast<int>(dk_),
             static_cast<int>(dv_)};
@@ -230,7 +233,6 @@ class GdnMixer final : public Mixer {
   void chunk(const gdn_chunk::PostConvOut& pc, const at::Tensor& cu_seqlens,
              const std::vector<int>& lens, const at::Tensor& initial, const at::Tensor& o,
              const at::Tensor& final_state) const {
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk_)));
     const int64_t T = pc.q.size(0);
     // FLA's intermediates come from torch's caching allocator, not the locked workspace (vLLM
     // sizes them into the KV budget instead: mamba/gdn/chunk_workspace.py).
@@ -238,42 +240,28 @@ class GdnMixer final : public Mixer {
         at::empty({gdn_chunk::chunk_scratch_bytes(chunk_dims(), T, lens)},
                   at::TensorOptions().dtype(at::kByte).device(ctx_.device));
     gdn_chunk::chunk_gated_delta_rule(*ctx_.jit, chunk_dims(), pc.q, pc.k, pc.v, pc.g, pc.beta,
-                                      scale, cu_seqlens, lens, initial, o, final_state, scratch);
+                                      scale(), cu_seqlens, lens, initial, o, final_state,
+                                      scratch);
   }
 
   // vLLM rearrange_mixed_qkv: contiguous q [T, Hk, K], k, v [T, Hv, V] copies, then the fused
   // decode update over the requests' SSM-state pages.
   void decode(const at::Tensor& conv_out, const at::Tensor& a, const at::Tensor& b,
-              const at::Tensor& slots, const at::Tensor& cu_seqlens, const at::Tensor& o,
-              const gdn_decode::GdnDims& dd, float scale) const {
+              const at::Tensor& slots, const at::Tensor& cu_seqlens, const at::Tensor& o) const {
     const int64_t T = conv_out.size(0);
     const at::Tensor q = conv_out.narrow(1, 0, hk_ * dk_).contiguous().view({T, hk_, dk_});
     const at::Tensor k = conv_out.narrow(1, hk_ * dk_, hk_ * dk_).contiguous().view({T, hk_, dk_});
     const at::Tensor v = conv_out.narrow(1, 2 * hk_ * dk_, hv_ * dv_).contiguous().view({T, hv_, dv_});
+    const gdn_decode::GdnDims dd{static_cast<int>(hk_), static_cast<int>(hv_),
+                                 static_cast<int>(dk_), static_cast<int>(dv_)};
     gdn_decode::fused_sigmoid_gating_delta_rule_update(*ctx_.jit, dd, a_log_, a, b, dt_bias_, q, k,
                                                        v, ssm_state_, slots, cu_seqlens,
-                                                       at::Tensor(), o, scale, true);
+                                                       at::Tensor(), o, scale(), true);
   }
 
   at::Tensor zeros_f32(std::vector<int64_t> shape) const {
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ctx_.device);
     return ctx_.mode == DeviceMode::kCuda ? at::zeros(shape, f32) : at::empty(shape, f32);
-  }
-
-  // Host metadata to the device (prefill steps only: never inside a captured graph).
-  at::Tensor upload(const std::vector<int32_t>& v) const {
-    const int64_t n = static_cast<int64_t>(v.size());
-    if (ctx_.mode != DeviceMode::kCuda)
-      return at::empty({n}, at::TensorOptions().dtype(at::kInt).device(ctx_.device));
-    return at::from_blob(const_cast<int32_t*>(v.data()), {n}, at::kInt).to(ctx_.device);
-  }
-  at::Tensor upload_bool(const std::vector<uint8_t>& v) const {
-    const int64_t n = static_cast<int64_t>(v.size());
-    if (ctx_.mode != DeviceMode::kCuda)
-      return at::empty({n}, at::TensorOptions().dtype(at::kBool).device(ctx_.device));
-    return at::from_blob(const_cast<uint8_t*>(v.data()), {n}, at::kByte)
-        .to(at::kBool)
-        .to(ctx_.device);
   }
 
   int64_t hk_, hv_, dk_, dv_, width_, conv_dim_ = 0;

@@ -10,6 +10,7 @@
 
 #include "harness/replay/engine_internal.h"
 #include "harness/replay/kv_cache_plan.h"
+#include "harness/runtime/host_upload.h"
 #include "harness/runtime/nvtx.h"
 #include "warmers/warmer.h"
 
@@ -549,12 +550,7 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
   }
   b.num_tokens = static_cast<int>(pos.size());
   const c10::Device dev = device();
-  auto to_dev = [&](auto& v, c10::ScalarType t) {
-    const auto n = static_cast<int64_t>(v.size());
-    if (dev.is_meta()) return at::empty({n}, at::TensorOptions().dtype(t).device(dev));
-    at::Tensor h = at::from_blob(v.data(), {n}, at::TensorOptions().dtype(t)).clone();
-    return h.to(dev, /*non_blocking=*/false);
-  };
+  auto to_dev = [&](const auto& v, c10::ScalarType t) { return upload(v, t, dev); };
   b.input_ids = to_dev(ids, at::kLong);
   b.positions = to_dev(pos, at::kLong);
   b.slot_mapping = to_dev(slots, at::kLong);
