@@ -201,7 +201,10 @@ ScenarioSummary summarize(const Scenario& s) {
                 {"max_model_len", e.max_model_len}, {"block_size", e.block_size},
                 {"kv_cache_dtype", e.kv_cache_dtype},
                 {"cudagraph_mode", cudagraph_mode_name(e.cudagraph_mode)},
-                {"cudagraph_capture_sizes", e.cudagraph_capture_sizes}};
+                {"cudagraph_capture_sizes", e.cudagraph_capture_sizes},
+                {"tensor_parallel_size", e.tensor_parallel_size},
+                {"mamba_ssm_cache_dtype", e.mamba_ssm_cache_dtype},
+                {"num_speculative_tokens", e.num_speculative_tokens}};
   nlohmann::json req = nlohmann::json::array();
   for (const auto& r : s.requests)
     req.push_back({{"prompt_tokens", r.prompt_tokens}, {"decode_steps", r.decode_steps},

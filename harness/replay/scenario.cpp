@@ -146,6 +146,14 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
         e.mamba_ssm_cache_dtype = *v;
     }
   }
+  if (const Entry* x = ev.get("tensor_parallel_size")) {
+    if (auto v = read_int_in(c, x->path, x->value, 1)) {
+      if (*v > 64)
+        c.fail(x->path, x->value.Mark(), fmt::format("{} ranks is more than 64", *v));
+      else
+        e.tensor_parallel_size = static_cast<int>(*v);
+    }
+  }
 
   if (const Entry* x = ev.get("gpu_memory_utilization")) {
     if (auto v = read_number(c, x->path, x->value)) {

@@ -44,8 +44,14 @@
 //                                      # .num_speculative_tokens as warmers see it (draft tokens
 //                                      # themselves are not replayed: decode steps carry one
 //                                      # token per request)
-//     mamba_ssm_cache_dtype: auto      # default auto (= the model dtype, bf16); or float32: the
-//                                      # recurrent SSM state dtype of GDN / Mamba2 layers
+//     mamba_ssm_cache_dtype: auto      # default auto; or bfloat16 / float32: the recurrent SSM
+//                                      # state dtype of GDN / Mamba2 layers (auto: what vLLM
+//                                      # resolves for the model: bf16 for Qwen3-Next, the HF
+//                                      # config's mamba_ssm_cache_dtype, else float32, for NemotronH)
+//     tensor_parallel_size: 1          # default 1; 1..64. The replay runs ONE rank with the
+//                                      # per-rank shapes vLLM's sharding gives (heads, Mamba
+//                                      # heads / groups, expert intermediate; KV heads replicated
+//                                      # when fewer than ranks); no communication is replayed
 //   requests:                          # required: 1 to 64 entries (roles: see Requests below)
 //     - {prompt_tokens: 512, decode_steps: 32}   # the first request after startup
 //     - {prompt_tokens: 64, decode_steps: 8, arrival_step: 3}   # joins at scheduler step 3
@@ -197,7 +203,8 @@ struct EngineConfig {
   bool allow_long_max_model_len = false;     ///< max_model_len may exceed the model's derived limit
   std::string tuned_config_dir;              ///< tuned kernel-config tables ("" = none given)
   int num_speculative_tokens = 0;            ///< speculative tokens per step (warmers only)
-  std::string mamba_ssm_cache_dtype = "auto";  ///< "auto" (model dtype) | "float32"
+  std::string mamba_ssm_cache_dtype = "auto";  ///< "auto" (the model's) | "bfloat16" | "float32"
+  int tensor_parallel_size = 1;  ///< ranks; the replay runs rank 0's shapes (1..64)
 };
 
 /// One request replayed after startup.

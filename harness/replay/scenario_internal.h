@@ -23,7 +23,8 @@ inline const std::vector<std::string> kEngineKeys = {
     "max_num_seqs",   "max_num_batched_tokens", "max_model_len",           "block_size",
     "kv_cache_dtype", "cudagraph_mode",         "cudagraph_capture_sizes", "gpu_memory_utilization",
     "num_gpu_blocks", "enable_chunked_prefill", "allow_long_max_model_len",
-    "tuned_config_dir", "num_speculative_tokens", "mamba_ssm_cache_dtype"};
+    "tuned_config_dir", "num_speculative_tokens", "mamba_ssm_cache_dtype",
+    "tensor_parallel_size"};
 inline const std::vector<std::string> kRequestKeys = {"prompt_tokens", "decode_steps",
                                                       "arrival_step", "steady"};
 inline const std::vector<std::string> kStrategyKeys = {"warmers", "allow_hot_path_compiles"};

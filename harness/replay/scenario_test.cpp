@@ -163,6 +163,8 @@ TEST_F(ScenarioFiles, Defaults) {
   EXPECT_DOUBLE_EQ(s.engine.gpu_memory_utilization, 0.9);
   EXPECT_TRUE(s.engine.enable_chunked_prefill);
   EXPECT_FALSE(s.engine.allow_long_max_model_len);
+  EXPECT_EQ(s.engine.tensor_parallel_size, 1);
+  EXPECT_EQ(s.engine.mamba_ssm_cache_dtype, "auto");
   EXPECT_DOUBLE_EQ(s.timeout_s, 600);
 }
 
@@ -392,6 +394,17 @@ TEST_F(ScenarioFiles, GpuMemoryUtilizationRange) {
   expect_at(error_of(with("1.5")), 9, "engine.gpu_memory_utilization", "(0, 1]");
   expect_at(error_of(with("0")), 9, "engine.gpu_memory_utilization", "(0, 1]");
   EXPECT_DOUBLE_EQ(load(with("1")).engine.gpu_memory_utilization, 1.0);
+}
+
+TEST_F(ScenarioFiles, TensorParallelSizeRange) {
+  auto with = [&](const std::string& v) {
+    return replace(kBase, "  block_size: 16\n",
+                   "  block_size: 16\n  tensor_parallel_size: " + v + "\n");
+  };
+  expect_at(error_of(with("0")), 9, "engine.tensor_parallel_size", "must be at least 1");
+  expect_at(error_of(with("65")), 9, "engine.tensor_parallel_size", "more than 64");
+  expect_at(error_of(with("two")), 9, "engine.tensor_parallel_size", "");
+  EXPECT_EQ(load(with("8")).engine.tensor_parallel_size, 8);
 }
 
 TEST_F(ScenarioFiles, Strategies) {
