@@ -1,6 +1,9 @@
 // Dense decoder (Qwen3 / Llama family): RMSNorm, fused QKV projection, per-head q/k RMSNorm
 // (Qwen3), neox-style RoPE, attention through the backend, SiLU-gated MLP. All libtorch
 // operations (cuBLAS GEMMs etc.): an engine's ahead-of-time kernels, never JIT compiles.
+// Under tensor_parallel_size the model is one rank's: query heads, KV heads (split, or replicated
+// when fewer than ranks) and the MLP width as vLLM's QKVParallelLinear / MergedColumnParallelLinear
+// shard them; embedding and LM head stay whole (vLLM splits them by vocabulary and gathers).
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -19,6 +22,12 @@ class DenseModel final : public Model {
  public:
   DenseModel(const ModelConfig& c, const MixerContext& ctx) : c_(c), device_(ctx.device) {
     has_qk_norm_ = c.model_type == "qwen3";
+    const int tp = ctx.engine ? ctx.engine->tensor_parallel_size : 1;
+    std::vector<ScenarioProblem> ignored;  // the family's check reports them
+    const AttentionShard a = shard_attention(c.num_attention_heads, c.num_key_value_heads, tp, ignored);
+    c_.num_attention_heads = static_cast<int>(a.q_heads);
+    c_.num_key_value_heads = static_cast<int>(a.kv_heads);
+    c_.intermediate_size = static_cast<int>(c.intermediate_size / tp);
   }
 
   std::string name() const override { return c_.architecture; }
@@ -128,6 +137,12 @@ ModelFamilyInfo dense_family() {
   f.description = "dense decoder (Qwen3 / Llama): attention + SiLU MLP in every layer";
   f.make = [](const ModelConfig& c, const MixerContext& ctx) -> std::unique_ptr<Model> {
     return std::make_unique<DenseModel>(c, ctx);
+  };
+  f.check = [](const ModelConfig& c, const EngineConfig& e) {
+    std::vector<ScenarioProblem> out;
+    shard_attention(c.num_attention_heads, c.num_key_value_heads, e.tensor_parallel_size, out);
+    shard_evenly(c.intermediate_size, e.tensor_parallel_size, "model.intermediate_size", out);
+    return out;
   };
   return f;
 }

@@ -1,6 +1,7 @@
 #include "harness/models/layers_common.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 namespace coldstart {
 
@@ -55,6 +56,57 @@ at::Tensor WeightMaker::zeros(int64_t n) {
   if (!meta_) t.zero_();
   bytes_ += n * 2;
   return t;
+}
+
+AttentionShard shard_attention(int64_t q_heads, int64_t kv_heads, int tp,
+                               std::vector<ScenarioProblem>& problems) {
+  AttentionShard a;
+  if (tp <= 0) tp = 1;
+  if (q_heads % tp != 0) {
+    problems.push_back({"model.num_attention_heads",
+                        fmt::format("{} query heads do not split over tensor_parallel_size {}",
+                                    q_heads, tp)});
+  }
+  if (kv_heads >= tp ? kv_heads % tp != 0 : tp % std::max<int64_t>(kv_heads, 1) != 0) {
+    problems.push_back({"model.num_key_value_heads",
+                        fmt::format("{} KV heads neither split over nor replicate evenly onto "
+                                    "tensor_parallel_size {}",
+                                    kv_heads, tp)});
+  }
+  a.q_heads = q_heads / tp;
+  a.kv_heads = std::max<int64_t>(1, kv_heads / tp);
+  return a;
+}
+
+int64_t shard_evenly(int64_t n, int tp, const std::string& key,
+                     std::vector<ScenarioProblem>& problems) {
+  if (tp <= 0) tp = 1;
+  if (n % tp != 0) {
+    problems.push_back({key, fmt::format("{} does not split over tensor_parallel_size {}", n, tp)});
+    return 0;
+  }
+  return n / tp;
+}
+
+void MoeConfigLog::note(int64_t M, const jit::Selection& sel, const std::string& phase) {
+  if (used_.count(M)) return;
+  used_[M] = {sel.selector, sel.tuning_key, sel.config.name, phase};
+  if (table_.empty()) {
+    table_ = sel.table_file;
+    table_found_ = sel.selector == "table";
+  }
+}
+
+nlohmann::json MoeConfigLog::report() const {
+  if (used_.empty()) return nullptr;
+  nlohmann::json used = nlohmann::json::array();
+  for (const auto& [m, u] : used_) {
+    used.push_back({{"M", m}, {"selector", u.selector}, {"tuning_key", u.tuning_key},
+                    {"config", u.config}, {"first_phase", u.first_phase}});
+  }
+  // "default" selections name the file looked for and not found.
+  return {{"fused_moe_configs", used},
+          {table_found_ ? "fused_moe_table" : "fused_moe_table_not_found", table_}};
 }
 
 }  // namespace coldstart

@@ -6,8 +6,15 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
+
+#include "harness/jit/select.h"
+#include "harness/replay/scenario.h"
 
 namespace coldstart {
 
@@ -45,6 +52,45 @@ class WeightMaker {
   c10::Device device_;
   bool meta_;
   int64_t bytes_ = 0;
+};
+
+/// One rank's attention heads under tensor parallelism, as vLLM's QKVParallelLinear gives them:
+/// query heads split evenly; KV heads split when there are at least as many as ranks, else
+/// replicated (each rank keeps one).
+struct AttentionShard {
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+};
+
+/// The shard of `q_heads` / `kv_heads` on each of `tp` ranks. Appends a problem under
+/// model.num_attention_heads / model.num_key_value_heads when vLLM would assert (heads not
+/// divisible by tp; KV heads neither divisible by tp nor dividing it).
+AttentionShard shard_attention(int64_t q_heads, int64_t kv_heads, int tp,
+                               std::vector<ScenarioProblem>& problems);
+
+/// `n / tp` for a dimension vLLM splits evenly over ranks (ColumnParallelLinear, FusedMoE's
+/// intermediate); appends a problem under `key` when tp does not divide n (vLLM's divide()
+/// asserts). Returns 0 then.
+int64_t shard_evenly(int64_t n, int tp, const std::string& key,
+                     std::vector<ScenarioProblem>& problems);
+
+/// Which fused-MoE config each token count M used, for Model::report(): the first selection of
+/// each M with the phase it happened in, and the tuned table looked for (found or not).
+class MoeConfigLog {
+ public:
+  /// Records `sel` for M unless M was seen; `phase` is the monitor's phase at the call.
+  void note(int64_t M, const jit::Selection& sel, const std::string& phase);
+  /// {"fused_moe_configs": [{M, selector, tuning_key, config, first_phase}...],
+  ///  "fused_moe_table" | "fused_moe_table_not_found": path}; null when nothing was recorded.
+  nlohmann::json report() const;
+
+ private:
+  struct Use {
+    std::string selector, tuning_key, config, first_phase;
+  };
+  std::map<int64_t, Use> used_;
+  std::string table_;
+  bool table_found_ = false;
 };
 
 }  // namespace coldstart

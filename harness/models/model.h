@@ -31,23 +31,26 @@ struct ForwardState {
 };
 
 /// A decoder-only model over real shapes with random bf16 weights. Pieces: piece 0 = embedding +
-/// layer 0 up to its mixer; piece i = rest of layer i-1 (mixer output projection, MLP / MoE) +
-/// layer i up to its mixer; the last piece = rest of the last layer + final norm. The mixers run
-/// between pieces. Logits are not part of any piece: as vLLM V1's execute_model does, the runner
+/// everything up to the first mixer; piece i = the rest of mixer layer i-1 (output projection,
+/// MLP / MoE) + any decoder layers without a token mixer that follow it (NemotronH's MoE / MLP
+/// layers) + the next mixer layer up to its mixer; the last piece = the rest + final norm. The
+/// mixers run between pieces. Logits are not part of any piece: as vLLM V1's execute_model does, the runner
 /// computes them eagerly, outside the graphs, for the sampled rows only (compute_logits).
 class Model {
  public:
   virtual ~Model() = default;
   virtual std::string name() const = 0;
-  /// One MixerSpec per decoder layer, in order. Available right after construction (no weights
-  /// needed), so a scenario can be checked before anything runs.
+  /// One MixerSpec per decoder layer that has a token mixer, in order (MixerSpec::layer is the
+  /// decoder layer's index, so layers without a mixer leave gaps). Available right after
+  /// construction (no weights needed), so a scenario can be checked before anything runs.
   virtual std::vector<MixerSpec> layer_plan() const = 0;
+  /// Mixer layers (the plan's length): the forward pass has num_layers() + 1 pieces.
   int num_layers() const { return static_cast<int>(layer_plan().size()); }
   /// Allocates and fills the weights (normal, seeded); on meta only shapes are made. Returns bytes.
   virtual int64_t load_weights(uint64_t seed) = 0;
-  /// Runs piece `i` in [0, num_layers()] on `st`: reads st.mixer_out of layer i-1 (i > 0), sets
-  /// st.mixer_in for layer i (i < num_layers()); the last piece leaves the final-normed hidden
-  /// states [N, H] bf16 in st.hidden.
+  /// Runs piece `i` in [0, num_layers()] on `st`: reads st.mixer_out of plan entry i-1 (i > 0),
+  /// sets st.mixer_in for plan entry i (i < num_layers()); the last piece leaves the final-normed
+  /// hidden states [N, H] bf16 in st.hidden.
   virtual void piece(int i, ForwardState& st, const ForwardBatch& batch) = 0;
   /// LM head over `hidden` [rows, H] bf16 (the sampled rows): [rows, V] float32.
   virtual at::Tensor compute_logits(const at::Tensor& hidden) = 0;

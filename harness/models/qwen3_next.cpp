@@ -180,17 +180,7 @@ class Qwen3NextModel final : public Model {
     return at::linear(hidden, lm_head_).to(at::kFloat);
   }
 
-  nlohmann::json report() const override {
-    if (moe_configs_.empty()) return nullptr;
-    nlohmann::json used = nlohmann::json::array();
-    for (const auto& [m, info] : moe_configs_) {
-      used.push_back({{"M", m}, {"selector", info.selector}, {"tuning_key", info.tuning_key},
-                      {"config", info.config}, {"first_phase", info.first_phase}});
-    }
-    // "default" selections name the file looked for and not found.
-    return {{"fused_moe_configs", used},
-            {moe_table_found_ ? "fused_moe_table" : "fused_moe_table_not_found", moe_table_}};
-  }
+  nlohmann::json report() const override { return moe_log_.report(); }
 
   void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
     const int L = c_.num_hidden_layers;
@@ -282,7 +272,7 @@ class Qwen3NextModel final : public Model {
     at::Tensor routed = at::empty_like(h);
     const jit::Selection sel =
         fused_moe::fused_experts(*ctx_.jit, moe_, moe_src_, h, w.w13, w.w2, topk_w, topk_ids, routed);
-    note_moe_config(M, sel);
+    moe_log_.note(M, sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
     const at::Tensor gu = at::linear(h, w.shared_gate_up);
     const int64_t I = d_.shared_inter;
     const at::Tensor shared =
@@ -290,33 +280,13 @@ class Qwen3NextModel final : public Model {
     return routed + at::sigmoid(at::linear(h, w.shared_gate)) * shared;
   }
 
-  void note_moe_config(int64_t M, const jit::Selection& sel) {
-    if (moe_configs_.count(M)) return;
-    MoeUse u;
-    u.selector = sel.selector;
-    u.tuning_key = sel.tuning_key;
-    u.config = sel.config.name;
-    u.first_phase = ctx_.jit ? ctx_.jit->monitor().phase() : "";
-    moe_configs_[M] = u;
-    if (moe_table_.empty()) {
-      moe_table_ = sel.table_file;
-      moe_table_found_ = sel.selector == "table";
-    }
-  }
-
-  struct MoeUse {
-    std::string selector, tuning_key, config, first_phase;
-  };
-
   ModelConfig c_;
   NextDims d_;
   MixerContext ctx_;
   c10::Device device_;
   fused_moe::MoeShape moe_;
   fused_moe::ConfigSource moe_src_;
-  std::map<int64_t, MoeUse> moe_configs_;
-  std::string moe_table_;
-  bool moe_table_found_ = false;
+  MoeConfigLog moe_log_;
   at::Tensor embed_, final_norm_, lm_head_, rope_;
   std::vector<Weights> layers_;
 };
@@ -342,6 +312,11 @@ std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig
   if (rot <= 0 || rot % 2 != 0 || rot > c.head_dim) {
     out.push_back({"model.partial_rotary_factor",
                    fmt::format("gives a rotary width of {} of head_dim {}", rot, c.head_dim)});
+  }
+  if (e.tensor_parallel_size != 1) {
+    out.push_back({"engine.tensor_parallel_size",
+                   fmt::format("{} ranks: qwen3-next is replayed at tensor_parallel_size 1 only",
+                               e.tensor_parallel_size)});
   }
   if (e.tuned_config_dir.empty()) {
     out.push_back({"engine.tuned_config_dir",
