@@ -64,7 +64,7 @@ step "launch benchmark"
   --benchmark_out="$OUT/launch_bench.json" --benchmark_out_format=json >>"$LOG" 2>&1 || rc=1
 grep -E "^BM_" "$LOG" | tail -12
 step "kernel family benchmarks (GDN prefill chain, GDN decode, mamba ops, fused MoE)"
-for b in gdn_chunk_bench gdn_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench; do
+for b in gdn_chunk_bench gdn_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench mamba_ssd_bench; do
   [ -x "$BUILD/bench/$b" ] || continue
   "$BUILD/bench/$b" --benchmark_out="$OUT/$b.json" --benchmark_out_format=json \
     >"$OUT/$b.txt" 2>&1 || { echo "$b failed" | tee -a "$LOG"; rc=1; }

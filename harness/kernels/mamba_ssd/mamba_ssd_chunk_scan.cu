@@ -1,0 +1,196 @@
+// _chunk_scan_fwd_kernel: the output of each chunk c (tokens m < len, head h, group g, p < P):
+//   y[m, p] = exp(dA[m]) * sum_n C[m, g, n] * bf16(prev[p, n])
+//           + sum_{k <= m} bf16(CB[c, g, m, k] * exp(min(dA[m] - dA[k], 0)) * dt[k]) * x[k, h, p]
+//           + D[h (, p)] * x[m, h, p]
+// with dA = dA_cumsum[h, c, :], dt = dt[h, c, :] and prev the state before the chunk: when the
+// chunk starts a new sequence (seq_idx[c] != seq_idx[c-1]) initstates[seq_idx[c], h] (or zero
+// without HAS_INITSTATES), else the passed state states[c-1, h] (the state dtype, rounded to the
+// input dtype for the product, as vLLM does). Stored bf16 to out. One block per (BLOCK_SIZE_M
+// tokens x BLOCK_SIZE_N of P, chunk, head); dynamic shared memory (chunk_scan_smem_bytes).
+// Arguments (vLLM's order): cb f32 [nchunks, G, cs, cs], x bf16, z (unused, HAS_Z = 0), out
+// bf16, dt f32, dA_cumsum f32, seq_idx int32 [nchunks], C bf16, states (STATES_DTYPE), D
+// (D_DTYPE), initstates (INIT_DTYPE), cu_chunk_seqlens int32, then the tl.int64 strides
+// stride_cb_chunk, stride_cb_head, stride_cb_csize_m, stride_x_seqlen, stride_x_head,
+// stride_z_seqlen, stride_z_head, stride_out_seqlen, stride_out_head, stride_dt_chunk,
+// stride_dt_head, stride_dA_cs_chunk, stride_dA_cs_head, stride_C_seqlen, stride_C_head,
+// stride_states_chunk, stride_states_head, stride_states_hdim, stride_init_states_batch,
+// stride_init_states_head, stride_init_states_hdim. Constexprs: chunk_size, hdim, dstate,
+// nheads_ngroups_ratio, the constexpr strides, IS_CAUSAL, HAS_D, D_HAS_HDIM, HAS_Z,
+// BLOCK_SIZE_M / N / K, BLOCK_SIZE_DSTATE, IS_TRITON_22, HAS_INITSTATES, NUM_WARPS, NUM_STAGES,
+// STATES_DTYPE, INIT_DTYPE, D_DTYPE.
+static_assert(stride_x_hdim == 1 && stride_out_hdim == 1 && stride_C_dstate == 1 &&
+                  stride_cb_csize_k == 1 && stride_states_dstate == 1 &&
+                  (stride_init_states_dstate == 1 || !HAS_INITSTATES),
+              "inner dimensions must be contiguous");
+#if HAS_Z
+#error "z gating is not used by MambaMixer2 (z=None)"
+#endif
+#if !IS_CAUSAL
+#error "vLLM always launches the chunk scan with IS_CAUSAL=True"
+#endif
+constexpr int kBM = BLOCK_SIZE_M < chunk_size ? BLOCK_SIZE_M : chunk_size;
+constexpr int kBN = BLOCK_SIZE_N < hdim ? BLOCK_SIZE_N : hdim;
+constexpr int kBK = BLOCK_SIZE_K < chunk_size ? BLOCK_SIZE_K : chunk_size;
+// dstate per pass of the C @ prev product: all of it up to 128 ("faster to do one iteration"),
+// else BLOCK_SIZE_K at a time, as vLLM does.
+constexpr int kDK = BLOCK_SIZE_DSTATE <= 128 ? BLOCK_SIZE_DSTATE : BLOCK_SIZE_K;
+static_assert(dstate % kDK == 0, "dstate must be a multiple of the dstate step");
+constexpr int kLdC = kDK + 8;
+constexpr int kLdCB = kBK + 8;
+constexpr int kLdX = kBN + 8;
+typedef MsWarpGrid<kBM, kBN> Grid;
+typedef MsType<STATES_DTYPE> MsStates;
+typedef MsType<INIT_DTYPE> MsInit;
+typedef MsType<D_DTYPE> MsD;
+
+extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
+    const float* __restrict__ cb, const ms_u16* __restrict__ x, const ms_u16* __restrict__ z,
+    ms_u16* __restrict__ out, const float* __restrict__ dt, const float* __restrict__ dA_cumsum,
+    const int* __restrict__ seq_idx, const ms_u16* __restrict__ C,
+    const typename MsStates::T* __restrict__ states, const typename MsD::T* __restrict__ D,
+    const typename MsInit::T* __restrict__ initstates, const int* __restrict__ cu_chunk_seqlens,
+    ms_i64 stride_cb_chunk, ms_i64 stride_cb_head, ms_i64 stride_cb_csize_m, ms_i64 stride_x_seqlen,
+    ms_i64 stride_x_head, ms_i64 stride_z_seqlen, ms_i64 stride_z_head, ms_i64 stride_out_seqlen,
+    ms_i64 stride_out_head, ms_i64 stride_dt_chunk, ms_i64 stride_dt_head,
+    ms_i64 stride_dA_cs_chunk, ms_i64 stride_dA_cs_head, ms_i64 stride_C_seqlen,
+    ms_i64 stride_C_head, ms_i64 stride_states_chunk, ms_i64 stride_states_head,
+    ms_i64 stride_states_hdim, ms_i64 stride_init_states_batch, ms_i64 stride_init_states_head,
+    ms_i64 stride_init_states_hdim) {
+  extern __shared__ __align__(16) unsigned char ms_smem[];
+  float* sDA = reinterpret_cast<float*>(ms_smem);  // [chunk_size]
+  float* sDT = sDA + chunk_size;                   // [chunk_size]
+  ms_u16* work = reinterpret_cast<ms_u16*>(sDT + chunk_size);
+  // phase 1: C [kBM][kDK] and prev [kBN][kDK]; phase 2: scaled CB [kBM][kBK] and x [kBK][kBN]
+  ms_u16* sC = work;
+  ms_u16* sP = sC + kBM * kLdC;
+  ms_u16* sCB = work;
+  ms_u16* sX = sCB + kBM * kLdCB;
+  (void)z;
+  (void)stride_z_seqlen;
+  (void)stride_z_head;
+
+  constexpr int kNumPidN = (hdim + BLOCK_SIZE_N - 1) / BLOCK_SIZE_N;
+  const int pid_m = blockIdx.x / kNumPidN, pid_n = blockIdx.x % kNumPidN;
+  const ms_i64 c = blockIdx.y;
+  const int h = blockIdx.z;
+  const int g = h / nheads_ngroups_ratio;
+  const int m0 = pid_m * kBM, n0 = pid_n * kBN;
+  const int start = cu_chunk_seqlens[c];
+  const int len = cu_chunk_seqlens[c + 1] - start;
+  const int seq = seq_idx[c * stride_seq_idx_chunk];
+  const int seq_prev = c >= 1 ? seq_idx[(c - 1) * stride_seq_idx_chunk] : -1;
+  const bool new_seq = seq != seq_prev;
+  const int warp = threadIdx.x >> 5;
+  const ms_u16* xc = x + start * stride_x_seqlen + h * stride_x_head;
+  const ms_u16* cc = C + start * stride_C_seqlen + g * stride_C_head;
+
+  for (int t = threadIdx.x; t < chunk_size; t += kMsThreads) {
+    sDA[t] = dA_cumsum[c * stride_dA_cs_chunk + h * stride_dA_cs_head + t * stride_dA_cs_csize];
+    sDT[t] = dt[c * stride_dt_chunk + h * stride_dt_head + t * stride_dt_csize];
+  }
+
+  float acc[Grid::kMt][Grid::kNt][4];
+  ms_zero<Grid::kMt, Grid::kNt>(acc);
+
+  // ---- phase 1: the carried state, C @ prev^T, scaled by exp(dA[m]) ----
+  if (HAS_INITSTATES || !new_seq) {
+    const bool from_init = HAS_INITSTATES && new_seq;
+    for (int k0 = 0; k0 < dstate; k0 += kDK) {
+      for (int i = threadIdx.x; i < kBM * (kDK / 2); i += kMsThreads) {
+        const int r = i / (kDK / 2), col = (i % (kDK / 2)) * 2;
+        ms_u32 v = 0;
+        if (m0 + r < len)
+          v = *reinterpret_cast<const ms_u32*>(cc + (m0 + r) * stride_C_seqlen + k0 + col);
+        *reinterpret_cast<ms_u32*>(&sC[r * kLdC + col]) = v;
+      }
+      for (int i = threadIdx.x; i < kBN * kDK; i += kMsThreads) {
+        const int p = i / kDK, k = i % kDK;
+        ms_u16 v;
+        if (from_init) {
+          v = MsInit::to_bf16(
+              initstates[seq * stride_init_states_batch + h * stride_init_states_head +
+                         (n0 + p) * stride_init_states_hdim + k0 + k]);
+        } else {
+          v = MsStates::to_bf16(states[(c - 1) * stride_states_chunk + h * stride_states_head +
+                                       (n0 + p) * stride_states_hdim + k0 + k]);
+        }
+        sP[p * kLdC + k] = v;
+      }
+      __syncthreads();
+      if (warp < Grid::kActive) {
+        ms_warp_mma<Grid::kMt, Grid::kNt, false, false>(acc, sC, kLdC, sP, kLdC, Grid::row0(warp),
+                                                        Grid::col0(warp), kDK);
+      }
+      __syncthreads();
+    }
+    if (warp < Grid::kActive) {
+#pragma unroll
+      for (int i = 0; i < Grid::kMt; ++i)
+#pragma unroll
+        for (int j = 0; j < Grid::kNt; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            acc[i][j][e] *= ms_fast_exp(sDA[m0 + Grid::row0(warp) + 16 * i + ms_frag_row(e)]);
+          }
+    }
+  } else {
+    __syncthreads();  // sDA / sDT visible
+  }
+
+  // ---- phase 2: the causal part inside the chunk ----
+  const int k_max = min(m0 + kBM, len);
+  const float* cbc = cb + c * stride_cb_chunk + g * stride_cb_head;
+  for (int k0 = 0; k0 < k_max; k0 += kBK) {
+    for (int i = threadIdx.x; i < kBM * (kBK / 2); i += kMsThreads) {
+      const int r = i / (kBK / 2), col = (i % (kBK / 2)) * 2;
+      const int m = m0 + r, k = k0 + col;
+      const float2 v = *reinterpret_cast<const float2*>(cbc + m * stride_cb_csize_m + k);
+      const float dam = sDA[m];
+      float v0 = 0.f, v1 = 0.f;
+      if (k <= m) v0 = v.x * ms_fast_exp(fminf(dam - sDA[k], 0.f)) * sDT[k];
+      if (k + 1 <= m) v1 = v.y * ms_fast_exp(fminf(dam - sDA[k + 1], 0.f)) * sDT[k + 1];
+      *reinterpret_cast<ms_u32*>(&sCB[r * kLdCB + col]) = ms_pack_bf16(v0, v1);
+    }
+    for (int i = threadIdx.x; i < kBK * (kBN / 2); i += kMsThreads) {
+      const int t = i / (kBN / 2), col = (i % (kBN / 2)) * 2;
+      ms_u32 v = 0;
+      if (k0 + t < len)
+        v = *reinterpret_cast<const ms_u32*>(xc + (k0 + t) * stride_x_seqlen + n0 + col);
+      *reinterpret_cast<ms_u32*>(&sX[t * kLdX + col]) = v;
+    }
+    __syncthreads();
+    if (warp < Grid::kActive) {
+      ms_warp_mma<Grid::kMt, Grid::kNt, false, true>(acc, sCB, kLdCB, sX, kLdX, Grid::row0(warp),
+                                                     Grid::col0(warp), kBK);
+    }
+    __syncthreads();
+  }
+
+  // ---- epilogue: D x, store ----
+  if (warp >= Grid::kActive) return;
+  float dv = 0.f;
+  if (HAS_D && !D_HAS_HDIM) dv = MsD::load(D[h * stride_D_head]);
+  ms_u16* oc = out + start * stride_out_seqlen + h * stride_out_head;
+#pragma unroll
+  for (int i = 0; i < Grid::kMt; ++i)
+#pragma unroll
+    for (int j = 0; j < Grid::kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int m = m0 + Grid::row0(warp) + 16 * i + ms_frag_row(e);
+        const int p = n0 + Grid::col0(warp) + 8 * j + ms_frag_col(e);
+        if (m >= len) continue;
+        float y0 = acc[i][j][e], y1 = acc[i][j][e + 1];
+        if (HAS_D) {
+          const ms_u32 xr = *reinterpret_cast<const ms_u32*>(xc + m * stride_x_seqlen + p);
+          float d0 = dv, d1 = dv;
+          if (D_HAS_HDIM) {
+            d0 = MsD::load(D[h * stride_D_head + p]);
+            d1 = MsD::load(D[h * stride_D_head + p + 1]);
+          }
+          y0 += ms_bf16_to_f32(static_cast<ms_u16>(xr & 0xffffu)) * d0;
+          y1 += ms_bf16_to_f32(static_cast<ms_u16>(xr >> 16)) * d1;
+        }
+        *reinterpret_cast<ms_u32*>(oc + m * stride_out_seqlen + p) = ms_pack_bf16(y0, y1);
+      }
+}

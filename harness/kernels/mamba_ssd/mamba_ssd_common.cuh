@@ -1,0 +1,208 @@
+// Mamba2 SSD chunked scan: device helpers shared by every mamba_ssd kernel. This text is prepended
+// to each kernel's source at build time (mamba_ssd_kernels.cpp), so every NVRTC program is
+// self-contained: no #include, no CUDA headers.
+//
+// Conventions of the chain (vLLM's ssd_*.py after PR #35397):
+//   tokens are packed varlen [T, ...]; chunk c owns rows cu_chunk_seqlens[c] ..
+//   cu_chunk_seqlens[c+1]-1 (at most chunk_size, never two sequences);
+//   dt / dA_cumsum are float32 [H, nchunks, chunk_size]; states [nchunks, H, P, N];
+//   head h reads group h / (H / G) of B and C.
+// Element-type codes (constexprs that follow the pointer dtypes): 0 = f32, 1 = f16, 2 = bf16.
+//
+// Matrix products use the tensor cores through mma.sync.m16n8k16 (bf16 in, f32 accumulate), with
+// operands staged in shared memory and fetched with ldmatrix (.trans for operands stored with the
+// M / N dimension contiguous). Rows are padded by 8 elements: 16-byte aligned for ldmatrix and
+// spread over the banks.
+// Note: the vLLM constexpr names (K, dim, hdim, dstate, chunk_size, ...) are -D macros of the
+// kernel that uses them; helpers here use ms_-prefixed names only.
+
+typedef unsigned short ms_u16;
+typedef unsigned int ms_u32;
+typedef long long ms_i64;
+
+#ifndef NUM_WARPS
+#define NUM_WARPS 4
+#endif
+#ifndef NUM_STAGES
+#define NUM_STAGES 1
+#endif
+constexpr int kMsThreads = NUM_WARPS * 32;
+
+#define MS_F32 0
+#define MS_F16 1
+#define MS_BF16 2
+
+// ---- number formats (bit level) ------------------------------------------------------------
+
+__device__ __forceinline__ float ms_bf16_to_f32(ms_u16 b) {
+  return __uint_as_float(static_cast<ms_u32>(b) << 16);
+}
+
+// Round to nearest even; NaN stays NaN.
+__device__ __forceinline__ ms_u16 ms_f32_to_bf16(float f) {
+  ms_u32 x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<ms_u16>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<ms_u16>(x >> 16);
+}
+
+__device__ __forceinline__ ms_u32 ms_pack_bf16(float lo, float hi) {
+  return static_cast<ms_u32>(ms_f32_to_bf16(lo)) | (static_cast<ms_u32>(ms_f32_to_bf16(hi)) << 16);
+}
+
+__device__ __forceinline__ float ms_f16_to_f32(ms_u16 h) {
+  float f;
+  asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ ms_u16 ms_f32_to_f16(float f) {
+  ms_u16 h;
+  asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// Storage type and float conversions of a dtype code.
+template <int kCode>
+struct MsType;
+template <>
+struct MsType<MS_F32> {
+  typedef float T;
+  static __device__ __forceinline__ float load(T v) { return v; }
+  static __device__ __forceinline__ T store(float f) { return f; }
+  static __device__ __forceinline__ ms_u16 to_bf16(T v) { return ms_f32_to_bf16(v); }
+};
+template <>
+struct MsType<MS_F16> {
+  typedef ms_u16 T;
+  static __device__ __forceinline__ float load(T v) { return ms_f16_to_f32(v); }
+  static __device__ __forceinline__ T store(float f) { return ms_f32_to_f16(f); }
+  static __device__ __forceinline__ ms_u16 to_bf16(T v) { return ms_f32_to_bf16(ms_f16_to_f32(v)); }
+};
+template <>
+struct MsType<MS_BF16> {
+  typedef ms_u16 T;
+  static __device__ __forceinline__ float load(T v) { return ms_bf16_to_f32(v); }
+  static __device__ __forceinline__ T store(float f) { return ms_f32_to_bf16(f); }
+  static __device__ __forceinline__ ms_u16 to_bf16(T v) { return v; }
+};
+
+// triton_helpers.fast_exp: exp(x) as exp2(x * log2(e)).
+__device__ __forceinline__ float ms_fast_exp(float v) { return exp2f(1.4426950408889634f * v); }
+
+// mamba_ssm.softplus as vLLM's kernels use it: log(exp(x) + 1) (the callers pass x itself above
+// 20).
+__device__ __forceinline__ float ms_softplus(float v) { return logf(expf(v) + 1.0f); }
+
+// ---- tensor-core tiles ----------------------------------------------------------------------
+
+__device__ __forceinline__ ms_u32 ms_smem_addr(const void* p) {
+  ms_u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+__device__ __forceinline__ void ms_ldsm_x4(ms_u32* r, const ms_u16* p, bool trans) {
+  const ms_u32 a = ms_smem_addr(p);
+  if (trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  }
+}
+
+__device__ __forceinline__ void ms_ldsm_x2(ms_u32* r, const ms_u16* p, bool trans) {
+  const ms_u32 a = ms_smem_addr(p);
+  if (trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a));
+  }
+}
+
+__device__ __forceinline__ void ms_mma(float* acc, const ms_u32* a, const ms_u32* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// How a block tile of kRows x kCols outputs is split among NUM_WARPS warps: a kWarpsM x kWarpsN
+// grid of warps, each owning kMt x kNt mma tiles (16 x 8 each). With fewer tiles than warps the
+// warps past kActive only help staging.
+template <int kRows, int kCols>
+struct MsWarpGrid {
+  static constexpr int kMTiles = kRows / 16;
+  static constexpr int kNTiles = kCols / 8;
+  static constexpr int kWarpsM = NUM_WARPS < kMTiles ? NUM_WARPS : kMTiles;
+  static constexpr int kWarpsNMax = NUM_WARPS / kWarpsM;
+  static constexpr int kWarpsN = kWarpsNMax < kNTiles ? kWarpsNMax : kNTiles;
+  static constexpr int kMt = kMTiles / kWarpsM;
+  static constexpr int kNt = kNTiles / kWarpsN;
+  static constexpr int kActive = kWarpsM * kWarpsN;
+  static_assert(kMTiles >= 1 && kNTiles >= 1, "tile smaller than one mma tile");
+  static_assert(kMTiles % kWarpsM == 0 && kNTiles % kWarpsN == 0, "uneven warp split");
+  // First output row / column of warp w's sub-tile.
+  static __device__ __forceinline__ int row0(int w) { return (w % kWarpsM) * kMt * 16; }
+  static __device__ __forceinline__ int col0(int w) { return (w / kWarpsM) * kNt * 8; }
+};
+
+// acc[i][j] (the 16 x 8 tile at rows m0 + 16 i, cols n0 + 8 j) += A[rows, 0:kd] * B[0:kd, cols].
+//   kATrans false: sa holds A as [M][K] (K contiguous, row stride lda);
+//           true:  sa holds A as [K][M] (M contiguous).
+//   kBTrans false: sb holds B as [N][K] (K contiguous, row stride ldb);
+//           true:  sb holds B as [K][N] (N contiguous).
+// Fragment ownership of acc (PTX m16n8k16): lane l holds acc[.][.][0..1] at row l/4, cols
+// 2 (l%4) + {0, 1}, and [2..3] at row l/4 + 8 (see ms_frag_row / ms_frag_col).
+template <int kMt, int kNt, bool kATrans, bool kBTrans>
+__device__ __forceinline__ void ms_warp_mma(float (*acc)[kNt][4], const ms_u16* sa, int lda,
+                                            const ms_u16* sb, int ldb, int m0, int n0, int kd) {
+  const int lane = threadIdx.x & 31;
+  const int r = lane & 7, q = lane >> 3;
+  for (int k0 = 0; k0 < kd; k0 += 16) {
+    ms_u32 af[kMt][4];
+    ms_u32 bf[kNt][2];
+#pragma unroll
+    for (int i = 0; i < kMt; ++i) {
+      const int mb = m0 + 16 * i;
+      const ms_u16* p = kATrans ? sa + (k0 + r + (q >> 1) * 8) * lda + mb + (q & 1) * 8
+                                : sa + (mb + r + (q & 1) * 8) * lda + k0 + (q >> 1) * 8;
+      ms_ldsm_x4(af[i], p, kATrans);
+    }
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+      const int nb = n0 + 8 * j;
+      const ms_u16* p =
+          kBTrans ? sb + (k0 + r + (q & 1) * 8) * ldb + nb : sb + (nb + r) * ldb + k0 + (q & 1) * 8;
+      ms_ldsm_x2(bf[j], p, kBTrans);
+    }
+#pragma unroll
+    for (int i = 0; i < kMt; ++i)
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) ms_mma(acc[i][j], af[i], bf[j]);
+  }
+}
+
+__device__ __forceinline__ int ms_frag_row(int e) {
+  return ((threadIdx.x & 31) >> 2) + ((e >> 1) << 3);
+}
+__device__ __forceinline__ int ms_frag_col(int e) { return ((threadIdx.x & 3) << 1) + (e & 1); }
+
+template <int kMt, int kNt>
+__device__ __forceinline__ void ms_zero(float (*acc)[kNt][4]) {
+#pragma unroll
+  for (int i = 0; i < kMt; ++i)
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
