@@ -1,16 +1,23 @@
-// fused_experts for Qwen3-Next's MoE shape (E 512, top-10, N 512, hidden 2048, bf16) on a GPU, with
-// the config vLLM's H200 table gives each M (fixtures/tuned-configs/fused_moe).
+// fused_experts on a GPU for two MoE shapes, with the config vLLM's tables give each M
+// (fixtures/tuned-configs/fused_moe):
+//   - Qwen3-Next (E 512, top-10, N 512, hidden 2048, gated silu), H200 table, M = 1 .. 4096;
+//   - Nemotron-3 Nano (E 128, top-6, N 1856, hidden 2688, non-gated relu2, grouped_topk router),
+//     M = 1, 64, 2048, once with the config vLLM uses on an H200 (no bf16 table for this shape:
+//     its default config) and once with vLLM's H100 table (E=128,N=1856,device_name=
+//     NVIDIA_H100_80GB_HBM3.json), both run on this GPU.
 //
 //   fused_moe_bench [TABLE_DIR]     (default: $COLDSTART_SOURCE_DIR/fixtures/tuned-configs/fused_moe,
-//                                    else ./fixtures/tuned-configs/fused_moe)
+//                                    else ./fixtures/tuned-configs/fused_moe; arguments starting
+//                                    with "--" are ignored, as gpu-ci.sh passes benchmark flags)
 //
-// For M = 1, 8, 32, 64, 512, 4096: the median time (CUDA events, 30 timed calls after warmup) of
-// the whole fused_experts call (alignment, both GEMMs, silu_and_mul, moe_sum) and of each GEMM
-// alone; the bytes of the active experts' weights (distinct experts in topk_ids x (2N*H + H*N) x 2
-// bytes) per second against the H200's ~4.3 TB/s copy bandwidth, and TFLOP/s
-// (2 * M * top_k * 3 * N * H flops) against ~790 TFLOP/s. Eight routings with different experts
-// are cycled so that consecutive calls do not find their experts' weights in L2.
-// Without a GPU it prints why and exits 0.
+// Per row: the median time (CUDA events, 30 timed calls after warmup) of the whole fused_experts
+// call (alignment, both GEMMs, the activation, moe_sum) and of each GEMM alone; the active
+// experts' weight bytes (distinct experts in topk_ids x (w13 rows + N) x H x 2 bytes) per second
+// against the H200's HBM (4.8 TB/s), and TFLOP/s of both GEMMs (2 * M * top_k * H * (w13 rows +
+// N)) against the H200's dense bf16 tensor peak (~989 TFLOP/s). Nano rows add the
+// grouped_topk router's time. Eight routings with different experts are cycled so that
+// consecutive calls do not find their experts' weights in L2. Without a GPU it prints why and
+// exits 0.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -29,8 +36,8 @@ namespace cj = coldstart::jit;
 
 namespace {
 
-constexpr double kCopyTBs = 4.3;
-constexpr double kPeakTflops = 790.0;
+constexpr double kHbmTBs = 4.8;        // H200 HBM3e
+constexpr double kPeakTflops = 989.0;  // H200 dense bf16 tensor cores
 
 struct Timer {
   CUevent a = nullptr, b = nullptr;
@@ -57,6 +64,95 @@ struct Timer {
   }
 };
 
+struct Case {
+  const char* label;
+  fm::MoeShape s;
+  fm::ConfigSource src;
+  std::vector<int64_t> ms;
+};
+
+// Benchmarks one shape: prints one row (and a GEMMs-alone line) per M.
+void run_case(cj::JitRuntime& rt, Timer& timer, const Case& c) {
+  const fm::MoeShape& s = c.s;
+  const bool gated = s.activation == fm::Activation::kSilu;
+  const int64_t E = s.num_experts, N = s.intermediate, H = s.hidden, k = s.top_k;
+  const int64_t w13_rows = gated ? 2 * N : N;
+  fm::precompile_aot_kernels(rt, s);
+  const auto f = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  at::manual_seed(1);
+  const at::Tensor w13 = (at::randn({E, w13_rows, H}, f) * 0.02).to(at::kBFloat16);
+  const at::Tensor w2 = (at::randn({E, H, N}, f) * 0.02).to(at::kBFloat16);
+  const at::Tensor bias = at::randn({E}, f) * 0.1;
+  const double w_expert_bytes = static_cast<double>(w13_rows + N) * H * 2;
+  std::printf("\n%s: E=%lld top-%lld N=%lld H=%lld %s, configs for \"%s\"\n", c.label,
+              static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(N),
+              static_cast<long long>(H), gated ? "silu (gated)" : "relu2 (non-gated)",
+              c.src.device_name.c_str());
+  std::printf("%6s %-78s %5s %9s %9s %9s %9s %7s %9s %7s %8s %6s\n", "M", "config", "path",
+              "router_us", "total_us", "w13_us", "w2_us", "experts", "wGB/s", "%4.8T", "TFLOP/s",
+              "%989");
+  for (int64_t m : c.ms) {
+    const at::Tensor hidden = at::randn({m, H}, f).to(at::kBFloat16);
+    std::vector<at::Tensor> ids, weights, logits;
+    double experts = 0;
+    for (int r = 0; r < 8; ++r) {
+      logits.push_back(at::randn({m, E}, f));
+      at::Tensor w = at::empty({m, k}, f);
+      at::Tensor id = at::empty({m, k}, f.dtype(at::kInt));
+      if (s.use_grouped_topk) {
+        fm::grouped_topk(rt, s, logits.back(), bias, w, id);
+      } else {
+        fm::topk_softmax(rt, s, logits.back(), w, id);
+      }
+      weights.push_back(w);
+      ids.push_back(id);
+      experts += static_cast<double>(std::get<0>(at::_unique(id.reshape({-1}))).numel());
+    }
+    experts /= 8;
+    void* stream = coldstart::kernels::stream_for(hidden);
+    double router_ms = 0;
+    if (s.use_grouped_topk) {
+      router_ms = timer.median_ms(stream, 3, 30, [&](int i) {
+        fm::grouped_topk(rt, s, logits[i % 8], bias, weights[i % 8], ids[i % 8]);
+      });
+    }
+    at::Tensor out = at::empty({m, H}, hidden.options());
+    cj::Selection sel;
+    const double total_ms = timer.median_ms(stream, 3, 30, [&](int i) {
+      sel = fm::fused_experts(rt, s, c.src, hidden, w13, w2, weights[i % 8], ids[i % 8], out);
+    });
+    // The GEMMs alone, on the same alignment outputs as fused_experts computes them.
+    const fm::GemmBlock blk = fm::gemm_block(sel.config);
+    std::vector<fm::Alignment> asg;
+    for (int r = 0; r < 8; ++r) asg.push_back(fm::prepare_expert_assignment(rt, s, ids[r], blk.block_m));
+    const at::Tensor cache1 = at::empty({m, k, w13_rows}, hidden.options());
+    const at::Tensor cache2 = at::randn({m * k, N}, f).to(at::kBFloat16);
+    const at::Tensor cache3 = at::empty({m, k, H}, hidden.options());
+    const double w13_ms = timer.median_ms(stream, 3, 30, [&](int i) {
+      fm::gemm(rt, sel.config, hidden, w13, cache1, at::Tensor(), asg[i % 8], false, static_cast<int>(k));
+    });
+    const double w2_ms = timer.median_ms(stream, 3, 30, [&](int i) {
+      fm::gemm(rt, sel.config, cache2, w2, cache3, weights[i % 8], asg[i % 8], true, 1);
+    });
+    const double bytes = experts * w_expert_bytes;
+    const double flops = 2.0 * m * k * static_cast<double>(H) * (w13_rows + N);
+    const double gbs = bytes / (total_ms * 1e-3) / 1e9;
+    const double tflops = flops / (total_ms * 1e-3) / 1e12;
+    const bool naive = fm::uses_naive_block_assignment(m, s.top_k, E);
+    char router[32] = "-";
+    if (s.use_grouped_topk) std::snprintf(router, sizeof(router), "%.1f", router_ms * 1e3);
+    std::printf("%6lld %-78s %5s %9s %9.1f %9.1f %9.1f %7.1f %9.0f %6.1f%% %8.1f %5.1f%%\n",
+                static_cast<long long>(m), (sel.tuning_key + " " + sel.config.name).c_str(),
+                naive ? "naive" : "align", router, total_ms * 1e3, w13_ms * 1e3, w2_ms * 1e3,
+                experts, gbs, 100.0 * gbs / (kHbmTBs * 1e3), tflops, 100.0 * tflops / kPeakTflops);
+    const double gemm_s = (w13_ms + w2_ms) * 1e-3;
+    std::printf("%6s GEMMs alone: %.0f GB/s of weights (%.1f%% of %.1f TB/s), %.1f TFLOP/s "
+                "(%.1f%% of %.0f)\n",
+                "", bytes / gemm_s / 1e9, 100.0 * bytes / gemm_s / (kHbmTBs * 1e12), kHbmTBs,
+                flops / gemm_s / 1e12, 100.0 * flops / gemm_s / 1e12 / kPeakTflops, kPeakTflops);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,68 +163,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   const char* src_dir = std::getenv("COLDSTART_SOURCE_DIR");
-  const std::string table_dir =
-      argc > 1 ? argv[1]
-               : std::string(src_dir ? src_dir : ".") + "/fixtures/tuned-configs/fused_moe";
-  const fm::MoeShape s{512, 512, 2048, 10, true};
-  const fm::ConfigSource src{table_dir, "NVIDIA H200"};
-  cj::JitRuntime rt(cj::JitOptions{});
-  fm::precompile_aot_kernels(rt, s);
-
-  const auto f = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
-  at::manual_seed(1);
-  const at::Tensor w13 = (at::randn({512, 1024, 2048}, f) * 0.02).to(at::kBFloat16);
-  const at::Tensor w2 = (at::randn({512, 2048, 512}, f) * 0.04).to(at::kBFloat16);
-  const double w_expert_bytes = (2.0 * 512 * 2048 + 2048.0 * 512) * 2;
-  Timer timer;
-
-  std::printf("%6s %-74s %5s %9s %9s %9s %7s %9s %7s %8s %6s\n", "M", "config (H200 table)",
-              "path", "total_us", "w13_us", "w2_us", "experts", "wGB/s", "%4.3T", "TFLOP/s",
-              "%790");
-  for (int64_t m : {1, 8, 32, 64, 512, 4096}) {
-    const at::Tensor hidden = at::randn({m, 2048}, f).to(at::kBFloat16);
-    std::vector<at::Tensor> ids, weights;
-    double experts = 0;
-    for (int r = 0; r < 8; ++r) {
-      const at::Tensor probs = at::softmax(at::randn({m, 512}, f), 1);
-      auto [w, id] = at::topk(probs, 10, 1);
-      weights.push_back((w / w.sum(1, true)).contiguous());
-      ids.push_back(id.to(at::kInt).contiguous());
-      experts += static_cast<double>(std::get<0>(at::_unique(ids.back().reshape({-1}))).numel());
-    }
-    experts /= 8;
-    at::Tensor out = at::empty({m, 2048}, hidden.options());
-    void* stream = coldstart::kernels::stream_for(hidden);
-    cj::Selection sel;
-    const double total_ms = timer.median_ms(stream, 3, 30, [&](int i) {
-      sel = fm::fused_experts(rt, s, src, hidden, w13, w2, weights[i % 8], ids[i % 8], out);
-    });
-    // The GEMMs alone, on the same alignment outputs as fused_experts computes them.
-    const fm::GemmBlock blk = fm::gemm_block(sel.config);
-    std::vector<fm::Alignment> asg;
-    for (int r = 0; r < 8; ++r) asg.push_back(fm::prepare_expert_assignment(rt, s, ids[r], blk.block_m));
-    const at::Tensor cache1 = at::empty({m, 10, 1024}, hidden.options());
-    const at::Tensor cache2 = at::randn({m * 10, 512}, f).to(at::kBFloat16);
-    const at::Tensor cache3 = at::empty({m, 10, 2048}, hidden.options());
-    const double w13_ms = timer.median_ms(stream, 3, 30, [&](int i) {
-      fm::gemm(rt, sel.config, hidden, w13, cache1, at::Tensor(), asg[i % 8], false, 10);
-    });
-    const double w2_ms = timer.median_ms(stream, 3, 30, [&](int i) {
-      fm::gemm(rt, sel.config, cache2, w2, cache3, weights[i % 8], asg[i % 8], true, 1);
-    });
-    const double bytes = experts * w_expert_bytes;
-    const double flops = 2.0 * m * 10 * (3.0 * 512 * 2048);
-    const double gbs = bytes / (total_ms * 1e-3) / 1e9;
-    const double tflops = flops / (total_ms * 1e-3) / 1e12;
-    const bool naive = fm::uses_naive_block_assignment(m, 10, 512);
-    std::printf("%6lld %-74s %5s %9.1f %9.1f %9.1f %7.1f %9.0f %6.1f%% %8.1f %5.1f%%\n",
-                static_cast<long long>(m), (sel.tuning_key + " " + sel.config.name).c_str(),
-                naive ? "naive" : "align", total_ms * 1e3, w13_ms * 1e3, w2_ms * 1e3, experts, gbs,
-                100.0 * gbs / (kCopyTBs * 1e3), tflops, 100.0 * tflops / kPeakTflops);
-    std::printf("%6s GEMMs alone: %.0f GB/s of weights (%.1f%% of 4.3 TB/s), %.1f TFLOP/s\n", "",
-                bytes / ((w13_ms + w2_ms) * 1e-3) / 1e9,
-                100.0 * bytes / ((w13_ms + w2_ms) * 1e-3) / 4.3e12,
-                flops / ((w13_ms + w2_ms) * 1e-3) / 1e12);
+  std::string table_dir = std::string(src_dir ? src_dir : ".") + "/fixtures/tuned-configs/fused_moe";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]).rfind("--", 0) != 0) table_dir = argv[i];
   }
+  cj::JitRuntime rt(cj::JitOptions{});
+  Timer timer;
+  const fm::MoeShape qwen{512, 512, 2048, 10, true};
+  run_case(rt, timer, Case{"Qwen3-Next", qwen, {table_dir, "NVIDIA H200"}, {1, 8, 32, 64, 512, 4096}});
+  fm::MoeShape nano{128, 1856, 2688, 6, true};
+  nano.activation = fm::Activation::kRelu2NoMul;
+  nano.use_grouped_topk = true;
+  run_case(rt, timer, Case{"Nemotron-3 Nano", nano, {table_dir, "NVIDIA H200"}, {1, 64, 2048}});
+  run_case(rt, timer,
+           Case{"Nemotron-3 Nano", nano, {table_dir, "NVIDIA H100 80GB HBM3"}, {1, 64, 2048}});
   return 0;
 }

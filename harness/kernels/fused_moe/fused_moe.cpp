@@ -28,7 +28,20 @@ void check_shape(const CallSite& fn, const MoeShape& s) {
         "top_k in [1, E])",
         fn.family, fn.name, s.num_experts, s.intermediate, s.hidden, s.top_k, kMaxExperts));
   }
+  if (s.use_grouped_topk &&
+      (s.top_k > kMaxGroupedTopk || s.n_group < 1 || s.n_group > kMaxExpertGroups ||
+       s.num_experts % s.n_group != 0 || s.topk_group < 1 || s.topk_group > s.n_group ||
+       s.top_k > s.topk_group * (s.num_experts / s.n_group))) {
+    throw InputError(fmt::format(
+        "{}::{}: grouped top-k with E={} top_k={} n_group={} topk_group={} is not supported "
+        "(top_k <= {}, n_group in [1, {}] dividing E, topk_group in [1, n_group], top_k <= "
+        "topk_group * E / n_group)",
+        fn.family, fn.name, s.num_experts, s.top_k, s.n_group, s.topk_group, kMaxGroupedTopk,
+        kMaxExpertGroups));
+  }
 }
+
+bool gated(const MoeShape& s) { return s.activation == Activation::kSilu; }
 
 KernelArg i32_arg(const CallSite& fn, const char* what, int64_t v) {
   return KernelArg::i32(to_i32(fn, what, v));
@@ -58,18 +71,29 @@ void precompile_aot_kernels(jit::JitRuntime& rt, const MoeShape& s) {
   const CallSite fn{kFamily, "precompile_aot_kernels"};
   check_shape(fn, s);
   using Kind = KernelArg::Kind;
-  for (bool bf16 : {true, false}) {
-    rt.ensure(topk_softmax_kernel(),
-              topk_softmax_constexprs(s.num_experts, s.top_k, s.renormalize, bf16),
-              dummy_args({bf16 ? DType::kBF16 : DType::kF32, DType::kF32, DType::kI32},
-                         {Kind::kI32, Kind::kI64}));
+  if (s.use_grouped_topk) {
+    std::vector<KernelArg> args =
+        dummy_args({DType::kF32, DType::kF32, DType::kF32, DType::kI32}, {Kind::kI32, Kind::kI64});
+    args.push_back(KernelArg::f32(0.0f));
+    rt.ensure(grouped_topk_kernel(),
+              grouped_topk_constexprs(s.num_experts, s.top_k, s.n_group, s.topk_group,
+                                      s.renormalize),
+              args);
+  } else {
+    for (bool bf16 : {true, false}) {
+      rt.ensure(topk_softmax_kernel(),
+                topk_softmax_constexprs(s.num_experts, s.top_k, s.renormalize, bf16),
+                dummy_args({bf16 ? DType::kBF16 : DType::kF32, DType::kF32, DType::kI32},
+                           {Kind::kI32, Kind::kI64}));
+    }
   }
   rt.ensure(align_kernel(), align_constexprs(s.num_experts),
             dummy_args({DType::kI32, DType::kI32, DType::kI32, DType::kI32},
                        {Kind::kI32, Kind::kI32, Kind::kI32}));
-  rt.ensure(silu_and_mul_kernel(), silu_and_mul_constexprs(),
-            dummy_args({DType::kBF16, DType::kBF16},
-                       {Kind::kI32, Kind::kI64, Kind::kI64}));
+  if (gated(s)) {
+    rt.ensure(silu_and_mul_kernel(), silu_and_mul_constexprs(),
+              dummy_args({DType::kBF16, DType::kBF16}, {Kind::kI32, Kind::kI64, Kind::kI64}));
+  }
   rt.ensure(sum_kernel(), sum_constexprs(s.top_k),
             dummy_args({DType::kBF16, DType::kBF16}, {Kind::kI32, Kind::kI64}));
 }
@@ -103,6 +127,42 @@ void topk_softmax(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& gati
              i32_arg(fn, "gating_logits", m), KernelArg::i64(gating_logits.stride(0))},
             dims(grid_dim(fn, "x (tokens / 4)", (m + kTopkWarps - 1) / kTopkWarps, 0x7fffffff), 1,
                  1, kTopkWarps * 32),
+            stream_for(gating_logits));
+}
+
+void grouped_topk(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& gating_logits,
+                  const at::Tensor& e_score_correction_bias, const at::Tensor& topk_weights,
+                  const at::Tensor& topk_ids) {
+  const CallSite fn{kFamily, "grouped_topk"};
+  MoeShape grouped = s;
+  grouped.use_grouped_topk = true;  // the grouped limits apply to this call whatever the flag
+  check_shape(fn, grouped);
+  check_on_device(fn, "gating_logits", gating_logits);
+  check(fn, "gating_logits", gating_logits, at::kFloat, 2, Layout::kInnerContiguous);
+  check_size(fn, "gating_logits", gating_logits, 1, s.num_experts);
+  check(fn, "e_score_correction_bias", e_score_correction_bias, at::kFloat, 1,
+        Layout::kContiguous);
+  check_size(fn, "e_score_correction_bias", e_score_correction_bias, 0, s.num_experts);
+  check_same_device(fn, gating_logits, "e_score_correction_bias", e_score_correction_bias);
+  const int64_t m = gating_logits.size(0);
+  check(fn, "topk_weights", topk_weights, at::kFloat, 2, Layout::kContiguous);
+  check(fn, "topk_ids", topk_ids, at::kInt, 2, Layout::kContiguous);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"topk_weights", &topk_weights},
+                                {"topk_ids", &topk_ids}}) {
+    check_size(fn, name, *t, 0, m);
+    check_size(fn, name, *t, 1, s.top_k);
+    check_same_device(fn, gating_logits, name, *t);
+  }
+  if (m == 0) return;
+  rt.launch(grouped_topk_kernel(),
+            grouped_topk_constexprs(s.num_experts, s.top_k, s.n_group, s.topk_group,
+                                    s.renormalize),
+            {tensor_arg(gating_logits), tensor_arg(e_score_correction_bias),
+             tensor_arg(topk_weights), tensor_arg(topk_ids), i32_arg(fn, "gating_logits", m),
+             KernelArg::i64(gating_logits.stride(0)), KernelArg::f32(s.routed_scaling_factor)},
+            dims(grid_dim(fn, "x (tokens / 4)", (m + kGroupedTopkWarps - 1) / kGroupedTopkWarps,
+                          0x7fffffff),
+                 1, 1, kGroupedTopkWarps * 32),
             stream_for(gating_logits));
 }
 
@@ -230,6 +290,24 @@ void silu_and_mul(jit::JitRuntime& rt, const at::Tensor& out, const at::Tensor& 
             stream_for(input));
 }
 
+void relu2_no_mul(const at::Tensor& out, const at::Tensor& input) {
+  const CallSite fn{kFamily, "relu2_no_mul"};
+  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
+  check(fn, "input", input, at::kBFloat16, 2, Layout::kInnerContiguous);
+  check_size(fn, "input", input, 0, out.size(0));
+  check_size(fn, "input", input, 1, out.size(1));
+  check_same_device(fn, input, "out", out);
+  // Meta tensors (compile-only mode) carry no data, and some libtorch builds (Debian's 1.13) have
+  // no meta kernel for relu: nothing to do.
+  if (out.size(0) == 0 || input.is_meta()) return;
+  // vLLM (apply_moe_activation, RELU2_NO_MUL): F.relu(input, inplace=True) then
+  // torch.square(input, out=output).
+  at::Tensor in = input;
+  in.relu_();
+  at::Tensor o = out;
+  at::square_out(o, in);
+}
+
 void moe_sum(jit::JitRuntime& rt, const at::Tensor& input, const at::Tensor& out) {
   const CallSite fn{kFamily, "moe_sum"};
   check(fn, "input", input, at::kBFloat16, 3, Layout::kContiguous);
@@ -261,7 +339,8 @@ void fused_experts_with(jit::JitRuntime& rt, const MoeShape& s, const jit::Selec
   const int64_t m = hidden.size(0);
   check_size(fn, "hidden", hidden, 1, s.hidden);
   check_size(fn, "w13", w13, 0, s.num_experts);
-  check_size(fn, "w13", w13, 1, 2 * s.intermediate);
+  const int64_t w13_rows = gated(s) ? 2 * s.intermediate : s.intermediate;
+  check_size(fn, "w13", w13, 1, w13_rows);
   check_size(fn, "w13", w13, 2, s.hidden);
   check_size(fn, "w2", w2, 0, s.num_experts);
   check_size(fn, "w2", w2, 1, s.hidden);
@@ -283,10 +362,14 @@ void fused_experts_with(jit::JitRuntime& rt, const MoeShape& s, const jit::Selec
   const Alignment asg = prepare_expert_assignment(rt, s, topk_ids, blk.block_m);
   const auto opts = hidden.options();
   const int64_t n = s.intermediate;
-  const at::Tensor cache1 = at::empty({m, s.top_k, 2 * n}, opts);
+  const at::Tensor cache1 = at::empty({m, s.top_k, w13_rows}, opts);
   gemm(rt, sel.config, hidden, w13, cache1, at::Tensor(), asg, false, s.top_k);
   const at::Tensor cache2 = at::empty({m * s.top_k, n}, opts);
-  silu_and_mul(rt, cache2, cache1.view({m * s.top_k, 2 * n}));
+  if (gated(s)) {
+    silu_and_mul(rt, cache2, cache1.view({m * s.top_k, 2 * n}));
+  } else {
+    relu2_no_mul(cache2, cache1.view({m * s.top_k, n}));
+  }
   const at::Tensor cache3 = at::empty({m, s.top_k, s.hidden}, opts);
   gemm(rt, sel.config, cache2, w2, cache3, topk_weights, asg, true, 1);
   moe_sum(rt, cache3, out);
@@ -298,6 +381,72 @@ jit::Selection fused_experts(jit::JitRuntime& rt, const MoeShape& s, const Confi
                              const at::Tensor& out) {
   jit::Selection sel = select_config(src, s, hidden.defined() ? hidden.size(0) : 0);
   fused_experts_with(rt, s, sel, hidden, w13, w2, topk_weights, topk_ids, out);
+  return sel;
+}
+
+jit::Selection nemotron_moe(jit::JitRuntime& rt, const MoeShape& s, const ConfigSource& src,
+                            const at::Tensor& hidden, const at::Tensor& router_logits,
+                            const NemotronMoeWeights& w, double routed_scaling_factor,
+                            const at::Tensor& out) {
+  const CallSite fn{kFamily, "nemotron_moe"};
+  check_shape(fn, s);
+  if (s.activation != Activation::kRelu2NoMul || !s.use_grouped_topk) {
+    fail(fn, "s", "must have activation kRelu2NoMul and use_grouped_topk (NemotronH's MoE)");
+  }
+  check(fn, "hidden", hidden, at::kBFloat16, 2, Layout::kContiguous);
+  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
+  const int64_t m = hidden.size(0);
+  const int64_t h = hidden.size(1);
+  check_size(fn, "out", out, 0, m);
+  check_size(fn, "out", out, 1, h);
+  check(fn, "router_logits", router_logits, at::kFloat, 2, Layout::kInnerContiguous);
+  check_size(fn, "router_logits", router_logits, 0, m);
+  const bool latent = w.fc1_latent.defined();
+  if (latent != w.fc2_latent.defined()) {
+    fail(fn, "w.fc2_latent", "must be defined exactly when w.fc1_latent is");
+  }
+  if (latent) {
+    check(fn, "w.fc1_latent", w.fc1_latent, at::kBFloat16, 2, Layout::kInnerContiguous);
+    check_size(fn, "w.fc1_latent", w.fc1_latent, 0, s.hidden);
+    check_size(fn, "w.fc1_latent", w.fc1_latent, 1, h);
+    check(fn, "w.fc2_latent", w.fc2_latent, at::kBFloat16, 2, Layout::kInnerContiguous);
+    check_size(fn, "w.fc2_latent", w.fc2_latent, 0, h);
+    check_size(fn, "w.fc2_latent", w.fc2_latent, 1, s.hidden);
+  } else if (h != s.hidden) {
+    fail(fn, "hidden", fmt::format("has {} columns; without latent projections s.hidden ({}) "
+                                   "must equal it", h, s.hidden));
+  }
+  const bool shared = w.shared_up.defined();
+  if (shared != w.shared_down.defined()) {
+    fail(fn, "w.shared_down", "must be defined exactly when w.shared_up is");
+  }
+  if (shared) {
+    check(fn, "w.shared_up", w.shared_up, at::kBFloat16, 2, Layout::kInnerContiguous);
+    check_size(fn, "w.shared_up", w.shared_up, 1, h);
+    check(fn, "w.shared_down", w.shared_down, at::kBFloat16, 2, Layout::kInnerContiguous);
+    check_size(fn, "w.shared_down", w.shared_down, 0, h);
+    check_size(fn, "w.shared_down", w.shared_down, 1, w.shared_up.size(0));
+  }
+  const auto opts = hidden.options();
+  const at::Tensor topk_w = at::empty({m, s.top_k}, opts.dtype(at::kFloat));
+  const at::Tensor topk_ids = at::empty({m, s.top_k}, opts.dtype(at::kInt));
+  grouped_topk(rt, s, router_logits, w.e_score_correction_bias, topk_w, topk_ids);
+  const at::Tensor x = latent ? at::linear(hidden, w.fc1_latent) : hidden;
+  at::Tensor routed = at::empty({m, s.hidden}, opts);
+  const jit::Selection sel = fused_experts(rt, s, src, x, w.w13, w.w2, topk_w, topk_ids, routed);
+  // MoERunner._maybe_apply_routed_scale_to_output: fused_output *= routed_scaling_factor (bf16).
+  if (routed_scaling_factor != 1.0) routed.mul_(routed_scaling_factor);
+  const at::Tensor y = latent ? at::linear(routed, w.fc2_latent) : routed;
+  at::Tensor o = out;
+  if (shared) {
+    const at::Tensor up = at::linear(hidden, w.shared_up);
+    // ReLUSquaredActivation: torch.square(F.relu(x)) (shape only on meta tensors, see
+    // relu2_no_mul).
+    const at::Tensor act = up.is_meta() ? up : at::square(at::relu(up));
+    at::add_out(o, at::linear(act, w.shared_down), y);
+  } else {
+    o.copy_(y);
+  }
   return sel;
 }
 

@@ -23,19 +23,37 @@
 
 namespace coldstart::fused_moe {
 
-/// Shape of one MoE layer.
-struct MoeShape {
-  int64_t num_experts;   ///< E (1..1024)
-  int64_t intermediate;  ///< N = w2.shape[2] (w13 is [E, 2N, H])
-  int64_t hidden;        ///< H
-  int top_k;             ///< experts per token (1..E)
-  bool renormalize;      ///< divide the top-k weights by their sum (norm_topk_prob)
+/// The activation between the two expert GEMMs (vLLM's MoEActivation).
+enum class Activation {
+  kSilu,        ///< "silu", gated: w13 is [E, 2N, H], silu(gate) * up (silu_and_mul kernel)
+  kRelu2NoMul,  ///< "relu2_no_mul", non-gated (NemotronH): w13 is [E, N, H], relu(x)^2 (torch ops)
 };
 
-/// Compiles the AOT kernels (topk_softmax for bf16 and float32 logits, align, silu_and_mul, sum)
-/// for this shape: the model calls it while loading weights, as vLLM's are built ahead of time.
-/// Launches nothing. Throws InputError for a shape out of range (see MoeShape), CudaError on an
-/// NVRTC failure.
+/// Shape of one MoE layer. The fields after `renormalize` default to Qwen3-Next's behaviour
+/// (gated silu experts, topk_softmax router), so `MoeShape{E, N, H, top_k, renormalize}` keeps
+/// meaning what it did.
+struct MoeShape {
+  int64_t num_experts;   ///< E (1..1024)
+  int64_t intermediate;  ///< N = w2.shape[2] (w13 is [E, 2N, H] gated, [E, N, H] non-gated)
+  int64_t hidden;        ///< H (the expert input width: the latent size for latent MoE)
+  int top_k;             ///< experts per token (1..E; 1..32 with use_grouped_topk)
+  bool renormalize;      ///< divide the top-k weights by their sum (norm_topk_prob)
+  Activation activation = Activation::kSilu;
+  /// Router op: false = topk_softmax (softmax scores); true = grouped_topk (sigmoid scores plus
+  /// e_score_correction_bias, vLLM's use_grouped_topk with scoring_func "sigmoid").
+  bool use_grouped_topk = false;
+  int64_t n_group = 1;     ///< num_expert_group (grouped_topk; 1..32, divides E)
+  int64_t topk_group = 1;  ///< groups kept per token (grouped_topk; 1..n_group)
+  /// The factor grouped_topk multiplies the weights by (vLLM's router routed_scaling_factor).
+  /// NemotronH passes 1.0 here and scales the routed output instead (nemotron_moe).
+  float routed_scaling_factor = 1.0f;
+};
+
+/// Compiles the AOT kernels for this shape: the router (topk_softmax for bf16 and float32 logits,
+/// or grouped_topk for float32 logits when use_grouped_topk), align, silu_and_mul (gated
+/// activation only) and sum. The model calls it while loading weights, as vLLM's are built ahead
+/// of time. Launches nothing. Throws InputError for a shape out of range (see MoeShape),
+/// CudaError on an NVRTC failure.
 void precompile_aot_kernels(jit::JitRuntime& rt, const MoeShape& s);
 
 /// gating_logits bf16/f32 [M, E] (innermost contiguous) -> topk_weights f32 [M, top_k],
@@ -43,6 +61,18 @@ void precompile_aot_kernels(jit::JitRuntime& rt, const MoeShape& s);
 /// (ties: lower expert index), renormalized when s.renormalize. M == 0 launches nothing.
 void topk_softmax(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& gating_logits,
                   const at::Tensor& topk_weights, const at::Tensor& topk_ids);
+
+/// vLLM's grouped_topk op with sigmoid scoring (moe_grouped_topk.cu):
+/// gating_logits float32 [M, E] (innermost contiguous), e_score_correction_bias float32 [E]
+/// (contiguous) -> topk_weights f32 [M, top_k], topk_ids int32 [M, top_k] (both contiguous).
+/// Experts are ranked by sigmoid(logit) + bias within the s.topk_group best of s.n_group groups
+/// (ties: lower index); the weights are the unbiased sigmoid scores, renormalized (sum + 1e-20)
+/// when s.renormalize, times s.routed_scaling_factor. Needs top_k <= 32, n_group <= 32 dividing
+/// E, 1 <= topk_group <= n_group, top_k <= topk_group * E / n_group (InputError otherwise).
+/// M == 0 launches nothing.
+void grouped_topk(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& gating_logits,
+                  const at::Tensor& e_score_correction_bias, const at::Tensor& topk_weights,
+                  const at::Tensor& topk_ids);
 
 /// Where configs come from: a directory of vLLM tables and the device name vLLM would use
 /// (torch.cuda.get_device_name(), e.g. "NVIDIA H200"; jit::vllm_device_name maps it).
@@ -56,11 +86,12 @@ struct ConfigSource {
 /// when there is no such file (selector "default"). Throws InputError for a bad table file.
 jit::Selection select_config(const ConfigSource& src, const MoeShape& s, int64_t M);
 
-/// out bf16 [M, H] = sum_k w_k * W2_e(silu(W1_e x) * W3_e x) over the top-k experts.
-/// hidden bf16 [M, H] contiguous; w13 bf16 [E, 2N, H]; w2 bf16 [E, H, N] (both with a
-/// contiguous innermost dimension); topk_weights f32 [M, top_k] and topk_ids int32 [M, top_k],
-/// contiguous; out bf16 [M, H], innermost contiguous. Runs the GEMMs under a jit::SelectionScope
-/// of select_config(src, s, M) and returns that Selection (so the caller can record which config
+/// out bf16 [M, H] = sum_k w_k * W2_e(act(W13_e x)) over the top-k experts, act = silu(g) * u
+/// (gated, w13 = [g; u]) or relu(x)^2 (s.activation == kRelu2NoMul).
+/// hidden bf16 [M, H] contiguous; w13 bf16 [E, 2N, H] (gated) or [E, N, H] (non-gated); w2 bf16
+/// [E, H, N] (both with a contiguous innermost dimension); topk_weights f32 [M, top_k] and
+/// topk_ids int32 [M, top_k], contiguous; out bf16 [M, H], innermost contiguous. Runs the GEMMs
+/// under a jit::SelectionScope of select_config(src, s, M) and returns that Selection (so the caller can record which config
 /// each M used). M == 0 launches nothing. topk_ids outside [0, E) are skipped by the aligned path
 /// and undefined behaviour on the naive path (as in vLLM).
 jit::Selection fused_experts(jit::JitRuntime& rt, const MoeShape& s, const ConfigSource& src,
@@ -108,8 +139,47 @@ void gemm(jit::JitRuntime& rt, const jit::KernelConfig& cfg, const at::Tensor& a
 /// contiguous.
 void silu_and_mul(jit::JitRuntime& rt, const at::Tensor& out, const at::Tensor& input);
 
+/// vLLM's relu2_no_mul activation, as its two torch ops: input.relu_() (input is MODIFIED in
+/// place), then out = input^2 (at::square_out), both in bf16. out and input bf16 [T, d], innermost
+/// contiguous. No kernel is compiled (vLLM runs torch's own kernels here).
+void relu2_no_mul(const at::Tensor& out, const at::Tensor& input);
+
 /// out bf16 [M, H] (innermost contiguous) = sum over dimension 1 of input bf16 [M, top_k, H]
 /// (contiguous).
 void moe_sum(jit::JitRuntime& rt, const at::Tensor& input, const at::Tensor& out);
+
+// ---- NemotronH's MoE block ---------------------------------------------------------------------
+
+/// Weights of one NemotronH MoE layer on one tensor-parallel rank (bf16, innermost contiguous).
+/// H = hidden size, L = moe_latent_size (or H without latent projections), E experts, N = expert
+/// intermediate per rank (moe_intermediate_size / tp), S = shared-expert intermediate per rank.
+struct NemotronMoeWeights {
+  at::Tensor e_score_correction_bias;  ///< float32 [E]
+  at::Tensor fc1_latent;   ///< [L, H] (ReplicatedLinear), or undefined: no latent projections
+  at::Tensor fc2_latent;   ///< [H, L], defined together with fc1_latent
+  at::Tensor w13;          ///< [E, N, L] (non-gated up_proj)
+  at::Tensor w2;           ///< [E, L, N] (down_proj)
+  at::Tensor shared_up;    ///< [S, H] (ColumnParallelLinear), or undefined: no shared expert
+  at::Tensor shared_down;  ///< [H, S] (RowParallelLinear), defined together with shared_up
+};
+
+/// vLLM's NemotronHMoE block after its gate (vllm/model_executor/models/nemotron_h.py at
+/// vllm-project/vllm 00b08dc44519, which builds it with FusedMoEFactory(...,
+/// routed_input_transform=fc1_latent_proj, routed_output_transform=fc2_latent_proj,
+/// apply_routed_scale_to_output=True); MoERunner.forward at 01cb30845063):
+///   shared = shared_down(relu(shared_up(hidden))^2)               (torch ops, bf16)
+///   x = fc1_latent(hidden)                                        (torch op, bf16; or hidden)
+///   topk = grouped_topk(router_logits, bias)   (routed_scaling_factor 1 inside: s's field)
+///   routed = fused_experts(x) [M, L];  routed *= routed_scaling_factor (bf16, in place)
+///   out = shared + fc2_latent(routed)                             (bf16)
+/// hidden bf16 [M, H] contiguous; router_logits float32 [M, E] (vLLM's GateLinear output);
+/// out bf16 [M, H] innermost contiguous. s must have activation kRelu2NoMul, use_grouped_topk,
+/// and s.hidden = L. On a TP rank this is the rank's partial sum: vLLM all-reduces the routed
+/// latent output before fc2_latent and the shared output separately (not replayed here).
+/// Returns the GEMM selection of fused_experts. Throws InputError naming the argument.
+jit::Selection nemotron_moe(jit::JitRuntime& rt, const MoeShape& s, const ConfigSource& src,
+                            const at::Tensor& hidden, const at::Tensor& router_logits,
+                            const NemotronMoeWeights& w, double routed_scaling_factor,
+                            const at::Tensor& out);
 
 }  // namespace coldstart::fused_moe

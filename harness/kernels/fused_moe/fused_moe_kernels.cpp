@@ -11,6 +11,7 @@
 // Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
 extern const char* const kSource_fused_moe_common;
 extern const char* const kSource_moe_topk_softmax;
+extern const char* const kSource_moe_grouped_topk;
 extern const char* const kSource_moe_align_block_size;
 extern const char* const kSource_moe_silu_and_mul;
 extern const char* const kSource_moe_sum;
@@ -48,6 +49,16 @@ const jit::KernelSource& topk_softmax_kernel() {
   static const jit::KernelSource k =
       make_aot("moe_topk_softmax", kSource_moe_topk_softmax,
                {"gating", "topk_weights", "topk_ids", "num_tokens", "gating_stride"}, storage);
+  return k;
+}
+
+const jit::KernelSource& grouped_topk_kernel() {
+  static std::string storage;
+  static const jit::KernelSource k =
+      make_aot("moe_grouped_topk", kSource_moe_grouped_topk,
+               {"logits", "bias", "topk_weights", "topk_ids", "num_tokens", "logits_stride",
+                "routed_scaling_factor"},
+               storage);
   return k;
 }
 
@@ -90,7 +101,7 @@ const jit::KernelSource& gemm_kernel() {
 }
 
 std::vector<const jit::KernelSource*> all_kernels() {
-  return {&topk_softmax_kernel(), &align_kernel(), &silu_and_mul_kernel(), &sum_kernel(),
+  return {&topk_softmax_kernel(), &grouped_topk_kernel(), &align_kernel(), &silu_and_mul_kernel(), &sum_kernel(),
           &gemm_kernel()};
 }
 
@@ -100,6 +111,16 @@ std::vector<jit::Constexpr> topk_softmax_constexprs(int64_t num_experts, int top
           {"TOP_K", top_k},
           {"RENORMALIZE", renormalize ? 1 : 0},
           {"INPUT_DTYPE", input_bf16 ? 1 : 0}};
+}
+
+std::vector<jit::Constexpr> grouped_topk_constexprs(int64_t num_experts, int top_k,
+                                                    int64_t n_group, int64_t topk_group,
+                                                    bool renormalize) {
+  return {{"NUM_EXPERTS", num_experts},
+          {"TOP_K", top_k},
+          {"N_GROUP", n_group},
+          {"TOPK_GROUP", topk_group},
+          {"RENORMALIZE", renormalize ? 1 : 0}};
 }
 
 std::vector<jit::Constexpr> align_constexprs(int64_t num_experts) {
@@ -245,6 +266,49 @@ std::vector<KernelCompileCase> compile_cases() {
     add(gemm_kernel(), gemm_constexprs(cfg, false, top_k, false),
         gemm_args(false, gemm_em(false, M * top_k, sorted, M, top_k, t[0]), M * top_k));
   }
+  // NemotronH routing (vLLM's grouped_topk, sigmoid): Nano (E 128, top 6, one group), Super
+  // (E 512, top 22, one group) and a DeepSeek-V3-like grouped case (E 256, 8 groups, 4 kept).
+  const int64_t routing[][4] = {{128, 6, 1, 1}, {512, 22, 1, 1}, {256, 8, 8, 4}};
+  for (const auto& r : routing) {
+    add(grouped_topk_kernel(),
+        grouped_topk_constexprs(r[0], static_cast<int>(r[1]), r[2], r[3], true),
+        {ptr(DType::kF32), ptr(DType::kF32), ptr(DType::kF32), ptr(DType::kI32),
+         KernelArg::i32(64), KernelArg::i64(r[0]), KernelArg::f32(1.0f)});
+  }
+  // Nemotron-3 Nano's relu2 experts (E 128, top 6, N 1856, hidden 2688): the non-gated w13 GEMM
+  // (N_out = N) for every distinct config of
+  // fixtures/tuned-configs/fused_moe/E=128,N=1856,device_name=NVIDIA_H100_80GB_HBM3.json.
+  const int nano_table[][6] = {{16, 32, 64, 1, 4, 3},    {16, 32, 64, 1, 4, 4},
+                               {16, 32, 256, 1, 4, 5},   {16, 32, 256, 64, 4, 3},
+                               {16, 64, 128, 1, 8, 4},   {16, 64, 128, 64, 4, 5},
+                               {16, 64, 256, 1, 4, 5},   {16, 128, 128, 1, 8, 5},
+                               {32, 32, 128, 1, 4, 5},   {64, 128, 128, 1, 8, 4},
+                               {128, 128, 64, 1, 4, 3},  {128, 128, 64, 1, 8, 5},
+                               {128, 256, 64, 1, 8, 4}};
+  const int64_t nano_e = 128;
+  const int nano_k = 6;
+  const int64_t nano_n = 1856;
+  const int64_t nano_h = 2688;
+  for (const auto& t : nano_table) {
+    const jit::KernelConfig cfg = jit::make_config({{"BLOCK_SIZE_M", t[0]},
+                                                    {"BLOCK_SIZE_N", t[1]},
+                                                    {"BLOCK_SIZE_K", t[2]},
+                                                    {"GROUP_SIZE_M", t[3]}},
+                                                   t[4], t[5]);
+    const int64_t M = 64;
+    const int64_t sorted = max_num_tokens_padded(M * nano_k, nano_e, t[0]);
+    const int64_t em = gemm_em(false, M * nano_k, sorted, M, nano_k, t[0]);
+    add(gemm_kernel(), gemm_constexprs(cfg, false, nano_k, false),
+        {ptr(DType::kBF16), ptr(DType::kBF16), ptr(DType::kBF16), ptr(DType::kF32),
+         ptr(DType::kI32), ptr(DType::kI32), ptr(DType::kI32),
+         KernelArg::i32(static_cast<int32_t>(nano_n)), KernelArg::i32(static_cast<int32_t>(nano_h)),
+         KernelArg::i32(static_cast<int32_t>(em)), KernelArg::i32(static_cast<int32_t>(M * nano_k)),
+         KernelArg::i32(static_cast<int32_t>(nano_h)), KernelArg::i32(1),
+         KernelArg::i32(static_cast<int32_t>(nano_n * nano_h)), KernelArg::i32(1),
+         KernelArg::i32(static_cast<int32_t>(nano_h)), KernelArg::i32(static_cast<int32_t>(nano_n)),
+         KernelArg::i32(1)});
+  }
+
   const jit::KernelConfig small = jit::fused_moe_default_config(1, E);
   add(gemm_kernel(), gemm_constexprs(small, false, top_k, true),
       gemm_args(false, gemm_em(true, top_k, 0, 1, top_k, 16), top_k));

@@ -5,7 +5,9 @@
 //
 // What vLLM does for one MoE layer (bf16, no expert parallelism; sources below):
 //   1. topk_softmax (AOT CUDA op _moe_C.topk_softmax): router logits [M, E] -> topk_weights f32
-//      [M, top_k], topk_ids int32 [M, top_k] (renormalized when norm_topk_prob).
+//      [M, top_k], topk_ids int32 [M, top_k] (renormalized when norm_topk_prob). Sigmoid routers
+//      with an e_score_correction_bias and use_grouped_topk (DeepSeek-V3, NemotronH) run the AOT
+//      op _moe_C.grouped_topk instead (moe_grouped_topk.cu).
 //   2. config = try_get_optimal_moe_config(...): the tuned table entry nearest to M (or
 //      get_default_config); jit/select.h implements the lookup.
 //   3. _prepare_expert_assignment: when M * top_k * 4 <= E (SPARSITY_FACTOR 4, no expert_map,
@@ -17,7 +19,11 @@
 //      expert_ids / num_tokens_post_padded for BLOCK_SIZE_M.
 //   4. fused_moe_kernel (Triton, JIT) w13: hidden [M, H] x w13 [E, 2N, H] -> cache1 [M, top_k, 2N],
 //      top_k = top_k, MUL_ROUTED_WEIGHT = False.
-//   5. silu_and_mul (AOT CUDA op _C.silu_and_mul): cache1 -> cache2 [M * top_k, N].
+//   5. silu_and_mul (AOT CUDA op _C.silu_and_mul): cache1 -> cache2 [M * top_k, N]. Non-gated
+//      experts (NemotronH's relu2_no_mul: w13 is [E, N, H], cache1 [M, top_k, N]) run two torch
+//      ops instead, relu_ in place then square into cache2 (apply_moe_activation in
+//      vllm/model_executor/layers/fused_moe/activation.py at 13436117c52e); the tuned-table N is
+//      still w2.shape[2] (try_get_optimal_moe_config) and both GEMMs share the config.
 //   6. fused_moe_kernel w2: cache2 x w2 [E, H, N] -> cache3 [M, top_k, H], top_k = 1,
 //      MUL_ROUTED_WEIGHT = True, same config and the same alignment outputs as step 4.
 //   7. moe_sum (AOT op _moe_C.moe_sum): cache3 -> out [M, H].
@@ -46,6 +52,10 @@ namespace coldstart::fused_moe {
 
 /// Threads per block of the AOT kernels (fixed in their sources).
 constexpr int kTopkWarps = 4;          ///< moe_topk_softmax: one warp per token
+constexpr int kGroupedTopkWarps = 4;   ///< moe_grouped_topk: one warp per token
+/// moe_grouped_topk limits (vLLM's grouped_topk op: n_group <= 32, topk <= 32).
+constexpr int kMaxGroupedTopk = 32;
+constexpr int kMaxExpertGroups = 32;
 constexpr int kAlignThreads = 1024;    ///< moe_align_block_size: one block
 constexpr int kActThreads = 256;       ///< moe_silu_and_mul: one block per token
 constexpr int kSumThreads = 256;       ///< moe_sum: one block per token
@@ -54,6 +64,7 @@ constexpr int64_t kMaxExperts = 1024;
 
 /// The kernels (sources embedded at build time).
 const jit::KernelSource& topk_softmax_kernel();  ///< moe_topk_softmax (AOT)
+const jit::KernelSource& grouped_topk_kernel();  ///< moe_grouped_topk (AOT)
 const jit::KernelSource& align_kernel();         ///< moe_align_block_size (AOT)
 const jit::KernelSource& silu_and_mul_kernel();  ///< moe_silu_and_mul (AOT)
 const jit::KernelSource& sum_kernel();           ///< moe_sum (AOT)
@@ -63,6 +74,10 @@ std::vector<const jit::KernelSource*> all_kernels();
 /// Constexprs of the AOT kernels. `input_bf16`: gating logits are bf16 (else float32).
 std::vector<jit::Constexpr> topk_softmax_constexprs(int64_t num_experts, int top_k,
                                                     bool renormalize, bool input_bf16);
+/// moe_grouped_topk's constexprs: NUM_EXPERTS, TOP_K, N_GROUP, TOPK_GROUP, RENORMALIZE.
+std::vector<jit::Constexpr> grouped_topk_constexprs(int64_t num_experts, int top_k,
+                                                    int64_t n_group, int64_t topk_group,
+                                                    bool renormalize);
 std::vector<jit::Constexpr> align_constexprs(int64_t num_experts);
 std::vector<jit::Constexpr> silu_and_mul_constexprs();
 std::vector<jit::Constexpr> sum_constexprs(int top_k);
@@ -116,7 +131,10 @@ int64_t gemm_em(bool naive, int64_t num_pairs, int64_t sorted_len, int64_t a_row
 /// Compile cases for the multi-arch compile test: the AOT kernels for Qwen3-Next (E 512, top 10,
 /// bf16 logits), and the GEMM for every distinct config of vLLM's H200 table for E=512,N=512
 /// (inlined here, the fixture file is not read) in its w13 aligned form, plus the two default
-/// configs (one naive w13, one aligned w2), with Qwen3-Next's argument specialization.
+/// configs (one naive w13, one aligned w2), with Qwen3-Next's argument specialization. NemotronH:
+/// grouped_topk for Nemotron-3 Nano (E 128, top 6), Super (E 512, top 22) and a DeepSeek-V3-like
+/// grouped case (E 256, 8 groups, 4 kept, top 8), and the GEMM for every distinct config of
+/// vLLM's H100 table for E=128,N=1856 in its non-gated w13 form (N_out = N).
 std::vector<KernelCompileCase> compile_cases();
 
 }  // namespace coldstart::fused_moe
