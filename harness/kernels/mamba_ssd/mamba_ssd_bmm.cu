@@ -12,6 +12,19 @@
 static_assert(stride_ak == 1 && stride_bk == 1 && stride_outn == 1,
               "inner dimensions must be contiguous");
 static_assert(dot_dtype == MS_BF16, "bf16 operands only");
+// 16-byte staging when the compile key says a / b rows are 16-byte aligned (mamba_ssd_common.cuh).
+#if defined(CS_SPEC_a_ptr) && CS_SPEC_a_ptr == 16 && defined(CS_SPEC_stride_a_seqlen) && \
+    CS_SPEC_stride_a_seqlen == 16 && defined(CS_SPEC_stride_a_head) && CS_SPEC_stride_a_head == 16
+constexpr bool kVecA = true;
+#else
+constexpr bool kVecA = false;
+#endif
+#if defined(CS_SPEC_b_ptr) && CS_SPEC_b_ptr == 16 && defined(CS_SPEC_stride_b_seqlen) && \
+    CS_SPEC_stride_b_seqlen == 16 && defined(CS_SPEC_stride_b_head) && CS_SPEC_stride_b_head == 16
+constexpr bool kVecB = true;
+#else
+constexpr bool kVecB = false;
+#endif
 constexpr int kBM = BLOCK_SIZE_M < chunk_size ? BLOCK_SIZE_M : chunk_size;
 constexpr int kBN = BLOCK_SIZE_N < chunk_size ? BLOCK_SIZE_N : chunk_size;
 constexpr int kBK = BLOCK_SIZE_K < K ? BLOCK_SIZE_K : K;
@@ -44,20 +57,10 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
   float acc[Grid::kMt][Grid::kNt][4];
   ms_zero<Grid::kMt, Grid::kNt>(acc);
   for (int k0 = 0; k0 < K; k0 += kBK) {
-    for (int i = threadIdx.x; i < kBM * (kBK / 2); i += kMsThreads) {
-      const int r = i / (kBK / 2), col = (i % (kBK / 2)) * 2;
-      ms_u32 v = 0;
-      if (m0 + r < len)
-        v = *reinterpret_cast<const ms_u32*>(ac + (m0 + r) * stride_a_seqlen + k0 + col);
-      *reinterpret_cast<ms_u32*>(&sA[r * kLd + col]) = v;
-    }
-    for (int i = threadIdx.x; i < kBN * (kBK / 2); i += kMsThreads) {
-      const int r = i / (kBK / 2), col = (i % (kBK / 2)) * 2;
-      ms_u32 v = 0;
-      if (n0 + r < len)
-        v = *reinterpret_cast<const ms_u32*>(bc + (n0 + r) * stride_b_seqlen + k0 + col);
-      *reinterpret_cast<ms_u32*>(&sB[r * kLd + col]) = v;
-    }
+    ms_stage_bf16_rows<kVecA>(sA, kLd, ac + m0 * stride_a_seqlen + k0, stride_a_seqlen, kBM, kBK,
+                              len - m0);
+    ms_stage_bf16_rows<kVecB>(sB, kLd, bc + n0 * stride_b_seqlen + k0, stride_b_seqlen, kBN, kBK,
+                              len - n0);
     __syncthreads();
     if (warp < Grid::kActive) {
       ms_warp_mma<Grid::kMt, Grid::kNt, false, false>(acc, sA, kLd, sB, kLd, Grid::row0(warp),

@@ -28,6 +28,43 @@ static_assert(stride_x_hdim == 1 && stride_out_hdim == 1 && stride_C_dstate == 1
 #if !IS_CAUSAL
 #error "vLLM always launches the chunk scan with IS_CAUSAL=True"
 #endif
+// 16-byte staging where the compile key says the rows are 16-byte aligned (mamba_ssd_common.cuh).
+#if defined(CS_SPEC_C_ptr) && CS_SPEC_C_ptr == 16 && defined(CS_SPEC_stride_C_seqlen) && \
+    CS_SPEC_stride_C_seqlen == 16 && defined(CS_SPEC_stride_C_head) && CS_SPEC_stride_C_head == 16
+constexpr bool kVecC = true;
+#else
+constexpr bool kVecC = false;
+#endif
+#if defined(CS_SPEC_x_ptr) && CS_SPEC_x_ptr == 16 && defined(CS_SPEC_stride_x_seqlen) && \
+    CS_SPEC_stride_x_seqlen == 16 && defined(CS_SPEC_stride_x_head) && CS_SPEC_stride_x_head == 16
+constexpr bool kVecX = true;
+#else
+constexpr bool kVecX = false;
+#endif
+#if defined(CS_SPEC_states_ptr) && CS_SPEC_states_ptr == 16 &&                   \
+    defined(CS_SPEC_stride_states_chunk) && CS_SPEC_stride_states_chunk == 16 && \
+    defined(CS_SPEC_stride_states_head) && CS_SPEC_stride_states_head == 16 &&   \
+    defined(CS_SPEC_stride_states_hdim) && CS_SPEC_stride_states_hdim == 16
+constexpr bool kVecStates = true;
+#else
+constexpr bool kVecStates = false;
+#endif
+#if defined(CS_SPEC_initstates_ptr) && CS_SPEC_initstates_ptr == 16 &&                     \
+    defined(CS_SPEC_stride_init_states_batch) && CS_SPEC_stride_init_states_batch == 16 && \
+    defined(CS_SPEC_stride_init_states_head) && CS_SPEC_stride_init_states_head == 16 &&   \
+    defined(CS_SPEC_stride_init_states_hdim) && CS_SPEC_stride_init_states_hdim == 16
+constexpr bool kVecInit = true;
+#else
+constexpr bool kVecInit = false;
+#endif
+#if defined(CS_SPEC_cb_ptr) && CS_SPEC_cb_ptr == 16 && defined(CS_SPEC_stride_cb_chunk) && \
+    CS_SPEC_stride_cb_chunk == 16 && defined(CS_SPEC_stride_cb_head) &&                    \
+    CS_SPEC_stride_cb_head == 16 && defined(CS_SPEC_stride_cb_csize_m) &&                  \
+    CS_SPEC_stride_cb_csize_m == 16
+constexpr bool kVecCB = true;
+#else
+constexpr bool kVecCB = false;
+#endif
 constexpr int kBM = BLOCK_SIZE_M < chunk_size ? BLOCK_SIZE_M : chunk_size;
 constexpr int kBN = BLOCK_SIZE_N < hdim ? BLOCK_SIZE_N : hdim;
 constexpr int kBK = BLOCK_SIZE_K < chunk_size ? BLOCK_SIZE_K : chunk_size;
@@ -77,6 +114,7 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
   const int m0 = pid_m * kBM, n0 = pid_n * kBN;
   const int start = cu_chunk_seqlens[c];
   const int len = cu_chunk_seqlens[c + 1] - start;
+  if (m0 >= len) return;  // a row block past the end of a short chunk: nothing to store
   const int seq = seq_idx[c * stride_seq_idx_chunk];
   const int seq_prev = c >= 1 ? seq_idx[(c - 1) * stride_seq_idx_chunk] : -1;
   const bool new_seq = seq != seq_prev;
@@ -96,25 +134,20 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
   if (HAS_INITSTATES || !new_seq) {
     const bool from_init = HAS_INITSTATES && new_seq;
     for (int k0 = 0; k0 < dstate; k0 += kDK) {
-      for (int i = threadIdx.x; i < kBM * (kDK / 2); i += kMsThreads) {
-        const int r = i / (kDK / 2), col = (i % (kDK / 2)) * 2;
-        ms_u32 v = 0;
-        if (m0 + r < len)
-          v = *reinterpret_cast<const ms_u32*>(cc + (m0 + r) * stride_C_seqlen + k0 + col);
-        *reinterpret_cast<ms_u32*>(&sC[r * kLdC + col]) = v;
-      }
-      for (int i = threadIdx.x; i < kBN * kDK; i += kMsThreads) {
-        const int p = i / kDK, k = i % kDK;
-        ms_u16 v;
-        if (from_init) {
-          v = MsInit::to_bf16(
-              initstates[seq * stride_init_states_batch + h * stride_init_states_head +
-                         (n0 + p) * stride_init_states_hdim + k0 + k]);
-        } else {
-          v = MsStates::to_bf16(states[(c - 1) * stride_states_chunk + h * stride_states_head +
-                                       (n0 + p) * stride_states_hdim + k0 + k]);
-        }
-        sP[p * kLdC + k] = v;
+      ms_stage_bf16_rows<kVecC>(sC, kLdC, cc + m0 * stride_C_seqlen + k0, stride_C_seqlen, kBM, kDK,
+                                len - m0);
+      if (from_init) {
+        ms_stage_to_bf16<INIT_DTYPE, kVecInit>(sP, kLdC,
+                                               initstates + seq * stride_init_states_batch +
+                                                   h * stride_init_states_head +
+                                                   n0 * stride_init_states_hdim + k0,
+                                               stride_init_states_hdim, kBN, kDK);
+      } else {
+        ms_stage_to_bf16<STATES_DTYPE, kVecStates>(sP, kLdC,
+                                                   states + (c - 1) * stride_states_chunk +
+                                                       h * stride_states_head +
+                                                       n0 * stride_states_hdim + k0,
+                                                   stride_states_hdim, kBN, kDK);
       }
       __syncthreads();
       if (warp < Grid::kActive) {
@@ -141,23 +174,37 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
   const int k_max = min(m0 + kBM, len);
   const float* cbc = cb + c * stride_cb_chunk + g * stride_cb_head;
   for (int k0 = 0; k0 < k_max; k0 += kBK) {
-    for (int i = threadIdx.x; i < kBM * (kBK / 2); i += kMsThreads) {
-      const int r = i / (kBK / 2), col = (i % (kBK / 2)) * 2;
+    constexpr int kPerCB = kVecCB ? 4 : 2;
+    for (int i = threadIdx.x; i < kBM * (kBK / kPerCB); i += kMsThreads) {
+      const int r = i / (kBK / kPerCB), col = (i % (kBK / kPerCB)) * kPerCB;
       const int m = m0 + r, k = k0 + col;
-      const float2 v = *reinterpret_cast<const float2*>(cbc + m * stride_cb_csize_m + k);
+      const float* src = cbc + m * stride_cb_csize_m + k;
+      float v[4];
+      if constexpr (kVecCB) {
+        const float4 q = *reinterpret_cast<const float4*>(src);
+        v[0] = q.x;
+        v[1] = q.y;
+        v[2] = q.z;
+        v[3] = q.w;
+      } else {
+        const float2 q = *reinterpret_cast<const float2*>(src);
+        v[0] = q.x;
+        v[1] = q.y;
+      }
       const float dam = sDA[m];
-      float v0 = 0.f, v1 = 0.f;
-      if (k <= m) v0 = v.x * ms_fast_exp(fminf(dam - sDA[k], 0.f)) * sDT[k];
-      if (k + 1 <= m) v1 = v.y * ms_fast_exp(fminf(dam - sDA[k + 1], 0.f)) * sDT[k + 1];
-      *reinterpret_cast<ms_u32*>(&sCB[r * kLdCB + col]) = ms_pack_bf16(v0, v1);
+#pragma unroll
+      for (int e = 0; e < kPerCB; ++e) {
+        v[e] = k + e <= m ? v[e] * ms_fast_exp(fminf(dam - sDA[k + e], 0.f)) * sDT[k + e] : 0.f;
+      }
+      if constexpr (kVecCB) {
+        *reinterpret_cast<uint2*>(&sCB[r * kLdCB + col]) =
+            make_uint2(ms_pack_bf16(v[0], v[1]), ms_pack_bf16(v[2], v[3]));
+      } else {
+        *reinterpret_cast<ms_u32*>(&sCB[r * kLdCB + col]) = ms_pack_bf16(v[0], v[1]);
+      }
     }
-    for (int i = threadIdx.x; i < kBK * (kBN / 2); i += kMsThreads) {
-      const int t = i / (kBN / 2), col = (i % (kBN / 2)) * 2;
-      ms_u32 v = 0;
-      if (k0 + t < len)
-        v = *reinterpret_cast<const ms_u32*>(xc + (k0 + t) * stride_x_seqlen + n0 + col);
-      *reinterpret_cast<ms_u32*>(&sX[t * kLdX + col]) = v;
-    }
+    ms_stage_bf16_rows<kVecX>(sX, kLdX, xc + k0 * stride_x_seqlen + n0, stride_x_seqlen, kBK, kBN,
+                              len - k0);
     __syncthreads();
     if (warp < Grid::kActive) {
       ms_warp_mma<Grid::kMt, Grid::kNt, false, true>(acc, sCB, kLdCB, sX, kLdX, Grid::row0(warp),

@@ -13,12 +13,26 @@
 // nheads_ngroups_ratio, the constexpr strides, BLOCK_SIZE_M / N / K, NUM_WARPS, NUM_STAGES.
 static_assert(stride_x_hdim == 1 && stride_b_dstate == 1 && stride_states_dstate == 1,
               "inner dimensions must be contiguous");
+// 16-byte staging when the compile key says x / b rows are 16-byte aligned (mamba_ssd_common.cuh).
+#if defined(CS_SPEC_x_ptr) && CS_SPEC_x_ptr == 16 && defined(CS_SPEC_stride_x_seqlen) && \
+    CS_SPEC_stride_x_seqlen == 16 && defined(CS_SPEC_stride_x_head) && CS_SPEC_stride_x_head == 16
+constexpr bool kVecX = true;
+#else
+constexpr bool kVecX = false;
+#endif
+#if defined(CS_SPEC_b_ptr) && CS_SPEC_b_ptr == 16 && defined(CS_SPEC_stride_b_seqlen) && \
+    CS_SPEC_stride_b_seqlen == 16 && defined(CS_SPEC_stride_b_head) && CS_SPEC_stride_b_head == 16
+constexpr bool kVecB = true;
+#else
+constexpr bool kVecB = false;
+#endif
 // Candidate tiles larger than the problem cover all of it (Triton masks the excess).
 constexpr int kBM = BLOCK_SIZE_M < hdim ? BLOCK_SIZE_M : hdim;
 constexpr int kBN = BLOCK_SIZE_N < dstate ? BLOCK_SIZE_N : dstate;
 constexpr int kBK = BLOCK_SIZE_K < chunk_size ? BLOCK_SIZE_K : chunk_size;
 constexpr int kLdX = kBM + 8;
 constexpr int kLdB = kBN + 8;
+constexpr int kPerB = kVecB ? 8 : 2;  // B elements per load
 typedef MsWarpGrid<kBM, kBN> Grid;
 
 extern "C" __global__ void __launch_bounds__(kMsThreads)
@@ -31,9 +45,8 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
                           ms_i64 stride_states_hdim, ms_i64 stride_dt_head, ms_i64 stride_dt_chunk,
                           ms_i64 stride_dA_cs_head, ms_i64 stride_dA_cs_chunk) {
   extern __shared__ __align__(16) unsigned char ms_smem[];
-  ms_u16* sX = reinterpret_cast<ms_u16*>(ms_smem);        // [kBK][kBM]: x^T, token-major
-  ms_u16* sB = sX + kBK * kLdX;                           // [kBK][kBN]: scaled B, token-major
-  float* sW = reinterpret_cast<float*>(sB + kBK * kLdB);  // [kBK]
+  ms_u16* sX = reinterpret_cast<ms_u16*>(ms_smem);  // [kBK][kBM]: x^T, token-major
+  ms_u16* sB = sX + kBK * kLdX;                     // [kBK][kBN]: scaled B, token-major
 
   constexpr int kNumPidN = (dstate + BLOCK_SIZE_N - 1) / BLOCK_SIZE_N;
   const int pid_m = blockIdx.x / kNumPidN, pid_n = blockIdx.x % kNumPidN;
@@ -53,29 +66,40 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
   float acc[Grid::kMt][Grid::kNt][4];
   ms_zero<Grid::kMt, Grid::kNt>(acc);
   for (int k0 = 0; k0 < len; k0 += kBK) {
-    for (int t = threadIdx.x; t < kBK; t += kMsThreads) {
+    ms_stage_bf16_rows<kVecX>(sX, kLdX, xc + k0 * stride_x_seqlen, stride_x_seqlen, kBK, kBM,
+                              len - k0);
+    // B rows scaled by w_t in f32, rounded to bf16
+    for (int i = threadIdx.x; i < kBK * (kBN / kPerB); i += kMsThreads) {
+      const int t = i / (kBN / kPerB), col = (i % (kBN / kPerB)) * kPerB;
       const int k = k0 + t;
-      sW[t] = k < len ? ms_fast_exp(fminf(da_last - dac[k * stride_dA_cs_csize], 0.f)) *
-                            dtc[k * stride_dt_csize]
-                      : 0.f;
-    }
-    for (int i = threadIdx.x; i < kBK * (kBM / 2); i += kMsThreads) {
-      const int t = i / (kBM / 2), col = (i % (kBM / 2)) * 2;
-      ms_u32 v = 0;
-      if (k0 + t < len) v = *reinterpret_cast<const ms_u32*>(xc + (k0 + t) * stride_x_seqlen + col);
-      *reinterpret_cast<ms_u32*>(&sX[t * kLdX + col]) = v;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kBK * (kBN / 2); i += kMsThreads) {
-      const int t = i / (kBN / 2), col = (i % (kBN / 2)) * 2;
-      ms_u32 v = 0;
-      if (k0 + t < len) {
-        const ms_u32 raw = *reinterpret_cast<const ms_u32*>(bc + (k0 + t) * stride_b_seqlen + col);
-        const float w = sW[t];
-        v = ms_pack_bf16(ms_bf16_to_f32(static_cast<ms_u16>(raw & 0xffffu)) * w,
-                         ms_bf16_to_f32(static_cast<ms_u16>(raw >> 16)) * w);
+      ms_u32 o[4];
+#pragma unroll
+      for (int e = 0; e < kPerB / 2; ++e) o[e] = 0;
+      if (k < len) {
+        const float w = ms_fast_exp(fminf(da_last - dac[k * stride_dA_cs_csize], 0.f)) *
+                        dtc[k * stride_dt_csize];
+        const ms_u16* src = bc + k * stride_b_seqlen + col;
+        ms_u32 raw[4];
+        if constexpr (kVecB) {
+          const uint4 v = *reinterpret_cast<const uint4*>(src);
+          raw[0] = v.x;
+          raw[1] = v.y;
+          raw[2] = v.z;
+          raw[3] = v.w;
+        } else {
+          raw[0] = *reinterpret_cast<const ms_u32*>(src);
+        }
+#pragma unroll
+        for (int e = 0; e < kPerB / 2; ++e) {
+          o[e] = ms_pack_bf16(ms_bf16_to_f32(static_cast<ms_u16>(raw[e] & 0xffffu)) * w,
+                              ms_bf16_to_f32(static_cast<ms_u16>(raw[e] >> 16)) * w);
+        }
       }
-      *reinterpret_cast<ms_u32*>(&sB[t * kLdB + col]) = v;
+      if constexpr (kVecB) {
+        *reinterpret_cast<uint4*>(&sB[t * kLdB + col]) = make_uint4(o[0], o[1], o[2], o[3]);
+      } else {
+        *reinterpret_cast<ms_u32*>(&sB[t * kLdB + col]) = o[0];
+      }
     }
     __syncthreads();
     if (warp < Grid::kActive) {

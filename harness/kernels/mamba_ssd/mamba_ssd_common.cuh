@@ -192,6 +192,57 @@ __device__ __forceinline__ void ms_warp_mma(float (*acc)[kNt][4], const ms_u16* 
   }
 }
 
+// ---- staging global -> shared ---------------------------------------------------------------
+// Vector width follows the compile key, as Triton's does: a kernel stages 16 bytes per load only
+// when the pointer and the strides involved are specialized as divisible by 16 (CS_SPEC_<arg> ==
+// 16, see jit.h), else 4 bytes (bf16 pairs) or one element.
+
+// dst[r * ld + c] = src[r * src_stride + c] (bf16) for r < rows, c < cols; rows >= valid_rows
+// read as zeros. cols a multiple of 8; dst rows 16-byte aligned.
+template <bool kVec>
+__device__ __forceinline__ void ms_stage_bf16_rows(ms_u16* dst, int ld, const ms_u16* src,
+                                                   ms_i64 src_stride, int rows, int cols,
+                                                   int valid_rows) {
+  constexpr int kPer = kVec ? 8 : 2;
+  const int per_row = cols / kPer;
+  for (int i = threadIdx.x; i < rows * per_row; i += kMsThreads) {
+    const int r = i / per_row, c = (i % per_row) * kPer;
+    if constexpr (kVec) {
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < valid_rows) v = *reinterpret_cast<const uint4*>(src + r * src_stride + c);
+      *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
+    } else {
+      ms_u32 v = 0;
+      if (r < valid_rows) v = *reinterpret_cast<const ms_u32*>(src + r * src_stride + c);
+      *reinterpret_cast<ms_u32*>(dst + r * ld + c) = v;
+    }
+  }
+}
+
+// dst[r * ld + c] = bf16(src[r * src_stride + c]) for r < rows, c < cols, src of dtype code
+// kCode. kVec: 16-byte loads (4 float32 or 8 bf16 elements; float16 stays per element).
+template <int kCode, bool kVec>
+__device__ __forceinline__ void ms_stage_to_bf16(ms_u16* dst, int ld,
+                                                 const typename MsType<kCode>::T* src,
+                                                 ms_i64 src_stride, int rows, int cols) {
+  constexpr bool kV = kVec && kCode != MS_F16;
+  constexpr int kPer = !kV ? 1 : (kCode == MS_F32 ? 4 : 8);
+  const int per_row = cols / kPer;
+  for (int i = threadIdx.x; i < rows * per_row; i += kMsThreads) {
+    const int r = i / per_row, c = (i % per_row) * kPer;
+    const typename MsType<kCode>::T* s = src + r * src_stride + c;
+    if constexpr (kV && kCode == MS_F32) {
+      const float4 v = *reinterpret_cast<const float4*>(s);
+      *reinterpret_cast<uint2*>(dst + r * ld + c) =
+          make_uint2(ms_pack_bf16(v.x, v.y), ms_pack_bf16(v.z, v.w));
+    } else if constexpr (kV) {
+      *reinterpret_cast<uint4*>(dst + r * ld + c) = *reinterpret_cast<const uint4*>(s);
+    } else {
+      dst[r * ld + c] = MsType<kCode>::to_bf16(*s);
+    }
+  }
+}
+
 __device__ __forceinline__ int ms_frag_row(int e) {
   return ((threadIdx.x & 31) >> 2) + ((e >> 1) << 3);
 }

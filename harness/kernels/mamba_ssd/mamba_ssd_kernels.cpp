@@ -468,7 +468,7 @@ unsigned chunk_state_smem_bytes(const SsdDims& d, const jit::KernelConfig& c) {
   const int64_t bm = std::min<int64_t>(config_value(c, "BLOCK_SIZE_M", 64), d.head_dim);
   const int64_t bn = std::min<int64_t>(config_value(c, "BLOCK_SIZE_N", 64), d.dstate);
   const int64_t bk = std::min<int64_t>(config_value(c, "BLOCK_SIZE_K", 32), d.chunk_size);
-  return static_cast<unsigned>(bk * (bm + 8) * 2 + bk * (bn + 8) * 2 + bk * 4);
+  return static_cast<unsigned>(bk * (bm + 8) * 2 + bk * (bn + 8) * 2);
 }
 
 unsigned bmm_smem_bytes(const SsdDims& d, const jit::KernelConfig& c) {

@@ -12,6 +12,11 @@
 //   mamba_ssd_chunk_scan     _chunk_scan_fwd_kernel: y = C h_prev decay + causal(CB) x + D x   23
 // then torch's index_select gathers each sequence's last chunk state (vLLM:
 // states[last_chunk_indices], a torch gather, nothing compiled).
+// The CUDA kernels compute on the tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate) in
+// tiles of the candidate's BLOCK_SIZE_M / N / K with its NUM_WARPS, and stage 16 bytes per load
+// where the compile key's divisibility specialization allows it (as Triton vectorizes on the same
+// facts), else 4 bytes. NUM_STAGES is in every compile key (Triton compiles it in), but these
+// kernels do not software-pipeline their loads.
 //
 // vLLM sources mirrored (facts, not code; vllm-project/vllm):
 //   vllm/model_executor/layers/mamba/mamba2/mamba_mixer2.py @ 2e0714af: conv_ssm_forward calls
