@@ -66,6 +66,8 @@ struct ReplayArgs {
   std::vector<std::string> sets;
   std::string json;
   std::string cache_dir;
+  std::string compile_memo;      // the run's compile memo directory (JitOptions::compile_memo_dir)
+  bool no_compile_memo = false;  // --no-compile-memo
   std::string jit_monitor = "record";
   double timeout_s = 0;
   bool no_isolate = false;
@@ -239,6 +241,7 @@ StrategyResult run_in_process(const ReplayArgs& a, const Scenario& base, int var
   }
   o.jit.arch = o.device.arch();
   o.jit.cache_dir = a.cache_dir;
+  o.jit.compile_memo_dir = a.compile_memo;
   o.jit.monitor = parse_monitor(a.jit_monitor);
   o.seed = a.seed;
   o.on_snapshot = std::move(on_snapshot);
@@ -383,6 +386,7 @@ StrategyResult run_job(const ReplayArgs& a, const std::string& file, const Scena
   if (!a.target.empty()) spec.argv.insert(spec.argv.end(), {"--target", a.target});
   if (a.sm_count != 0) spec.argv.insert(spec.argv.end(), {"--sm-count", std::to_string(a.sm_count)});
   if (!a.cache_dir.empty()) spec.argv.insert(spec.argv.end(), {"--cache-dir", a.cache_dir});
+  if (!a.compile_memo.empty()) spec.argv.insert(spec.argv.end(), {"--compile-memo", a.compile_memo});
   if (a.verbose) spec.argv.push_back("-v");
   for (const auto& kv : a.sets) spec.argv.insert(spec.argv.end(), {"--set", kv});
   spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
@@ -433,7 +437,7 @@ void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {
   reports::write_report_files(runs, files);
 }
 
-int replay_main(const ReplayArgs& a, const std::string& cmdline) {
+int replay_main(ReplayArgs a, const std::string& cmdline) {
   if (a.repeat < 1) throw InputError("--repeat must be at least 1");
   validate_run_options(a, {a.json, a.junit, a.md, a.html, a.trace});
   std::vector<Scenario> scenarios;
@@ -462,6 +466,13 @@ int replay_main(const ReplayArgs& a, const std::string& cmdline) {
         if (selected(a, scenarios[i], st)) jobs.push_back({i, static_cast<int>(v), &st});
   if (jobs.empty()) throw InputError("no strategy selected (check --strategy / --filter)");
 
+  // Compile-only children share one compile memo for this run (JitOptions::compile_memo_dir):
+  // removed when the run ends.
+  std::optional<paths::ScopedTempDir> memo;
+  if (!a.no_compile_memo && a.device != "cuda") {
+    memo.emplace("coldstart-memo-");
+    a.compile_memo = memo->path;
+  }
   std::vector<RunResults> runs(scenarios.size());
   for (size_t i = 0; i < scenarios.size(); ++i) runs[i].scenario = summarize(scenarios[i]);
   const std::string started_at = now_iso8601();
@@ -685,6 +696,10 @@ int main(int argc, char** argv) {
   replay->add_flag("--check", ra.check,
                    "exit 3 when a scenario's expect: rules are not met by this run (the rules "
                    "are always checked and printed)");
+  replay->add_flag("--no-compile-memo", ra.no_compile_memo,
+                   "compile-only mode: compile every key in every strategy (by default a key "
+                   "another strategy of this run compiled is reused with its measured compile "
+                   "time and marked reused)");
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
 
@@ -695,6 +710,7 @@ int main(int argc, char** argv) {
   add_common_options(child, ca);
   child->add_option("--strategy", ca.strategy_name)->required();
   child->add_option("--variant-index", ca.variant_index)->required();
+  child->add_option("--compile-memo", ca.compile_memo);
 
   ReplayArgs rep;
   std::vector<std::string> report_inputs;

@@ -136,6 +136,8 @@ struct CompileRecord {
   std::string tuning_key;  ///< Selection::tuning_key, e.g. "M=5 -> 4"
   std::string config;      ///< KernelConfig::name of the config compiled
   int num_candidates = 0;  ///< Selection::candidates.size() (autotune: candidates compiled)
+  bool reused = false;     ///< compile-only: compile_ms and cubin of this key's first compile in
+                           ///< this run (JitOptions::compile_memo_dir), not compiled again
 };
 
 /// A compile after startup, raised under MonitorMode::kError (`--jit-monitor error`). The text
@@ -190,6 +192,12 @@ struct JitOptions {
                           ///< removed at destruction, so a previous run can never hide a
                           ///< missing warmup (`--cache-dir` makes it persistent)
   bool launch = true;     ///< false in compile-only mode: compile, never load or launch
+  /// Compile-only mode only (ignored when `launch`): a directory shared by the processes of one
+  /// `coldstart replay` run. A key another strategy of the run already compiled is not compiled
+  /// again: its cubin and its measured compile_ms are taken from here and the record says
+  /// `reused` (NVRTC's output is a function of the key). The kernel cache state each strategy
+  /// starts from (`cache_dir`) is unaffected: the compile is still reported as a compile.
+  std::string compile_memo_dir;
   MonitorMode monitor = MonitorMode::kRecord;
 };
 

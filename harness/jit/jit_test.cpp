@@ -504,6 +504,52 @@ TEST(DiskCache, ForeignFileUnderDigestIsAMiss) {
   EXPECT_EQ(rt.monitor().records()[0].source, "nvrtc");
 }
 
+// ---------------------------------------------------------------- compile memo
+
+TEST(CompileMemo, SecondRuntimeReusesTheCubinAndTheMeasuredTime) {
+  TempDir memo;
+  const KernelSource k = axpy_kernel();
+  JitOptions o = compile_only();
+  o.compile_memo_dir = memo.path;
+  CompileRecord first;
+  std::vector<char> cubin;
+  {
+    JitRuntime rt(o);
+    cubin = rt.ensure(k, kBlock128, axpy_args(4096, 64)).cubin;
+    first = rt.monitor().records().at(0);
+    EXPECT_FALSE(first.reused);
+  }
+  JitRuntime rt(o);  // its own fresh kernel cache: still a compile, but served by the memo
+  rt.monitor().activate();
+  const CompiledKernel& ck = rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  ASSERT_EQ(rt.monitor().records().size(), 1u);
+  const CompileRecord& again = rt.monitor().records()[0];
+  EXPECT_TRUE(again.reused);
+  EXPECT_EQ(again.source, "nvrtc");
+  EXPECT_TRUE(again.hot_path) << "a reused compile is still a compile after startup";
+  EXPECT_NEAR(again.compile_ms, first.compile_ms, 1e-3);
+  EXPECT_EQ(ck.cubin, cubin);
+  // Another specialization is not in the memo: compiled for real.
+  rt.ensure(k, kBlock128, axpy_args(4096, 1));
+  EXPECT_FALSE(rt.monitor().records().at(1).reused);
+}
+
+TEST(CompileMemo, ForeignFileUnderDigestIsAMiss) {
+  TempDir memo;
+  const KernelSource k = axpy_kernel();
+  const CompileKey key = make_compile_key(k, kBlock128, axpy_args(4096, 64), "sm_90",
+                                          "nvrtc-" + nvrtc_version());
+  {
+    std::ofstream out(memo.path + "/" + key.digest() + ".memo", std::ios::binary);
+    out << "coldstart-memo/1 some other key\n12.5\n\x7f" << "ELFgarbage";
+  }
+  JitOptions o = compile_only();
+  o.compile_memo_dir = memo.path;
+  JitRuntime rt(o);
+  rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  EXPECT_FALSE(rt.monitor().records().at(0).reused);
+}
+
 // ---------------------------------------------------------------- driver
 
 TEST(Driver, UnavailableHasAReason) {

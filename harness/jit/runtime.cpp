@@ -38,6 +38,7 @@ namespace coldstart::jit {
 namespace {
 
 constexpr const char* kDiskMagic = "coldstart-cubin/1 ";
+constexpr const char* kMemoMagic = "coldstart-memo/1 ";
 constexpr size_t kMaxInlineArgs = 32;
 constexpr unsigned kDefaultMaxDynamicSmem = 48 * 1024;
 
@@ -155,6 +156,42 @@ struct JitRuntime::Impl {
     }
   }
 
+  // The run's compile memo (JitOptions::compile_memo_dir), compile-only mode only:
+  // `<digest>.memo` holds the key, the compile_ms measured when it was compiled, and the cubin.
+  std::string memo_path(const CompileKey& key) const {
+    if (options.launch || options.compile_memo_dir.empty()) return "";
+    return options.compile_memo_dir + "/" + key.digest() + ".memo";
+  }
+
+  bool read_memo(const std::string& path, const std::string& key_text, double* ms,
+                 std::vector<char>* cubin) {
+    if (path.empty() || !paths::exists(path)) return false;
+    std::ifstream in(path, std::ios::binary);
+    std::string header, ms_text;
+    if (!in || !std::getline(in, header) || header != kMemoMagic + key_text) return false;
+    if (!std::getline(in, ms_text)) return false;
+    char* end = nullptr;
+    const double v = std::strtod(ms_text.c_str(), &end);
+    if (end == ms_text.c_str() || *end != '\0' || !(v >= 0)) return false;
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!is_elf(bytes)) return false;
+    *ms = v;
+    *cubin = std::move(bytes);
+    return true;
+  }
+
+  // Best effort: a memo that cannot be written only costs the next strategy a real compile.
+  void write_memo(const std::string& path, const std::string& key_text, double ms,
+                  const std::vector<char>& cubin) {
+    if (path.empty()) return;
+    std::string data = kMemoMagic + key_text + "\n" + fmt::format("{:.6f}", ms) + "\n";
+    data.append(cubin.data(), cubin.size());
+    try {
+      paths::write_file_atomic(path, data);
+    } catch (const Error&) {
+    }
+  }
+
   // Loads the cubin and resolves the entry (and, where the driver can, uploads its code now).
   void load_module(CompiledKernel& ck, const KernelSource& kernel) {
     const DriverApi& d = driver();
@@ -197,9 +234,15 @@ struct JitRuntime::Impl {
       ms = ms_since(t0);
     } else {
       monitor.before_compile(key, rec);  // may throw HotPathCompileError: nothing compiled
-      const auto t1 = std::chrono::steady_clock::now();
-      ck->cubin = detail::compile_cubin(kernel, constexprs, args, key.arch, key_text);
-      ms = ms_since(t1);
+      const std::string memo = memo_path(key);
+      if (read_memo(memo, key_text, &ms, &ck->cubin)) {
+        rec.reused = true;
+      } else {
+        const auto t1 = std::chrono::steady_clock::now();
+        ck->cubin = detail::compile_cubin(kernel, constexprs, args, key.arch, key_text);
+        ms = ms_since(t1);
+        write_memo(memo, key_text, ms, ck->cubin);
+      }
       source = "nvrtc";
       write_disk(path, key_text, ck->cubin);
     }

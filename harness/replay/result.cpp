@@ -106,7 +106,7 @@ bool operator==(const CompileEvent& a, const CompileEvent& b) {
   return a.kernel == b.kernel && a.key == b.key && same(a.compile_ms, b.compile_ms) &&
          a.phase == b.phase && a.source == b.source && a.selector == b.selector &&
          a.tuning_key == b.tuning_key && a.config == b.config &&
-         a.num_candidates == b.num_candidates;
+         a.num_candidates == b.num_candidates && a.reused == b.reused;
 }
 
 bool operator==(const WorkspaceStats& a, const WorkspaceStats& b) {
@@ -164,6 +164,7 @@ void to_json(json& j, const CompileEvent& v) {
     j["config"] = v.config;
     j["num_candidates"] = v.num_candidates;
   }
+  if (v.reused) j["reused"] = true;
 }
 
 void from_json(const json& j, CompileEvent& v) {
@@ -176,6 +177,7 @@ void from_json(const json& j, CompileEvent& v) {
   v.tuning_key = value_or<std::string>(j, "tuning_key", "");
   v.config = value_or<std::string>(j, "config", "");
   v.num_candidates = value_or<int>(j, "num_candidates", 0);
+  v.reused = value_or<bool>(j, "reused", false);
 }
 
 void to_json(json& j, const WorkspaceStats& v) {

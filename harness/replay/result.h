@@ -40,12 +40,14 @@ Outcome parse_outcome(const std::string& text);
 /// Time spent in one phase (DESIGN.md "phase"). JSON: {name, ms, gpu_ms, request}.
 struct PhaseTiming {
   std::string name;
-  double ms = 0;                  ///< host wall time of the phase, milliseconds
+  double ms = 0;                  ///< host wall time of the phase, milliseconds; in compile-only
+                                  ///< mode a compile taken from the run's compile memo
+                                  ///< (CompileEvent::reused) is charged its recorded compile_ms
   std::optional<double> gpu_ms;   ///< CUDA-event time, milliseconds; null in compile-only mode
   int request = -1;               ///< -1 startup phase, 0 first request, 1 steady (second) request
 };
 
-/// One JIT compile. JSON: {kernel, key, compile_ms, phase, source}.
+/// One JIT compile. JSON: {kernel, key, compile_ms, phase, source[, reused]}.
 struct CompileEvent {
   std::string kernel;   ///< kernel name
   std::string key;      ///< printable compile key
@@ -58,6 +60,9 @@ struct CompileEvent {
   std::string tuning_key;  ///< the selector's key, e.g. "M=5 -> 4"
   std::string config;      ///< the chosen config's name
   int num_candidates = 0;  ///< configs the selector chose among
+  /// Compile-only mode: compile_ms is that of the same key's first compile in this run (another
+  /// strategy's), not compiled again (JSON `reused: true`, left out when false).
+  bool reused = false;
 };
 
 /// Workspace manager figures. JSON: {locked_bytes, peak_requested_bytes, num_slots}.
