@@ -173,11 +173,15 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
     std::string scenario = "scenarios/qwen3-8b-turboquant.yaml";
   };
   const std::string next = "scenarios/qwen3-next-gdn.yaml";
+  const std::string nano = "scenarios/nemotron-3-nano.yaml";
+  const std::string super = "scenarios/nemotron-3-super-turboquant.yaml";
   const std::vector<Case> cases = {
       {"--set engine.kv_cache_dtype=fp8_e5m2", "key 'engine.kv_cache_dtype'"},
       {"--set cudagraph_mode=full", "key 'engine.cudagraph_mode'"},
-      {"--set model.config=fixtures/hf-configs/nemotron-h-56b-base-8k.json --set engine.max_model_len=8192",
-       "key 'model.architectures'"},
+      {"--set model.overrides.mlp_hidden_act=silu", "key 'model.mlp_hidden_act'", nano},
+      // 8 groups neither split over 16 ranks nor are 1: vLLM's MambaMixer2 asserts.
+      {"--set engine.tensor_parallel_size=16 --set model.overrides.mamba_num_heads=128",
+       "key 'model.n_groups'", super},
       // Shapes the GDN / fused-MoE kernels lack are refused, each under its own key.
       {"--set model.overrides.linear_conv_kernel_dim=5", "key 'model.linear_conv_kernel_dim'", next},
       {"--set model.overrides.linear_value_head_dim=256", "key 'model.linear_value_head_dim'", next},
@@ -304,6 +308,109 @@ TEST_F(ReplayE2E, QwenNextHybridLayoutMoeConfigsAndGdnKeys) {
     if (c.kernel == "gdn_decode_mtp" && c.phase == "kernel_warmup") mtp_keys.insert(c.key);
   EXPECT_EQ(mtp_keys.size(), 2u);
   for (const auto& c : none.startup_compile_list) EXPECT_NE(c.kernel, "gdn_decode_mtp");
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Nemotron-3-Super at one rank of TP 8 with a TurboQuant KV cache: rank shapes, vLLM's hybrid
+/// block size, and the continuation prefill's workspace growth at that block size.
+TEST_F(ReplayE2E, NemotronSuperRankShapesBlockSizeAndTurboQuantWorkspace) {
+  auto by = replay("scenarios/nemotron-3-super-turboquant.yaml",
+                   "--strategy none --strategy tq-decode-warmup "
+                   "--set requests.0.prompt_tokens=16384");
+  ASSERT_EQ(by.size(), 2u);
+  const StrategyResult& none = by.at("none []");
+  const nlohmann::json& shapes = none.extra.at("model").at("rank_shapes");
+  // 32 query heads / 8, 2 KV heads replicated to 1 per rank; 128 Mamba heads / 8, 8 groups / 8;
+  // expert intermediate 2688 / 8.
+  EXPECT_EQ(shapes.at("attention").at("q_heads"), 4);
+  EXPECT_EQ(shapes.at("attention").at("kv_heads"), 1);
+  EXPECT_EQ(shapes.at("mamba2").at("heads"), 16);
+  EXPECT_EQ(shapes.at("mamba2").at("groups"), 1);
+  const int64_t conv_dim = 16 * 64 + 2 * 1 * 128;
+  EXPECT_EQ(shapes.at("mamba2").at("conv_dim"), conv_dim);
+  EXPECT_EQ(shapes.at("moe").at("intermediate"), 336);
+  // vLLM's hybrid rule: the attention block grows until a page holds one Mamba state page
+  // (bf16 conv state (4 - 1) x conv_dim + float32 SSM state 16 x 64 x 128), in multiples of 16;
+  // a TurboQuant 4-bit token of one KV head at D 128 takes 134 bytes.
+  const int64_t state_page = 3 * conv_dim * 2 + 16 * 64 * 128 * 4;
+  const int64_t block = ceil_div(ceil_div(state_page, 134), 16) * 16;
+  EXPECT_EQ(block, 3984);
+  EXPECT_EQ(none.extra.at("block_size_raised").at("to").get<int64_t>(), block);
+  // Capture locked the batch-4 decode scratch (4 query heads on this rank); the first
+  // continuation chunk (2048 cached tokens) needs one block's K and V.
+  EXPECT_EQ(none.workspace.locked_bytes, tq::decode_workspace_bytes(4, 4, 128));
+  EXPECT_EQ(none.outcome, Outcome::kCrash);
+  EXPECT_NE(none.error.value_or("").find(
+                "requires " + mb(tq::continuation_workspace_bytes(1, block, 128)) + " MB"),
+            std::string::npos)
+      << none.error.value_or("");
+  // The decode warmer's reservation covers that one block; the second continuation chunk (4096
+  // cached tokens) needs two.
+  const StrategyResult& dec = by.at("tq-decode-warmup []");
+  EXPECT_EQ(dec.outcome, Outcome::kCrash);
+  EXPECT_EQ(dec.failed_phase.value_or(""), "continuation_prefill");
+  EXPECT_NE(dec.error.value_or("").find(
+                "requires " + mb(tq::continuation_workspace_bytes(1, 2 * block, 128)) +
+                " MB, current size is " + mb(tq::continuation_workspace_bytes(1, block, 128))),
+            std::string::npos)
+      << dec.error.value_or("");
+}
+
+/// Nemotron-3-Nano: the continuation chunk's SSD chain is a second specialization
+/// (HAS_INITSTATES), the conv1d warmer's one-token call never reaches the prefill's keys, and the
+/// run's compile memo serves the second strategy's compiles with the first's measured times.
+TEST_F(ReplayE2E, NemotronNanoSsdSpecializationsConvWarmerAndCompileMemo) {
+  auto by = replay("scenarios/nemotron-3-nano.yaml",
+                   "--strategy none --strategy mamba-conv1d-warmup");
+  ASSERT_EQ(by.size(), 2u);
+  const StrategyResult& none = by.at("none []");
+  const StrategyResult& conv = by.at("mamba-conv1d-warmup []");
+  // bf16 conv state 3 x 6144 + float32 SSM state 64 x 64 x 128 over a bf16 token of 2 KV heads.
+  const int64_t state_page = 3 * 6144 * 2 + 64 * 64 * 128 * 4;
+  EXPECT_EQ(none.extra.at("block_size_raised").at("to").get<int64_t>(),
+            ceil_div(ceil_div(state_page, 2 * 128 * 2 * 2), 16) * 16);
+  int with_init = 0, without_init = 0;
+  for (const auto& c : none.hot_path_compiles) {
+    if (c.kernel != "mamba_ssd_chunk_scan") continue;
+    const bool init = c.key.find("HAS_INITSTATES=1") != std::string::npos;
+    EXPECT_EQ(c.phase, init ? "continuation_prefill" : "prefill") << c.key;
+    (init ? with_init : without_init)++;
+  }
+  EXPECT_GT(with_init, 0);
+  EXPECT_EQ(with_init, without_init) << "the same autotune candidates for both";
+  std::set<std::string> served;
+  for (const auto& c : none.hot_path_compiles)
+    if (c.kernel == "mamba_causal_conv1d_fwd") served.insert(c.key);
+  int warmed = 0;
+  for (const auto& c : conv.startup_compile_list) {
+    if (c.kernel != "mamba_causal_conv1d_fwd" || c.phase != "kernel_warmup") continue;
+    ++warmed;
+    EXPECT_EQ(served.count(c.key), 0u) << "warmed a key serving never uses: " << c.key;
+  }
+  EXPECT_GT(warmed, 0);
+  // Compile memo: every key the second strategy compiles after startup, none compiled first.
+  std::map<std::string, double> first_ms;
+  for (const auto& c : none.hot_path_compiles) {
+    EXPECT_FALSE(c.reused);
+    first_ms[c.key] = c.compile_ms;
+  }
+  ASSERT_EQ(conv.hot_path_compiles.size(), none.hot_path_compiles.size());
+  for (const auto& c : conv.hot_path_compiles) {
+    EXPECT_TRUE(c.reused) << c.key;
+    ASSERT_TRUE(first_ms.count(c.key)) << c.key;
+    EXPECT_NEAR(c.compile_ms, first_ms[c.key], 1e-3) << c.key;
+  }
+}
+
+/// NemotronH's dense relu2 MLP layers ('-', Nemotron-H 56B) replay in compile-only mode too.
+TEST_F(ReplayE2E, NemotronHDenseMlpLayersReplay) {
+  auto by = replay("scenarios/nemotron-3-nano.yaml",
+                   "--strategy none --set model.config=fixtures/hf-configs/nemotron-h-56b-base-8k.json");
+  ASSERT_EQ(by.size(), 1u);
+  const StrategyResult& r = by.begin()->second;
+  EXPECT_EQ(r.outcome, Outcome::kOk) << r.error.value_or("");
+  EXPECT_EQ(r.extra.at("model").at("hybrid_override_pattern"), "M-M-M-M*");
 }
 
 /// Every scenario under scenarios/ meets its own expect: rules in compile-only mode.
