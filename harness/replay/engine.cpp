@@ -411,8 +411,11 @@ void Engine::do_kv_cache_alloc() {
   has_cache_ = true;
   free_blocks_.clear();
   for (int64_t b = 1; b < num_blocks_; ++b) free_blocks_.push_back(static_cast<int32_t>(b));
+  // Zero-filled, as vLLM's GPUModelRunner._allocate_kv_cache_tensors allocates each KV cache
+  // tensor (torch.zeros(size, dtype=torch.int8)): the null block's recurrent state, which warmup
+  // and padded batches read, starts at zero rather than at whatever the allocator held.
   for (int t = 0; t < plan.group_size; ++t) {
-    cache_tensors_.push_back(at::empty({plan.tensor_bytes()},
+    cache_tensors_.push_back(at::zeros({plan.tensor_bytes()},
                                        at::TensorOptions().dtype(at::kByte).device(device())));
   }
   nlohmann::json groups = nlohmann::json::array();
