@@ -5,6 +5,8 @@
 // with poisoned outputs (they skip without a CUDA GPU and a CUDA libtorch).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -344,6 +346,27 @@ TEST(FusedMoeNemotronGpu, GroupedTopkTiesGoToTheLowerIndex) {
                                              s.renormalize, s.routed_scaling_factor);
     EXPECT_TRUE(at::equal(got.ids.to(at::kCPU).to(at::kLong), want.ids)) << "groups " << s.n_group;
     expect_close(got.weights, want.weights, 1e-6, 2e-6, "tie weights");
+  }
+}
+
+TEST(FusedMoeNemotronGpu, GroupedTopkNanScoresStillSelectRealExperts) {
+  CS_REQUIRE_GPU();
+  // NaN logits rank above every number (torch.topk's order): rows of NaN pick the lowest ids,
+  // a single NaN is picked first, and no id ever falls outside [0, E).
+  at::manual_seed(9);
+  for (const MoeShape& s : {MoeShape{128, 8, 8, 6, true, Activation::kRelu2NoMul, true, 1, 1},
+                            MoeShape{64, 8, 8, 4, false, Activation::kRelu2NoMul, true, 8, 3}}) {
+    at::Tensor l = at::randn({16, s.num_experts}, cuda(at::kFloat));
+    l[0].fill_(std::numeric_limits<float>::quiet_NaN());
+    l[1][37] = std::numeric_limits<float>::quiet_NaN();
+    const Routed got = route(s, l, at::zeros({s.num_experts}, cuda(at::kFloat)));
+    const at::Tensor ids = got.ids.to(at::kCPU).to(at::kLong);
+    EXPECT_GE(ids.min().item<int64_t>(), 0) << "groups " << s.n_group;
+    EXPECT_LT(ids.max().item<int64_t>(), s.num_experts) << "groups " << s.n_group;
+    if (s.n_group == 1) {
+      EXPECT_TRUE(at::equal(ids[0], at::arange(s.top_k, at::kLong)));
+      EXPECT_EQ(ids[1][0].item<int64_t>(), 37);
+    }
   }
 }
 

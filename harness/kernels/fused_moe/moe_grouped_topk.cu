@@ -52,8 +52,12 @@ constexpr int kGtWarps = 4;
 constexpr int kGtPerLane = (NUM_EXPERTS + 31) / 32;  // expert e lives in lane e % 32, slot e / 32
 constexpr int kGtPerGroup = NUM_EXPERTS / N_GROUP;
 
-// The larger of two (value, index) candidates: larger value, then lower index.
+// The larger of two (value, index) candidates: larger value, then lower index. NaN ranks above
+// every number, as in torch.topk, so a NaN score still selects a real expert id (a comparison
+// that is never true would leave the sentinel id and send the GEMM out of bounds).
 __device__ __forceinline__ bool gt_better(float v, int e, float bv, int be) {
+  const bool vn = v != v, bn = bv != bv;
+  if (vn || bn) return vn && (!bn || e < be);
   return v > bv || (v == bv && e < be);
 }
 
