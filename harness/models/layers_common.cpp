@@ -88,6 +88,13 @@ int64_t shard_evenly(int64_t n, int tp, const std::string& key,
   return n / tp;
 }
 
+void require_tuned_config_dir(const EngineConfig& e, std::vector<ScenarioProblem>& problems) {
+  if (!e.tuned_config_dir.empty()) return;
+  problems.push_back({"engine.tuned_config_dir",
+                      "is empty: the fused-MoE kernels need vLLM's tuned-table directory (or a "
+                      "directory without a table for the default config)"});
+}
+
 void MoeConfigLog::note(int64_t M, const jit::Selection& sel, const std::string& phase) {
   if (used_.count(M)) return;
   used_[M] = {sel.selector, sel.tuning_key, sel.config.name, phase};

@@ -74,6 +74,10 @@ AttentionShard shard_attention(int64_t q_heads, int64_t kv_heads, int tp,
 int64_t shard_evenly(int64_t n, int tp, const std::string& key,
                      std::vector<ScenarioProblem>& problems);
 
+/// The problem of a MoE model whose scenario leaves engine.tuned_config_dir empty (the fused-MoE
+/// kernels look up vLLM's tuned tables there), appended to `problems`; nothing otherwise.
+void require_tuned_config_dir(const EngineConfig& e, std::vector<ScenarioProblem>& problems);
+
 /// Which fused-MoE config each token count M used, for Model::report(): the first selection of
 /// each M with the phase it happened in, and the tuned table looked for (found or not).
 class MoeConfigLog {

@@ -413,11 +413,7 @@ class NemotronHModel final : public Model {
 std::vector<ScenarioProblem> check_nemotron(const ModelConfig& c, const EngineConfig& e) {
   NemotronDims d = nemotron_dims(c, &e);
   std::vector<ScenarioProblem> out = std::move(d.problems);
-  if (d.pattern.find('E') != std::string::npos && e.tuned_config_dir.empty()) {
-    out.push_back({"engine.tuned_config_dir",
-                   "is empty: the fused-MoE kernels need vLLM's tuned-table directory (or a "
-                   "directory without a table for the default config)"});
-  }
+  if (d.pattern.find('E') != std::string::npos) require_tuned_config_dir(e, out);
   return out;
 }
 

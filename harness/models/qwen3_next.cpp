@@ -318,11 +318,7 @@ std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig
                    fmt::format("{} ranks: qwen3-next is replayed at tensor_parallel_size 1 only",
                                e.tensor_parallel_size)});
   }
-  if (e.tuned_config_dir.empty()) {
-    out.push_back({"engine.tuned_config_dir",
-                   "is empty: the fused-MoE kernels need vLLM's tuned-table directory (or a "
-                   "directory without a table for the default config)"});
-  }
+  require_tuned_config_dir(e, out);
   return out;
 }
 
