@@ -389,6 +389,31 @@ TEST_F(ReplayE2E, NemotronNanoSsdSpecializationsConvWarmerAndCompileMemo) {
     EXPECT_EQ(served.count(c.key), 0u) << "warmed a key serving never uses: " << c.key;
   }
   EXPECT_GT(warmed, 0);
+  // Each first-request autotuning is listed with its candidates, and its compile time is that of
+  // the candidates' compile records; nothing is benchmarked in compile-only mode.
+  ASSERT_TRUE(none.extra.contains("autotunes"));
+  std::set<std::string> tuned;
+  for (const auto& a : none.extra.at("autotunes")) {
+    const std::string kernel = a.at("kernel"), key = a.at("tuning_key"), phase = a.at("phase");
+    tuned.insert(kernel);
+    EXPECT_TRUE(a.at("hot_path").get<bool>()) << kernel;
+    EXPECT_TRUE(a.at("benchmark_ms").is_null()) << kernel;
+    int n = 0;
+    double ms = 0;
+    for (const auto& c : none.hot_path_compiles) {
+      if (c.kernel == kernel && c.tuning_key == key && c.phase == phase) {
+        ++n;
+        ms += c.compile_ms;
+      }
+    }
+    EXPECT_EQ(a.at("num_candidates").get<int>(), n) << kernel << " " << phase;
+    EXPECT_EQ(a.at("candidate_ms").size(), static_cast<size_t>(n)) << kernel;
+    EXPECT_NEAR(a.at("compile_ms").get<double>(), ms, 1e-3) << kernel;
+    EXPECT_GE(a.at("tune_ms").get<double>(), a.at("compile_ms").get<double>()) << kernel;
+  }
+  EXPECT_EQ(tuned, (std::set<std::string>{"mamba_ssd_cumsum", "mamba_ssd_chunk_state",
+                                          "mamba_ssd_state_passing", "mamba_ssd_bmm",
+                                          "mamba_ssd_chunk_scan"}));
   // Compile memo: every key the second strategy compiles after startup, none compiled first.
   std::map<std::string, double> first_ms;
   for (const auto& c : none.hot_path_compiles) {

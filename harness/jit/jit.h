@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,24 @@ struct CompileRecord {
                            ///< this run (JitOptions::compile_memo_dir), not compiled again
 };
 
+/// One autotuning the monitor saw (select.h Autotuner::select when it compiled and, on a GPU,
+/// benchmarked the candidates; picks served from memory or the on-disk cache are not listed).
+struct AutotuneRecord {
+  std::string kernel;
+  std::string tuning_key;
+  std::string phase;           ///< phase current when it happened
+  bool hot_path = false;       ///< after JitMonitor::activate()
+  std::string config;          ///< the pick (KernelConfig::name)
+  int num_candidates = 0;
+  int num_failed = 0;          ///< candidates skipped because they failed to compile or launch
+  double tune_ms = 0;          ///< host wall time of the whole autotuning, milliseconds (a
+                               ///< compile the compile memo served is charged its compile_ms)
+  double compile_ms = 0;       ///< of which compiling the candidates (their CompileRecords)
+  /// Per candidate (same order), its median kernel time on the GPU in milliseconds; nullopt in
+  /// compile-only mode and for a candidate that failed.
+  std::vector<std::pair<std::string, std::optional<double>>> candidate_ms;
+};
+
 /// A compile after startup, raised under MonitorMode::kError (`--jit-monitor error`). The text
 /// names the kernel, its compile key and the phase.
 class HotPathCompileError : public Error {
@@ -167,6 +186,13 @@ class JitMonitor {
   /// Optional observer, called after each record (the replay streams compiles to its parent).
   void set_observer(std::function<void(const CompileRecord&)> fn);
   std::vector<CompileRecord> records() const;
+  /// Sum of compile_ms over records [first, end): the compile time of what happened since
+  /// num_records() was `first`; with `reused_only`, of the compiles the compile memo served.
+  double compile_ms_since(size_t first, bool reused_only = false) const;
+  size_t num_records() const;
+  /// Called by the autotuner after each autotuning it ran; fills phase and hot_path.
+  void record_autotune(AutotuneRecord rec);
+  std::vector<AutotuneRecord> autotunes() const;
   MonitorMode mode() const { return mode_; }
 
  private:
@@ -174,6 +200,7 @@ class JitMonitor {
   std::string phase_ = "init";
   bool active_ = false;
   std::vector<CompileRecord> records_;
+  std::vector<AutotuneRecord> autotunes_;
   std::function<void(const CompileRecord&)> observer_;
   mutable std::mutex mu_;
 };

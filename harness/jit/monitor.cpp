@@ -83,4 +83,29 @@ std::vector<CompileRecord> JitMonitor::records() const {
   return records_;
 }
 
+size_t JitMonitor::num_records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_.size();
+}
+
+double JitMonitor::compile_ms_since(size_t first, bool reused_only) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double ms = 0;
+  for (size_t i = first; i < records_.size(); ++i)
+    if (!reused_only || records_[i].reused) ms += records_[i].compile_ms;
+  return ms;
+}
+
+void JitMonitor::record_autotune(AutotuneRecord rec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rec.phase = phase_;
+  rec.hot_path = active_;
+  autotunes_.push_back(std::move(rec));
+}
+
+std::vector<AutotuneRecord> JitMonitor::autotunes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return autotunes_;
+}
+
 }  // namespace coldstart::jit

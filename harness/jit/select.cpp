@@ -596,6 +596,7 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
   }
 
   const auto t0 = std::chrono::steady_clock::now();
+  const size_t first_record = rt.monitor().num_records();
   const CUstream cu_stream = static_cast<CUstream>(stream);
   if (gpu) refuse_under_capture(cu_stream, kernel, tuning_key, candidates.size());
 
@@ -632,6 +633,16 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
   sel.config = candidates[*pick];
   sel.best_ms = ms[*pick];
   sel.tune_ms = ms_since(t0);
+  AutotuneRecord log;
+  log.kernel = kernel;
+  log.tuning_key = tuning_key;
+  log.config = sel.config.name;
+  log.num_candidates = static_cast<int>(candidates.size());
+  log.num_failed = static_cast<int>(sel.failed.size());
+  log.tune_ms = sel.tune_ms + rt.monitor().compile_ms_since(first_record, /*reused_only=*/true);
+  log.compile_ms = rt.monitor().compile_ms_since(first_record);
+  for (size_t i = 0; i < candidates.size(); ++i) log.candidate_ms.emplace_back(candidates[i].name, ms[i]);
+  rt.monitor().record_autotune(std::move(log));
   impl_->picks.emplace(identity, sel);
   impl_->write_disk(dir, path, identity, kernel, tuning_key, mode, device, candidates, ms, errors,
                     sel);

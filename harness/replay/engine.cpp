@@ -184,6 +184,29 @@ void Engine::snapshot_inner() {
       result_.startup_compile_list.push_back(ev);
     }
   }
+  // Every autotuning (kernel, tuning key, phase, candidates, pick, wall / compile / benchmark
+  // ms, each candidate's median on the GPU; benchmark and candidate times null in compile-only
+  // mode, where nothing runs).
+  nlohmann::json tunes = nlohmann::json::array();
+  if (jit_) {
+    for (const auto& a : jit_->monitor().autotunes()) {
+      nlohmann::json cand = nlohmann::json::object();
+      for (const auto& [name, ms] : a.candidate_ms) cand[name] = ms ? nlohmann::json(*ms) : nullptr;
+      const bool timed = mode() == DeviceMode::kCuda;
+      tunes.push_back({{"kernel", a.kernel},
+                       {"tuning_key", a.tuning_key},
+                       {"phase", a.phase},
+                       {"hot_path", a.hot_path},
+                       {"config", a.config},
+                       {"num_candidates", a.num_candidates},
+                       {"num_failed", a.num_failed},
+                       {"tune_ms", a.tune_ms},
+                       {"compile_ms", a.compile_ms},
+                       {"benchmark_ms", timed ? nlohmann::json(a.tune_ms - a.compile_ms) : nullptr},
+                       {"candidate_ms", cand}});
+    }
+  }
+  if (!tunes.empty()) result_.extra["autotunes"] = std::move(tunes);
   if (workspace_) {
     result_.workspace.locked_bytes = workspace_->locked_bytes();
     result_.workspace.peak_requested_bytes = workspace_->peak_requested_bytes();
