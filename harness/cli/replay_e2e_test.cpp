@@ -179,6 +179,14 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
       {"--set engine.kv_cache_dtype=fp8_e5m2", "key 'engine.kv_cache_dtype'"},
       {"--set cudagraph_mode=full", "key 'engine.cudagraph_mode'"},
       {"--set model.overrides.mlp_hidden_act=silu", "key 'model.mlp_hidden_act'", nano},
+      // Mamba2 shapes the kernels lack, and caches the replay does not size, before anything runs.
+      {"--set model.overrides.mamba_num_heads=-4", "key 'model.mamba_num_heads'", nano},
+      {"--set model.overrides.chunk_size=1024", "key 'model.chunk_size'", nano},
+      {"--set model.overrides.moe_intermediate_size=0", "key 'model.moe_intermediate_size'", nano},
+      {"--set model.overrides.mamba_ssm_cache_dtype=float16", "key 'model.mamba_ssm_cache_dtype'",
+       nano},
+      {"--set \"model.overrides.hybrid_override_pattern='--------'\"",
+       "key 'model.hybrid_override_pattern'", nano},
       // 8 groups neither split over 16 ranks nor are 1: vLLM's MambaMixer2 asserts.
       {"--set engine.tensor_parallel_size=16 --set model.overrides.mamba_num_heads=128",
        "key 'model.n_groups'", super},

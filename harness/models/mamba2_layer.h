@@ -68,20 +68,33 @@ struct Mamba2Dims {
     return d;
   }
 
-  /// What the kernels cannot run, each under the config key it comes from.
+  /// What the kernels cannot run, each under the config key it comes from (the limits of
+  /// mamba_ssd's SsdDims::validate, mamba_ssu and mamba_ops).
   std::vector<ScenarioProblem> problems() const {
     std::vector<ScenarioProblem> out;
+    auto pow2_16_256 = [](int64_t v) { return v >= 16 && v <= 256 && (v & (v - 1)) == 0; };
     if (conv_kernel < 2 || conv_kernel > 4)
       out.push_back({"model.conv_kernel",
                      fmt::format("the causal conv1d kernels (mamba_ops) take widths 2..4, got {}",
                                  conv_kernel)});
-    if (groups <= 0 || heads % groups != 0)
-      out.push_back({"model.n_groups", fmt::format("{} Mamba heads per rank are not a multiple of "
-                                                   "{} groups per rank",
-                                                   heads, groups)});
-    if (chunk_size < 16 || (chunk_size & (chunk_size - 1)) != 0)
+    if (heads < 1 || heads > 65535) {
+      out.push_back({"model.mamba_num_heads",
+                     fmt::format("{} Mamba heads per rank; the kernels take 1..65535", heads)});
+    } else if (groups <= 0 || heads % groups != 0) {
+      out.push_back({"model.n_groups", fmt::format("{} groups per rank must be positive and "
+                                                   "divide the {} Mamba heads per rank",
+                                                   groups, heads)});
+    }
+    if (!pow2_16_256(head_dim))
+      out.push_back({"model.mamba_head_dim",
+                     fmt::format("the SSD kernels take a power of two in 16..256, got {}",
+                                 head_dim)});
+    if (!pow2_16_256(state))
+      out.push_back({"model.ssm_state_size",
+                     fmt::format("the SSD kernels take a power of two in 16..256, got {}", state)});
+    if (!pow2_16_256(chunk_size))
       out.push_back({"model.chunk_size",
-                     fmt::format("the SSD kernels take a power-of-two chunk_size >= 16, got {}",
+                     fmt::format("the SSD kernels take a power of two in 16..256, got {}",
                                  chunk_size)});
     return out;
   }

@@ -79,8 +79,7 @@ struct NemotronDims {
 std::string resolve_ssm_dtype(const ModelConfig& c, const EngineConfig* e) {
   const std::string engine = e ? e->mamba_ssm_cache_dtype : "auto";
   if (engine != "auto") return engine;
-  const std::string hf = get_string(c.raw, "mamba_ssm_cache_dtype", "float32");
-  return hf == "bfloat16" || hf == "float16" ? "bfloat16" : "float32";
+  return get_string(c.raw, "mamba_ssm_cache_dtype", "float32");
 }
 
 NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
@@ -102,6 +101,18 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
                                 d.pattern[l])});
     }
   }
+  const bool mixers = d.pattern.find_first_of("M*") != std::string::npos;
+  if (!d.pattern.empty() && !mixers) {
+    pr.push_back({"model.hybrid_override_pattern",
+                  fmt::format("'{}' has no Mamba2 (M) or attention (*) layer: nothing keeps a "
+                              "cache, which the replay needs",
+                              d.pattern)});
+  } else if (d.pattern.find('M') != std::string::npos && d.pattern.find('*') == std::string::npos) {
+    pr.push_back({"model.hybrid_override_pattern",
+                  fmt::format("'{}' has no attention (*) layer: vLLM sizes the cache of "
+                              "attention-free models by other rules, which are not replayed",
+                              d.pattern)});
+  }
   d.eps = get_double(r, "layer_norm_epsilon", get_double(r, "norm_eps", c.rms_norm_eps));
   d.head_dim = c.head_dim;
   d.attn = shard_attention(c.num_attention_heads, c.num_key_value_heads, d.tp, pr);
@@ -112,7 +123,14 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
   d.mamba.conv_kernel = get_int(r, "conv_kernel", 4);
   d.mamba.chunk_size = get_int(r, "chunk_size", 256);
   d.mamba.conv_bias = !r.contains("use_conv_bias") || r["use_conv_bias"] == true;
-  d.mamba.ssm_dtype = resolve_ssm_dtype(c, e) == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const std::string ssm_dtype = resolve_ssm_dtype(c, e);
+  if (ssm_dtype != "float32" && ssm_dtype != "bfloat16") {
+    pr.push_back({"model.mamba_ssm_cache_dtype",
+                  fmt::format("'{}' (engine.mamba_ssm_cache_dtype auto takes the HF config's "
+                              "value): the replay keeps the SSM state in float32 or bfloat16",
+                              ssm_dtype)});
+  }
+  d.mamba.ssm_dtype = ssm_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   d.mamba_full_intermediate = mheads * d.mamba.head_dim;
   d.mamba_full_groups = mgroups;
   if (d.pattern.find('M') != std::string::npos) {
@@ -144,6 +162,14 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
     d.routed_scaling = get_double(r, "routed_scaling_factor", 1.0);
     if (r.contains("norm_topk_prob") && r["norm_topk_prob"].is_boolean())
       d.norm_topk = r["norm_topk_prob"].get<bool>();
+    if (get_int(r, "moe_intermediate_size", 0) < 1 || d.latent < 0 ||
+        get_int(r, "moe_shared_expert_intermediate_size", 0) < 0) {
+      pr.push_back({"model.moe_intermediate_size",
+                    fmt::format("expert intermediate {} must be positive, moe_latent_size {} and "
+                                "moe_shared_expert_intermediate_size {} not negative",
+                                get_int(r, "moe_intermediate_size", 0), d.latent,
+                                get_int(r, "moe_shared_expert_intermediate_size", 0))});
+    }
     if (d.experts < 1 || d.experts > 1024 || d.top_k < 1 || d.top_k > d.experts) {
       pr.push_back({"model.num_experts_per_tok",
                     fmt::format("top-{} of {} experts: the fused-MoE kernels take 1..1024 experts "
