@@ -186,6 +186,18 @@ TEST(Table, DisallowedHotPathIsAFailureAndSkippedStaysSkipped) {
   EXPECT_EQ(text.find("elsewhere: error"), std::string::npos) << text;
 }
 
+TEST(Table, AWarmerThatDidNothingIsNamedUnderTheTable) {
+  RunResults run = fixed_run();
+  StrategyResult noop = make("ssd-on-dense", {"mamba-ssd-warmup"}, Outcome::kOk);
+  noop.extra["warmers_skipped"]["mamba-ssd-warmup"] = "no Mamba2 layer, nothing to warm";
+  run.results.push_back(noop);
+  const std::string text = render_table(run, false);
+  EXPECT_NE(text.find("ssd-on-dense: warmer mamba-ssd-warmup did nothing: no Mamba2 layer"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(render_table(fixed_run(), false).find("did nothing"), std::string::npos);
+}
+
 TEST(Table, EmptyRun) {
   RunResults run;
   std::string text = render_table(run, false);

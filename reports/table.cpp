@@ -186,6 +186,20 @@ std::string render_table(const RunResults& run, bool color) {
   out += "workspace MB: locked / peak requested per slot (MB = 2^20 bytes)";
   out += any_null ? "; -: not measured (compile-only mode) or not reached\n" : "\n";
 
+  // Warmers that found nothing to do: the strategy may equal `none` without saying so otherwise.
+  bool first_skip = true;
+  for (const StrategyResult* r : rows) {
+    if (!r->extra.contains("warmers_skipped") || !r->extra["warmers_skipped"].is_object()) continue;
+    if (first_skip) out += "\n";
+    first_skip = false;
+    for (const auto& [warmer, reason] : r->extra["warmers_skipped"].items()) {
+      out += paint(fmt::format("{}: warmer {} did nothing: {}", label(*r), warmer,
+                               reason.is_string() ? reason.get<std::string>() : reason.dump()),
+                   kYellow) +
+             "\n";
+    }
+  }
+
   // Full error text of every result that did not end ok.
   bool first = true;
   for (const StrategyResult* r : rows) {

@@ -70,7 +70,7 @@ class MambaSsdWarmup final : public Warmer {
   void run(WarmupContext& ctx) override {
     const std::vector<Mixer*> layers = distinct_mamba_layers(ctx, /*need_cache=*/false);
     if (layers.empty()) {
-      ctx.log("mamba-ssd-warmup: no Mamba2 layer, nothing to warm");
+      ctx.skip("no Mamba2 layer, nothing to warm");
       return;
     }
     for (Mixer* layer : layers) {
@@ -114,7 +114,7 @@ class MambaConv1dWarmup final : public Warmer {
   void run(WarmupContext& ctx) override {
     const std::vector<Mixer*> layers = distinct_mamba_layers(ctx, /*need_cache=*/true);
     if (layers.empty()) {
-      ctx.log("mamba-conv1d-warmup: no Mamba2 layer with a bound cache, nothing to warm");
+      ctx.skip("no Mamba2 layer with a bound cache, nothing to warm");
       return;
     }
     int calls = 0;
@@ -154,7 +154,7 @@ class MambaCachedPrefillWarmup final : public Warmer {
   void run(WarmupContext& ctx) override {
     const std::vector<Mixer*> layers = ctx.mixers("mamba2");
     if (layers.empty()) {
-      ctx.log("mamba-cached-prefill-warmup: no Mamba2 layer, nothing to warm");
+      ctx.skip("no Mamba2 layer, nothing to warm");
       return;
     }
     const Mamba2Dims d = Mamba2Dims::from_spec(layers.front()->spec());
@@ -171,7 +171,7 @@ class MambaCachedPrefillWarmup final : public Warmer {
       }
     }
     if (fresh + cont > e.max_num_batched_tokens || e.max_num_seqs < 2) {
-      ctx.log("mamba-cached-prefill-warmup: the step budget cannot hold two prefills, skipped");
+      ctx.skip("max_num_seqs or max_num_batched_tokens cannot hold its two prefills");
       return;
     }
     const int context = static_cast<int>(d.chunk_size) + 1;

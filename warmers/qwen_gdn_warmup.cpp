@@ -54,8 +54,8 @@ class QwenGdnWarmup final : public Warmer {
       }
     }
     if (!layer) {
-      ctx.log(layers.empty() ? "qwen-gdn-warmup: no GDN layer, nothing to warm"
-                             : "qwen-gdn-warmup: no bound GDN cache, nothing to warm");
+      ctx.skip(layers.empty() ? "no GDN layer, nothing to warm"
+                              : "no bound GDN cache, nothing to warm");
       return;
     }
     Layer g = describe(*layer);

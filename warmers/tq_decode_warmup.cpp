@@ -27,7 +27,7 @@ class TqDecodeWarmup final : public Warmer {
   void run(WarmupContext& ctx) override {
     const std::vector<Mixer*> layers = ctx.mixers("turboquant_4bit_nc");
     if (layers.empty()) {
-      ctx.log("tq-decode-warmup: no TurboQuant attention layers, nothing to warm");
+      ctx.skip("no TurboQuant attention layers, nothing to warm");
       return;
     }
     std::set<std::string> warmed;

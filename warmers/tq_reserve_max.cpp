@@ -24,7 +24,7 @@ class TqReserveMax final : public Warmer {
   void run(WarmupContext& ctx) override {
     const std::vector<Mixer*> layers = ctx.mixers("turboquant_4bit_nc");
     if (layers.empty()) {
-      ctx.log("tq-reserve-max: no TurboQuant attention layers, nothing to reserve");
+      ctx.skip("no TurboQuant attention layers, nothing to reserve");
       return;
     }
     // One workspace shared by every layer: the largest single request of any layer.

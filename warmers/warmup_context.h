@@ -35,6 +35,10 @@ class WarmupContext {
   virtual std::vector<int64_t> dummy_run(const std::vector<SeqStep>& seqs) = 0;
   /// Writes a progress line.
   virtual void log(const std::string& line) = 0;
+  /// The running warmer finds nothing to do for this model or these settings (no layer of its
+  /// kind, a budget too small for its batch): logs `<warmer>: <reason>` and records the reason in
+  /// the result (`warmers_skipped`), so a strategy that equals `none` says so.
+  virtual void skip(const std::string& reason) = 0;
 };
 
 }  // namespace coldstart

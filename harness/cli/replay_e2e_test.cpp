@@ -436,14 +436,20 @@ TEST_F(ReplayE2E, NemotronNanoSsdSpecializationsConvWarmerAndCompileMemo) {
   }
 }
 
-/// NemotronH's dense relu2 MLP layers ('-', Nemotron-H 56B) replay in compile-only mode too.
-TEST_F(ReplayE2E, NemotronHDenseMlpLayersReplay) {
+/// NemotronH's dense relu2 MLP layers ('-', Nemotron-H 56B) replay in compile-only mode too; a
+/// warmer that cannot run its batch under max_num_seqs 1 says so in the result.
+TEST_F(ReplayE2E, NemotronHDenseMlpLayersReplayAndASkippedWarmerSaysSo) {
   auto by = replay("scenarios/nemotron-3-nano.yaml",
-                   "--strategy none --set model.config=fixtures/hf-configs/nemotron-h-56b-base-8k.json");
+                   "--strategy mamba-cached-prefill-warmup --set max_num_seqs=1 "
+                   "--set model.config=fixtures/hf-configs/nemotron-h-56b-base-8k.json");
   ASSERT_EQ(by.size(), 1u);
   const StrategyResult& r = by.begin()->second;
   EXPECT_EQ(r.outcome, Outcome::kOk) << r.error.value_or("");
   EXPECT_EQ(r.extra.at("model").at("hybrid_override_pattern"), "M-M-M-M*");
+  ASSERT_TRUE(r.extra.contains("warmers_skipped"));
+  EXPECT_NE(r.extra.at("warmers_skipped").at("mamba-cached-prefill-warmup").get<std::string>().find(
+                "max_num_seqs"),
+            std::string::npos);
 }
 
 /// Every scenario under scenarios/ meets its own expect: rules in compile-only mode.

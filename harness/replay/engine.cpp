@@ -152,6 +152,11 @@ void Engine::log(const std::string& line) {
   if (options_.on_log) options_.on_log(line);
 }
 
+void Engine::skip(const std::string& reason) {
+  log(current_warmer_ + ": " + reason);
+  result_.extra["warmers_skipped"][current_warmer_] = reason;
+}
+
 double Engine::reused_compile_ms() const {
   double ms = 0;
   if (jit_) {
@@ -466,6 +471,7 @@ void Engine::do_kernel_warmup() {
   for (const std::string& name : strategy_.warmers) {
     auto w = make_warmer(name);
     log("warmer " + name);
+    current_warmer_ = name;
     const auto t0 = Clock::now();
     w->run(*this);
     device_synchronize(mode());

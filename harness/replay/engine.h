@@ -70,6 +70,7 @@ class Engine final : public WarmupContext {
     return execute(make_batch(seqs, false));
   }
   void log(const std::string& line) override;
+  void skip(const std::string& reason) override;
 
   /// Blocks per request row of the block table (= its stride): cdiv(max_model_len, block_size).
   int max_blocks_per_req() const;
@@ -115,6 +116,7 @@ class Engine final : public WarmupContext {
   EngineOptions options_;
   StrategyResult result_;
   std::string current_phase_;
+  std::string current_warmer_;  // the warmer running in kernel_warmup (skip() names it)
 
   std::unique_ptr<jit::JitRuntime> jit_;
   std::unique_ptr<WorkspaceManager> workspace_;
