@@ -186,12 +186,16 @@ TEST(Table, DisallowedHotPathIsAFailureAndSkippedStaysSkipped) {
   EXPECT_EQ(text.find("elsewhere: error"), std::string::npos) << text;
 }
 
-TEST(Table, AWarmerThatDidNothingIsNamedUnderTheTable) {
+TEST(Table, AWarmerThatDidNothingAndJitWarningsAreNamedUnderTheTable) {
   RunResults run = fixed_run();
   StrategyResult noop = make("ssd-on-dense", {"mamba-ssd-warmup"}, Outcome::kOk);
   noop.extra["warmers_skipped"]["mamba-ssd-warmup"] = "no Mamba2 layer, nothing to warm";
+  noop.extra["jit_warnings"] = {"kernel cache entry x.cubin (k) is damaged: checksum mismatch"};
   run.results.push_back(noop);
   const std::string text = render_table(run, false);
+  EXPECT_NE(text.find("ssd-on-dense: warning: kernel cache entry x.cubin (k) is damaged"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("ssd-on-dense: warmer mamba-ssd-warmup did nothing: no Mamba2 layer"),
             std::string::npos)
       << text;

@@ -186,17 +186,25 @@ std::string render_table(const RunResults& run, bool color) {
   out += "workspace MB: locked / peak requested per slot (MB = 2^20 bytes)";
   out += any_null ? "; -: not measured (compile-only mode) or not reached\n" : "\n";
 
-  // Warmers that found nothing to do: the strategy may equal `none` without saying so otherwise.
-  bool first_skip = true;
+  // Warmers that found nothing to do (the strategy may equal `none` without saying so
+  // otherwise), and what the JIT runtime worked around (damaged or unwritable kernel cache).
+  bool first_note = true;
+  auto note = [&](const std::string& line) {
+    if (first_note) out += "\n";
+    first_note = false;
+    out += paint(line, kYellow) + "\n";
+  };
   for (const StrategyResult* r : rows) {
-    if (!r->extra.contains("warmers_skipped") || !r->extra["warmers_skipped"].is_object()) continue;
-    if (first_skip) out += "\n";
-    first_skip = false;
-    for (const auto& [warmer, reason] : r->extra["warmers_skipped"].items()) {
-      out += paint(fmt::format("{}: warmer {} did nothing: {}", label(*r), warmer,
-                               reason.is_string() ? reason.get<std::string>() : reason.dump()),
-                   kYellow) +
-             "\n";
+    if (r->extra.contains("warmers_skipped") && r->extra["warmers_skipped"].is_object()) {
+      for (const auto& [warmer, reason] : r->extra["warmers_skipped"].items()) {
+        note(fmt::format("{}: warmer {} did nothing: {}", label(*r), warmer,
+                         reason.is_string() ? reason.get<std::string>() : reason.dump()));
+      }
+    }
+    if (r->extra.contains("jit_warnings") && r->extra["jit_warnings"].is_array()) {
+      for (const auto& w : r->extra["jit_warnings"]) {
+        note(fmt::format("{}: warning: {}", label(*r), w.is_string() ? w.get<std::string>() : w.dump()));
+      }
     }
   }
 

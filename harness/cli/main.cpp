@@ -22,6 +22,8 @@
 #include <execinfo.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <chrono>
 #include <csignal>
 #include <ctime>
@@ -173,8 +175,14 @@ void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& o
     } catch (const Error& e) {
       throw InputError(std::string("--cache-dir: ") + e.what());
     }
-    if (!paths::is_directory(a.cache_dir) || ::access(a.cache_dir.c_str(), W_OK) != 0) {
-      throw InputError("--cache-dir '" + a.cache_dir + "': not a writable directory");
+    if (!paths::is_directory(a.cache_dir) || ::access(a.cache_dir.c_str(), R_OK | X_OK) != 0) {
+      throw InputError("--cache-dir '" + a.cache_dir + "': not a readable directory");
+    }
+    // A read-only cache (a shared, pre-built one) is used as it is: its entries load, new
+    // compiles stay in memory (each strategy's result lists that as a JIT warning).
+    if (::access(a.cache_dir.c_str(), W_OK) != 0) {
+      std::fprintf(stderr, "coldstart: --cache-dir '%s' is read-only: its entries are used, new "
+                   "compiles are not saved\n", a.cache_dir.c_str());
     }
   }
   for (const auto& out : outputs) {

@@ -190,6 +190,10 @@ class JitMonitor {
   /// num_records() was `first`; with `reused_only`, of the compiles the compile memo served.
   double compile_ms_since(size_t first, bool reused_only = false) const;
   size_t num_records() const;
+  /// A problem the runtime worked around (a damaged kernel-cache entry recompiled, a cache
+  /// directory that cannot be written); the same text is kept once.
+  void warn(const std::string& text);
+  std::vector<std::string> warnings() const;
   /// Called by the autotuner after each autotuning it ran; fills phase and hot_path.
   void record_autotune(AutotuneRecord rec);
   std::vector<AutotuneRecord> autotunes() const;
@@ -201,6 +205,7 @@ class JitMonitor {
   bool active_ = false;
   std::vector<CompileRecord> records_;
   std::vector<AutotuneRecord> autotunes_;
+  std::vector<std::string> warnings_;
   std::function<void(const CompileRecord&)> observer_;
   mutable std::mutex mu_;
 };

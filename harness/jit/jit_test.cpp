@@ -504,6 +504,57 @@ TEST(DiskCache, ForeignFileUnderDigestIsAMiss) {
   EXPECT_EQ(rt.monitor().records()[0].source, "nvrtc");
 }
 
+TEST(DiskCache, DamagedEntryIsRecompiledWarnedAndReplaced) {
+  const KernelSource k = axpy_kernel();
+  // Truncated body, then one flipped bit in the body: neither may load.
+  for (int damage = 0; damage < 2; ++damage) {
+    TempDir dir;
+    std::string file;
+    {
+      JitRuntime first(compile_only(dir.path));
+      file = dir.path + "/" + first.ensure(k, kBlock128, axpy_args(4096, 64)).key.digest() + ".cubin";
+    }
+    std::string bytes;
+    {
+      std::ifstream in(file, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    ASSERT_GT(bytes.size(), 200u);
+    if (damage == 0) bytes.resize(bytes.size() - 100);
+    else bytes[bytes.size() - 50] ^= 0x10;
+    { std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes; }
+    JitRuntime second(compile_only(dir.path));
+    second.ensure(k, kBlock128, axpy_args(4096, 64));
+    ASSERT_EQ(second.monitor().records().size(), 1u);
+    EXPECT_EQ(second.monitor().records()[0].source, "nvrtc") << "damage " << damage;
+    ASSERT_EQ(second.monitor().warnings().size(), 1u) << "damage " << damage;
+    EXPECT_NE(second.monitor().warnings()[0].find("is damaged"), std::string::npos);
+    EXPECT_NE(second.monitor().warnings()[0].find(damage == 0 ? "cubin bytes" : "checksum"),
+              std::string::npos)
+        << second.monitor().warnings()[0];
+    JitRuntime third(compile_only(dir.path));  // the entry was replaced by the fresh compile
+    third.ensure(k, kBlock128, axpy_args(4096, 64));
+    EXPECT_EQ(third.monitor().records()[0].source, "disk");
+    EXPECT_TRUE(third.monitor().warnings().empty());
+  }
+}
+
+TEST(DiskCache, AnEntryThatCannotBeWrittenIsAWarningNotAnError) {
+  TempDir dir;
+  const KernelSource k = axpy_kernel();
+  const CompileKey key = make_compile_key(k, kBlock128, axpy_args(4096, 64), "sm_90",
+                                          "nvrtc-" + nvrtc_version());
+  // A directory where the entry would go: the atomic rename fails, even for root (a read-only
+  // cache directory fails the same way for other users).
+  fs::create_directory(dir.path + "/" + key.digest() + ".cubin");
+  JitRuntime rt(compile_only(dir.path));
+  EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 64)));
+  EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 1)));
+  EXPECT_EQ(rt.monitor().records().size(), 2u);
+  ASSERT_EQ(rt.monitor().warnings().size(), 1u) << "warned once";
+  EXPECT_NE(rt.monitor().warnings()[0].find("cannot be written"), std::string::npos);
+}
+
 // ---------------------------------------------------------------- compile memo
 
 TEST(CompileMemo, SecondRuntimeReusesTheCubinAndTheMeasuredTime) {
@@ -541,7 +592,7 @@ TEST(CompileMemo, ForeignFileUnderDigestIsAMiss) {
                                           "nvrtc-" + nvrtc_version());
   {
     std::ofstream out(memo.path + "/" + key.digest() + ".memo", std::ios::binary);
-    out << "coldstart-memo/1 some other key\n12.5\n\x7f" << "ELFgarbage";
+    out << "coldstart-memo/2 some other key\n12.5\n\x7f" << "ELFgarbage";
   }
   JitOptions o = compile_only();
   o.compile_memo_dir = memo.path;

@@ -1,4 +1,5 @@
 // The JIT monitor: records every compile with key, duration and phase. See jit.h.
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -94,6 +95,17 @@ double JitMonitor::compile_ms_since(size_t first, bool reused_only) const {
   for (size_t i = first; i < records_.size(); ++i)
     if (!reused_only || records_[i].reused) ms += records_[i].compile_ms;
   return ms;
+}
+
+void JitMonitor::warn(const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::find(warnings_.begin(), warnings_.end(), text) == warnings_.end())
+    warnings_.push_back(text);
+}
+
+std::vector<std::string> JitMonitor::warnings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warnings_;
 }
 
 void JitMonitor::record_autotune(AutotuneRecord rec) {

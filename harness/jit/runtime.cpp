@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -37,8 +38,8 @@
 namespace coldstart::jit {
 namespace {
 
-constexpr const char* kDiskMagic = "coldstart-cubin/1 ";
-constexpr const char* kMemoMagic = "coldstart-memo/1 ";
+constexpr const char* kDiskMagic = "coldstart-cubin/2 ";
+constexpr const char* kMemoMagic = "coldstart-memo/2 ";
 constexpr size_t kMaxInlineArgs = 32;
 constexpr unsigned kDefaultMaxDynamicSmem = 48 * 1024;
 
@@ -117,6 +118,7 @@ struct JitRuntime::Impl {
   std::string compiler;
   std::string cache_dir;
   bool owns_cache_dir = false;
+  bool disk_read_only = false;  // a write failed: stop trying (warned once)
   JitMonitor monitor;
 
   mutable std::shared_mutex map_mu;  // guards `fast` and `by_key` (writers also hold compile_mu)
@@ -128,31 +130,95 @@ struct JitRuntime::Impl {
 
   explicit Impl(JitOptions opts) : options(std::move(opts)), monitor(options.monitor) {}
 
-  // Reads `<digest>.cubin`; true when it exists and holds this key's cubin. A file for another
-  // key (a digest collision) or a damaged one counts as a miss and is later replaced atomically.
-  bool read_disk(const std::string& path, const std::string& key_text, std::vector<char>* cubin) {
-    if (!paths::exists(path)) return false;
+  // One entry file (a kernel-cache `<digest>.cubin` or a compile-memo `<digest>.memo`):
+  //   line 1: magic + the key text (a file for another key under the digest is a miss),
+  //   line 2: "<cubin bytes> <fnv1a-64 of the cubin, hex> <compile_ms or ->",
+  //   then the cubin. A short file, a wrong size or checksum, or a non-ELF body is damaged:
+  // never loaded, reported by the caller, and replaced by the fresh compile.
+  enum class EntryRead { kMissing, kForeign, kDamaged, kOk };
+
+  static EntryRead read_entry(const std::string& path, const std::string& magic,
+                              const std::string& key_text, std::vector<char>* cubin,
+                              std::optional<double>* ms, std::string* why) {
+    if (!paths::exists(path)) return EntryRead::kMissing;
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(fmt::format("JIT disk cache: cannot open {}: {}", path, errno_text()));
-    std::string header;
-    std::getline(in, header);
-    if (header != kDiskMagic + key_text) return false;
+    if (!in) {
+      *why = "cannot open: " + errno_text();
+      return EntryRead::kDamaged;
+    }
+    std::string header, meta;
+    if (!std::getline(in, header) || header.rfind(magic, 0) != 0) return EntryRead::kForeign;
+    if (header != magic + key_text) return EntryRead::kForeign;
+    if (!std::getline(in, meta)) {
+      *why = "truncated before its checksum line";
+      return EntryRead::kDamaged;
+    }
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!is_elf(bytes)) return false;
+    unsigned long long size = 0;
+    char sum[17] = {0}, ms_text[64] = {0};
+    if (std::sscanf(meta.c_str(), "%llu %16s %63s", &size, sum, ms_text) != 3) {
+      *why = "malformed checksum line";
+      return EntryRead::kDamaged;
+    }
+    if (size != bytes.size()) {
+      *why = fmt::format("{} cubin bytes, the entry says {}", bytes.size(), size);
+      return EntryRead::kDamaged;
+    }
+    if (detail::hex64(detail::fnv1a(bytes.data(), bytes.size())) != sum || !is_elf(bytes)) {
+      *why = "checksum mismatch";
+      return EntryRead::kDamaged;
+    }
+    if (std::string(ms_text) != "-") {
+      char* end = nullptr;
+      const double v = std::strtod(ms_text, &end);
+      if (end == ms_text || *end != '\0' || !(v >= 0)) {
+        *why = "malformed compile time";
+        return EntryRead::kDamaged;
+      }
+      *ms = v;
+    }
     *cubin = std::move(bytes);
-    return true;
+    return EntryRead::kOk;
   }
 
-  // Writes `<digest>.cubin` atomically: a temporary file in the same directory, then rename(2),
-  // so a concurrent reader sees either no file or a complete one.
+  static std::string encode_entry(const std::string& magic, const std::string& key_text,
+                                  const std::vector<char>& cubin, std::optional<double> ms) {
+    std::string data = magic + key_text + "\n" +
+                       fmt::format("{} {} {}\n", cubin.size(),
+                                   detail::hex64(detail::fnv1a(cubin.data(), cubin.size())),
+                                   ms ? fmt::format("{:.6f}", *ms) : std::string("-"));
+    data.append(cubin.data(), cubin.size());
+    return data;
+  }
+
+  // Reads `<digest>.cubin`: true when it holds this key's intact cubin. A damaged entry is a
+  // warning (JitMonitor::warn) and a miss; it is recompiled and replaced.
+  bool read_disk(const std::string& path, const std::string& key_text, const std::string& kernel,
+                 std::vector<char>* cubin) {
+    std::optional<double> unused;
+    std::string why;
+    const EntryRead r = read_entry(path, kDiskMagic, key_text, cubin, &unused, &why);
+    if (r == EntryRead::kDamaged) {
+      monitor.warn(fmt::format("kernel cache entry {} ({}) is damaged: {}; recompiled and "
+                               "replaced",
+                               path, kernel, why));
+    }
+    return r == EntryRead::kOk;
+  }
+
+  // Writes `<digest>.cubin` atomically (a temporary file in the same directory, then rename(2)),
+  // so a concurrent reader sees either no file or a complete one. A cache directory that cannot
+  // be written (read-only, full) is a warning, once: compiling goes on in memory.
   void write_disk(const std::string& path, const std::string& key_text,
                   const std::vector<char>& cubin) {
-    std::string data = kDiskMagic + key_text + "\n";
-    data.append(cubin.data(), cubin.size());
+    if (disk_read_only) return;
     try {
-      paths::write_file_atomic(path, data);
+      paths::write_file_atomic(path, encode_entry(kDiskMagic, key_text, cubin, std::nullopt));
     } catch (const Error& e) {
-      throw Error(std::string("JIT disk cache: ") + e.what());
+      disk_read_only = true;
+      monitor.warn(fmt::format("kernel cache directory {} cannot be written ({}): new compiles "
+                               "are kept in memory only",
+                               cache_dir, e.what()));
     }
   }
 
@@ -163,20 +229,15 @@ struct JitRuntime::Impl {
     return options.compile_memo_dir + "/" + key.digest() + ".memo";
   }
 
+  // A damaged or foreign memo entry is a miss: the key is compiled for real.
   bool read_memo(const std::string& path, const std::string& key_text, double* ms,
                  std::vector<char>* cubin) {
-    if (path.empty() || !paths::exists(path)) return false;
-    std::ifstream in(path, std::ios::binary);
-    std::string header, ms_text;
-    if (!in || !std::getline(in, header) || header != kMemoMagic + key_text) return false;
-    if (!std::getline(in, ms_text)) return false;
-    char* end = nullptr;
-    const double v = std::strtod(ms_text.c_str(), &end);
-    if (end == ms_text.c_str() || *end != '\0' || !(v >= 0)) return false;
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!is_elf(bytes)) return false;
-    *ms = v;
-    *cubin = std::move(bytes);
+    if (path.empty()) return false;
+    std::optional<double> stored;
+    std::string why;
+    if (read_entry(path, kMemoMagic, key_text, cubin, &stored, &why) != EntryRead::kOk || !stored)
+      return false;
+    *ms = *stored;
     return true;
   }
 
@@ -184,10 +245,8 @@ struct JitRuntime::Impl {
   void write_memo(const std::string& path, const std::string& key_text, double ms,
                   const std::vector<char>& cubin) {
     if (path.empty()) return;
-    std::string data = kMemoMagic + key_text + "\n" + fmt::format("{:.6f}", ms) + "\n";
-    data.append(cubin.data(), cubin.size());
     try {
-      paths::write_file_atomic(path, data);
+      paths::write_file_atomic(path, encode_entry(kMemoMagic, key_text, cubin, ms));
     } catch (const Error&) {
     }
   }
@@ -229,7 +288,7 @@ struct JitRuntime::Impl {
     const auto t0 = std::chrono::steady_clock::now();
     double ms = 0;
     std::string source;
-    if (read_disk(path, key_text, &ck->cubin)) {
+    if (read_disk(path, key_text, kernel.name, &ck->cubin)) {
       source = "disk";
       ms = ms_since(t0);
     } else {

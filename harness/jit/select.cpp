@@ -522,7 +522,9 @@ struct Autotuner::Impl {
       paths::make_dirs(dir);
       paths::write_file_atomic(path, doc.dump(2) + "\n");
     } catch (const Error& e) {
-      throw Error(std::string("autotune cache: ") + e.what());
+      // A read-only or full cache directory: the pick stays in memory for this run.
+      rt.monitor().warn(std::string("autotune cache cannot be written (") + e.what() +
+                        "): picks are kept in memory only");
     }
   }
 };

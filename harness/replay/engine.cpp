@@ -212,6 +212,10 @@ void Engine::snapshot_inner() {
     }
   }
   if (!tunes.empty()) result_.extra["autotunes"] = std::move(tunes);
+  if (jit_) {
+    const std::vector<std::string> warnings = jit_->monitor().warnings();
+    if (!warnings.empty()) result_.extra["jit_warnings"] = warnings;
+  }
   if (workspace_) {
     result_.workspace.locked_bytes = workspace_->locked_bytes();
     result_.workspace.peak_requested_bytes = workspace_->peak_requested_bytes();
