@@ -410,9 +410,15 @@ StrategyResult run_job(const ReplayArgs& a, const std::string& file, const Scena
     const auto b = at + 17, e = line.find('"', b);
     if (e != std::string::npos) on_phase(line.substr(b, e - b));
   };
+  // Which strategy a child's line comes from (strategies may run one after another quickly, and
+  // a warn line alone cannot say).
+  const std::string who = s.variants[job.variant].name.empty()
+                              ? st.name
+                              : st.name + " [" + s.variants[job.variant].name + "]";
   auto on_err = [&](const std::string& line) {
     // Children's stderr is shown with -v; `--jit-monitor warn` lines always.
-    if (a.verbose || line.rfind("coldstart: hot-path compile", 0) == 0) std::cerr << "  " << line << "\n";
+    if (a.verbose || line.rfind("coldstart: hot-path compile", 0) == 0)
+      std::cerr << "  " << who << ": " << line << "\n";
   };
   isolate::ChildExit ex = isolate::run_child(spec, on_msg, on_err);
   return isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));

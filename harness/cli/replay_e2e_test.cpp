@@ -243,6 +243,18 @@ TEST_F(ReplayE2E, CompileOnlyTargetsSetArchAndSmCountAndKeepTheOutcomes) {
   }
 }
 
+TEST_F(ReplayE2E, JitMonitorWarnLinesNameTheirStrategy) {
+  const std::string out = paths::join(dir_, "warn.txt");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --strategy none "
+                          "--set cudagraph_mode=piecewise --jit-monitor warn",
+                          out),
+            0);
+  const std::string text = read_text(out);
+  EXPECT_NE(text.find("  none: coldstart: hot-path compile of paged_prefill in phase prefill"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {
   auto by = replay("scenarios/qwen3-8b-overlapping-requests.yaml", "--strategy none");
   ASSERT_EQ(by.size(), 1u);
