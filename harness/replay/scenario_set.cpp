@@ -112,6 +112,12 @@ std::string set_path(YAML::Node root, const Path& path, const YAML::Node& value)
         return "";
       }
       YAML::Node next = cur[part];
+      // A key the file leaves out, set through a list index (engine.cudagraph_capture_sizes.0):
+      // it starts as an empty list, so the index is checked against it, not read as a map key.
+      if ((!next.IsDefined() || next.IsNull()) && is_index(path[i + 1])) {
+        cur[part] = YAML::Node(YAML::NodeType::Sequence);
+        next = cur[part];
+      }
       if (next.IsScalar())
         return fmt::format("'{}' is {}, not a mapping or list", join(child(here, part)),
                            kind_name(kind_of(next)));

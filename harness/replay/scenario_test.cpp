@@ -638,6 +638,14 @@ TEST_F(ScenarioFiles, SetBadValue) {
       << err;
   err = error_of(kBase, {"requests.5.prompt_tokens=1"});
   EXPECT_NE(err.find("past the end"), std::string::npos) << err;
+  // A list the file leaves out, set by index: a list of its own, the index checked at the --set.
+  EXPECT_EQ(load(kBase, {"engine.cudagraph_capture_sizes.0=4"}).engine.cudagraph_capture_sizes,
+            (std::vector<int>{4}));
+  err = error_of(kBase, {"engine.cudagraph_capture_sizes.2=4"});
+  EXPECT_NE(err.find("--set engine.cudagraph_capture_sizes.2: key "
+                     "'engine.cudagraph_capture_sizes.2': index 2 is past the end"),
+            std::string::npos)
+      << err;
   // A value replacing a whole section is checked key by key, reported at the --set.
   err = error_of(kBase, {"engine={max_num_seqs: 4, max_num_batched_tokens: 2048, foo: 1}"});
   EXPECT_NE(err.find("--set engine: key 'engine.foo': unknown key"), std::string::npos) << err;
