@@ -30,6 +30,7 @@
 #include <iostream>
 #include <regex>
 
+#include "harness/cli/cache_snapshot.h"
 #include "harness/cli/compare.h"
 #include "harness/cli/doctor.h"
 #include "harness/common/paths.h"
@@ -487,6 +488,10 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     memo.emplace("coldstart-memo-");
     a.compile_memo = memo->path;
   }
+  // With a persistent --cache-dir, each strategy run starts from the directory as it was when
+  // this run began (its own view), and what it compiled is merged back when it ends.
+  std::optional<cli::CacheSnapshots> cache_views;
+  if (!a.cache_dir.empty()) cache_views.emplace(a.cache_dir);
   std::vector<RunResults> runs(scenarios.size());
   for (size_t i = 0; i < scenarios.size(); ++i) runs[i].scenario = summarize(scenarios[i]);
   const std::string started_at = now_iso8601();
@@ -504,8 +509,11 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     for (int k = 0; k < a.repeat; ++k) {
       const std::string lab = a.repeat > 1 ? fmt::format("{} (run {}/{})", label, k + 1, a.repeat) : label;
       progress.update(j, lab, "");
-      reps.push_back(run_job(a, a.scenario_files[job.scenario], s, job,
+      ReplayArgs ja = a;
+      if (cache_views) ja.cache_dir = cache_views->begin_job();
+      reps.push_back(run_job(ja, a.scenario_files[job.scenario], s, job,
                              [&](const std::string& phase) { progress.update(j, lab, phase); }));
+      if (cache_views) cache_views->end_job(ja.cache_dir);
     }
     StrategyResult r = fold_repeats(std::move(reps));
     progress.done(j, label, r);

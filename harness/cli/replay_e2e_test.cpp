@@ -255,6 +255,43 @@ TEST_F(ReplayE2E, JitMonitorWarnLinesNameTheirStrategy) {
       << text;
 }
 
+/// With a persistent --cache-dir every strategy starts from the directory as the run found it:
+/// the warmer compiles the key `none` compiled on its hot path again instead of loading it; the
+/// next run loads everything the first one compiled.
+TEST_F(ReplayE2E, PersistentCacheDirEveryStrategyStartsFromTheRunStartState) {
+  const std::string cache = paths::join(dir_, "kernels");
+  paths::make_dirs(cache);
+  const std::string args = "--strategy none --strategy tq-decode-warmup "
+                           "--set cudagraph_mode=piecewise --cache-dir " + cache;
+  auto first = replay("scenarios/qwen3-8b-turboquant.yaml", args);
+  ASSERT_EQ(first.size(), 2u);
+  const StrategyResult& none = first.at("none []");
+  const StrategyResult& warm = first.at("tq-decode-warmup []");
+  ASSERT_EQ(none.hot_path_compiles.size(), 1u);
+  bool compiled_again = false;
+  for (const auto& c : warm.startup_compile_list) {
+    EXPECT_EQ(c.source, "nvrtc") << c.kernel << ": loaded what another strategy compiled";
+    compiled_again |= c.key == none.hot_path_compiles[0].key;
+  }
+  EXPECT_TRUE(compiled_again);
+  int entries = 0;
+  if (DIR* d = opendir(cache.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n == "." || n == "..") continue;
+      EXPECT_NE(n[0], '.') << "the run's work directory was left behind: " << n;
+      entries += n.size() > 6 && n.compare(n.size() - 6, 6, ".cubin") == 0;
+    }
+    closedir(d);
+  }
+  EXPECT_EQ(entries, static_cast<int>(warm.startup_compile_list.size()));
+  auto second = replay("scenarios/qwen3-8b-turboquant.yaml", args);
+  for (const auto& [name, r] : second) {
+    for (const auto& c : r.startup_compile_list) EXPECT_EQ(c.source, "disk") << name << c.kernel;
+    for (const auto& c : r.hot_path_compiles) EXPECT_EQ(c.source, "disk") << name << c.kernel;
+  }
+}
+
 TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {
   auto by = replay("scenarios/qwen3-8b-overlapping-requests.yaml", "--strategy none");
   ASSERT_EQ(by.size(), 1u);
@@ -280,10 +317,8 @@ TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {
 TEST_F(ReplayE2E, QwenNextHybridLayoutMoeConfigsAndGdnKeys) {
   // With speculative decoding configured the warmer also compiles the fused MTP decode kernel
   // (draft tokens are not replayed, so nothing else changes).
-  // One on-disk kernel cache for both strategies: the second loads what the first compiled
-  // (records with source "disk", same keys and phases), which halves the test's NVRTC time.
-  auto by = replay("scenarios/qwen3-next-gdn.yaml", "--set engine.num_speculative_tokens=3 "
-                   "--cache-dir " + paths::join(dir_, "kernels"));
+  // (The run's compile memo serves the second strategy's keys, which halves the NVRTC time.)
+  auto by = replay("scenarios/qwen3-next-gdn.yaml", "--set engine.num_speculative_tokens=3");
   ASSERT_EQ(by.size(), 2u);
   const StrategyResult& none = by.at("none []");
   const StrategyResult& warm = by.at("qwen-gdn-warmup []");

@@ -1,0 +1,112 @@
+// coldstart: per-strategy views of a persistent kernel cache. See cache_snapshot.h.
+#include "harness/cli/cache_snapshot.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "harness/common/error.h"
+#include "harness/common/paths.h"
+
+namespace coldstart::cli {
+namespace {
+
+/// Names in `dir` (no "." / ".."; none starting with '.'), with whether each is a directory.
+std::vector<std::pair<std::string, bool>> entries(const std::string& dir) {
+  std::vector<std::pair<std::string, bool>> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    // Hidden names (the run's own work directory) and the temporary files of an atomic write
+    // that a killed process left behind are not cache entries.
+    if (name.empty() || name[0] == '.' || name.find(".tmp.") != std::string::npos) continue;
+    struct stat st {};
+    if (::lstat(paths::join(dir, name).c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) out.emplace_back(name, true);
+    else if (S_ISREG(st.st_mode)) out.emplace_back(name, false);
+  }
+  ::closedir(d);
+  return out;
+}
+
+/// `dst` as a hard link of `src`, else a copy (written atomically). False when `dst` exists
+/// or neither works.
+bool link_or_copy(const std::string& src, const std::string& dst) {
+  if (::link(src.c_str(), dst.c_str()) == 0) return true;
+  if (errno == EEXIST) return false;
+  std::ifstream in(src, std::ios::binary);
+  if (!in) return false;
+  std::stringstream data;
+  data << in.rdbuf();
+  if (paths::exists(dst)) return false;
+  try {
+    paths::write_file_atomic(dst, data.str());
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+/// Every regular file under `from` that `to` lacks, linked or copied into `to` (directories
+/// created as needed); what `to` has is kept. Returns the number added.
+int mirror(const std::string& from, const std::string& to) {
+  int added = 0;
+  for (const auto& [name, is_dir] : entries(from)) {
+    const std::string src = paths::join(from, name), dst = paths::join(to, name);
+    if (is_dir) {
+      try {
+        paths::make_dirs(dst);
+      } catch (const Error&) {
+        continue;
+      }
+      added += mirror(src, dst);
+    } else if (!paths::exists(dst) && link_or_copy(src, dst)) {
+      ++added;
+    }
+  }
+  return added;
+}
+
+std::string make_dir_in(const std::string& parent, const std::string& prefix) {
+  std::string templ = paths::join(parent, prefix + "XXXXXX");
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) return "";
+  return buf.data();
+}
+
+}  // namespace
+
+CacheSnapshots::CacheSnapshots(const std::string& cache_dir) : cache_dir_(cache_dir) {
+  work_ = ::access(cache_dir.c_str(), W_OK) == 0 ? make_dir_in(cache_dir, ".coldstart-run-") : "";
+  if (work_.empty()) work_ = paths::make_temp_dir("coldstart-cache-run-");
+  snapshot_ = paths::join(work_, "snapshot");
+  paths::make_dirs(snapshot_);
+  mirror(cache_dir_, snapshot_);
+}
+
+CacheSnapshots::~CacheSnapshots() { paths::remove_tree(work_); }
+
+std::string CacheSnapshots::begin_job() {
+  const std::string view = paths::join(work_, "job-" + std::to_string(next_++));
+  paths::make_dirs(view);
+  mirror(snapshot_, view);
+  return view;
+}
+
+int CacheSnapshots::end_job(const std::string& view) {
+  int added = 0;
+  if (::access(cache_dir_.c_str(), W_OK) == 0) added = mirror(view, cache_dir_);
+  paths::remove_tree(view);
+  return added;
+}
+
+}  // namespace coldstart::cli
