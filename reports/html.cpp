@@ -237,7 +237,7 @@ std::string results_table(const std::vector<const StrategyResult*>& rows) {
         "<td class=\"num\">{} / {} MB</td></tr>\n",
         esc(r->strategy.empty() ? "?" : r->strategy), esc(warmers.empty() ? "(none)" : warmers), badge(*r),
         ms_cell(r->startup_ms), ms_cell(r->ttft_ms), ms_cell(r->first_decode_ms), ms_cell(r->steady_ttft_ms),
-        ratio, r->hot_path_compiles.size(), detail::mb(r->workspace.locked_bytes),
+        ratio, hot_path_compiled(*r).size(), detail::mb(r->workspace.locked_bytes),
         detail::mb(r->workspace.peak_requested_bytes));
   }
   return s + "</tbody></table>\n";
@@ -254,7 +254,8 @@ std::string compile_list(const std::vector<const StrategyResult*>& rows) {
     for (const auto& e : r->hot_path_compiles) {
       s += fmt::format(
           "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td><code>{}</code></td></tr>\n",
-          esc(r->strategy), esc(e.kernel), esc(e.phase), esc(ms_text(e.compile_ms)), esc(e.key));
+          esc(r->strategy), esc(e.kernel), esc(e.phase),
+          esc(ms_text(e.compile_ms) + (e.source == "disk" ? " (loaded)" : "")), esc(e.key));
     }
   }
   return s + "</tbody></table>\n";

@@ -37,7 +37,7 @@ struct CaseVerdict {
 };
 
 bool hot_path_is_failure(const StrategyResult& r, const JunitOptions& o) {
-  if (r.hot_path_compiles.empty()) return false;
+  if (hot_path_compiled(r).empty()) return false;  // loads from the disk cache are not compiles
   return o.hot_path_compiles_fail || detail::disallowed_hot_path(r);
 }
 
@@ -65,8 +65,8 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
     v.text = error.empty() ? "(no error text)" : error;
     if (hot_fail) {
       v.text += fmt::format("\n\nAlso {} hot-path compile(s), which this strategy does not allow:\n",
-                            r.hot_path_compiles.size());
-      v.text += compile_lines(r.hot_path_compiles);
+                            hot_path_compiled(r).size());
+      v.text += compile_lines(hot_path_compiled(r));
     }
   } else if (skipped) {
     v.kind = CaseVerdict::kSkipped;
@@ -80,10 +80,11 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
     v.kind = CaseVerdict::kFailure;
     v.type = "hot_path_compile";
     std::vector<std::string> kernels;
-    for (const auto& e : r.hot_path_compiles) kernels.push_back(e.kernel + " (" + e.phase + ")");
-    v.message = fmt::format("{} hot-path compile(s) not allowed: {}", r.hot_path_compiles.size(),
+    const std::vector<CompileEvent> compiled = hot_path_compiled(r);
+    for (const auto& e : compiled) kernels.push_back(e.kernel + " (" + e.phase + ")");
+    v.message = fmt::format("{} hot-path compile(s) not allowed: {}", compiled.size(),
                             fmt::join(kernels, ", "));
-    v.text = compile_lines(r.hot_path_compiles);
+    v.text = compile_lines(compiled);
   }
   return v;
 }
@@ -106,9 +107,12 @@ std::string case_output(const StrategyResult& r) {
     s += "\n";
   }
   s += fmt::format("startup compiles: {}\n", r.startup_compiles);
-  s += fmt::format("hot-path compiles: {}\n", r.hot_path_compiles.size());
+  s += fmt::format("hot-path compiles: {}", hot_path_compiled(r).size());
+  if (hot_path_loads(r) > 0) s += fmt::format(" (+{} loaded from the kernel cache)", hot_path_loads(r));
+  s += "\n";
   for (const auto& e : r.hot_path_compiles) {
-    s += fmt::format("  {} in {} ({:.3f} ms): {}\n", e.kernel, e.phase, e.compile_ms, e.key);
+    s += fmt::format("  {} in {} ({:.3f} ms{}): {}\n", e.kernel, e.phase, e.compile_ms,
+                     e.source == "disk" ? ", loaded" : "", e.key);
   }
   s += fmt::format("workspace: locked {} MB, peak requested {} MB, {} slot(s)\n",
                    detail::mb(r.workspace.locked_bytes), detail::mb(r.workspace.peak_requested_bytes),

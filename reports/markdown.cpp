@@ -67,10 +67,13 @@ std::string outcome_cell(const StrategyResult& r) {
 }
 
 std::string compiles_cell(const StrategyResult& r) {
-  if (r.hot_path_compiles.empty()) return "0";
+  const std::vector<CompileEvent> compiled = hot_path_compiled(r);  // disk loads listed apart
+  const int loads = hot_path_loads(r);
+  const std::string loaded = loads > 0 ? fmt::format(" (+{} loaded)", loads) : "";
+  if (compiled.empty()) return "0" + loaded;
   std::vector<std::string> parts;
-  for (const auto& e : r.hot_path_compiles) parts.push_back(cell(e.kernel) + " (" + cell(e.phase) + ")");
-  return fmt::format("**{}**: {}", r.hot_path_compiles.size(), fmt::join(parts, ", "));
+  for (const auto& e : compiled) parts.push_back(cell(e.kernel) + " (" + cell(e.phase) + ")");
+  return fmt::format("**{}**: {}{}", compiled.size(), fmt::join(parts, ", "), loaded);
 }
 
 // A fence longer than any run of backticks in `text`, so error text cannot close it early.

@@ -192,7 +192,7 @@ std::string device_text(const RunMeta& m) {
 }
 
 bool disallowed_hot_path(const StrategyResult& r) {
-  if (r.hot_path_compiles.empty()) return false;
+  if (hot_path_compiled(r).empty()) return false;  // a load from the disk cache is not a compile
   auto allow = extra_bool(r, "allow_hot_path_compiles");
   return allow && !*allow;
 }

@@ -202,6 +202,17 @@ TEST(Table, AWarmerThatDidNothingAndJitWarningsAreNamedUnderTheTable) {
   EXPECT_EQ(render_table(fixed_run(), false).find("did nothing"), std::string::npos);
 }
 
+TEST(Table, HotPathLoadsFromTheKernelCacheAreShownApartAndNeverFail) {
+  RunResults run = fixed_run();
+  StrategyResult warm = make("warm-cache", {"tq-decode-warmup"}, Outcome::kOk);
+  warm.extra["allow_hot_path_compiles"] = false;
+  warm.hot_path_compiles = {{"tq_store", "a", 0.3, "prefill", "disk"}};
+  run.results.push_back(warm);
+  const std::string text = render_table(run, false);
+  EXPECT_NE(text.find("0 (+1 loaded)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("warm-cache: failed"), std::string::npos) << text;
+}
+
 TEST(Table, EmptyRun) {
   RunResults run;
   std::string text = render_table(run, false);

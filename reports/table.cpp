@@ -133,7 +133,8 @@ std::string render_table(const RunResults& run, bool color) {
         ms(r->ttft_ms),
         ms(r->first_decode_ms),
         ms(r->steady_ttft_ms),
-        compiles_cell(r->hot_path_compiles),
+        compiles_cell(hot_path_compiled(*r)) +
+            (hot_path_loads(*r) > 0 ? fmt::format(" (+{} loaded)", hot_path_loads(*r)) : ""),
         fmt::format("{} / {}", mb(r->workspace.locked_bytes), mb(r->workspace.peak_requested_bytes)),
     };
     for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == "-";
@@ -223,10 +224,11 @@ std::string render_table(const RunResults& run, bool color) {
       out += paint(fmt::format("{}: failed: allow_hot_path_compiles is false", label(*r)), kRed) +
              "\n";
       std::vector<std::string> names;
-      for (const auto& e : r->hot_path_compiles) {
+      const std::vector<CompileEvent> compiled = hot_path_compiled(*r);
+      for (const auto& e : compiled) {
         if (std::find(names.begin(), names.end(), e.kernel) == names.end()) names.push_back(e.kernel);
       }
-      text = fmt::format("{} hot-path compile(s): {}", r->hot_path_compiles.size(),
+      text = fmt::format("{} hot-path compile(s): {}", compiled.size(),
                          fmt::join(names, ", "));
     } else {
       out += paint(fmt::format("{}: {}{}", label(*r), outcome_name(r->outcome), where),

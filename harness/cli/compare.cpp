@@ -169,7 +169,7 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
     known.insert({e.kernel, key_without_target(e.key)});
   }
   std::set<std::pair<std::string, std::string>> reported;
-  for (const CompileEvent& e : cr.hot_path_compiles) {
+  for (const CompileEvent& e : hot_path_compiled(cr)) {  // a disk load is not a new compile
     const std::pair<std::string, std::string> id{e.kernel, key_without_target(e.key)};
     if (known.count(id) == 0 && reported.insert(id).second) row.new_hot_path_compiles.push_back(e);
   }

@@ -116,6 +116,17 @@ TEST(CheckExpectations, HotPathKernelsAreASetAndMaxIsABound) {
                      "none: hot-path kernels [a, c], expected [a, b] (rule at s.yaml:5)"});
 }
 
+TEST(CheckExpectations, LoadsFromTheKernelCacheAreNotCompiles) {
+  Expectation e = rule("none", 5);
+  e.hot_path_compiles = 1;
+  e.hot_path_kernels = std::vector<std::string>{"a"};
+  StrategyResult r = result("none", "", Outcome::kOk, {"a"});
+  r.hot_path_compiles.push_back(CompileEvent{"b", "b[key]", 0.2, "first_decode", "disk"});
+  EXPECT_TRUE(check_expectations(with({e}), "cuda", {r}).empty());
+  EXPECT_EQ(hot_path_compiled(r).size(), 1u);
+  EXPECT_EQ(hot_path_loads(r), 1);
+}
+
 TEST(CheckExpectations, ErrorPrefixComparesTheStart) {
   Expectation e = rule("none", 5);
   e.error_prefix = "locked";

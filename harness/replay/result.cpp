@@ -102,6 +102,19 @@ bool operator==(const PhaseTiming& a, const PhaseTiming& b) {
   return a.name == b.name && same(a.ms, b.ms) && same(a.gpu_ms, b.gpu_ms) && a.request == b.request;
 }
 
+std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r) {
+  std::vector<CompileEvent> out;
+  for (const auto& e : r.hot_path_compiles)
+    if (e.source != "disk") out.push_back(e);
+  return out;
+}
+
+int hot_path_loads(const StrategyResult& r) {
+  int n = 0;
+  for (const auto& e : r.hot_path_compiles) n += e.source == "disk";
+  return n;
+}
+
 bool operator==(const CompileEvent& a, const CompileEvent& b) {
   return a.kernel == b.kernel && a.key == b.key && same(a.compile_ms, b.compile_ms) &&
          a.phase == b.phase && a.source == b.source && a.selector == b.selector &&

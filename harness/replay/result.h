@@ -121,6 +121,13 @@ struct RunResults {
   std::vector<StrategyResult> results;
 };
 
+/// The hot-path events that compiled (source "nvrtc", or "refused" under --jit-monitor error),
+/// leaving out loads from the on-disk kernel cache (source "disk"): what every report counts as
+/// a hot-path compile, the expect: rules check and compare gates on.
+std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r);
+/// How many hot-path events were loads from the on-disk kernel cache (shown beside the count).
+int hot_path_loads(const StrategyResult& r);
+
 bool operator==(const PhaseTiming& a, const PhaseTiming& b);
 bool operator==(const CompileEvent& a, const CompileEvent& b);
 bool operator==(const WorkspaceStats& a, const WorkspaceStats& b);
