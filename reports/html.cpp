@@ -284,6 +284,7 @@ std::string meta_line(const RunMeta& m) {
   add("coldstart", m.coldstart_version + (m.git_sha.empty() ? "" : " (" + m.git_sha + ")"));
   add("host", m.hostname);
   add("started", m.started_at);
+  for (const auto& kv : m.sets) s += " · --set <code>" + esc(kv) + "</code>";
   return s;
 }
 

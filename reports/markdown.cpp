@@ -123,6 +123,11 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     // A merged file may hold scenarios from different machines: name the device when it differs.
     std::string device = device_line(run.meta);
     if (device != first_device) out += device + "\n\n";
+    if (!run.meta.sets.empty()) {
+      std::vector<std::string> sets;
+      for (const auto& kv : run.meta.sets) sets.push_back("`" + detail::clean_text(kv) + "`");
+      out += fmt::format("Settings: --set {}\n\n", fmt::join(sets, ", "));
+    }
 
     std::vector<const StrategyResult*> rows = detail::grouped_rows(run);
     std::stable_partition(rows.begin(), rows.end(), [](const StrategyResult* r) { return failed(*r); });

@@ -470,6 +470,17 @@ TEST(Markdown, FailuresFirstAndEveryRowComplete) {
 // ---------------------------------------------------------------------------------------------
 // HTML
 
+TEST(Reports, SetOverridesAreShownInMarkdownAndHtml) {
+  std::vector<RunResults> with_sets = fixed_runs();
+  with_sets.front().meta.sets = {"cudagraph_mode=piecewise", "requests.0.prompt_tokens=8192"};
+  EXPECT_NE(render_markdown(with_sets).find("Settings: --set `cudagraph_mode=piecewise`, "
+                                            "`requests.0.prompt_tokens=8192`"),
+            std::string::npos);
+  EXPECT_NE(render_html(with_sets).find("--set <code>requests.0.prompt_tokens=8192</code>"),
+            std::string::npos);
+  EXPECT_EQ(render_markdown(fixed_runs()).find("Settings:"), std::string::npos);
+}
+
 TEST(Html, MatchesGolden) { check_golden("html_golden.html", render_html(runs())); }
 
 TEST(Html, SelfContainedWellFormedAndHasBothChartsPerVariant) {

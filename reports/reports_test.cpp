@@ -213,6 +213,15 @@ TEST(Table, HotPathLoadsFromTheKernelCacheAreShownApartAndNeverFail) {
   EXPECT_EQ(text.find("warm-cache: failed"), std::string::npos) << text;
 }
 
+TEST(Table, SetOverridesAreShownInTheHeader) {
+  RunResults run = fixed_run();
+  run.meta.sets = {"cudagraph_mode=piecewise", "requests.0.prompt_tokens=8192"};
+  EXPECT_NE(render_table(run, false).find(
+                "--set cudagraph_mode=piecewise  --set requests.0.prompt_tokens=8192\n"),
+            std::string::npos);
+  EXPECT_EQ(render_table(fixed_run(), false).find("--set"), std::string::npos);
+}
+
 TEST(Table, EmptyRun) {
   RunResults run;
   std::string text = render_table(run, false);

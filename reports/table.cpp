@@ -156,6 +156,7 @@ std::string render_table(const RunResults& run, bool color) {
   out += fmt::format("device: {}  mode: {}  coldstart {}{}\n", device,
                      m.mode.empty() ? "?" : m.mode, m.coldstart_version.empty() ? "?" : m.coldstart_version,
                      m.git_sha.empty() ? "" : " (" + m.git_sha + ")");
+  if (!m.sets.empty()) out += fmt::format("--set {}\n", fmt::join(m.sets, "  --set "));
   out += "\n";
 
   auto join_row = [&](const std::vector<std::string>& row, const std::vector<std::string>& paints) {

@@ -521,6 +521,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     RunResults& run = runs[job.scenario];
     run.results.push_back(std::move(r));
     run.meta = make_meta(run.results, cmdline, started_at);
+    run.meta.sets = a.sets;
     // Written after every strategy, atomically, so results survive a later failure.
     write_outputs(a, runs);
   }

@@ -144,7 +144,7 @@ bool operator==(const RunMeta& a, const RunMeta& b) {
          a.device_name == b.device_name && a.sm == b.sm && a.sm_count == b.sm_count &&
          a.driver == b.driver && a.cuda == b.cuda && a.nvrtc == b.nvrtc && a.torch == b.torch &&
          a.hostname == b.hostname && a.started_at == b.started_at &&
-         a.command_line == b.command_line;
+         a.command_line == b.command_line && a.sets == b.sets;
 }
 
 bool operator==(const ScenarioSummary& a, const ScenarioSummary& b) {
@@ -279,7 +279,8 @@ void to_json(json& j, const RunMeta& v) {
            {"torch", v.torch},
            {"hostname", v.hostname},
            {"started_at", v.started_at},
-           {"command_line", v.command_line}};
+           {"command_line", v.command_line},
+           {"sets", v.sets}};
 }
 
 void from_json(const json& j, RunMeta& v) {
@@ -296,6 +297,7 @@ void from_json(const json& j, RunMeta& v) {
   v.hostname = value_or<std::string>(j, "hostname", "");
   v.started_at = value_or<std::string>(j, "started_at", "");
   v.command_line = value_or<std::string>(j, "command_line", "");
+  v.sets = value_or<std::vector<std::string>>(j, "sets", {});
 }
 
 void to_json(json& j, const ScenarioSummary& v) {

@@ -105,6 +105,7 @@ struct RunMeta {
   std::string driver, cuda, nvrtc, torch, hostname;
   std::string started_at;               ///< ISO-8601 UTC, e.g. "2025-01-31T12:00:00Z"
   std::string command_line;
+  std::vector<std::string> sets;        ///< the run's `--set KEY=VALUE` overrides, in order
 };
 
 /// Which scenario ran. `model` and `engine` are free-form summaries (JSON objects).
