@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <dirent.h>
 #include <execinfo.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -188,6 +189,7 @@ void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& o
   }
   for (const auto& out : outputs) {
     if (out.empty()) continue;
+    if (paths::is_directory(out)) throw InputError("output '" + out + "': is a directory");
     const std::string dir = paths::parent(out).empty() ? "." : paths::parent(out);
     if (!paths::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
       throw InputError("output '" + out + "': directory '" + dir + "' does not exist or is not writable");
@@ -452,14 +454,33 @@ void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {
   reports::write_report_files(runs, files);
 }
 
+/// Same file (device and inode) as an existing `input`: an output must never overwrite an input.
+bool same_file(const std::string& out, const std::string& input) {
+  struct stat so {}, si {};
+  return ::stat(out.c_str(), &so) == 0 && ::stat(input.c_str(), &si) == 0 &&
+         so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+}
+
 int replay_main(ReplayArgs a, const std::string& cmdline) {
   if (a.repeat < 1) throw InputError("--repeat must be at least 1");
-  validate_run_options(a, {a.json, a.junit, a.md, a.html, a.trace});
+  const std::vector<std::string> outputs = {a.json, a.junit, a.md, a.html, a.trace};
+  validate_run_options(a, outputs);
   std::vector<Scenario> scenarios;
   for (const auto& f : a.scenario_files) {
     ReplayArgs one = a;
     one.scenario = f;
     scenarios.push_back(load(one));
+  }
+  // An output that is one of the run's inputs would be overwritten after the first strategy
+  // (and the children, which read the scenario, would then read results).
+  for (const auto& out : outputs) {
+    if (out.empty()) continue;
+    for (const Scenario& sc : scenarios) {
+      for (const std::string& in : {sc.file, sc.model.config_file}) {
+        if (!in.empty() && same_file(out, in))
+          throw InputError("output '" + out + "': is an input of this run (" + in + ")");
+      }
+    }
   }
   for (const auto& name : a.strategies) {
     bool found = false;
@@ -497,6 +518,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   const std::string started_at = now_iso8601();
   Progress progress(jobs.size(), isatty(STDERR_FILENO) != 0);
   int harness_errors = 0;
+  std::string write_failed;  // the last results write's error, "" when it succeeded
   for (size_t j = 0; j < jobs.size(); ++j) {
     const Job& job = jobs[j];
     const Scenario& s = scenarios[job.scenario];
@@ -522,11 +544,33 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     run.results.push_back(std::move(r));
     run.meta = make_meta(run.results, cmdline, started_at);
     run.meta.sets = a.sets;
-    // Written after every strategy, atomically, so results survive a later failure.
-    write_outputs(a, runs);
+    // Written after every strategy, atomically, so results survive a later failure. A write
+    // that fails (the directory went away or became read-only) does not stop the run: the
+    // results stay in memory and the write is tried again at the end.
+    try {
+      write_outputs(a, runs);
+      write_failed.clear();
+    } catch (const Error& e) {
+      if (write_failed.empty()) std::cerr << "coldstart: writing the results failed (" << e.what()
+                                          << "); continuing, will try again at the end\n";
+      write_failed = e.what();
+    }
+  }
+  if (!write_failed.empty()) {
+    try {
+      write_outputs(a, runs);
+      write_failed.clear();
+    } catch (const Error& e) {
+      write_failed = e.what();
+    }
   }
   for (const RunResults& run : runs) {
     if (!run.results.empty()) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+  }
+  if (!write_failed.empty()) {
+    // The table above is what remains of this run: say so, and fail (a harness error).
+    std::cerr << "coldstart: error: the results could not be written: " << write_failed << "\n";
+    ++harness_errors;
   }
   // The scenarios' own tests: every `expect:` rule against this run's results.
   int unmet = 0;

@@ -164,6 +164,14 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --set engine.block_size=17 --json " + json), 2);
   EXPECT_EQ(run_coldstart("replay scenarios/does-not-exist.yaml --json " + json), 2);
   EXPECT_FALSE(paths::exists(json));
+  // An output that is a directory, or one of the run's inputs, is refused before anything runs
+  // (the input stays as it was).
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --json " + dir_), 2);
+  const std::string before = read_text(source_dir() + "/fixtures/hf-configs/qwen3-8b.json");
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only "
+                          "--md fixtures/hf-configs/qwen3-8b.json"),
+            2);
+  EXPECT_EQ(read_text(source_dir() + "/fixtures/hf-configs/qwen3-8b.json"), before);
 }
 
 TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
