@@ -454,6 +454,21 @@ void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {
   reports::write_report_files(runs, files);
 }
 
+/// std::regex compiles and matches by recursion: a --filter of thousands of nested groups
+/// overflows the stack. Names are short, so a filter has no need of either.
+void check_filter_size(const std::string& filter) {
+  int depth = 0, deepest = 0;
+  for (char c : filter) {
+    if (c == '(') deepest = std::max(deepest, ++depth);
+    if (c == ')') --depth;
+  }
+  if (filter.size() > 1024 || deepest > 32) {
+    throw InputError(fmt::format("--filter: {} characters with groups nested {} deep; at most 1024 "
+                                 "characters and 32 levels",
+                                 filter.size(), deepest));
+  }
+}
+
 /// Same file (device and inode) as an existing `input`: an output must never overwrite an input.
 bool same_file(const std::string& out, const std::string& input) {
   struct stat so {}, si {};
@@ -489,6 +504,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     if (!found) throw InputError(fmt::format("--strategy '{}': in none of the scenarios", name));
   }
   if (!a.filter.empty()) {
+    check_filter_size(a.filter);
     try {
       std::regex check(a.filter);
     } catch (const std::regex_error& e) {
@@ -625,6 +641,7 @@ int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
 int list_main(std::vector<std::string> scenarios, const std::string& filter) {
   std::optional<std::regex> re;
   if (!filter.empty()) {
+    check_filter_size(filter);
     try {
       re.emplace(filter);
     } catch (const std::regex_error& e) {

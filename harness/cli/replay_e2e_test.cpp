@@ -172,6 +172,10 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
                           "--md fixtures/hf-configs/qwen3-8b.json"),
             2);
   EXPECT_EQ(read_text(source_dir() + "/fixtures/hf-configs/qwen3-8b.json"), before);
+  // std::regex recurses per nested group: a deep --filter is refused, not a stack overflow.
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --filter '" +
+                          std::string(5000, '(') + std::string(5000, ')') + "'"),
+            2);
 }
 
 TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {

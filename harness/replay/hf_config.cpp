@@ -1,6 +1,8 @@
 // coldstart: reading the HF config.json a scenario names (see hf_config.h).
 #include "harness/replay/hf_config.h"
 
+#include "harness/common/error.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -220,7 +222,13 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
                            suggest(e.key, cfg_keys)));
         continue;
       }
-      json v = to_json(e.value);
+      json v;
+      try {
+        v = to_json(e.value);
+      } catch (const coldstart::InputError& err) {  // e.g. an alias that contains itself
+        c.fail(e.path, e.value.Mark(), err.what());
+        continue;
+      }
       if (!same_type(cfg[e.key], v)) {
         c.fail(e.path, e.value.Mark(),
                fmt::format("expected {} (as in {}), got {}", json_kind(cfg[e.key]),

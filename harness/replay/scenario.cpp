@@ -478,7 +478,13 @@ Scenario build(Checker& c, const YAML::Node& root, const ScenarioRules& rules,
     for (const auto& v : s.variants)
       if (!contains(variants, v.name)) variants.push_back(v.name);
     load_expectations(c, *x, strategies, variants, s.expectations);
-    if (x->value.IsSequence()) s.expect = to_json(x->value);
+    if (x->value.IsSequence()) {
+      try {
+        s.expect = to_json(x->value);
+      } catch (const InputError& e) {  // e.g. an alias that contains itself
+        c.fail({"expect"}, x->value.Mark(), e.what());
+      }
+    }
   }
   return s;
 }

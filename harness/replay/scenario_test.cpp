@@ -12,6 +12,7 @@
 
 #include "harness/common/error.h"
 #include "harness/replay/scenario_test_util.h"
+#include "harness/replay/yaml_check.h"
 
 namespace coldstart {
 namespace {
@@ -752,6 +753,32 @@ TEST(CudaGraphModeNames, RoundTrip) {
   EXPECT_EQ(parse_cudagraph_mode("FULL_AND_PIECEWISE"), CudaGraphMode::kFullAndPiecewise);
   EXPECT_FALSE(parse_cudagraph_mode("bogus").has_value());
   EXPECT_FALSE(parse_cudagraph_mode("").has_value());
+}
+
+
+// Inputs that used to kill the loader by a signal (stack overflow) give a clean error instead.
+TEST_F(ScenarioFiles, SelfReferringAliasesAndHugeScalarsAreCleanErrors) {
+  std::string err = error_of(std::string(kBase) + "expect: &c [*c]\n");
+  EXPECT_NE(err.find("s.yaml:16:9: key 'expect'"), std::string::npos) << err;
+  EXPECT_NE(err.find("nests more than 64 levels"), std::string::npos) << err;
+  err = error_of(replace(kBase, "  config: qwen3.json\n",
+                         "  config: qwen3.json\n  overrides: {num_hidden_layers: &c [*c]}\n"));
+  EXPECT_NE(err.find("key 'model.overrides.num_hidden_layers'"), std::string::npos) << err;
+  EXPECT_NE(err.find("nests more than 64 levels"), std::string::npos) << err;
+  err = error_of(std::string(kBase) + "timeout_s: " + std::string(40000, '9') + "\n");
+  EXPECT_NE(err.find("key 'timeout_s'"), std::string::npos) << err;
+}
+
+// The hand-written number scanner types plain scalars as YAML 1.2's core schema does.
+TEST(YamlScalars, CoreSchemaNumbers) {
+  using scenario_detail::Kind;
+  auto kind = [](const std::string& text) { return scenario_detail::kind_of(YAML::Load(text)); };
+  for (const char* i : {"0", "-7", "+12", "0012"}) EXPECT_EQ(kind(i), Kind::kInt) << i;
+  for (const char* f : {"1.5", "-.5", "1.", "2e3", "1.5E-3", "+.inf", "-.Inf", ".INF", ".nan", ".NaN"})
+    EXPECT_EQ(kind(f), Kind::kFloat) << f;
+  for (const char* t : {"1e", ".", "+", "1.2.3", "e5", "0x10", "1_000", "-.nan", "inf", "12a"})
+    EXPECT_EQ(kind(t), Kind::kString) << t;
+  EXPECT_EQ(kind(std::string(40000, '9')), Kind::kInt);
 }
 
 }  // namespace

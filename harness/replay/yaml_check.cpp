@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include <regex>
 #include <tuple>
 
 #include "harness/common/error.h"
@@ -122,15 +121,42 @@ const char* kind_name(Kind k) {
 
 namespace {
 
-const std::regex& int_re() {
-  static const std::regex re("[-+]?[0-9]+");
-  return re;
+// YAML 1.2 core-schema numbers, scanned by hand: linear in the scalar's length (std::regex
+// recursed once per character and overflowed the stack on a 40,000-digit scalar).
+bool digits(const std::string& s, size_t& i) {
+  const size_t start = i;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  return i > start;
 }
-const std::regex& float_re() {
-  static const std::regex re(
-      "[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|"
-      "NAN)");
-  return re;
+
+// [-+]?[0-9]+
+bool is_int_text(const std::string& s) {
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  return digits(s, i) && i == s.size();
+}
+
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)? | [-+]?.inf | .nan (any of 3 casings)
+bool is_float_text(const std::string& s) {
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  const std::string rest = s.substr(i);
+  if (rest == ".inf" || rest == ".Inf" || rest == ".INF") return true;
+  if (i == 0 && (s == ".nan" || s == ".NaN" || s == ".NAN")) return true;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    if (!digits(s, i)) return false;
+  } else {
+    if (!digits(s, i)) return false;
+    if (i < s.size() && s[i] == '.') {
+      ++i;
+      digits(s, i);
+    }
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    if (!digits(s, i)) return false;
+  }
+  return i == s.size();
 }
 
 }  // namespace
@@ -146,8 +172,8 @@ Kind kind_of(const YAML::Node& n) {
   if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return Kind::kNull;
   if (s == "true" || s == "True" || s == "TRUE" || s == "false" || s == "False" || s == "FALSE")
     return Kind::kBool;
-  if (std::regex_match(s, int_re())) return Kind::kInt;
-  if (std::regex_match(s, float_re())) return Kind::kFloat;
+  if (is_int_text(s)) return Kind::kInt;
+  if (is_float_text(s)) return Kind::kFloat;
   return Kind::kString;
 }
 
@@ -159,7 +185,18 @@ double scalar_double(const std::string& s) {
   return std::strtod(s.c_str(), nullptr);
 }
 
-json to_json(const YAML::Node& n) {
+namespace {
+
+// Deeper than any scenario or config needs; an alias that refers to itself (`&c [*c]`) is
+// infinitely deep and would otherwise recurse until the stack overflows.
+constexpr int kMaxDepth = 64;
+
+json to_json_at(const YAML::Node& n, int depth) {
+  if (depth > kMaxDepth) {
+    throw InputError(fmt::format("a value at line {} column {} nests more than {} levels deep (an "
+                                 "alias that refers to itself?)",
+                                 n.Mark().line + 1, n.Mark().column + 1, kMaxDepth));
+  }
   switch (kind_of(n)) {
     case Kind::kNull:
       return nullptr;
@@ -177,17 +214,22 @@ json to_json(const YAML::Node& n) {
       return n.Scalar();
     case Kind::kList: {
       json a = json::array();
-      for (const auto& e : n) a.push_back(to_json(e));
+      for (const auto& e : n) a.push_back(to_json_at(e, depth + 1));
       return a;
     }
     case Kind::kMap: {
       json o = json::object();
-      for (auto it = n.begin(); it != n.end(); ++it) o[it->first.Scalar()] = to_json(it->second);
+      for (auto it = n.begin(); it != n.end(); ++it)
+        o[it->first.Scalar()] = to_json_at(it->second, depth + 1);
       return o;
     }
   }
   return nullptr;
 }
+
+}  // namespace
+
+json to_json(const YAML::Node& n) { return to_json_at(n, 0); }
 
 std::string flow_text(const YAML::Node& n) {
   if (n.IsScalar() && !is_quoted(n)) return n.Scalar();
