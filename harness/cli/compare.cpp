@@ -339,6 +339,39 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
     }
   }
 
+  // The same scenario name with another model or engine: the pairs are not like for like.
+  std::map<std::string, const RunResults*> first_b;
+  for (const auto& r : baseline) first_b.emplace(r.scenario.name, &r);
+  std::set<std::string> noted;
+  for (const auto& r : current) {
+    auto it = first_b.find(r.scenario.name);
+    if (it == first_b.end() || !noted.insert(r.scenario.name).second) continue;
+    for (const char* part : {"model", "engine"}) {
+      const nlohmann::json& bj = std::string(part) == "model" ? it->second->scenario.model
+                                                              : it->second->scenario.engine;
+      const nlohmann::json& cj = std::string(part) == "model" ? r.scenario.model : r.scenario.engine;
+      if (!bj.is_null() && !cj.is_null() && bj != cj) {
+        report.notes.push_back(fmt::format("{}: the {} differs between the files (baseline {}, "
+                                           "current {}); its pairs are not like for like",
+                                           r.scenario.name, part, bj.dump(), cj.dump()));
+      }
+    }
+  }
+
+  size_t removed = 0;
+  std::string first_removed;
+  for (const CompareRow& row : report.rows) {
+    if (row.presence != CompareRow::Presence::kRemoved) continue;
+    if (removed++ == 0) first_removed = row.label();
+  }
+  if (removed > 0 && !options.allow_removed) {
+    report.regressed = true;
+    report.reasons.push_back(fmt::format(
+        "{} baseline result(s) missing from the current file (first: {}); --allow-removed "
+        "accepts that",
+        removed, first_removed));
+  }
+
   for (const CompareRow& row : report.rows) {
     if (!row.regressed) continue;
     report.regressed = true;
@@ -434,13 +467,14 @@ std::string CompareReport::render() const {
 }
 
 int compare_main(const std::string& baseline, const std::string& current,
-                 double max_regression_pct) {
+                 double max_regression_pct, bool allow_removed) {
   CompareReport report;
   try {
     const auto b = read_any_results(baseline);
     const auto c = read_any_results(current);
     CompareOptions options;
     options.max_regression_pct = max_regression_pct;
+    options.allow_removed = allow_removed;
     report = compare_results(b, c, options);
   } catch (const InputError& e) {
     std::cerr << "coldstart compare: " << e.what() << "\n";

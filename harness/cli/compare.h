@@ -25,6 +25,10 @@ struct CompareOptions {
   /// A timing counts as a regression only when it grew by more than this percentage of the
   /// baseline value AND by more than the run-to-run spread recorded in the files. Must be >= 0.
   double max_regression_pct = 10.0;
+  /// Strategy results of the baseline missing from the current file fail the comparison (a
+  /// strategy that stopped running cannot regress silently) unless this is set
+  /// (`--allow-removed`).
+  bool allow_removed = false;
 };
 
 /// One timing (startup_ms, ttft_ms or first_decode_ms) of a matched pair. Milliseconds.
@@ -88,7 +92,9 @@ struct CompareReport {
 /// compile whose (kernel, compile key without its "@arch/compiler" part) was not a hot-path
 /// compile in the baseline, or on a timing that grew by more than `options.max_regression_pct`
 /// percent and more than the recorded spread. Pairs present on one side only are listed as
-/// added/removed and never regress. Throws InputError when max_regression_pct is negative or NaN.
+/// added/removed; removed ones fail the comparison unless `options.allow_removed`. A scenario
+/// whose model or engine summary differs between the files gets a note (the shapes compared are
+/// not the same). Throws InputError when max_regression_pct is negative or NaN.
 CompareReport compare_results(const std::vector<RunResults>& baseline,
                               const std::vector<RunResults>& current, const CompareOptions& options);
 
@@ -100,7 +106,7 @@ CompareReport compare_results(const RunResults& baseline, const RunResults& curr
 /// merged), prints the report to stdout. Returns 1 when regressed (each reason printed), 0 when
 /// not, 2 when a file cannot be read or parsed or the threshold is invalid (message on stderr).
 int compare_main(const std::string& baseline, const std::string& current,
-                 double max_regression_pct);
+                 double max_regression_pct, bool allow_removed = false);
 
 /// Writes `runs` as a merged results file {"schema": "coldstart.merged/1", "runs": [...]},
 /// pretty-printed, atomically (temp file in the same directory, fsync, rename).

@@ -201,12 +201,20 @@ TEST(Compare, SingleRunTimingsAreShownButNotGated) {
   EXPECT_TRUE(compare_results(base, cur, CompareOptions{}).regressed);
 }
 
-TEST(Compare, AddedAndRemovedStrategiesAreListedNotFailed) {
+TEST(Compare, AddedAndRemovedStrategiesAreListedAndRemovedOnesFailUnlessAllowed) {
   RunResults base = load("base.json");
   RunResults cur = base;
   cur.results.erase(cur.results.begin());   // `none` [piecewise] removed
   cur.results.back().strategy = "new-one";  // `both` [full_and_piecewise] renamed: added+removed
-  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  const CompareReport strict = compare_results(base, cur, CompareOptions{});
+  ASSERT_TRUE(strict.regressed) << strict.render();
+  ASSERT_EQ(strict.reasons.size(), 1u);
+  EXPECT_NE(strict.reasons[0].find("2 baseline result(s) missing from the current file"),
+            std::string::npos)
+      << strict.reasons[0];
+  CompareOptions allow;
+  allow.allow_removed = true;
+  const CompareReport r = compare_results(base, cur, allow);
   EXPECT_FALSE(r.regressed) << r.render();
   int added = 0, removed = 0;
   for (const auto& row : r.rows) {
@@ -334,12 +342,29 @@ TEST(Merge, CompareAcceptsMergedFilesAndMatchesBySm) {
   ASSERT_EQ(r.reasons.size(), 1u);
   EXPECT_NE(r.reasons[0].find("(sm_90)"), std::string::npos) << r.reasons[0];
   // The merged file against a single-run one: sm_100 rows are removed, sm_90 matched.
+  EXPECT_TRUE(compare_results(read_any_results(dir.file("a.json")), {load("base.json")}, {})
+                  .regressed)
+      << "sm_100 results went missing";
+  CompareOptions allow;
+  allow.allow_removed = true;
   const CompareReport mixed =
-      compare_results(read_any_results(dir.file("a.json")), {load("base.json")}, {});
+      compare_results(read_any_results(dir.file("a.json")), {load("base.json")}, allow);
   EXPECT_FALSE(mixed.regressed);
   int removed = 0;
   for (const auto& row : mixed.rows) removed += row.presence == CompareRow::Presence::kRemoved;
   EXPECT_EQ(removed, 8);
+}
+
+TEST(Compare, ADifferentModelForTheSameScenarioIsNoted) {
+  RunResults base = load("base.json");
+  RunResults cur = base;
+  cur.scenario.model["num_hidden_layers"] = 4;
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  bool noted = false;
+  for (const auto& n : r.notes) noted |= n.find("the model differs between the files") != std::string::npos;
+  EXPECT_TRUE(noted) << r.render();
+  for (const auto& n : compare_results(base, base, CompareOptions{}).notes)
+    EXPECT_EQ(n.find("differs"), std::string::npos) << n;
 }
 
 TEST(Merge, UnreadableInputExitsTwo) {

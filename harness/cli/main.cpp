@@ -6,7 +6,7 @@
 //                    [--cache-dir DIR] [--jit-monitor record|warn|error] [--timeout S]
 //                    [--no-isolate] [-v]
 //   coldstart report RESULTS.json... [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
-//   coldstart compare BASELINE.json CURRENT.json [--max-regression PCT]
+//   coldstart compare BASELINE.json CURRENT.json [--max-regression PCT] [--allow-removed]
 //   coldstart merge RESULTS.json... -o MERGED.json
 //   coldstart list [SCENARIO...] [--filter REGEX]
 //   coldstart doctor
@@ -819,6 +819,9 @@ int main(int argc, char** argv) {
   compare->add_option("--max-regression", cmp_pct,
                       "percent a timing may grow (beyond the run-to-run spread) before it fails")
       ->envname("COLDSTART_MAX_REGRESSION")->capture_default_str();
+  bool cmp_allow_removed = false;
+  compare->add_flag("--allow-removed", cmp_allow_removed,
+                    "do not fail when baseline strategy results are missing from the current file");
 
   std::vector<std::string> merge_in;
   std::string merge_out;
@@ -839,7 +842,7 @@ int main(int argc, char** argv) {
     if (*child) return child_main(ca);
     if (*report) return report_main(report_inputs, rep);
     if (*list) return list_main(list_files, list_filter);
-    if (*compare) return cli::compare_main(cmp_base, cmp_cur, cmp_pct);
+    if (*compare) return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed);
     if (*merge) return cli::merge_main(merge_in, merge_out);
     if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {
