@@ -147,8 +147,7 @@ struct JitRuntime::Impl {
       return EntryRead::kDamaged;
     }
     std::string header, meta;
-    if (!std::getline(in, header) || header.rfind(magic, 0) != 0) return EntryRead::kForeign;
-    if (header != magic + key_text) return EntryRead::kForeign;
+    if (!std::getline(in, header) || header != magic + key_text) return EntryRead::kForeign;
     if (!std::getline(in, meta)) {
       *why = "truncated before its checksum line";
       return EntryRead::kDamaged;

@@ -157,16 +157,6 @@ void Engine::skip(const std::string& reason) {
   result_.extra["warmers_skipped"][current_warmer_] = reason;
 }
 
-double Engine::reused_compile_ms() const {
-  double ms = 0;
-  if (jit_) {
-    for (const auto& r : jit_->monitor().records()) {
-      if (r.reused) ms += r.compile_ms;
-    }
-  }
-  return ms;
-}
-
 void Engine::snapshot() {
   const auto t0 = Clock::now();
   snapshot_inner();
@@ -238,14 +228,15 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   const MemoryStats mem0 = request >= 0 ? memory_stats(mode()) : MemoryStats{};
   sdpa_spans_->set_active(request >= 0);
   model_spans_->set_active(request >= 0);
-  const double reused0 = reused_compile_ms();
+  const size_t first_record = jit_ ? jit_->monitor().num_records() : 0;  // init creates jit_
   const auto t0 = Clock::now();
   body();
   device_synchronize(mode());
   // A compile served from the run's compile memo (compile-only mode) took no time here; charge it
   // what compiling that key measured earlier in this run, so startup times stay comparable across
   // strategies whether or not the memo was used.
-  const double charged = reused_compile_ms() - reused0;
+  const double charged =
+      jit_ ? jit_->monitor().compile_ms_since(first_record, /*reused_only=*/true) : 0.0;
   result_.phases.push_back(PhaseTiming{name, ms_since(t0) + charged, std::nullopt, request});
   if (request >= 0 && mode() == DeviceMode::kCuda) {
     // Caching-allocator growth inside a request phase: new cudaMalloc segments and bytes.

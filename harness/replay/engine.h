@@ -78,7 +78,6 @@ class Engine final : public WarmupContext {
  private:
   void phase(const std::string& name, int request, const std::function<void()>& body);
   void snapshot();
-  double reused_compile_ms() const;  // sum of compile_ms over compiles served by the compile memo
   void snapshot_inner();
   void do_init();
   void do_load_weights();
