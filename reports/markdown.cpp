@@ -68,8 +68,7 @@ std::string outcome_cell(const StrategyResult& r) {
 
 std::string compiles_cell(const StrategyResult& r) {
   const std::vector<CompileEvent> compiled = hot_path_compiled(r);  // disk loads listed apart
-  const int loads = hot_path_loads(r);
-  const std::string loaded = loads > 0 ? fmt::format(" (+{} loaded)", loads) : "";
+  const std::string loaded = detail::loaded_suffix(r);
   if (compiled.empty()) return "0" + loaded;
   std::vector<std::string> parts;
   for (const auto& e : compiled) parts.push_back(cell(e.kernel) + " (" + cell(e.phase) + ")");

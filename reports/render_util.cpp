@@ -191,6 +191,11 @@ std::string device_text(const RunMeta& m) {
   return device;
 }
 
+std::string loaded_suffix(const StrategyResult& r) {
+  const int loads = hot_path_loads(r);
+  return loads > 0 ? fmt::format(" (+{} loaded)", loads) : std::string();
+}
+
 bool disallowed_hot_path(const StrategyResult& r) {
   if (hot_path_compiled(r).empty()) return false;  // a load from the disk cache is not a compile
   auto allow = extra_bool(r, "allow_hot_path_compiles");

@@ -133,8 +133,7 @@ std::string render_table(const RunResults& run, bool color) {
         ms(r->ttft_ms),
         ms(r->first_decode_ms),
         ms(r->steady_ttft_ms),
-        compiles_cell(hot_path_compiled(*r)) +
-            (hot_path_loads(*r) > 0 ? fmt::format(" (+{} loaded)", hot_path_loads(*r)) : ""),
+        compiles_cell(hot_path_compiled(*r)) + detail::loaded_suffix(*r),
         fmt::format("{} / {}", mb(r->workspace.locked_bytes), mb(r->workspace.peak_requested_bytes)),
     };
     for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == "-";

@@ -346,16 +346,15 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
   for (const auto& r : current) {
     auto it = first_b.find(r.scenario.name);
     if (it == first_b.end() || !noted.insert(r.scenario.name).second) continue;
-    for (const char* part : {"model", "engine"}) {
-      const nlohmann::json& bj = std::string(part) == "model" ? it->second->scenario.model
-                                                              : it->second->scenario.engine;
-      const nlohmann::json& cj = std::string(part) == "model" ? r.scenario.model : r.scenario.engine;
+    auto note_if_differs = [&](const char* part, const nlohmann::json& bj, const nlohmann::json& cj) {
       if (!bj.is_null() && !cj.is_null() && bj != cj) {
         report.notes.push_back(fmt::format("{}: the {} differs between the files (baseline {}, "
                                            "current {}); its pairs are not like for like",
                                            r.scenario.name, part, bj.dump(), cj.dump()));
       }
-    }
+    };
+    note_if_differs("model", it->second->scenario.model, r.scenario.model);
+    note_if_differs("engine", it->second->scenario.engine, r.scenario.engine);
   }
 
   size_t removed = 0;
