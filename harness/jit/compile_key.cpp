@@ -31,8 +31,55 @@ const char* dtype_name(DType dtype) {
     case DType::kI16: return "i16";
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
+    case DType::kF8E4M3: return "fp8e4nv";
+    case DType::kU64: return "u64";
   }
   return "?";
+}
+
+size_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kU8:
+    case DType::kI8:
+    case DType::kF8E4M3: return 1;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI16: return 2;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kI64:
+    case DType::kU64: return 8;
+  }
+  return 1;
+}
+
+void TensorMapSpec::validate(const std::string& what) const {
+  auto bad = [&](const std::string& why) {
+    throw InputError(fmt::format("{}: invalid TMA tensor map: {}", what, why));
+  };
+  const size_t elem = dtype_bytes(dtype);
+  if (elem != 1 && elem != 2 && elem != 4) bad(fmt::format("element type {}", dtype_name(dtype)));
+  if (rank < 1 || rank > 5) bad(fmt::format("rank {} (1..5)", rank));
+  if (address % 16 != 0) bad(fmt::format("address {:#x} is not 16-byte aligned", address));
+  if (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128) {
+    bad(fmt::format("swizzle {} (0, 32, 64 or 128)", swizzle));
+  }
+  for (uint32_t d = 0; d < rank; ++d) {
+    if (dims[d] < 1 || dims[d] > (uint64_t{1} << 32)) bad(fmt::format("dims[{}] = {}", d, dims[d]));
+    if (box[d] < 1 || box[d] > 256) bad(fmt::format("box[{}] = {} (1..256)", d, box[d]));
+    if (d >= 1) {
+      const uint64_t st = strides[d - 1];
+      if (st % 16 != 0 || st == 0 || st >= (uint64_t{1} << 40)) {
+        bad(fmt::format("stride of dim {} = {} bytes (a non-zero multiple of 16 below 2^40)", d, st));
+      }
+    }
+  }
+  if ((uint64_t{box[0]} * elem) % 16 != 0) {
+    bad(fmt::format("box[0] = {} elements is not a multiple of 16 bytes", box[0]));
+  }
+  if (swizzle != 0 && uint64_t{box[0]} * elem > swizzle) {
+    bad(fmt::format("box[0] = {} bytes exceeds the {}-byte swizzle", uint64_t{box[0]} * elem, swizzle));
+  }
 }
 
 KernelArg KernelArg::pointer(uint64_t address, DType dtype) {
@@ -56,6 +103,24 @@ KernelArg KernelArg::i64(int64_t v) {
   a.kind = Kind::kI64;
   a.dtype = DType::kI64;
   a.value = v;
+  return a;
+}
+
+KernelArg KernelArg::u64(uint64_t v) {
+  KernelArg a;
+  a.kind = Kind::kU64;
+  a.dtype = DType::kU64;
+  a.address = v;
+  return a;
+}
+
+KernelArg KernelArg::tmap(const TensorMapSpec& spec, const std::string& what) {
+  spec.validate(what);
+  KernelArg a;
+  a.kind = Kind::kTensorMap;
+  a.dtype = spec.dtype;
+  a.address = spec.address;
+  a.tensor_map = std::make_shared<const TensorMapSpec>(spec);
   return a;
 }
 
@@ -124,6 +189,8 @@ CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Conste
       case KernelArg::Kind::kI32: key.signature += "i32"; break;
       case KernelArg::Kind::kI64: key.signature += "i64"; break;
       case KernelArg::Kind::kF32: key.signature += "fp32"; break;
+      case KernelArg::Kind::kU64: key.signature += "u64"; break;
+      case KernelArg::Kind::kTensorMap: key.signature += "tmap"; break;
     }
     if (detail::is_specialized(kernel, i)) {
       const std::string spec = specialization(a);

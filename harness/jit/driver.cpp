@@ -92,6 +92,10 @@ DriverState load_driver() {
   CS_RESOLVE(cuMemcpyDtoH, true);
   CS_RESOLVE(cuMemsetD8, true);
   CS_RESOLVE(cuFuncLoad, false);
+#if CUDA_VERSION >= 12000
+  CS_RESOLVE(cuLaunchKernelEx, false);
+  CS_RESOLVE(cuTensorMapEncodeTiled, false);
+#endif
 #undef CS_RESOLVE
   if (!missing.empty()) {
     s.reason = "libcuda.so.1 lacks required symbols: " + missing;

@@ -19,7 +19,8 @@ namespace coldstart::jit {
 /// Function pointers of the driver API calls the harness makes. A member is named like the call
 /// in cuda.h (so `driver().cuDeviceTotalMem(...)` reads as the real call; cuda.h's macros map
 /// names such as cuDeviceTotalMem to their current versioned symbol, here and at the call site).
-/// Every member is non-null once driver() returns, except `cuFuncLoad` (CUDA 12.4+ drivers only).
+/// Every member is non-null once driver() returns, except `cuFuncLoad` (CUDA 12.4+ drivers only),
+/// `cuLaunchKernelEx` and `cuTensorMapEncodeTiled` (12.0+).
 struct DriverApi {
 #define CS_DRIVER_FN(name) decltype(&::name) name = nullptr
   CS_DRIVER_FN(cuInit);
@@ -61,6 +62,11 @@ struct DriverApi {
   /// Optional (nullptr on drivers older than 12.4): forces a function's module code onto the GPU
   /// now instead of at its first launch under CUDA lazy loading (CUDA_MODULE_LOADING=LAZY).
   CS_DRIVER_FN(cuFuncLoad);
+  /// Optional (nullptr before CUDA 12.0 drivers): cluster launches and TMA descriptors.
+#if CUDA_VERSION >= 12000
+  CS_DRIVER_FN(cuLaunchKernelEx);
+  CS_DRIVER_FN(cuTensorMapEncodeTiled);
+#endif
 #undef CS_DRIVER_FN
 };
 

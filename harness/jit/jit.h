@@ -18,11 +18,33 @@
 
 namespace coldstart::jit {
 
-/// Element types a kernel argument can carry.
-enum class DType : uint8_t { kF32, kF16, kBF16, kU8, kI8, kI16, kI32, kI64 };
+/// Element types a kernel argument can carry. kF8E4M3 is OCP FP8 e4m3 ("finite, no inf",
+/// torch.float8_e4m3fn), carried in any byte tensor (libtorch 1.13 has no FP8 dtype).
+enum class DType : uint8_t { kF32, kF16, kBF16, kU8, kI8, kI16, kI32, kI64, kF8E4M3, kU64 };
 
-/// Short Triton-like name: "fp32", "fp16", "bf16", "u8", "i8", "i16", "i32", "i64".
+/// Short Triton-like name: "fp32", "fp16", "bf16", "u8", "i8", "i16", "i32", "i64", "fp8e4nv"
+/// (Triton's name for float8_e4m3fn), "u64".
 const char* dtype_name(DType dtype);
+
+/// Size of one element in bytes.
+size_t dtype_bytes(DType dtype);
+
+/// A TMA tensor map (CUtensorMap, 128 bytes, passed by value as a `const __grid_constant__`
+/// kernel parameter), described in plain values and encoded with cuTensorMapEncodeTiled at
+/// launch (compile-only mode never encodes; it still validates). Dimension 0 is the innermost
+/// (contiguous) one.
+struct TensorMapSpec {
+  DType dtype = DType::kU8;  ///< element type (1, 2 or 4 bytes)
+  uint64_t address = 0;      ///< global address of element (0, ..., 0); 16-byte aligned
+  uint32_t rank = 2;         ///< 1..5
+  uint64_t dims[5] = {};     ///< elements per dimension (each >= 1)
+  uint64_t strides[4] = {};  ///< byte stride of dimensions 1..rank-1 (multiples of 16)
+  uint32_t box[5] = {};      ///< box (tile) elements per dimension, each 1..256
+  uint32_t swizzle = 0;      ///< 0 (none), 32, 64 or 128 bytes; box[0] * element bytes must not
+                             ///< exceed it when non-zero
+  /// Throws InputError naming `what` and the field when the map breaks a TMA rule above.
+  void validate(const std::string& what) const;
+};
 
 /// One launch argument as the launcher sees it (no torch types).
 /// - kPointer: `address` is the device address passed to the kernel (in compile-only mode, the
@@ -30,18 +52,25 @@ const char* dtype_name(DType dtype);
 ///   `dtype` is the element type.
 /// - kI32 / kI64: an integer, `value` holds it.
 /// - kF32: a float, `fvalue` holds it. Floats are never specialized.
+/// - kU64: an unsigned 64-bit integer, `address` holds it; specialized like integers.
+/// - kTensorMap: a TMA descriptor, `tensor_map` describes it; signature "tmap", never
+///   specialized (what the kernel assumes of the box and swizzle is in its constexprs).
 struct KernelArg {
-  enum class Kind : uint8_t { kPointer, kI32, kI64, kF32 };
+  enum class Kind : uint8_t { kPointer, kI32, kI64, kF32, kU64, kTensorMap };
   Kind kind = Kind::kI32;
   DType dtype = DType::kI32;
   uint64_t address = 0;
   int64_t value = 0;
   float fvalue = 0.f;
+  std::shared_ptr<const TensorMapSpec> tensor_map;
 
   static KernelArg pointer(uint64_t address, DType dtype);
   static KernelArg i32(int32_t v);
   static KernelArg i64(int64_t v);
+  static KernelArg u64(uint64_t v);
   static KernelArg f32(float v);
+  /// Validates `spec` (TensorMapSpec::validate, naming `what`).
+  static KernelArg tmap(const TensorMapSpec& spec, const std::string& what = "tensor map");
 };
 
 /// Triton's specialization of one argument: "1" for an integer equal to 1, "16" for an integer or
@@ -210,11 +239,14 @@ class JitMonitor {
   mutable std::mutex mu_;
 };
 
-/// Launch geometry. `shared_bytes` is dynamic shared memory.
+/// Launch geometry. `shared_bytes` is dynamic shared memory. A `cluster` other than 1x1x1
+/// launches thread-block clusters (SM90+) through cuLaunchKernelEx; each grid dimension must be
+/// a multiple of the cluster's.
 struct LaunchDims {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;
+  unsigned cluster[3] = {1, 1, 1};
 };
 
 /// Options of the JIT runtime.
@@ -251,8 +283,11 @@ class JitRuntime {
   const CompiledKernel& ensure(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
                                const std::vector<KernelArg>& args);
 
-  /// ensure() then cuLaunchKernel on `stream` (a CUstream; nullptr = legacy default stream).
-  /// In compile-only mode (`launch == false`) only ensure() runs.
+  /// ensure() then cuLaunchKernel on `stream` (a CUstream; nullptr = legacy default stream), or
+  /// cuLaunchKernelEx for a cluster launch; tensor-map arguments are encoded first
+  /// (cuTensorMapEncodeTiled). In compile-only mode (`launch == false`) only ensure() and the
+  /// geometry checks run. Throws InputError for a grid that is not a multiple of the cluster and
+  /// CudaError when the driver lacks cuLaunchKernelEx / cuTensorMapEncodeTiled (older than 12.0).
   void launch(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
               const std::vector<KernelArg>& args, const LaunchDims& dims, void* stream);
 

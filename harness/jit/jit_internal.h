@@ -45,7 +45,11 @@ inline uint8_t spec_code(const KernelArg& a) {
     case KernelArg::Kind::kI64:
       if (a.value == 1) return 1;
       return (a.value % 16 == 0) ? 16 : 0;
+    case KernelArg::Kind::kU64:
+      if (a.address == 1) return 1;
+      return (a.address % 16 == 0) ? 16 : 0;
     case KernelArg::Kind::kF32:
+    case KernelArg::Kind::kTensorMap:
       return 0;
   }
   return 0;

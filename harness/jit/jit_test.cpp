@@ -127,6 +127,67 @@ TEST(CompileKey, SignatureText) {
   EXPECT_EQ(key.str().size(), key.str().find('#') + 1 + 16);
 }
 
+TEST(CompileKey, Fp8U64AndTensorMapArguments) {
+  KernelSource k{"k", "k", "src", {"a", "tag", "one", "tmap"}, {}};
+  TensorMapSpec spec;
+  spec.dtype = DType::kF8E4M3;
+  spec.address = 4096;
+  spec.rank = 2;
+  spec.dims[0] = 256;
+  spec.dims[1] = 100;
+  spec.strides[0] = 256;
+  spec.box[0] = 128;
+  spec.box[1] = 64;
+  spec.swizzle = 128;
+  std::vector<KernelArg> args = {KernelArg::pointer(4096, DType::kF8E4M3), KernelArg::u64(1ull << 40),
+                                 KernelArg::u64(1), KernelArg::tmap(spec)};
+  EXPECT_EQ(make_compile_key(k, {}, args, "sm_90a", "c").signature, "*fp8e4nv:16,u64:16,u64:1,tmap");
+  EXPECT_EQ(dtype_bytes(DType::kF8E4M3), 1u);
+  EXPECT_EQ(dtype_bytes(DType::kU64), 8u);
+}
+
+TEST(TensorMap, ValidationNamesTheBrokenRule) {
+  TensorMapSpec ok;
+  ok.dtype = DType::kBF16;
+  ok.address = 256;
+  ok.rank = 2;
+  ok.dims[0] = 64;
+  ok.dims[1] = 64;
+  ok.strides[0] = 128;
+  ok.box[0] = 64;
+  ok.box[1] = 64;
+  ok.swizzle = 128;
+  EXPECT_NO_THROW(ok.validate("x"));
+  auto expect_bad = [](TensorMapSpec s, const std::string& needle) {
+    try {
+      s.validate("layer.q_a");
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("layer.q_a"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  TensorMapSpec s = ok;
+  s.address = 8;
+  expect_bad(s, "16-byte aligned");
+  s = ok;
+  s.strides[0] = 120;
+  expect_bad(s, "stride of dim 1");
+  s = ok;
+  s.box[1] = 257;
+  expect_bad(s, "box[1] = 257");
+  s = ok;
+  s.box[0] = 128;  // 256 bytes > 128-byte swizzle
+  expect_bad(s, "exceeds the 128-byte swizzle");
+  s = ok;
+  s.swizzle = 96;
+  expect_bad(s, "swizzle 96");
+  s = ok;
+  s.rank = 6;
+  expect_bad(s, "rank 6");
+  EXPECT_THROW(KernelArg::tmap(s), InputError);
+}
+
 TEST(CompileKey, DoNotSpecialize) {
   KernelSource k{"k", "k", "src", {"p", "n", "m"}, {"n", "p"}};
   std::vector<KernelArg> args = {KernelArg::pointer(4096, DType::kF16), KernelArg::i32(1),
@@ -411,6 +472,21 @@ TEST(Runtime, LaunchInCompileOnlyModeOnlyEnsures) {
   EXPECT_EQ(rt.cached_kernels(), 1u);
 }
 
+TEST(Runtime, ClusterMustDivideTheGrid) {
+  JitRuntime rt(compile_only());
+  LaunchDims dims;
+  dims.grid[0] = 3;
+  dims.cluster[0] = 2;
+  try {
+    rt.launch(axpy_kernel(), kBlock128, axpy_args(4096, 64), dims, nullptr);
+    ADD_FAILURE() << "a grid of 3 with clusters of 2 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of cluster 2x1x1"), std::string::npos) << e.what();
+  }
+  dims.grid[0] = 4;
+  EXPECT_NO_THROW(rt.launch(axpy_kernel(), kBlock128, axpy_args(4096, 64), dims, nullptr));
+}
+
 // ---------------------------------------------------------------- disk cache
 
 TEST(DiskCache, SharedDirGivesDiskHit) {
@@ -684,6 +760,111 @@ TEST(Gpu, LaunchesAndComputes) {
   d.cuMemFree(y);
   d.cuMemFree(x);
   d.cuMemFree(b);
+}
+
+// A TMA tile load (cp.async.bulk.tensor through a by-value CUtensorMap) inside a 2-CTA cluster
+// launch: each CTA loads rows [16 * blockIdx.x, +16) x columns [0, 16) of a float matrix and
+// writes them out plus the u64 tag, and records its rank in the cluster.
+const char* kTmaClusterSource = R"(
+struct __align__(64) TensorMap { unsigned long long opaque[16]; };
+extern "C" __global__ void tma_cluster_copy(const __grid_constant__ TensorMap tmap, float* out,
+                                            unsigned long long tag, int* ranks) {
+  __shared__ __align__(128) float tile[16 * 16];
+  __shared__ __align__(8) unsigned long long bar;
+  const unsigned bar_addr = static_cast<unsigned>(__cvta_generic_to_shared(&bar));
+  const unsigned tile_addr = static_cast<unsigned>(__cvta_generic_to_shared(tile));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar_addr));
+    asm volatile("fence.mbarrier_init.release.cluster;");
+    asm volatile("fence.proxy.async.shared::cta;");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar_addr), "r"(16 * 16 * 4));
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(tile_addr), "l"(&tmap), "r"(0), "r"(static_cast<int>(16 * blockIdx.x)), "r"(bar_addr) : "memory");
+  }
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(bar_addr) : "memory");
+  }
+  const unsigned t = threadIdx.x;
+  out[blockIdx.x * 256 + t] = tile[t] + static_cast<float>(tag >> 40);
+  if (t == 0) {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    ranks[blockIdx.x] = static_cast<int>(rank);
+  }
+}
+)";
+
+TEST(Nvrtc, TmaClusterKernelCompilesForSm90) {
+  KernelSource k{"tma_cluster_copy", "tma_cluster_copy", kTmaClusterSource, {"tmap", "out", "tag", "ranks"}, {}};
+  TensorMapSpec spec;
+  spec.dtype = DType::kF32;
+  spec.address = 256;
+  spec.dims[0] = 32;
+  spec.dims[1] = 64;
+  spec.strides[0] = 128;
+  spec.box[0] = 16;
+  spec.box[1] = 16;
+  std::vector<KernelArg> args = {KernelArg::tmap(spec), KernelArg::pointer(256, DType::kF32),
+                                 KernelArg::u64(7), KernelArg::pointer(256, DType::kI32)};
+  EXPECT_FALSE(compile_to_cubin(k, {}, args, "sm_90").empty());
+}
+
+TEST(Gpu, TensorMapArgumentInAClusterLaunch) {
+  if (!driver_available()) GTEST_SKIP() << "no CUDA driver/GPU: " << driver_unavailable_reason();
+  JitOptions o;
+  JitRuntime rt(o);
+  if (arch_sm(rt.arch()) < 90) GTEST_SKIP() << "TMA and clusters need sm_90+, this GPU is " << rt.arch();
+  KernelSource k{"tma_cluster_copy", "tma_cluster_copy", kTmaClusterSource, {"tmap", "out", "tag", "ranks"}, {}};
+  k.min_sm = 90;
+  const DriverApi& d = driver();
+  ensure_context();
+  const int rows = 64, cols = 32;  // the map covers a 64 x 32 float matrix; CTAs read 16 x 16 tiles
+  CUdeviceptr in = 0, out = 0, ranks = 0;
+  CS_CU_CHECK(d.cuMemAlloc(&in, rows * cols * 4));
+  CS_CU_CHECK(d.cuMemAlloc(&out, 4 * 256 * 4));
+  CS_CU_CHECK(d.cuMemAlloc(&ranks, 4 * 4));
+  std::vector<float> hin(rows * cols);
+  for (int i = 0; i < rows * cols; ++i) hin[i] = static_cast<float>((i * 37) % 1001) - 500.f;
+  CS_CU_CHECK(d.cuMemcpyHtoD(in, hin.data(), hin.size() * 4));
+  CS_CU_CHECK(d.cuMemsetD8(out, 0xff, 4 * 256 * 4));
+  CS_CU_CHECK(d.cuMemsetD8(ranks, 0xff, 16));
+  TensorMapSpec spec;
+  spec.dtype = DType::kF32;
+  spec.address = in;
+  spec.rank = 2;
+  spec.dims[0] = cols;
+  spec.dims[1] = rows;
+  spec.strides[0] = cols * 4;
+  spec.box[0] = 16;
+  spec.box[1] = 16;
+  const uint64_t tag = 3ull << 40;
+  std::vector<KernelArg> args = {KernelArg::tmap(spec), KernelArg::pointer(out, DType::kF32),
+                                 KernelArg::u64(tag), KernelArg::pointer(ranks, DType::kI32)};
+  LaunchDims dims;
+  dims.grid[0] = 4;
+  dims.block[0] = 256;
+  dims.cluster[0] = 2;
+  rt.launch(k, {}, args, dims, nullptr);
+  CS_CU_CHECK(d.cuStreamSynchronize(nullptr));
+  std::vector<float> hout(4 * 256);
+  std::vector<int> hranks(4);
+  CS_CU_CHECK(d.cuMemcpyDtoH(hout.data(), out, hout.size() * 4));
+  CS_CU_CHECK(d.cuMemcpyDtoH(hranks.data(), ranks, 16));
+  for (int b = 0; b < 4; ++b) {
+    EXPECT_EQ(hranks[b], b % 2) << "block " << b;
+    for (int t = 0; t < 256; ++t) {
+      const float want = hin[(16 * b + t / 16) * cols + t % 16] + 3.f;
+      ASSERT_EQ(hout[b * 256 + t], want) << "block " << b << " element " << t;
+    }
+  }
+  d.cuMemFree(in);
+  d.cuMemFree(out);
+  d.cuMemFree(ranks);
 }
 
 }  // namespace

@@ -48,12 +48,12 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
   return h * detail::kFnvPrime;
 }
 
-// One byte per argument: kind (2 bits), dtype (3 bits), specialization code (2 bits).
-inline uint8_t arg_descriptor(const KernelArg& a) {
-  const uint8_t spec = detail::spec_code(a);
-  const uint8_t spec2 = spec == 1 ? 1 : (spec == 16 ? 2 : 0);
-  return static_cast<uint8_t>((static_cast<uint8_t>(a.kind) & 3u) |
-                              ((static_cast<uint8_t>(a.dtype) & 7u) << 2) | (spec2 << 5));
+// Per argument: kind (3 bits), dtype (4 bits), specialization code (2 bits).
+inline uint16_t arg_descriptor(const KernelArg& a) {
+  const unsigned spec = detail::spec_code(a);
+  const unsigned spec2 = spec == 1 ? 1 : (spec == 16 ? 2 : 0);
+  return static_cast<uint16_t>((static_cast<unsigned>(a.kind) & 7u) |
+                               ((static_cast<unsigned>(a.dtype) & 15u) << 3) | (spec2 << 7));
 }
 
 uint64_t fast_hash(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
@@ -92,7 +92,7 @@ struct JitRuntime::Impl {
     size_t n_arg_names = 0;
     size_t n_do_not_specialize = 0;
     std::vector<Constexpr> constexprs;
-    std::vector<uint8_t> arg_desc;
+    std::vector<uint16_t> arg_desc;
     CompiledKernel* kernel = nullptr;
 
     bool matches(const KernelSource& k, const std::vector<Constexpr>& cx,
@@ -430,18 +430,84 @@ const CompiledKernel& JitRuntime::ensure(const KernelSource& kernel,
   return impl_->miss(kernel, constexprs, args, h);
 }
 
+namespace {
+
+#if CUDA_VERSION >= 12000
+CUtensorMapDataType tma_dtype(DType t) {
+  switch (dtype_bytes(t)) {
+    case 1: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // FP8 / int8 bytes move as bytes
+    case 2: return t == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    default: return t == DType::kF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_INT32;
+  }
+}
+
+CUtensorMapSwizzle tma_swizzle(uint32_t bytes) {
+  switch (bytes) {
+    case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
+    case 64: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 128: return CU_TENSOR_MAP_SWIZZLE_128B;
+    default: return CU_TENSOR_MAP_SWIZZLE_NONE;
+  }
+}
+
+/// Encodes `spec` into `out` (cuTensorMapEncodeTiled, optional symbol: CUDA 12.0+ drivers).
+void encode_tensor_map(const TensorMapSpec& spec, CUtensorMap* out) {
+  const DriverApi& d = driver();
+  if (d.cuTensorMapEncodeTiled == nullptr) {
+    throw CudaError("this CUDA driver lacks cuTensorMapEncodeTiled (needs 12.0+): TMA kernels cannot run");
+  }
+  cuuint64_t dims[5];
+  cuuint64_t strides[4];
+  cuuint32_t box[5];
+  cuuint32_t elem_strides[5];
+  for (uint32_t i = 0; i < spec.rank; ++i) {
+    dims[i] = spec.dims[i];
+    box[i] = spec.box[i];
+    elem_strides[i] = 1;
+    if (i + 1 < spec.rank) strides[i] = spec.strides[i];
+  }
+  CS_CU_CHECK(d.cuTensorMapEncodeTiled(
+      out, tma_dtype(spec.dtype), spec.rank, reinterpret_cast<void*>(spec.address), dims, strides,
+      box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, tma_swizzle(spec.swizzle),
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+#else
+// Built against a CUDA toolkit older than 12.0: no CUtensorMap / cuLaunchKernelEx in cuda.h.
+struct CUtensorMap {
+  alignas(64) unsigned long long opaque[16];
+};
+[[noreturn]] void encode_tensor_map(const TensorMapSpec&, CUtensorMap*) {
+  throw CudaError("coldstart was built against a CUDA toolkit older than 12.0: TMA kernels cannot run");
+}
+#endif
+
+void check_cluster(const KernelSource& kernel, const LaunchDims& dims) {
+  for (int i = 0; i < 3; ++i) {
+    if (dims.cluster[i] == 0 || dims.grid[i] % dims.cluster[i] != 0) {
+      throw InputError(fmt::format("kernel {}: grid {}x{}x{} is not a multiple of cluster {}x{}x{}",
+                                   kernel.name, dims.grid[0], dims.grid[1], dims.grid[2],
+                                   dims.cluster[0], dims.cluster[1], dims.cluster[2]));
+    }
+  }
+}
+
+}  // namespace
+
 void JitRuntime::launch(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
                         const std::vector<KernelArg>& args, const LaunchDims& dims, void* stream) {
+  check_cluster(kernel, dims);
   const CompiledKernel& k = ensure(kernel, constexprs, args);
   if (!impl_->options.launch) return;
   const DriverApi& d = driver();
   ensure_context();
 
-  // Kernel parameters point into `args` (pointers, i64, f32) or into a local int32 copy.
+  // Kernel parameters point into `args` (pointers, i64, u64, f32), into a local int32 copy, or
+  // into an encoded tensor map.
   void* inline_params[kMaxInlineArgs];
   int32_t inline_i32[kMaxInlineArgs];
   std::vector<void*> heap_params;
   std::vector<int32_t> heap_i32;
+  std::vector<CUtensorMap> tmaps;
   void** params = inline_params;
   int32_t* i32 = inline_i32;
   if (args.size() > kMaxInlineArgs) {
@@ -450,15 +516,25 @@ void JitRuntime::launch(const KernelSource& kernel, const std::vector<Constexpr>
     params = heap_params.data();
     i32 = heap_i32.data();
   }
+  size_t n_tmaps = 0;
+  for (const KernelArg& a : args) n_tmaps += a.kind == KernelArg::Kind::kTensorMap;
+  tmaps.resize(n_tmaps);  // no reallocation below: params keep pointing into it
+  n_tmaps = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const KernelArg& a = args[i];
     switch (a.kind) {
-      case KernelArg::Kind::kPointer: params[i] = const_cast<uint64_t*>(&a.address); break;
+      case KernelArg::Kind::kPointer:
+      case KernelArg::Kind::kU64: params[i] = const_cast<uint64_t*>(&a.address); break;
       case KernelArg::Kind::kI64: params[i] = const_cast<int64_t*>(&a.value); break;
       case KernelArg::Kind::kF32: params[i] = const_cast<float*>(&a.fvalue); break;
       case KernelArg::Kind::kI32:
         i32[i] = static_cast<int32_t>(a.value);
         params[i] = &i32[i];
+        break;
+      case KernelArg::Kind::kTensorMap:
+        if (!a.tensor_map) throw Error(fmt::format("kernel {}: tensor-map argument {} has no map", kernel.name, i));
+        encode_tensor_map(*a.tensor_map, &tmaps[n_tmaps]);
+        params[i] = &tmaps[n_tmaps++];
         break;
     }
   }
@@ -470,9 +546,38 @@ void JitRuntime::launch(const KernelSource& kernel, const std::vector<Constexpr>
                                      static_cast<int>(dims.shared_bytes)));
     ck.max_dynamic_smem.store(dims.shared_bytes, std::memory_order_relaxed);
   }
-  CS_CU_CHECK(d.cuLaunchKernel(k.function, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
-                               dims.block[1], dims.block[2], dims.shared_bytes,
-                               static_cast<CUstream>(stream), params, nullptr));
+  if (dims.cluster[0] * dims.cluster[1] * dims.cluster[2] == 1) {
+    CS_CU_CHECK(d.cuLaunchKernel(k.function, dims.grid[0], dims.grid[1], dims.grid[2],
+                                 dims.block[0], dims.block[1], dims.block[2], dims.shared_bytes,
+                                 static_cast<CUstream>(stream), params, nullptr));
+    return;
+  }
+#if CUDA_VERSION < 12000
+  throw CudaError(fmt::format("kernel {}: coldstart was built against a CUDA toolkit older than "
+                              "12.0: cluster launches cannot run", kernel.name));
+#else
+  if (d.cuLaunchKernelEx == nullptr) {
+    throw CudaError(fmt::format("kernel {}: this CUDA driver lacks cuLaunchKernelEx (needs 12.0+): "
+                                "cluster launches cannot run", kernel.name));
+  }
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = dims.cluster[0];
+  attr.value.clusterDim.y = dims.cluster[1];
+  attr.value.clusterDim.z = dims.cluster[2];
+  CUlaunchConfig config{};
+  config.gridDimX = dims.grid[0];
+  config.gridDimY = dims.grid[1];
+  config.gridDimZ = dims.grid[2];
+  config.blockDimX = dims.block[0];
+  config.blockDimY = dims.block[1];
+  config.blockDimZ = dims.block[2];
+  config.sharedMemBytes = dims.shared_bytes;
+  config.hStream = static_cast<CUstream>(stream);
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  CS_CU_CHECK(d.cuLaunchKernelEx(&config, k.function, params, nullptr));
+#endif
 }
 
 const std::string& JitRuntime::arch() const { return impl_->arch; }

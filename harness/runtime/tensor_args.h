@@ -15,4 +15,12 @@ jit::DType to_jit_dtype(c10::ScalarType t);
 /// comes out as it would on a GPU, where allocations are at least 256-byte aligned.
 jit::KernelArg tensor_arg(const at::Tensor& t);
 
+/// The same with the element type given: FP8 (e4m3) data lives in uint8 tensors here, because
+/// libtorch 1.13 has no FP8 dtype (`tensor_arg(bytes, jit::DType::kF8E4M3)`).
+jit::KernelArg tensor_arg(const at::Tensor& t, jit::DType dtype);
+
+/// The address tensor_arg() passes: data_ptr() on a device, the byte offset in its storage on
+/// the meta device.
+uint64_t tensor_address(const at::Tensor& t);
+
 }  // namespace coldstart
