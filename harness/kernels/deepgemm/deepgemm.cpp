@@ -1,0 +1,247 @@
+// DeepGEMM-style FP8 GEMM launch wrappers. See deepgemm.h.
+#include "harness/kernels/deepgemm/deepgemm.h"
+
+#include <ATen/ATen.h>
+
+#include <fmt/format.h>
+
+#include "harness/common/error.h"
+#include "harness/kernels/launch_util.h"
+#include "harness/runtime/tensor_args.h"
+
+namespace coldstart::deepgemm {
+namespace {
+
+using kernels::CallSite;
+using kernels::check;
+using kernels::fail;
+using kernels::Layout;
+
+constexpr const char* kFamily = "deepgemm";
+
+int64_t align4(int64_t v) { return (v + 3) / 4 * 4; }
+
+/// A tensor map over `t` (innermost dimension first in `dims`/`strides_elems`).
+jit::KernelArg tmap_of(const CallSite& fn, const char* arg, const at::Tensor& t, jit::DType dtype, uint32_t rank,
+                       std::initializer_list<int64_t> dims, std::initializer_list<int64_t> strides_elems,
+                       std::initializer_list<uint32_t> box, uint32_t swizzle) {
+  jit::TensorMapSpec m;
+  m.dtype = dtype;
+  m.address = tensor_address(t);
+  m.rank = rank;
+  const size_t elem = jit::dtype_bytes(dtype);
+  size_t i = 0;
+  for (int64_t d : dims) m.dims[i++] = static_cast<uint64_t>(d);
+  i = 0;
+  for (int64_t s : strides_elems) m.strides[i++] = static_cast<uint64_t>(s) * elem;
+  i = 0;
+  for (uint32_t b : box) m.box[i++] = b;
+  m.swizzle = swizzle;
+  try {
+    return jit::KernelArg::tmap(m, fmt::format("{}::{}: argument '{}'", fn.family, fn.name, arg));
+  } catch (const InputError& e) {
+    throw Error(e.what());
+  }
+}
+
+jit::KernelConfig kernel_config(const GemmShape& shape, const GemmConfig& c, bool mma_sync) {
+  jit::KernelConfig k;
+  k.name = c.name();
+  k.constexprs = fp8_gemm_constexprs(shape, c, mma_sync);
+  k.num_warps = fp8_gemm_threads(c) / 32;
+  k.num_stages = c.num_stages;
+  return k;
+}
+
+struct GemmCall {
+  GemmShape shape;
+  jit::KernelArg tmap_a, tmap_b, tmap_sfa;
+  jit::KernelArg sfb, grouped_layout, out;
+  int64_t ldo = 0, gso = 0;
+};
+
+jit::Selection launch(jit::JitRuntime& rt, const GemmTarget& target, const CallSite& fn,
+                      const GemmConfig& c, const GemmCall& call, const at::Tensor& d, bool mma_sync) {
+  jit::Selection sel;
+  sel.config = kernel_config(call.shape, c, mma_sync);
+  sel.selector = "heuristic";
+  sel.tuning_key = gemm_tuning_key(call.shape, c);
+  for (const GemmConfig& cand : fp8_gemm_candidates(call.shape, target.sm, target.num_sms)) {
+    sel.candidates.push_back(cand.name());
+  }
+  const std::vector<jit::KernelArg> args = {
+      call.tmap_a, call.tmap_b, call.tmap_sfa, call.sfb, call.grouped_layout, call.out,
+      jit::KernelArg::i32(kernels::to_i32(fn, "m", call.shape.m)), jit::KernelArg::i64(call.ldo),
+      jit::KernelArg::i64(call.gso)};
+  jit::LaunchDims dims;
+  dims.grid[0] = static_cast<unsigned>(c.num_sms);
+  dims.block[0] = static_cast<unsigned>(fp8_gemm_threads(c));
+  dims.shared_bytes = static_cast<unsigned>(fp8_gemm_smem_bytes(c));
+  dims.cluster[0] = static_cast<unsigned>(c.cluster_size());
+  const jit::SelectionScope scope(rt, sel);
+  rt.launch(fp8_gemm_kernel(call.shape.type), sel.config.constexprs, args, dims, kernels::stream_for(d));
+  return sel;
+}
+
+GemmConfig pick(const CallSite& fn, const GemmShape& shape, const GemmTarget& target) {
+  try {
+    return select_fp8_gemm_config(shape, target.sm, target.num_sms);
+  } catch (const jit::UnsupportedArchError&) {
+    throw;
+  } catch (const InputError& e) {
+    throw Error(fmt::format("{}::{}: {}", fn.family, fn.name, e.what()));
+  }
+}
+
+void check_k(const CallSite& fn, const char* arg, int64_t k) {
+  if (k <= 0 || k % kFp8BlockK != 0) fail(fn, arg, fmt::format("K = {} must be a positive multiple of 128", k));
+}
+
+void check_scales_a(const CallSite& fn, const char* arg, const at::Tensor& sf, int64_t kb, int64_t m,
+                    int64_t dim) {
+  check(fn, arg, sf, at::kFloat, dim, Layout::kContiguous);
+  if (sf.size(dim - 2) != kb) fail(fn, arg, fmt::format("must have K/128 = {} rows per group, got {}", kb, sf.size(dim - 2)));
+  if (sf.size(dim - 1) < align4(m) || sf.size(dim - 1) % 4 != 0) {
+    fail(fn, arg, fmt::format("needs a TMA-aligned M extent (a multiple of 4, >= align(M, 4) = {}), got {}",
+                              align4(m), sf.size(dim - 1)));
+  }
+}
+
+}  // namespace
+
+at::Tensor mn_major_scales(const at::Tensor& sf) {
+  const CallSite fn{kFamily, "mn_major_scales"};
+  check(fn, "sf", sf, at::kFloat, 2, Layout::kAny);
+  const int64_t m = sf.size(0);
+  at::Tensor out = at::zeros({sf.size(1), align4(m)}, sf.options());
+  out.narrow(1, 0, m).copy_(sf.t());
+  return out;
+}
+
+jit::Selection fp8_gemm_nt(jit::JitRuntime& rt, const GemmTarget& target, const at::Tensor& a,
+                           const at::Tensor& sfa, const at::Tensor& b, const at::Tensor& sfb,
+                           const at::Tensor& d, const GemmOptions& options) {
+  const CallSite fn{kFamily, "fp8_gemm_nt"};
+  check(fn, "a", a, at::kByte, 2, Layout::kInnerContiguous);
+  check(fn, "b", b, at::kByte, 2, Layout::kContiguous);
+  check(fn, "d", d, at::kBFloat16, 2, Layout::kInnerContiguous);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  check_k(fn, "a", k);
+  kernels::check_size(fn, "b", b, 1, k);
+  kernels::check_size(fn, "d", d, 0, m);
+  kernels::check_size(fn, "d", d, 1, n);
+  check_scales_a(fn, "sfa", sfa, k / 128, m, 2);
+  check(fn, "sfb", sfb, at::kFloat, 2, Layout::kContiguous);
+  kernels::check_size(fn, "sfb", sfb, 0, (n + 127) / 128);
+  kernels::check_size(fn, "sfb", sfb, 1, k / 128);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"sfa", &sfa}, {"b", &b}, {"sfb", &sfb}, {"d", &d}}) {
+    kernels::check_same_device(fn, a, name, *t);
+  }
+  if (m == 0) return {};
+  const GemmShape shape{GemmType::kNormal, m, n, k, 1};
+  const GemmConfig c = pick(fn, shape, target);
+  GemmCall call;
+  call.shape = shape;
+  call.tmap_a = tmap_of(fn, "a", a, jit::DType::kF8E4M3, 2, {k, m}, {a.stride(0)},
+                        {128, static_cast<uint32_t>(c.block_m)}, 128);
+  call.tmap_b = tmap_of(fn, "b", b, jit::DType::kF8E4M3, 2, {k, n}, {k}, {128, static_cast<uint32_t>(c.block_n)}, 128);
+  call.tmap_sfa = tmap_of(fn, "sfa", sfa, jit::DType::kF32, 2, {sfa.size(1), k / 128}, {sfa.size(1)},
+                          {static_cast<uint32_t>(c.block_m), 1}, 0);
+  call.sfb = tensor_arg(sfb);
+  call.grouped_layout = jit::KernelArg::pointer(0, jit::DType::kI32);
+  call.out = tensor_arg(d);
+  call.ldo = d.stride(0);
+  return launch(rt, target, fn, c, call, d, options.mma_sync);
+}
+
+jit::Selection m_grouped_fp8_gemm_nt_contiguous(jit::JitRuntime& rt, const GemmTarget& target,
+                                                const at::Tensor& a, const at::Tensor& sfa,
+                                                const at::Tensor& b, const at::Tensor& sfb,
+                                                const at::Tensor& d, const at::Tensor& m_indices,
+                                                const GemmOptions& options) {
+  const CallSite fn{kFamily, "m_grouped_fp8_gemm_nt_contiguous"};
+  check(fn, "a", a, at::kByte, 2, Layout::kInnerContiguous);
+  check(fn, "b", b, at::kByte, 3, Layout::kContiguous);
+  check(fn, "d", d, at::kBFloat16, 2, Layout::kInnerContiguous);
+  check(fn, "m_indices", m_indices, at::kInt, 1, Layout::kContiguous);
+  const int64_t m = a.size(0), k = a.size(1), groups = b.size(0), n = b.size(1);
+  check_k(fn, "a", k);
+  if (m % kMkAlignmentForContiguousLayout != 0) {
+    fail(fn, "a", fmt::format("M = {} must be a multiple of the contiguous-layout alignment {}", m,
+                              kMkAlignmentForContiguousLayout));
+  }
+  kernels::check_size(fn, "b", b, 2, k);
+  kernels::check_size(fn, "d", d, 0, m);
+  kernels::check_size(fn, "d", d, 1, n);
+  kernels::check_size(fn, "m_indices", m_indices, 0, m);
+  check_scales_a(fn, "sfa", sfa, k / 128, m, 2);
+  check(fn, "sfb", sfb, at::kFloat, 3, Layout::kContiguous);
+  kernels::check_size(fn, "sfb", sfb, 0, groups);
+  kernels::check_size(fn, "sfb", sfb, 1, (n + 127) / 128);
+  kernels::check_size(fn, "sfb", sfb, 2, k / 128);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"sfa", &sfa}, {"b", &b}, {"sfb", &sfb}, {"d", &d}, {"m_indices", &m_indices}}) {
+    kernels::check_same_device(fn, a, name, *t);
+  }
+  if (m == 0) return {};
+  const GemmShape shape{GemmType::kMGroupedContiguous, m, n, k, static_cast<int>(groups)};
+  const GemmConfig c = pick(fn, shape, target);
+  GemmCall call;
+  call.shape = shape;
+  call.tmap_a = tmap_of(fn, "a", a, jit::DType::kF8E4M3, 2, {k, m}, {a.stride(0)},
+                        {128, static_cast<uint32_t>(c.block_m)}, 128);
+  call.tmap_b = tmap_of(fn, "b", b, jit::DType::kF8E4M3, 2, {k, groups * n}, {k},
+                        {128, static_cast<uint32_t>(c.block_n)}, 128);
+  call.tmap_sfa = tmap_of(fn, "sfa", sfa, jit::DType::kF32, 2, {sfa.size(1), k / 128}, {sfa.size(1)},
+                          {static_cast<uint32_t>(c.block_m), 1}, 0);
+  call.sfb = tensor_arg(sfb);
+  call.grouped_layout = tensor_arg(m_indices);
+  call.out = tensor_arg(d);
+  call.ldo = d.stride(0);
+  return launch(rt, target, fn, c, call, d, options.mma_sync);
+}
+
+jit::Selection fp8_einsum_bhr_hdr_bhd(jit::JitRuntime& rt, const GemmTarget& target,
+                                      const at::Tensor& x, const at::Tensor& sfx,
+                                      const at::Tensor& y, const at::Tensor& sfy,
+                                      const at::Tensor& z, const GemmOptions& options) {
+  const CallSite fn{kFamily, "fp8_einsum_bhr_hdr_bhd"};
+  check(fn, "x", x, at::kByte, 3, Layout::kInnerContiguous);
+  check(fn, "y", y, at::kByte, 3, Layout::kContiguous);
+  check(fn, "z", z, at::kBFloat16, 3, Layout::kInnerContiguous);
+  const int64_t batch = x.size(0), heads = x.size(1), r = x.size(2), dd = y.size(1);
+  check_k(fn, "x", r);
+  kernels::check_size(fn, "y", y, 0, heads);
+  kernels::check_size(fn, "y", y, 2, r);
+  kernels::check_size(fn, "z", z, 0, batch);
+  kernels::check_size(fn, "z", z, 1, heads);
+  kernels::check_size(fn, "z", z, 2, dd);
+  check_scales_a(fn, "sfx", sfx, r / 128, batch, 3);
+  kernels::check_size(fn, "sfx", sfx, 0, heads);
+  check(fn, "sfy", sfy, at::kFloat, 3, Layout::kContiguous);
+  kernels::check_size(fn, "sfy", sfy, 0, heads);
+  kernels::check_size(fn, "sfy", sfy, 1, (dd + 127) / 128);
+  kernels::check_size(fn, "sfy", sfy, 2, r / 128);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"sfx", &sfx}, {"y", &y}, {"sfy", &sfy}, {"z", &z}}) {
+    kernels::check_same_device(fn, x, name, *t);
+  }
+  if (batch == 0) return {};
+  const GemmShape shape{GemmType::kBatched, batch, dd, r, static_cast<int>(heads)};
+  const GemmConfig c = pick(fn, shape, target);
+  GemmCall call;
+  call.shape = shape;
+  call.tmap_a = tmap_of(fn, "x", x, jit::DType::kF8E4M3, 3, {r, batch, heads}, {x.stride(0), x.stride(1)},
+                        {128, static_cast<uint32_t>(c.block_m), 1}, 128);
+  call.tmap_b = tmap_of(fn, "y", y, jit::DType::kF8E4M3, 2, {r, heads * dd}, {r},
+                        {128, static_cast<uint32_t>(c.block_n)}, 128);
+  const int64_t mp = sfx.size(2);
+  call.tmap_sfa = tmap_of(fn, "sfx", sfx, jit::DType::kF32, 3, {mp, r / 128, heads}, {mp, mp * (r / 128)},
+                          {static_cast<uint32_t>(c.block_m), 1, 1}, 0);
+  call.sfb = tensor_arg(sfy);
+  call.grouped_layout = jit::KernelArg::pointer(0, jit::DType::kI32);
+  call.out = tensor_arg(z);
+  call.ldo = z.stride(0);
+  call.gso = z.stride(1);
+  return launch(rt, target, fn, c, call, z, options.mma_sync);
+}
+
+}  // namespace coldstart::deepgemm

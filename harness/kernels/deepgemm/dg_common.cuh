@@ -1,0 +1,147 @@
+// Device helpers of the DeepGEMM-style family (NVRTC, no includes): FP8 e4m3 decoding, bf16
+// packing, mbarriers, TMA tile loads through by-value tensor maps, WGMMA shared-memory
+// descriptors and fences (SM90), and the warp-level FP8 mma.sync (SM89+) the SM100 variants use.
+#pragma once
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+/// CUtensorMap as the driver encodes it: 128 opaque bytes, 64-byte aligned, passed by value.
+struct __align__(64) TensorMap {
+  u64 opaque[16];
+};
+
+/// OCP FP8 e4m3 (finite only: 0x7f / 0xff are NaN) to float.
+__device__ __forceinline__ float fp8_e4m3_to_float(u8 v) {
+  const u32 sign = (v & 0x80u) << 24;
+  const u32 exp = (v >> 3) & 0xfu;
+  const u32 man = v & 0x7u;
+  if (exp == 0xfu && man == 0x7u) return __int_as_float(0x7fc00000);
+  float mag;
+  if (exp == 0) {
+    mag = static_cast<float>(man) * 0.001953125f;  // subnormal: man * 2^-9
+  } else {
+    mag = __int_as_float(static_cast<int>(((exp + 120u) << 23) | (man << 20)));
+  }
+  return __int_as_float(__float_as_int(mag) | static_cast<int>(sign));
+}
+
+/// Round-to-nearest-even float -> bf16 bits.
+__device__ __forceinline__ u16 float_to_bf16_bits(float f) {
+  u32 x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<u16>(x >> 16);
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// ---------------------------------------------------------------- mbarrier
+
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+  u32 done = 0;
+  const u32 addr = smem_addr(bar);
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  }
+}
+
+// ---------------------------------------------------------------- TMA
+
+__device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, u64* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, u64* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// ---------------------------------------------------------------- swizzled tiles
+
+/// Byte offset of (row, byte column) in a tile of 128-byte rows stored with the 128-byte TMA
+/// swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+__device__ __forceinline__ u32 swizzle128_offset(u32 row, u32 byte_col) {
+  return row * 128u + ((((byte_col >> 4) ^ (row & 7u)) << 4) | (byte_col & 15u));
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CS_HAS_WGMMA 1
+// ---------------------------------------------------------------- WGMMA (sm_90a)
+
+/// Shared-memory matrix descriptor of a K-major tile of 128-byte rows with the 128-byte swizzle:
+/// 8-row core groups 1024 bytes apart (stride byte offset), layout type 1 (128B swizzle).
+__device__ __forceinline__ u64 wgmma_desc_sw128(const void* tile) {
+  const u64 addr = smem_addr(tile);
+  u64 desc = (addr & 0x3ffffull) >> 4;
+  desc |= static_cast<u64>(1) << 16;             // leading byte offset (unused when swizzled)
+  desc |= static_cast<u64>(1024 >> 4) << 32;     // stride byte offset
+  desc |= static_cast<u64>(1) << 62;             // 128-byte swizzle
+  return desc;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+#else
+#define CS_HAS_WGMMA 0
+#endif
+
+// ---------------------------------------------------------------- mma.sync FP8 (sm_89+)
+
+/// ldmatrix of four 8x8 b16 matrices (each lane passes one row address).
+__device__ __forceinline__ void ldmatrix_x4(u32& r0, u32& r1, u32& r2, u32& r3, u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(u32& r0, u32& r1, u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+/// D += A (16x32 e4m3, row) * B (32x8 e4m3, col), f32 accumulators in the m16n8 C layout.
+__device__ __forceinline__ void mma_fp8_m16n8k32(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
