@@ -40,6 +40,12 @@
 #define B_STAGE_BYTES (BLOCK_N * 128)
 #define SFA_STAGE_BYTES (((BLOCK_M * 4) + 127) / 128 * 128)
 #define NUM_THREADS (128 * (NUM_MATH_WG + 1))
+// With two math warpgroups a thread may hold 168 registers, fewer than the accumulators of the
+// larger tiles need: as DeepGEMM does, the producer warpgroup gives registers back (40) and the
+// math warpgroups take them (232). Only where the accumulators alone exceed ~160 registers, so
+// the compiler is certain to have used all 168 (setmaxnreg.inc waits for registers the CTA does
+// not have otherwise); dg_gemm_test checks the register count of such a kernel.
+#define USE_SETMAXNREG (USE_WGMMA && NUM_MATH_WG == 2 && (SUBS + 1) * ACC >= 160)
 
 struct TileCoord {
   int group;    // batched group or grouped-contiguous expert
@@ -94,6 +100,9 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
 
   if (wg == NUM_MATH_WG) {
     // ------------------------------------------------------------ producer
+#if USE_SETMAXNREG
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+#endif
     if (threadIdx.x != NUM_MATH_WG * 128) return;
     tma_prefetch_map(&tmap_a);
     tma_prefetch_map(&tmap_b);
@@ -122,6 +131,9 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
   }
 
   // -------------------------------------------------------------- math warpgroups
+#if USE_SETMAXNREG
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+#endif
   const int warp_in_wg = warp % 4;
   float acc[ACC];
   float fin[SUBS][ACC];

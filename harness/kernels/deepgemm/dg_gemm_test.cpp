@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "harness/jit/compiled_kernel.h"
 #include "harness/jit/driver.h"
 #include "harness/kernels/deepgemm/deepgemm.h"
 #include "harness/kernels/deepgemm/dg_reference.h"
@@ -253,6 +254,43 @@ TEST(DeepGemmGpuCoverage, TheShapesReachDistinctTiles) {
   bool cluster = false;
   for (const auto& n : names) cluster |= n.find(" c2") != std::string::npos;
   EXPECT_TRUE(cluster) << "no shape reaches a 2-block cluster";
+}
+
+// The kernels that move registers between warpgroups (setmaxnreg) rely on the compiler having
+// allocated the full 168 per thread of a 384-thread block; a smaller allocation would hang.
+TEST(DeepGemmGpuRegisters, SetmaxnregKernelsHoldTheFullAllocation) {
+  CS_REQUIRE_GPU();
+  jit::JitRuntime& rt = gpu_runtime();
+  if (jit::arch_sm(rt.arch()) < 90) GTEST_SKIP() << "needs sm_90+";
+  const int64_t m = 4096, n = 4096, k = 1024;
+  const GemmConfig c = select_fp8_gemm_config({GemmType::kNormal, m, n, k, 1}, 90, 132);
+  ASSERT_EQ(c.block_m, 256) << c.name();  // two sub-tiles per warpgroup: the heavy case
+  const at::Tensor a = at::zeros({m, k}, cuda(at::kByte)), b = at::zeros({n, k}, cuda(at::kByte));
+  const at::Tensor sfa = at::ones({k / 128, m}, cuda(at::kFloat)), sfb = at::ones({n / 128, k / 128}, cuda(at::kFloat));
+  at::Tensor d = poisoned_bf16(m, n);
+  const jit::Selection sel = fp8_gemm_nt(rt, {90, 132}, a, sfa, b, sfb, d);
+  const size_t records_before = rt.monitor().records().size();
+  // Zero inputs give exact zeros everywhere (and prove the kernel did not hang).
+  EXPECT_EQ(d.to(at::kFloat).abs().max().item<float>(), 0.f);
+  // The same key as the wrapper's launch: tensor maps are never specialized, the pointers are
+  // 16-byte aligned, m / ldo / gso are left out of specialization.
+  jit::TensorMapSpec spec;
+  spec.address = 256;
+  spec.dims[0] = 128;
+  spec.dims[1] = 8;
+  spec.strides[0] = 128;
+  spec.box[0] = 128;
+  spec.box[1] = 8;
+  const jit::KernelArg t = jit::KernelArg::tmap(spec);
+  const jit::CompiledKernel& ck = rt.ensure(
+      fp8_gemm_nt_kernel(), sel.config.constexprs,
+      {t, t, t, jit::KernelArg::pointer(256, jit::DType::kF32), jit::KernelArg::pointer(256, jit::DType::kI32),
+       jit::KernelArg::pointer(256, jit::DType::kBF16), jit::KernelArg::i32(7), jit::KernelArg::i64(7),
+       jit::KernelArg::i64(7)});
+  EXPECT_EQ(rt.monitor().records().size(), records_before) << "a new compile: the key differs from the launch's";
+  int regs = 0;
+  CS_CU_CHECK(jit::driver().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, ck.function));
+  EXPECT_EQ(regs, 168);
 }
 
 TEST(DeepGemmGpuGrouped, ExpertsAndPaddingRows) {
