@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -111,6 +113,72 @@ TEST(DeepGemmHeuristic, RefusesWhatDeepGemmRefuses) {
   EXPECT_THROW(select_fp8_gemm_config({GemmType::kNormal, 8, 1536, 4096, 1}, 90, 131), InputError);
   EXPECT_THROW(select_fp8_gemm_config({GemmType::kNormal, 8, 1536, 4000, 1}, 90, 132), InputError);
   EXPECT_THROW(select_fp8_gemm_config({GemmType::kNormal, 0, 1536, 4096, 1}, 90, 132), InputError);
+}
+
+TEST(DeepGemmCoverage, SeedSamplingIsDenseTo2048ThenEvery16th) {
+  const std::vector<int64_t> v = dense_warmup_m_values(8192);
+  ASSERT_EQ(v.size(), 2048u + (8192 - 2048) / 16);
+  EXPECT_EQ(v[2047], 2048);
+  EXPECT_EQ(v[2048], 2064);
+  EXPECT_EQ(v.back(), 8192);
+  EXPECT_EQ(dense_warmup_m_values(100).size(), 100u);
+  EXPECT_EQ(dense_warmup_m_values(2050).back(), 2050);  // the maximum is always added
+}
+
+// The seed's claim that dense sampling "provably covers every reachable config", checked against
+// the heuristic for DeepSeek V4-Flash's FP8 linears on the H200 and the B200. Every gap found is
+// verified independently: its first M selects it and is not sampled; the M before it selects
+// something else.
+TEST(DeepGemmCoverage, GapsOfTheSeedSamplingAreRealAndListed) {
+  const int64_t max_tokens = 8192;
+  const std::vector<int64_t> sampled = dense_warmup_m_values(max_tokens);
+  const std::vector<GemmShape> shapes = {{GemmType::kNormal, 0, 1536, 4096, 1},  {GemmType::kNormal, 0, 32768, 1024, 1},
+                                         {GemmType::kNormal, 0, 4096, 8192, 1},  {GemmType::kNormal, 0, 8192, 1024, 1},
+                                         {GemmType::kNormal, 0, 4096, 4096, 1},  {GemmType::kNormal, 0, 4096, 2048, 1},
+                                         {GemmType::kBatched, 0, 1024, 4096, 8}};
+  size_t total = 0;
+  for (const auto& [sm, sms] : {std::pair<int, int>{90, 132}, {100, 148}}) {
+    for (const GemmShape& shape : shapes) {
+      const auto gaps = warmup_coverage_gaps(shape, sm, sms, max_tokens, sampled);
+      for (const CoverageGap& g : gaps) {
+        ++total;
+        std::printf("sm_%d %s N=%lld K=%lld: %s first at M=%lld (%lld M values) not warmed\n", sm,
+                    gemm_type_name(shape.type), static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                    g.config.name().c_str(), static_cast<long long>(g.first_m), static_cast<long long>(g.num_m));
+        EXPECT_FALSE(std::binary_search(sampled.begin(), sampled.end(), g.first_m));
+        EXPECT_GT(g.first_m, 2048) << "below 2048 every M is sampled";
+        GemmShape s = shape;
+        s.m = g.first_m;
+        EXPECT_EQ(select_fp8_gemm_config(s, sm, sms).name(), g.config.name());
+      }
+    }
+  }
+  std::printf("%zu reachable configs the seed's sampling does not compile\n", total);
+  // A decode-only warmup (the capture sizes 1, 2, 4, 8..512 step 8) leaves prefill tiles out:
+  // the detector must see them, and M = 300 (TokenSpeed PR #398's first prompt) must be among
+  // the M that reach an unwarmed config for the fused wq_a+wkv shape.
+  std::vector<int64_t> decode = {1, 2, 4};
+  for (int64_t m = 8; m <= 512; m += 8) decode.push_back(m);
+  for (const auto& [sm, sms] : {std::pair<int, int>{90, 132}, {100, 148}}) {
+    const auto gaps = warmup_coverage_gaps(shapes[0], sm, sms, max_tokens, decode);
+    EXPECT_FALSE(gaps.empty());
+    GemmShape s = shapes[0];
+    s.m = 300;
+    const std::string at300 = select_fp8_gemm_config(s, sm, sms).name();
+    const bool listed = std::any_of(gaps.begin(), gaps.end(), [&](const CoverageGap& g) { return g.config.name() == at300; });
+    bool warmed = false;
+    for (int64_t m : decode) {
+      s.m = m;
+      warmed |= select_fp8_gemm_config(s, sm, sms).name() == at300;
+    }
+    EXPECT_EQ(listed, !warmed) << "sm_" << sm << " M=300 picks " << at300;
+    std::printf("sm_%d decode-only sampling: %zu configs of N=1536 K=4096 left out; M=300 picks %s (%s)\n", sm,
+                gaps.size(), at300.c_str(), warmed ? "warmed" : "not warmed");
+  }
+  // Sampling every M leaves nothing out, by construction.
+  std::vector<int64_t> every(max_tokens);
+  for (int64_t m = 1; m <= max_tokens; ++m) every[m - 1] = m;
+  EXPECT_TRUE(warmup_coverage_gaps(shapes[0], 90, 132, max_tokens, every).empty());
 }
 
 // ---------------------------------------------------------------- compile-only

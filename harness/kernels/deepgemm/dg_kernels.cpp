@@ -267,6 +267,48 @@ GemmConfig select_fp8_gemm_config(const GemmShape& shape, int sm, int num_sms) {
   return cands[best];
 }
 
+std::vector<int64_t> dense_warmup_m_values(int64_t max_tokens) {
+  std::vector<int64_t> out;
+  if (max_tokens < 1) return out;
+  const int64_t dense = std::min<int64_t>(max_tokens, 2048);
+  for (int64_t m = 1; m <= dense; ++m) out.push_back(m);
+  for (int64_t m = dense + 16; m <= max_tokens; m += 16) out.push_back(m);  // range(dense, max+1, 16)
+  if (out.back() != max_tokens) out.push_back(max_tokens);
+  return out;
+}
+
+std::vector<CoverageGap> warmup_coverage_gaps(const GemmShape& shape, int sm, int num_sms, int64_t max_tokens,
+                                              const std::vector<int64_t>& sampled) {
+  auto identity = [](const GemmConfig& c) {
+    return fmt::format("{}x{} s{} c{}x{} swap{}", c.block_m, c.block_n, c.num_stages, c.cluster_m, c.cluster_n,
+                       c.swap_ab ? 1 : 0);
+  };
+  GemmShape s = shape;
+  std::vector<std::string> warmed;
+  for (int64_t m : sampled) {
+    if (m < 1 || m > max_tokens) continue;
+    s.m = m;
+    warmed.push_back(identity(select_fp8_gemm_config(s, sm, num_sms)));
+  }
+  std::sort(warmed.begin(), warmed.end());
+  std::vector<CoverageGap> gaps;
+  std::vector<std::string> gap_ids;
+  for (int64_t m = 1; m <= max_tokens; ++m) {
+    s.m = m;
+    const GemmConfig c = select_fp8_gemm_config(s, sm, num_sms);
+    const std::string id = identity(c);
+    if (std::binary_search(warmed.begin(), warmed.end(), id)) continue;
+    const auto it = std::find(gap_ids.begin(), gap_ids.end(), id);
+    if (it == gap_ids.end()) {
+      gap_ids.push_back(id);
+      gaps.push_back({c, m, 1});
+    } else {
+      ++gaps[static_cast<size_t>(it - gap_ids.begin())].num_m;
+    }
+  }
+  return gaps;
+}
+
 std::string gemm_tuning_key(const GemmShape& shape, const GemmConfig& config) {
   return fmt::format("M={} N={} K={} G={} -> {}x{}{}", shape.m, shape.n, shape.k, shape.num_groups,
                      config.block_m, config.block_n, config.cluster_size() > 1 ? " c2" : "");

@@ -100,6 +100,27 @@ GemmConfig select_fp8_gemm_config(const GemmShape& shape, int sm, int num_sms);
 /// The tuning key a compile record shows for a selection: "M=300 N=1536 K=4096 G=1 -> 64x112".
 std::string gemm_tuning_key(const GemmShape& shape, const GemmConfig& config);
 
+/// The M values the reference warmer samples (../shared/seeds/deepseek-v4-deep-gemm-warmup.txt,
+/// _warmup_m_values): every M from 1 to min(max_tokens, 2048), then every 16th from there to
+/// max_tokens, plus max_tokens; ascending. Empty when max_tokens < 1.
+std::vector<int64_t> dense_warmup_m_values(int64_t max_tokens);
+
+/// A config the heuristic reaches for some M in [1, max_tokens] that no sampled M reaches: a
+/// kernel a warmup over those samples would leave to the first request that needs it.
+struct CoverageGap {
+  GemmConfig config;
+  int64_t first_m = 0;  ///< the smallest M that selects it
+  int64_t num_m = 0;    ///< how many M in [1, max_tokens] select it
+};
+
+/// Checks a warmup's M samples against the heuristic (the seed claims dense sampling "provably
+/// covers every reachable config"): evaluates select_fp8_gemm_config for every M in
+/// [1, max_tokens] with shape.m replaced, and returns the configs (by compile-key identity: tile,
+/// stages, cluster, swap) that `sampled` never selects, in order of first_m. Same errors as
+/// select_fp8_gemm_config.
+std::vector<CoverageGap> warmup_coverage_gaps(const GemmShape& shape, int sm, int num_sms, int64_t max_tokens,
+                                              const std::vector<int64_t>& sampled);
+
 /// The kernels. One CUDA source serves all three; their names are DeepGEMM's API names.
 const jit::KernelSource& fp8_gemm_nt_kernel();                 ///< GemmType::Normal
 const jit::KernelSource& m_grouped_fp8_gemm_contiguous_kernel();  ///< MGroupedContiguous
