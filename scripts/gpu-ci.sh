@@ -65,8 +65,8 @@ step "launch benchmark"
 "$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   --benchmark_out="$OUT/launch_bench.json" --benchmark_out_format=json >>"$LOG" 2>&1 || rc=1
 grep -E "^BM_" "$LOG" | tail -12
-step "kernel family benchmarks (GDN prefill chain, GDN decode, mamba ops, fused MoE)"
-for b in gdn_chunk_bench gdn_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench mamba_ssd_bench; do
+step "kernel family benchmarks (GDN prefill chain, GDN decode, mamba ops, fused MoE, Mamba2, DeepGEMM-style FP8 GEMM)"
+for b in gdn_chunk_bench gdn_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench mamba_ssd_bench deepgemm_bench; do
   [ -x "$BUILD/bench/$b" ] || continue
   "$BUILD/bench/$b" --benchmark_out="$OUT/$b.json" --benchmark_out_format=json \
     >"$OUT/$b.txt" 2>&1 || { echo "$b failed" | tee -a "$LOG"; rc=1; }
