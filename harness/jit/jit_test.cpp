@@ -445,6 +445,42 @@ TEST(Runtime, ConcurrentEnsureCompilesOnce) {
   EXPECT_EQ(rt.monitor().records().size(), 1u);
 }
 
+// Misses of distinct keys compile on their own threads (a warmer's pool); each key still compiles
+// exactly once however many threads ask for it, and a failing key fails every thread that waited.
+TEST(Runtime, DistinctKeysCompileConcurrentlyEachOnce) {
+  JitRuntime rt(compile_only());
+  const KernelSource k = axpy_kernel();
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        rt.ensure(k, {{"BLOCK", 32 << (t % 4)}}, axpy_args(4096, 64));
+      } catch (...) {
+        ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(rt.monitor().records().size(), 4u);
+  EXPECT_EQ(rt.cached_kernels(), 4u);
+  KernelSource broken{"broken", "broken", kBrokenSource, {"y"}, {}};
+  std::atomic<int> failures{0};
+  threads.clear();
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      try {
+        rt.ensure(broken, {}, {KernelArg::pointer(256, DType::kF32)});
+      } catch (const CudaError&) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 4);
+}
+
 TEST(Runtime, NoArchWithoutGpuIsAnError) {
   if (driver_available()) GTEST_SKIP() << "a GPU is present: the arch comes from it";
   JitOptions o;

@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,6 +86,14 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 struct JitRuntime::Impl {
+  // One key being compiled by some thread; others asking for it wait on `cv`.
+  struct InFlight {
+    bool done = false;
+    CompiledKernel* kernel = nullptr;
+    std::exception_ptr error;
+    std::condition_variable cv;
+  };
+
   // What the hit path compares; one per distinct (call-site-visible) launch configuration.
   struct FastEntry {
     const char* source = nullptr;
@@ -118,13 +128,14 @@ struct JitRuntime::Impl {
   std::string compiler;
   std::string cache_dir;
   bool owns_cache_dir = false;
-  bool disk_read_only = false;  // a write failed: stop trying (warned once)
+  std::atomic<bool> disk_read_only{false};  // a write failed: stop trying (warned once)
   JitMonitor monitor;
 
   mutable std::shared_mutex map_mu;  // guards `fast` and `by_key` (writers also hold compile_mu)
-  std::mutex compile_mu;             // serializes misses
+  std::mutex compile_mu;             // guards `inflight` and insertions into `by_key`
   std::unordered_map<uint64_t, std::unique_ptr<FastEntry>> fast;
   std::unordered_map<std::string, std::unique_ptr<CompiledKernel>> by_key;
+  std::unordered_map<std::string, std::shared_ptr<InFlight>> inflight;
   std::mutex autotuner_mu;  // guards making `autotuner`
   std::unique_ptr<Autotuner> autotuner;
 
@@ -319,9 +330,11 @@ struct JitRuntime::Impl {
     return ck;
   }
 
+  // The miss path. Distinct keys compile concurrently (a warmer's thread pool); a key already
+  // being compiled is waited for, never compiled twice. compile_mu guards `by_key` insertions and
+  // `inflight` only, not the compiles.
   const CompiledKernel& miss(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
                              const std::vector<KernelArg>& args, uint64_t h) {
-    std::lock_guard<std::mutex> compile_lock(compile_mu);
     {
       std::shared_lock<std::shared_mutex> lock(map_mu);
       auto it = fast.find(h);
@@ -335,15 +348,49 @@ struct JitRuntime::Impl {
     CompileKey key = make_compile_key(kernel, constexprs, args, karch, compiler);
     std::string key_text = key.str();
     CompiledKernel* ck = nullptr;
-    auto found = by_key.find(key_text);  // by_key only changes under compile_mu
-    if (found != by_key.end()) {
-      ck = found->second.get();
-    } else {
-      std::unique_ptr<CompiledKernel> made =
-          load_or_compile(kernel, constexprs, args, std::move(key), key_text);
+    std::shared_ptr<InFlight> flight;
+    bool mine = false;
+    {
+      std::unique_lock<std::mutex> lock(compile_mu);
+      auto found = by_key.find(key_text);
+      if (found != by_key.end()) {
+        ck = found->second.get();
+      } else {
+        auto f = inflight.find(key_text);
+        if (f == inflight.end()) {
+          flight = std::make_shared<InFlight>();
+          inflight.emplace(key_text, flight);
+          mine = true;
+        } else {
+          flight = f->second;
+          flight->cv.wait(lock, [&] { return flight->done; });
+          if (flight->error) std::rethrow_exception(flight->error);
+          ck = flight->kernel;
+        }
+      }
+    }
+    if (mine) {
+      std::unique_ptr<CompiledKernel> made;
+      try {
+        made = load_or_compile(kernel, constexprs, args, std::move(key), key_text);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(compile_mu);
+        flight->error = std::current_exception();
+        flight->done = true;
+        inflight.erase(key_text);
+        flight->cv.notify_all();
+        throw;
+      }
       ck = made.get();
-      std::unique_lock<std::shared_mutex> lock(map_mu);
-      by_key.emplace(std::move(key_text), std::move(made));
+      std::lock_guard<std::mutex> lock(compile_mu);
+      {
+        std::unique_lock<std::shared_mutex> map_lock(map_mu);
+        by_key.emplace(key_text, std::move(made));
+      }
+      flight->kernel = ck;
+      flight->done = true;
+      inflight.erase(key_text);
+      flight->cv.notify_all();
     }
     auto entry = std::make_unique<FastEntry>();
     entry->source = kernel.source;
