@@ -112,7 +112,10 @@ ScenarioRules replay_rules(std::optional<Target> target = std::nullopt) {
   ScenarioRules rules;
   rules.known_warmers = warmer_names();
   rules.check_replayable = [target](const Scenario& s) {
-    return check_replayable(s, target ? &*target : nullptr);
+    // A target the scenario's `archs` exclude skips every strategy: its kernels are not checked.
+    const bool excluded = target && !s.archs.empty() &&
+                          std::find(s.archs.begin(), s.archs.end(), target->arch) == s.archs.end();
+    return check_replayable(s, target && !excluded ? &*target : nullptr);
   };
   return rules;
 }
@@ -601,19 +604,20 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     Scenario checked = scenarios[i];
     std::vector<Expectation> kept;
     size_t other_mode = 0;
+    const std::string run_arch = "sm_" + std::to_string(runs[i].meta.sm);
     for (const Expectation& x : checked.expectations) {
       bool ran = x.strategy == "*";
       for (const auto& r : runs[i].results) ran = ran || r.strategy == x.strategy;
-      if (x.mode && *x.mode != mode) {
-        ++other_mode;  // a rule for the other mode does not apply to this run
+      if ((x.mode && *x.mode != mode) || (x.arch && *x.arch != run_arch)) {
+        ++other_mode;  // a rule for the other mode or arch does not apply to this run
       } else if (ran) {
         kept.push_back(x);
       }
     }
     checked.expectations = kept;
-    const auto lines = check_expectations(checked, mode, runs[i].results);
+    const auto lines = check_expectations(checked, mode, runs[i].results, runs[i].meta.sm);
     const std::string not_applied =
-        other_mode ? fmt::format("; {} rule(s) for the other mode not checked", other_mode) : "";
+        other_mode ? fmt::format("; {} rule(s) for another mode or arch not checked", other_mode) : "";
     if (lines.empty()) {
       std::cout << fmt::format("expectations of {}: {} rule(s) met ({}){}\n", scenarios[i].name,
                                kept.size(), mode, not_applied);

@@ -65,10 +65,11 @@ std::vector<std::string> unmet(const Expectation& e, const StrategyResult& r) {
 }  // namespace
 
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
-                                            const std::vector<StrategyResult>& results) {
+                                            const std::vector<StrategyResult>& results, int sm) {
   std::vector<std::string> failures;
   for (const auto& e : s.expectations) {
     if (e.mode && *e.mode != mode) continue;  // a rule for the other mode
+    if (e.arch && *e.arch != "sm_" + std::to_string(sm)) continue;  // a rule for another arch
     bool matched = false;
     for (const auto& r : results) {
       if (!matches(e, r)) continue;
@@ -82,6 +83,7 @@ std::vector<std::string> check_expectations(const Scenario& s, const std::string
       std::string rule = fmt::format("strategy '{}'", e.strategy);
       if (e.variant) rule += fmt::format(", variant \"{}\"", *e.variant);
       if (e.mode) rule += fmt::format(", mode {}", *e.mode);
+      if (e.arch) rule += fmt::format(", arch {}", *e.arch);
       failures.push_back(
           fmt::format("rule at {} ({}) matches no result of this {} run", e.where, rule, mode));
     }

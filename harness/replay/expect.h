@@ -18,7 +18,9 @@ namespace coldstart {
 /// strategy, variant and mode it matches; a rule for another mode does not apply; a rule that
 /// applies but matches no result is a failure of its own; a skipped result (outcome "skipped", or
 /// a result whose `extra` holds "skipped") is exempt from every check but `outcome: skipped`.
+/// A rule with an `arch` applies only when `sm` (the run's compute capability, e.g. 90) is that
+/// arch's; with sm == 0 (unknown) such rules do not apply.
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
-                                            const std::vector<StrategyResult>& results);
+                                            const std::vector<StrategyResult>& results, int sm = 0);
 
 }  // namespace coldstart

@@ -179,6 +179,17 @@ TEST(CheckExpectations, ARuleForTheOtherModeDoesNotApply) {
   EXPECT_TRUE(check_expectations(with({e}), "compile-only", {}).empty());
 }
 
+TEST(CheckExpectations, ARuleForAnotherArchDoesNotApply) {
+  Expectation e = rule("none", 5);
+  e.arch = "sm_100";
+  e.hot_path_kernels = std::vector<std::string>{"fp8_einsum_bhr_hdr_bhd"};
+  const StrategyResult r = result("none", "", Outcome::kOk, {"fp8_gemm_nt"});
+  EXPECT_EQ(check_expectations(with({e}), "compile-only", {r}, 100).size(), 1u);  // its arch: checked
+  EXPECT_TRUE(check_expectations(with({e}), "compile-only", {r}, 90).empty());    // another: not
+  EXPECT_TRUE(check_expectations(with({e}), "compile-only", {}, 90).empty());     // nor "matches nothing"
+  EXPECT_TRUE(check_expectations(with({e}), "compile-only", {r}).empty());        // arch unknown
+}
+
 TEST(CheckExpectations, SkippedResultsAreExemptButForOutcomeSkipped) {
   Expectation e = rule("*", 4);
   e.outcome = "ok";

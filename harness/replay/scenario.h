@@ -235,6 +235,7 @@ struct Expectation {
   std::string strategy;                  ///< a strategy name, or "*" for every strategy
   std::optional<std::string> variant;    ///< a variant name; nullopt = every variant
   std::optional<std::string> mode;       ///< "cuda" | "compile-only"; nullopt = both
+  std::optional<std::string> arch;       ///< "sm_90", ...: the run's arch; nullopt = any
   std::optional<std::string> outcome;    ///< "ok" | "crash" | "timeout" | "error" | "skipped"
   std::optional<std::string> failed_phase;           ///< e.g. "first_decode"
   std::optional<std::string> error_prefix;           ///< the error text starts with this

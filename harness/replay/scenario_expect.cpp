@@ -10,13 +10,15 @@ namespace coldstart::scenario_detail {
 namespace {
 
 const std::vector<std::string> kExpectKeys = {
-    "strategy",          "variant",          "mode",
+    "strategy",          "variant",          "mode",             "arch",
     "outcome",           "failed_phase",     "error_prefix",
     "hot_path_compiles", "hot_path_kernels", "max_hot_path_compiles"};
 const std::vector<std::string> kChecks = {"outcome",          "failed_phase",
                                           "error_prefix",     "hot_path_compiles",
                                           "hot_path_kernels", "max_hot_path_compiles"};
 const std::vector<std::string> kModes = {"cuda", "compile-only"};
+// The archs a rule may be limited to: one per GPU generation coldstart targets.
+const std::vector<std::string> kArchs = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"};
 const std::vector<std::string> kOutcomes = {"ok", "crash", "timeout", "error", "skipped"};
 
 // A string that must be one of `known`.
@@ -81,6 +83,7 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
       }
     }
     if (const Entry* x = mv.get("mode")) r.mode = read_choice(c, *x, kModes, "mode");
+    if (const Entry* x = mv.get("arch")) r.arch = read_choice(c, *x, kArchs, "arch");
     if (const Entry* x = mv.get("outcome")) r.outcome = read_choice(c, *x, kOutcomes, "outcome");
     if (const Entry* x = mv.get("failed_phase")) {
       // The phases a replay can fail in (engine.cpp): startup, then request steps named by what
