@@ -187,6 +187,7 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
   const std::string next = "scenarios/qwen3-next-gdn.yaml";
   const std::string nano = "scenarios/nemotron-3-nano.yaml";
   const std::string super = "scenarios/nemotron-3-super-turboquant.yaml";
+  const std::string v4 = "scenarios/deepseek-v4-flash.yaml";
   const std::vector<Case> cases = {
       {"--set engine.kv_cache_dtype=fp8_e5m2", "key 'engine.kv_cache_dtype'"},
       {"--set cudagraph_mode=full", "key 'engine.cudagraph_mode'"},
@@ -206,6 +207,12 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
       {"--set model.overrides.linear_conv_kernel_dim=5", "key 'model.linear_conv_kernel_dim'", next},
       {"--set model.overrides.linear_value_head_dim=256", "key 'model.linear_value_head_dim'", next},
       {"--set model.overrides.num_experts_per_tok=600", "key 'model.num_experts_per_tok'", next},
+      // DeepSeek V4: what the DeepGEMM kernels or the replay do not take.
+      {"--set engine.block_size=16", "key 'engine.block_size'", v4},
+      {"--set cudagraph_mode=full_and_piecewise", "key 'engine.cudagraph_mode'", v4},
+      {"--set engine.tensor_parallel_size=2", "key 'engine.tensor_parallel_size'", v4},
+      {"--set model.overrides.index_n_heads=48", "key 'model.index_n_heads'", v4},
+      {"--set model.overrides.hc_mult=6", "key 'model.hc_mult'", v4},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(run_coldstart("replay " + c.scenario + " --device compile-only " + c.args +

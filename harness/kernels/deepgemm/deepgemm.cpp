@@ -2,6 +2,7 @@
 #include "harness/kernels/deepgemm/deepgemm.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <fmt/format.h>
 
@@ -108,6 +109,58 @@ void check_scales_a(const CallSite& fn, const char* arg, const at::Tensor& sf, i
 }
 
 }  // namespace
+
+namespace {
+
+/// x [R, K] -> (bytes [R, K], scales [R, K/128]).
+std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const CallSite& fn) {
+  const int64_t rows = x.size(0), k = x.size(1);
+  if (k % 128 != 0) fail(fn, "x", fmt::format("K = {} is not a multiple of 128", k));
+  if (x.is_meta()) {
+    return {at::empty({rows, k}, x.options().dtype(at::kByte)),
+            at::empty({rows, k / 128}, x.options().dtype(at::kFloat))};
+  }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  const at::Tensor xf = x.to(at::kFloat).reshape({rows, k / 128, 128});
+  const at::Tensor scale = xf.abs().amax(-1).clamp_min(1e-10) / 448.0;
+  const at::Tensor q = (xf / scale.unsqueeze(-1)).clamp(-448.0, 448.0).to(at::kFloat8_e4m3fn);
+  return {q.view(at::kByte).reshape({rows, k}), scale};
+#else
+  (void)rows;
+  throw Error(fmt::format("{}::{}: FP8 casts need libtorch >= 2.1 (this is {})", fn.family, fn.name, TORCH_VERSION));
+#endif
+}
+
+}  // namespace
+
+Fp8Activation quantize_fp8(const at::Tensor& x) {
+  const CallSite fn{kFamily, "quantize_fp8"};
+  if (!x.defined() || x.dim() != 2) fail(fn, "x", "must be a 2-D tensor");
+  auto [data, scale] = quantize_rows(x, fn);
+  const int64_t m = x.size(0);
+  at::Tensor sf = at::zeros({x.size(1) / 128, align4(m)}, scale.options());
+  if (!x.is_meta()) sf.narrow(1, 0, m).copy_(scale.t());
+  return {data, sf};
+}
+
+Fp8Activation quantize_fp8_groups(const at::Tensor& x) {
+  const CallSite fn{kFamily, "quantize_fp8_groups"};
+  if (!x.defined() || x.dim() != 3) fail(fn, "x", "must be a 3-D tensor [M, G, K]");
+  const int64_t m = x.size(0), g = x.size(1), k = x.size(2);
+  auto [data, scale] = quantize_rows(x.reshape({m * g, k}), fn);
+  at::Tensor sf = at::zeros({g, k / 128, align4(m)}, scale.options());
+  if (!x.is_meta()) sf.narrow(2, 0, m).copy_(scale.view({m, g, k / 128}).permute({1, 2, 0}));
+  return {data.view({m, g, k}), sf};
+}
+
+at::Tensor random_fp8_weight(std::vector<int64_t> shape, const at::TensorOptions& device) {
+  const at::TensorOptions u8 = device.dtype(at::kByte);
+  if (device.device().is_meta()) return at::empty(shape, u8);
+  // Exponent field 4..7 (0.125 .. 1.875 in magnitude), any mantissa, random sign.
+  const at::Tensor mag = at::randint(0x20, 0x40, shape, device.dtype(at::kInt));
+  const at::Tensor sign = at::randint(0, 2, shape, device.dtype(at::kInt)) * 128;
+  return (mag + sign).to(at::kByte);
+}
 
 at::Tensor mn_major_scales(const at::Tensor& sf) {
   const CallSite fn{kFamily, "mn_major_scales"};

@@ -31,6 +31,26 @@ struct GemmOptions {
   bool mma_sync = false;
 };
 
+/// An activation quantized for the FP8 GEMMs: e4m3 bytes and their per-token, per-128-column
+/// scales in DeepGEMM's MN-major layout.
+struct Fp8Activation {
+  at::Tensor data;  ///< uint8 [M, K] (or [M, G, K] for quantize_fp8_groups)
+  at::Tensor sf;    ///< float32 [K/128, align(M, 4)] (or [G, K/128, align(M, 4)])
+};
+
+/// Dynamic per-token-group FP8 quantization (what vLLM's per_token_group_quant_fp8 computes with
+/// column-major scales for DeepGEMM; here torch operations, not a replayed kernel): for each row and
+/// each 128 columns, scale = max|x| / 448 (floored at 1e-10), data = e4m3(x / scale).
+/// x: bf16 / float [M, K], K % 128 == 0. On the meta device only shapes are made. Throws Error on a
+/// GPU tensor when this libtorch has no FP8 dtype (< 2.1).
+Fp8Activation quantize_fp8(const at::Tensor& x);
+/// The same for x [M, G, K] (einsum "bhr" activations): data [M, G, K], sf [G, K/128, align(M, 4)].
+Fp8Activation quantize_fp8_groups(const at::Tensor& x);
+
+/// Random FP8 weights: e4m3 bytes of magnitude 0.125 .. 1.875 with random signs (uint8, on
+/// `device`; on meta only the shape).
+at::Tensor random_fp8_weight(std::vector<int64_t> shape, const at::TensorOptions& device);
+
 /// [M, K/128] float32 scales -> DeepGEMM's MN-major TMA-aligned layout, returned as a
 /// [K/128, align(M, 4)] float32 tensor (columns past M are zero). A torch copy; works on meta.
 at::Tensor mn_major_scales(const at::Tensor& sf);

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "harness/common/error.h"
+#include "harness/kernels/deepgemm/dg_indexer_kernels.h"
 #include "harness/kernels/source_util.h"
 
 // Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
@@ -359,7 +361,10 @@ int fp8_gemm_smem_bytes(const GemmConfig& c) {
 }
 
 std::vector<const jit::KernelSource*> all_kernels() {
-  return {&fp8_gemm_nt_kernel(), &m_grouped_fp8_gemm_contiguous_kernel(), &fp8_einsum_kernel()};
+  std::vector<const jit::KernelSource*> out = {&fp8_gemm_nt_kernel(), &m_grouped_fp8_gemm_contiguous_kernel(),
+                                               &fp8_einsum_kernel()};
+  for (const jit::KernelSource* k : indexer_kernels()) out.push_back(k);  // dg_indexer_kernels.h
+  return out;
 }
 
 std::vector<KernelCompileCase> compile_cases() {
@@ -411,6 +416,7 @@ std::vector<KernelCompileCase> compile_cases() {
         KernelArg::i64(s.n)};
     cases.push_back(kernels::make_compile_case(kFamily, fp8_gemm_kernel(s.type), fp8_gemm_constexprs(s, c), args));
   }
+  for (KernelCompileCase& c : indexer_compile_cases()) cases.push_back(std::move(c));  // dg_indexer_kernels.h
   return cases;
 }
 

@@ -1,0 +1,531 @@
+// DeepSeek V4 (DeepseekV4ForCausalLM, DeepSeek-V4-Flash) at real shapes with random weights, its
+// linear layers FP8 block-quantized through the DeepGEMM-style kernels (harness/kernels/deepgemm).
+// Followed: TokenSpeed's python/tokenspeed/runtime/models/deepseek_v4.py and layers/
+// deepseek_v4_mhc.py (lightseekorg/tokenspeed f4d8ec6e), vLLM's models/deepseek_v4.py and
+// layers/mhc.py (vllm-project/vllm 023da1fc / 001a058b). One decoder layer:
+//   hc_pre (attn)   the 4 residual streams [T, 4 * 4096] -> tf32_hc_prenorm_gemm against
+//                   hc_attn_fn [24, 16384] (split-K, splits from the SM count as TokenSpeed's
+//                   mhc_pre picks them) -> RMS-scaled mixes -> pre (sigmoid), post (2 sigmoid)
+//                   and the 4x4 comb (softmax + 20 Sinkhorn normalizations) -> sum_i pre_i x_i
+//   attn_norm -> fused wq_a+wkv fp8_gemm_nt (1536, 4096) -> q_norm -> wq_b fp8_gemm_nt
+//                   (32768, 1024); kv_norm on the 512-wide latent KV
+//   C4 layers: the indexer's wq_b fp8_gemm_nt (8192, 1024) on the normed q_a, weights_proj (bf16,
+//                   64 x 4096) and its compressor (bf16, 512 x 4096) for the index key
+//   the attention mixer (deepseek_v4_attention.cpp): cache insert, sparse indexer, attention
+//   wo_a: fp8_einsum "bhr,hdr->bhd" over 8 groups (1024, 4096), wo_b fp8_gemm_nt (4096, 8192)
+//   hc_post (attn), hc_pre (ffn), ffn_norm, MoE, hc_post (ffn)
+//   MoE: router (fp32, 256 x 4096), sqrt(softplus) scores; layers < num_hash_layers take their
+//                   experts from a token-id table, the others top-6 of score + correction bias;
+//                   weights renormalized, x routed_scaling_factor; experts through
+//                   m_grouped_fp8_gemm_nt_contiguous (w13 (4096, 4096), clamped SwiGLU, w2
+//                   (4096, 2048)); the shared expert through fp8_gemm_nt (4096, 4096), (4096, 2048)
+//   final: hc_head collapses the streams (sigmoid weights from hc_head_fn [4, 16384]), norm.
+// Simplified (kernels, shapes and workspaces of the DeepGEMM path kept):
+// - experts are FP8 with 128x128 block scales through DeepGEMM's m-grouped contiguous GEMM (V4-Flash
+//   ships MXFP4 experts, which the H200 serves with Marlin W4A16 and the B200 with TRT-LLM / DeepGEMM
+//   MegaMoE kernels); tokens are laid out per expert with torch operations into vLLM's static
+//   bound of rows (compute_aligned_M in vllm/model_executor/layers/fused_moe/deep_gemm_utils.py:
+//   M * top_k + E * 127, rounded up to 128) where vLLM runs its ep_scatter / ep_gather Triton kernels;
+// - activations are quantized per 128-column group with torch operations (not a replayed kernel);
+// - RoPE, the compressors' window pooling and the attention sink are left out; the layer kinds
+//   (SWA, C4, C128) keep their kernels and what they attend to, as the mixer describes;
+// - the MTP layer is not replayed; tensor parallelism is not replayed (tensor_parallel_size 1).
+#include "harness/models/deepseek_v4.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "harness/kernels/deepgemm/deepgemm.h"
+#include "harness/kernels/deepgemm/deepgemm_indexer.h"
+#include "harness/models/layers_common.h"
+#include "harness/models/model.h"
+
+namespace coldstart {
+namespace deepseek_v4 {
+
+namespace {
+
+int64_t get_int(const nlohmann::json& raw, const char* key, int64_t fallback) {
+  return raw.contains(key) && raw[key].is_number_integer() ? raw[key].get<int64_t>() : fallback;
+}
+double get_double(const nlohmann::json& raw, const char* key, double fallback) {
+  return raw.contains(key) && raw[key].is_number() ? raw[key].get<double>() : fallback;
+}
+
+}  // namespace
+
+int64_t kv_bytes_per_token(const Dims& d) { return 2 * d.head_dim + d.index_dim + 4; }
+
+Dims dims(const ModelConfig& c, const EngineConfig* e) {
+  const nlohmann::json& r = c.raw;
+  Dims d;
+  auto& pr = d.problems;
+  d.hidden = c.hidden_size;
+  d.heads = c.num_attention_heads;
+  d.head_dim = c.head_dim;
+  d.rope_dim = get_int(r, "qk_rope_head_dim", 64);
+  d.q_lora = get_int(r, "q_lora_rank", 0);
+  d.o_groups = get_int(r, "o_groups", 0);
+  d.o_lora = get_int(r, "o_lora_rank", 0);
+  d.index_heads = get_int(r, "index_n_heads", 0);
+  d.index_dim = get_int(r, "index_head_dim", 0);
+  d.index_topk = get_int(r, "index_topk", 0);
+  d.window = get_int(r, "sliding_window", 128);
+  d.hc_mult = get_int(r, "hc_mult", 0);
+  d.hc_sinkhorn_iters = get_int(r, "hc_sinkhorn_iters", 20);
+  d.hc_eps = get_double(r, "hc_eps", 1e-6);
+  d.eps = c.rms_norm_eps;
+  d.experts = get_int(r, "n_routed_experts", 0);
+  d.top_k = get_int(r, "num_experts_per_tok", 0);
+  d.moe_inter = get_int(r, "moe_intermediate_size", 0);
+  d.shared_experts = get_int(r, "n_shared_experts", 0);
+  d.routed_scaling = get_double(r, "routed_scaling_factor", 1.0);
+  d.swiglu_limit = get_double(r, "swiglu_limit", 0.0);
+  d.expert_dtype = r.contains("expert_dtype") && r["expert_dtype"].is_string() ? r["expert_dtype"].get<std::string>() : "fp8";
+  const int64_t hash_layers = get_int(r, "num_hash_layers", 0);
+
+  auto need = [&](const char* key, int64_t v, int64_t multiple) {
+    if (v <= 0 || v % multiple != 0) {
+      pr.push_back({fmt::format("model.{}", key),
+                    fmt::format("{} must be a positive multiple of {} (the FP8 GEMMs' 128-wide scale blocks "
+                                "and the kernels' tiles)",
+                                v, multiple)});
+    }
+  };
+  need("hidden_size", d.hidden, 128);
+  need("q_lora_rank", d.q_lora, 128);
+  need("o_lora_rank", d.o_lora, 128);
+  need("moe_intermediate_size", d.moe_inter, 128);
+  need("head_dim", d.head_dim, 128);
+  if (d.o_groups <= 0 || d.q_width() % d.o_groups != 0 || (d.q_width() / d.o_groups) % 128 != 0) {
+    pr.push_back({"model.o_groups", fmt::format("{} does not split {} heads x {} into 128-multiples", d.o_groups,
+                                                d.heads, d.head_dim)});
+  }
+  if (d.hc_mult < 2) pr.push_back({"model.hc_mult", fmt::format("{}: the replay needs hyper-connections (>= 2)", d.hc_mult)});
+  if (d.mix_hc() > 32 || d.mix_hc() % 8 != 0) {
+    pr.push_back({"model.hc_mult", fmt::format("gives an HC GEMM of N = {}; DeepGEMM's SM90 tf32_hc_prenorm_gemm "
+                                               "takes N <= 32, a multiple of 8",
+                                               d.mix_hc())});
+  }
+  if (d.index_heads != 32 && d.index_heads != 64) {
+    pr.push_back({"model.index_n_heads", fmt::format("{}: DeepGEMM's MQA-logits kernels take 32 or 64 heads", d.index_heads)});
+  }
+  if (d.index_dim != 32 && d.index_dim != 64 && d.index_dim != 128) {
+    pr.push_back({"model.index_head_dim", fmt::format("{}: DeepGEMM's MQA-logits kernels take 32, 64 or 128", d.index_dim)});
+  }
+  if (d.experts <= 0 || d.top_k <= 0 || d.top_k > d.experts) {
+    pr.push_back({"model.num_experts_per_tok", fmt::format("{} of {} routed experts", d.top_k, d.experts)});
+  }
+  if (!r.contains("compress_ratios") || !r["compress_ratios"].is_array() ||
+      static_cast<int64_t>(r["compress_ratios"].size()) < c.num_hidden_layers) {
+    pr.push_back({"model.compress_ratios", fmt::format("must list one ratio per layer ({} layers)", c.num_hidden_layers)});
+  } else {
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const auto& v = r["compress_ratios"][l];
+      const int ratio = v.is_number_integer() ? v.get<int>() : -1;
+      if (ratio != 0 && ratio != 4 && ratio != 128) {
+        pr.push_back({fmt::format("model.compress_ratios[{}]", l), fmt::format("{}: V4 layers are 0 (SWA), 4 or 128", v.dump())});
+      }
+      d.layers.push_back({ratio, l < hash_layers});
+    }
+  }
+  if (e != nullptr) {
+    if (e->tensor_parallel_size != 1) {
+      pr.push_back({"engine.tensor_parallel_size",
+                    fmt::format("{}: DeepSeek V4 is replayed at one rank of TP 1 only", e->tensor_parallel_size)});
+    }
+    if (e->block_size != kIndexerBlockKv) {
+      pr.push_back({"engine.block_size",
+                    fmt::format("{}: DeepGEMM's SM90 paged MQA-logits kernel reads the indexer cache in blocks of {} "
+                                "tokens; set block_size: {}",
+                                e->block_size, kIndexerBlockKv, kIndexerBlockKv)});
+    }
+    if (e->kv_cache_dtype != "auto") {
+      pr.push_back({"engine.kv_cache_dtype",
+                    fmt::format("'{}': the replay keeps V4's own cache layout (auto only)", e->kv_cache_dtype)});
+    }
+  }
+  return d;
+}
+
+DeepGemmSites deepgemm_sites(const Dims& d) {
+  DeepGemmSites s;
+  auto add = [&](int64_t n, int64_t k) {
+    for (const auto& p : s.fp8_linears) {
+      if (p.first == n && p.second == k) return;
+    }
+    s.fp8_linears.emplace_back(n, k);
+  };
+  add(d.q_lora + d.kv_width(), d.hidden);  // fused wq_a + wkv
+  add(d.q_width(), d.q_lora);              // wq_b
+  add(d.hidden, d.o_groups * d.o_lora);    // wo_b
+  for (const LayerKind& l : d.layers) {
+    if (l.has_indexer()) {
+      add(d.index_heads * d.index_dim, d.q_lora);  // indexer.wq_b
+      s.indexer = true;
+    }
+  }
+  if (d.shared_experts > 0) {
+    add(2 * d.moe_inter * d.shared_experts, d.hidden);  // shared gate_up
+    add(d.hidden, d.moe_inter * d.shared_experts);      // shared down
+  }
+  s.einsum_groups = d.o_groups;
+  s.einsum_n = d.o_lora;
+  s.einsum_k = d.o_group_in();
+  s.hc_n = d.mix_hc();
+  s.hc_k = d.hc_width();
+  s.experts = d.experts;
+  s.top_k = d.top_k;
+  s.moe_w13 = {2 * d.moe_inter, d.hidden};
+  s.moe_w2 = {d.hidden, d.moe_inter};
+  s.index_heads = d.index_heads;
+  s.index_dim = d.index_dim;
+  return s;
+}
+
+int64_t moe_grouped_rows(int64_t num_tokens, int64_t top_k, int64_t experts) {
+  const int64_t rows = num_tokens * top_k + experts * (deepgemm::kMkAlignmentForContiguousLayout - 1);
+  return (rows + 127) / 128 * 128;
+}
+
+}  // namespace deepseek_v4
+
+namespace {
+
+using deepseek_v4::Dims;
+namespace dg = deepgemm;
+
+struct LayerWeights {
+  at::Tensor hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  at::Tensor attn_norm, q_norm, kv_norm, ffn_norm;
+  // FP8 weights (uint8 e4m3) and their [ceil(N/128), K/128] block scales
+  at::Tensor wqkv_a, wqkv_a_s, wq_b, wq_b_s, wo_a, wo_a_s, wo_b, wo_b_s;
+  at::Tensor idx_wq_b, idx_wq_b_s, idx_weights_proj, idx_compressor;  // last two bf16
+  at::Tensor gate, gate_bias, tid2eid;
+  at::Tensor w13, w13_s, w2, w2_s, shared_up, shared_up_s, shared_down, shared_down_s;
+};
+
+/// The hyper-connection mixing of one sublayer (TokenSpeed mhc_pre): layer input, post weights and
+/// the 4x4 comb for hc_post.
+struct HcMix {
+  at::Tensor input;  // [T, H] bf16
+  at::Tensor post;   // [T, hc] float
+  at::Tensor comb;   // [T, hc, hc] float
+};
+
+class DeepseekV4Model : public Model {
+ public:
+  DeepseekV4Model(const ModelConfig& c, const MixerContext& ctx)
+      : c_(c), d_(deepseek_v4::dims(c, ctx.engine)), ctx_(ctx), device_(ctx.device) {
+    if (ctx.target != nullptr) target_ = {ctx.target->sm >= 100 ? 100 : 90, ctx.target->sm_count};
+  }
+
+  std::string name() const override { return "deepseek-v4"; }
+
+  std::vector<MixerSpec> layer_plan() const override {
+    std::vector<MixerSpec> plan;
+    for (size_t l = 0; l < d_.layers.size(); ++l) {
+      MixerSpec s;
+      s.kind = "mla_sparse";
+      s.layer = static_cast<int>(l);
+      s.num_heads = d_.heads;
+      s.num_kv_heads = 1;
+      s.head_dim = d_.head_dim;
+      s.output_width = d_.q_width();
+      s.input_widths = {d_.q_width(), d_.kv_width()};
+      if (d_.layers[l].has_indexer()) {
+        s.input_widths.push_back(d_.index_heads * d_.index_dim);  // indexer q
+        s.input_widths.push_back(d_.index_heads);                 // indexer head weights
+        s.input_widths.push_back(d_.index_dim);                   // indexer key
+      }
+      s.input_row_strides = s.input_widths;  // each a contiguous tensor of its own
+      s.params = {{"compress_ratio", d_.layers[l].compress_ratio}, {"window", d_.window},
+                  {"index_topk", d_.index_topk},                  {"index_heads", d_.index_heads},
+                  {"index_head_dim", d_.index_dim},                {"bytes_per_token", deepseek_v4::kv_bytes_per_token(d_)}};
+      plan.push_back(std::move(s));
+    }
+    return plan;
+  }
+
+  int64_t load_weights(uint64_t seed) override {
+    WeightMaker m(device_);
+    if (!device_.is_meta()) at::manual_seed(seed);
+    const at::TensorOptions on = at::TensorOptions().device(device_);
+    const int64_t H = d_.hidden, V = c_.vocab_size, hc = d_.hc_mult;
+    int64_t bytes = 0;
+    auto fp8 = [&](int64_t n, int64_t k, at::Tensor& w, at::Tensor& s, int64_t groups = 0) {
+      std::vector<int64_t> shape = {n, k}, sshape = {(n + 127) / 128, k / 128};
+      if (groups > 0) {
+        shape.insert(shape.begin(), groups);
+        sshape.insert(sshape.begin(), groups);
+      }
+      w = dg::random_fp8_weight(shape, on);
+      // Block scales ~ 1/sqrt(K): unit-variance inputs give outputs of order one.
+      s = device_.is_meta() ? at::empty(sshape, on.dtype(at::kFloat))
+                            : at::full(sshape, 1.0 / std::sqrt(static_cast<double>(k)), on.dtype(at::kFloat));
+      bytes += w.numel() + s.numel() * 4;
+    };
+    embed_ = m.normal({V, H}, 1.0);
+    layers_.clear();
+    for (const deepseek_v4::LayerKind& kind : d_.layers) {
+      LayerWeights w;
+      for (auto* p : {&w.hc_attn_fn, &w.hc_ffn_fn}) *p = m.normal({d_.mix_hc(), d_.hc_width()}, 0.01).to(at::kFloat);
+      for (auto* p : {&w.hc_attn_base, &w.hc_ffn_base}) *p = m.normal({d_.mix_hc()}, 0.1).to(at::kFloat);
+      for (auto* p : {&w.hc_attn_scale, &w.hc_ffn_scale}) *p = m.ones(3).to(at::kFloat);
+      w.attn_norm = m.ones(H);
+      w.ffn_norm = m.ones(H);
+      w.q_norm = m.ones(d_.q_lora);
+      w.kv_norm = m.ones(d_.kv_width());
+      fp8(d_.q_lora + d_.kv_width(), H, w.wqkv_a, w.wqkv_a_s);
+      fp8(d_.q_width(), d_.q_lora, w.wq_b, w.wq_b_s);
+      fp8(d_.o_lora, d_.o_group_in(), w.wo_a, w.wo_a_s, d_.o_groups);
+      fp8(H, d_.o_groups * d_.o_lora, w.wo_b, w.wo_b_s);
+      if (kind.has_indexer()) {
+        fp8(d_.index_heads * d_.index_dim, d_.q_lora, w.idx_wq_b, w.idx_wq_b_s);
+        w.idx_weights_proj = m.normal({d_.index_heads, H}, 1.0 / std::sqrt(static_cast<double>(H)));
+        w.idx_compressor = m.normal({d_.index_dim, H}, 1.0 / std::sqrt(static_cast<double>(H)));
+      }
+      w.gate = m.normal({d_.experts, H}, 1.0 / std::sqrt(static_cast<double>(H))).to(at::kFloat);
+      w.gate_bias = m.normal({d_.experts}, 0.01).to(at::kFloat);
+      if (kind.hash_routed) {
+        w.tid2eid = device_.is_meta() ? at::empty({V, d_.top_k}, on.dtype(at::kLong))
+                                      : at::randint(0, d_.experts, {V, d_.top_k}, on.dtype(at::kLong));
+      }
+      fp8(2 * d_.moe_inter, H, w.w13, w.w13_s, d_.experts);
+      fp8(H, d_.moe_inter, w.w2, w.w2_s, d_.experts);
+      if (d_.shared_experts > 0) {
+        fp8(2 * d_.moe_inter * d_.shared_experts, H, w.shared_up, w.shared_up_s);
+        fp8(H, d_.moe_inter * d_.shared_experts, w.shared_down, w.shared_down_s);
+      }
+      layers_.push_back(std::move(w));
+    }
+    hc_head_fn_ = m.normal({hc, d_.hc_width()}, 0.01).to(at::kFloat);
+    hc_head_base_ = m.normal({hc}, 0.1).to(at::kFloat);
+    final_norm_ = m.ones(H);
+    lm_head_ = m.normal({V, H}, 1.0 / std::sqrt(static_cast<double>(H)));
+    return m.bytes() + bytes;
+  }
+
+  at::Tensor compute_logits(const at::Tensor& hidden) override {
+    return at::linear(hidden, lm_head_).to(at::kFloat);
+  }
+
+  nlohmann::json report() const override {
+    const deepseek_v4::DeepGemmSites s = deepseek_v4::deepgemm_sites(d_);
+    nlohmann::json kinds = nlohmann::json::array();
+    for (const auto& l : d_.layers) kinds.push_back(l.compress_ratio == 0 ? "swa" : (l.compress_ratio == 4 ? "c4" : "c128"));
+    nlohmann::json linears = nlohmann::json::array();
+    for (const auto& [n, k] : s.fp8_linears) linears.push_back({{"N", n}, {"K", k}});
+    return {{"layer_kinds", kinds},
+            {"experts_replayed_as", "fp8 128x128 blocks through m_grouped_fp8_gemm_nt_contiguous (checkpoint: " +
+                                        d_.expert_dtype + ")"},
+            {"deepgemm_sites",
+             {{"fp8_gemm_nt", linears},
+              {"fp8_einsum", {{"groups", s.einsum_groups}, {"N", s.einsum_n}, {"K", s.einsum_k}}},
+              {"tf32_hc_prenorm_gemm", {{"N", s.hc_n}, {"K", s.hc_k}}},
+              {"m_grouped_fp8_gemm_nt_contiguous",
+               {{"experts", s.experts}, {"w13", {s.moe_w13.first, s.moe_w13.second}}, {"w2", {s.moe_w2.first, s.moe_w2.second}}}},
+              {"indexer", {{"heads", s.index_heads}, {"head_dim", s.index_dim}, {"present", s.indexer}}}}}};
+  }
+
+  void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
+    const int L = static_cast<int>(d_.layers.size());
+    if (i == 0) {
+      const at::Tensor x = embed_.index({batch.input_ids});  // [T, H]
+      st.residual = x.unsqueeze(1).expand({x.size(0), d_.hc_mult, d_.hidden}).contiguous();  // the hc streams
+    } else {
+      after_attention(i - 1, st, batch);
+    }
+    if (i == L) {
+      st.hidden = hc_head(st.residual);
+      return;
+    }
+    before_attention(i, st);
+  }
+
+ private:
+  const LayerWeights& w(int l) const { return layers_[static_cast<size_t>(l)]; }
+
+  /// fp8_gemm_nt of an activation against an FP8 weight: [T, N] bf16.
+  at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& wt, const at::Tensor& ws) {
+    const dg::Fp8Activation a = dg::quantize_fp8(x.contiguous());
+    at::Tensor out = at::empty({x.size(0), wt.size(0)}, x.options().dtype(at::kBFloat16));
+    if (x.size(0) > 0) dg::fp8_gemm_nt(*ctx_.jit, target_, a.data, a.sf, wt, ws, out);
+    return out;
+  }
+
+  /// TokenSpeed mhc_pre: the HC GEMM (x . fn^T and sum x^2 over split-K), RMS-scaled mixes,
+  /// pre / post weights and the Sinkhorn-normalized comb; input = sum_i pre_i x_i.
+  HcMix hc_pre(const at::Tensor& streams, const at::Tensor& fn, const at::Tensor& base, const at::Tensor& scale) {
+    const int64_t T = streams.size(0), hc = d_.hc_mult, K = d_.hc_width(), N = d_.mix_hc();
+    const at::Tensor flat = streams.reshape({T, K});
+    const int splits = dg::hc_num_splits(T, K, target_.num_sms);
+    at::Tensor mul = at::empty({splits, T, N}, flat.options().dtype(at::kFloat));
+    at::Tensor sqr = at::empty({splits, T}, flat.options().dtype(at::kFloat));
+    if (T > 0) dg::tf32_hc_prenorm_gemm(*ctx_.jit, target_, flat, fn, mul, sqr);
+    HcMix m;
+    if (device_.is_meta()) {
+      m.input = at::empty({T, d_.hidden}, flat.options());
+      m.post = at::empty({T, hc}, mul.options());
+      m.comb = at::empty({T, hc, hc}, mul.options());
+      return m;
+    }
+    const at::Tensor rms = at::rsqrt(sqr.sum(0) / static_cast<double>(K) + d_.eps).unsqueeze(1);
+    const at::Tensor mix = mul.sum(0) * rms;  // [T, 24]
+    const at::Tensor pre = at::sigmoid(mix.narrow(1, 0, hc) * scale[0] + base.narrow(0, 0, hc)) + d_.hc_eps;
+    m.post = 2.0 * at::sigmoid(mix.narrow(1, hc, hc) * scale[1] + base.narrow(0, hc, hc));
+    at::Tensor comb = (mix.narrow(1, 2 * hc, hc * hc) * scale[2] + base.narrow(0, 2 * hc, hc * hc)).view({T, hc, hc});
+    comb = at::softmax(comb, -1) + d_.hc_eps;
+    comb = comb / comb.sum(1, true);
+    for (int64_t it = 1; it < d_.hc_sinkhorn_iters; ++it) {
+      comb = comb / comb.sum(2, true);
+      comb = comb / comb.sum(1, true);
+    }
+    m.comb = comb;
+    m.input = (streams.to(at::kFloat) * pre.unsqueeze(2)).sum(1).to(at::kBFloat16);
+    return m;
+  }
+
+  /// hc_post: stream j = post_j * y + sum_i comb[i][j] * stream_i.
+  at::Tensor hc_post(const at::Tensor& streams, const at::Tensor& y, const at::Tensor& post, const at::Tensor& comb) const {
+    if (device_.is_meta()) return streams;
+    const at::Tensor mixed = at::einsum("tij,tid->tjd", {comb, streams.to(at::kFloat)});
+    return (mixed + post.unsqueeze(2) * y.to(at::kFloat).unsqueeze(1)).to(at::kBFloat16);
+  }
+
+  void before_attention(int l, ForwardState& st) {
+    const LayerWeights& lw = w(l);
+    const HcMix m = hc_pre(st.residual, lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale);
+    const at::Tensor x = rms_norm(m.input, lw.attn_norm, d_.eps);
+    const at::Tensor qkv_a = linear_fp8(x, lw.wqkv_a, lw.wqkv_a_s);  // [T, q_lora + 512]
+    const at::Tensor q_a = rms_norm(qkv_a.narrow(1, 0, d_.q_lora).contiguous(), lw.q_norm, d_.eps);
+    const at::Tensor kv = rms_norm(qkv_a.narrow(1, d_.q_lora, d_.kv_width()).contiguous(), lw.kv_norm, d_.eps);
+    const at::Tensor q = linear_fp8(q_a, lw.wq_b, lw.wq_b_s);  // [T, heads * head_dim]
+    st.mixer_in = {q, kv};
+    if (d_.layers[static_cast<size_t>(l)].has_indexer()) {
+      st.mixer_in.push_back(linear_fp8(q_a, lw.idx_wq_b, lw.idx_wq_b_s));        // indexer q
+      st.mixer_in.push_back(at::linear(x, lw.idx_weights_proj).contiguous());     // head weights
+      st.mixer_in.push_back(at::linear(x, lw.idx_compressor).contiguous());       // index key
+    }
+    st.carry = {m.post, m.comb};
+  }
+
+  void after_attention(int l, ForwardState& st, const ForwardBatch& batch) {
+    const LayerWeights& lw = w(l);
+    const int64_t T = st.residual.size(0);
+    // wo_a: per output group, [T, 4096] x [1024, 4096]^T (fp8_einsum "bhr,hdr->bhd").
+    const at::Tensor o = st.mixer_out.narrow(0, 0, T).view({T, d_.o_groups, d_.o_group_in()});
+    const dg::Fp8Activation oq = dg::quantize_fp8_groups(o);
+    at::Tensor z = at::empty({T, d_.o_groups, d_.o_lora}, o.options().dtype(at::kBFloat16));
+    if (T > 0) dg::fp8_einsum_bhr_hdr_bhd(*ctx_.jit, target_, oq.data, oq.sf, lw.wo_a, lw.wo_a_s, z);
+    const at::Tensor y = linear_fp8(z.view({T, d_.o_groups * d_.o_lora}), lw.wo_b, lw.wo_b_s);
+    st.residual = hc_post(st.residual, y, st.carry.at(0), st.carry.at(1));
+    const HcMix m = hc_pre(st.residual, lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale);
+    const at::Tensor x = rms_norm(m.input, lw.ffn_norm, d_.eps);
+    st.residual = hc_post(st.residual, moe(l, x, batch), m.post, m.comb);
+  }
+
+  /// Routed experts (m-grouped contiguous FP8 GEMMs over vLLM's static row bound) + shared expert.
+  at::Tensor moe(int l, const at::Tensor& x, const ForwardBatch& batch) {
+    const LayerWeights& lw = w(l);
+    const int64_t T = x.size(0), E = d_.experts, K = d_.top_k, I = d_.moe_inter;
+    const int64_t rows = deepseek_v4::moe_grouped_rows(T, K, E);
+    const at::TensorOptions opt = x.options();
+    at::Tensor a = at::zeros({rows, d_.hidden}, opt);
+    at::Tensor m_indices = at::full({rows}, -1, opt.dtype(at::kInt));
+    at::Tensor dest, topk_w;
+    if (!device_.is_meta()) {
+      const at::Tensor scores = at::sqrt(at::softplus(at::linear(x.to(at::kFloat), lw.gate)));  // [T, E]
+      at::Tensor ids;
+      if (d_.layers[static_cast<size_t>(l)].hash_routed) {
+        ids = lw.tid2eid.index({batch.input_ids.narrow(0, 0, T)});
+      } else {
+        ids = std::get<1>(at::topk(scores + lw.gate_bias, K, -1));
+      }
+      topk_w = scores.gather(1, ids);
+      topk_w = topk_w / topk_w.sum(1, true) * d_.routed_scaling;
+      // Lay the (token, k) pairs out per expert, each expert's run starting at a 128-row boundary.
+      const at::Tensor flat = ids.reshape({-1});
+      const at::Tensor order = at::argsort(flat);
+      const at::Tensor sorted = flat.index({order});
+      const at::Tensor counts = at::zeros({E}, opt.dtype(at::kLong)).scatter_add_(0, flat, at::ones_like(flat));
+      const at::Tensor padded = (counts + 127).floor_divide(128) * 128;
+      const at::Tensor seg_start = at::cumsum(padded, 0) - padded;
+      const at::Tensor sorted_start = at::cumsum(counts, 0) - counts;
+      const at::Tensor rank = at::arange(T * K, opt.dtype(at::kLong)) - sorted_start.index({sorted});
+      const at::Tensor pos = seg_start.index({sorted}) + rank;  // row of the sorted pair
+      dest = at::empty_like(pos).index_put_({order}, pos);      // row of pair (t, k)
+      a.index_copy_(0, dest, x.repeat_interleave(K, 0));
+      m_indices.index_put_({dest}, flat.to(at::kInt));
+    }
+    const dg::Fp8Activation aq = dg::quantize_fp8(a);
+    at::Tensor h = at::empty({rows, 2 * I}, opt);
+    dg::m_grouped_fp8_gemm_nt_contiguous(*ctx_.jit, target_, aq.data, aq.sf, lw.w13, lw.w13_s, h, m_indices);
+    const dg::Fp8Activation hq = dg::quantize_fp8(swiglu(h));
+    at::Tensor y = at::empty({rows, d_.hidden}, opt);
+    dg::m_grouped_fp8_gemm_nt_contiguous(*ctx_.jit, target_, hq.data, hq.sf, lw.w2, lw.w2_s, y, m_indices);
+    at::Tensor out = at::zeros({T, d_.hidden}, opt.dtype(at::kFloat));
+    if (!device_.is_meta()) {
+      const at::Tensor routed = y.index({dest}).to(at::kFloat) * topk_w.reshape({-1, 1});
+      out.index_add_(0, at::arange(T, opt.dtype(at::kLong)).repeat_interleave(K), routed);
+    }
+    if (d_.shared_experts > 0) {
+      const at::Tensor su = linear_fp8(x, lw.shared_up, lw.shared_up_s);
+      const at::Tensor sd = linear_fp8(swiglu(su), lw.shared_down, lw.shared_down_s);
+      if (!device_.is_meta()) out += sd.to(at::kFloat);
+    }
+    return out.to(at::kBFloat16);
+  }
+
+  /// The clamped SwiGLU of V4 (gate <= swiglu_limit, up in [-limit, limit]).
+  at::Tensor swiglu(const at::Tensor& gu) const {
+    const int64_t I = gu.size(1) / 2;
+    if (device_.is_meta()) return at::empty({gu.size(0), I}, gu.options());
+    at::Tensor g = gu.narrow(1, 0, I).to(at::kFloat), u = gu.narrow(1, I, I).to(at::kFloat);
+    if (d_.swiglu_limit > 0) {
+      g = g.clamp_max(d_.swiglu_limit);
+      u = u.clamp(-d_.swiglu_limit, d_.swiglu_limit);
+    }
+    return (at::silu(g) * u).to(at::kBFloat16);
+  }
+
+  /// hc_head: sigmoid-weighted sum of the streams (weights from hc_head_fn), then the final norm.
+  at::Tensor hc_head(const at::Tensor& streams) const {
+    const int64_t T = streams.size(0);
+    if (device_.is_meta()) return at::empty({T, d_.hidden}, streams.options());
+    const at::Tensor flat = streams.reshape({T, d_.hc_width()}).to(at::kFloat);
+    const at::Tensor rms = at::rsqrt(flat.pow(2).mean(1, true) + d_.eps);
+    const at::Tensor wts = at::sigmoid(at::linear(flat, hc_head_fn_) * rms + hc_head_base_) + d_.hc_eps;  // [T, hc]
+    const at::Tensor x = (streams.to(at::kFloat) * wts.unsqueeze(2)).sum(1).to(at::kBFloat16);
+    return rms_norm(x, final_norm_, d_.eps);
+  }
+
+  ModelConfig c_;
+  Dims d_;
+  MixerContext ctx_;
+  c10::Device device_;
+  dg::GemmTarget target_;
+  at::Tensor embed_, final_norm_, lm_head_, hc_head_fn_, hc_head_base_;
+  std::vector<LayerWeights> layers_;
+};
+
+ModelFamilyInfo deepseek_v4_family() {
+  ModelFamilyInfo f;
+  f.name = "deepseek-v4";
+  f.architectures = {"DeepseekV4ForCausalLM"};
+  f.description = "DeepSeek V4 (V4-Flash): hyper-connections, sparse-indexed latent attention (SWA / C4 / C128 "
+                  "layers), FP8 linears and experts through DeepGEMM-style kernels";
+  f.make = [](const ModelConfig& c, const MixerContext& ctx) -> std::unique_ptr<Model> {
+    return std::make_unique<DeepseekV4Model>(c, ctx);
+  };
+  f.check = [](const ModelConfig& c, const EngineConfig& e) { return deepseek_v4::dims(c, &e).problems; };
+  return f;
+}
+
+}  // namespace
+
+CS_REGISTER_MODEL_FAMILY(deepseek_v4_family());
+
+}  // namespace coldstart
