@@ -518,6 +518,39 @@ TEST_F(ReplayE2E, NemotronHDenseMlpLayersReplayAndASkippedWarmerSaysSo) {
             std::string::npos);
 }
 
+/// DeepSeek V4 on a B200 (SM100's DeepGEMM heuristic, its own expect: rules): the first 300-token
+/// prompt without a DeepGEMM warmup compiles the FP8 GEMMs its M selects, the grouped output
+/// projection among them, each record naming the heuristic's tile for M = 300; the seed's dense
+/// sampling leaves nothing; and an sm_86 target skips the scenario (archs: [sm_90, sm_100]).
+TEST_F(ReplayE2E, DeepSeekV4OnB200AndSkippedOnSm86) {
+  const std::string out = paths::join(dir_, "b200.txt"), json = paths::join(dir_, "b200.json");
+  ASSERT_EQ(run_coldstart("replay scenarios/deepseek-v4-flash.yaml --device compile-only --target b200 --check "
+                          "--set requests.0.prompt_tokens=300 --strategy none --strategy deepgemm-warmup --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  std::map<std::string, StrategyResult> by;
+  for (const auto& run : cli::read_any_results(json))
+    for (const auto& r : run.results) by[r.strategy] = r;
+  ASSERT_EQ(by.size(), 2u);
+  std::set<std::string> kernels;
+  for (const CompileEvent& c : hot_path_compiled(by["none"])) {
+    kernels.insert(c.kernel);
+    if (c.kernel == "fp8_gemm_nt" && c.phase == "prefill") {
+      EXPECT_NE(c.tuning_key.find("M=300 "), std::string::npos) << c.tuning_key;
+      EXPECT_EQ(c.selector, "heuristic");
+      EXPECT_NE(c.key.find("@sm_100a/"), std::string::npos) << c.key;
+    }
+  }
+  EXPECT_TRUE(kernels.count("fp8_einsum_bhr_hdr_bhd")) << "SM100's heuristic changes the einsum tile at M = 300";
+  EXPECT_TRUE(hot_path_compiled(by["deepgemm-warmup"]).empty());
+  EXPECT_EQ(run_coldstart("replay scenarios/deepseek-v4-flash.yaml --device compile-only --target rtx-a4000 --strategy none",
+                          out),
+            0)
+      << read_text(out);
+  EXPECT_NE(read_text(out).find("skipped"), std::string::npos) << read_text(out);
+}
+
 /// Every scenario under scenarios/ meets its own expect: rules in compile-only mode.
 class ScenarioExpectations : public ReplayE2E, public ::testing::WithParamInterface<std::string> {};
 
