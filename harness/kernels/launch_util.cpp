@@ -90,6 +90,27 @@ unsigned grid_dim(const CallSite& fn, const char* what, int64_t v, int64_t max) 
   return static_cast<unsigned>(v);
 }
 
+jit::KernelArg tensor_map_arg(const CallSite& fn, const char* arg, const at::Tensor& t, jit::DType dtype,
+                              std::initializer_list<int64_t> dims, std::initializer_list<int64_t> byte_strides,
+                              std::initializer_list<uint32_t> box, uint32_t swizzle) {
+  jit::TensorMapSpec m;
+  m.dtype = dtype;
+  m.address = tensor_address(t);
+  m.rank = static_cast<uint32_t>(dims.size());
+  size_t i = 0;
+  for (int64_t d : dims) m.dims[i++] = static_cast<uint64_t>(d);
+  i = 0;
+  for (int64_t s : byte_strides) m.strides[i++] = static_cast<uint64_t>(s);
+  i = 0;
+  for (uint32_t b : box) m.box[i++] = b;
+  m.swizzle = swizzle;
+  try {
+    return jit::KernelArg::tmap(m, fmt::format("{}::{}: argument '{}'", fn.family, fn.name, arg));
+  } catch (const InputError& e) {
+    throw Error(e.what());
+  }
+}
+
 void* stream_for(const at::Tensor& t) {
 #ifdef COLDSTART_WITH_CUDA
   if (t.is_cuda()) {

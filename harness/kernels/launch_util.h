@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,14 @@ int32_t to_i32(const CallSite& fn, const char* arg, int64_t v);
 /// `v` as a grid dimension; throws Error "<family>::<name>: grid <what> = <v> out of range"
 /// unless 0 < v <= max.
 unsigned grid_dim(const CallSite& fn, const char* what, int64_t v, int64_t max);
+
+/// A TMA tensor-map argument over `t` (its data address; compile-only: the storage offset):
+/// `dims` innermost first in elements, `byte_strides` of dimensions 1.. in bytes, `box` in
+/// elements, `swizzle` 0 / 32 / 64 / 128 bytes. Fails (coldstart::Error naming the wrapper and
+/// the argument) when TMA cannot encode it (alignment, strides, box; TensorMapSpec::validate).
+jit::KernelArg tensor_map_arg(const CallSite& fn, const char* arg, const at::Tensor& t, jit::DType dtype,
+                              std::initializer_list<int64_t> dims, std::initializer_list<int64_t> byte_strides,
+                              std::initializer_list<uint32_t> box, uint32_t swizzle);
 
 /// torch's current stream on the tensor's device; nullptr on the meta device (no launch happens).
 void* stream_for(const at::Tensor& t);

@@ -22,29 +22,6 @@ constexpr const char* kFamily = "deepgemm";
 
 int64_t align4(int64_t v) { return (v + 3) / 4 * 4; }
 
-/// A tensor map over `t` (innermost dimension first in `dims`/`strides_elems`).
-jit::KernelArg tmap_of(const CallSite& fn, const char* arg, const at::Tensor& t, jit::DType dtype, uint32_t rank,
-                       std::initializer_list<int64_t> dims, std::initializer_list<int64_t> strides_elems,
-                       std::initializer_list<uint32_t> box, uint32_t swizzle) {
-  jit::TensorMapSpec m;
-  m.dtype = dtype;
-  m.address = tensor_address(t);
-  m.rank = rank;
-  const size_t elem = jit::dtype_bytes(dtype);
-  size_t i = 0;
-  for (int64_t d : dims) m.dims[i++] = static_cast<uint64_t>(d);
-  i = 0;
-  for (int64_t s : strides_elems) m.strides[i++] = static_cast<uint64_t>(s) * elem;
-  i = 0;
-  for (uint32_t b : box) m.box[i++] = b;
-  m.swizzle = swizzle;
-  try {
-    return jit::KernelArg::tmap(m, fmt::format("{}::{}: argument '{}'", fn.family, fn.name, arg));
-  } catch (const InputError& e) {
-    throw Error(e.what());
-  }
-}
-
 jit::KernelConfig kernel_config(const GemmShape& shape, const GemmConfig& c, bool mma_sync) {
   jit::KernelConfig k;
   k.name = c.name();
@@ -195,10 +172,10 @@ jit::Selection fp8_gemm_nt(jit::JitRuntime& rt, const GemmTarget& target, const 
   const GemmConfig c = pick(fn, shape, target);
   GemmCall call;
   call.shape = shape;
-  call.tmap_a = tmap_of(fn, "a", a, jit::DType::kF8E4M3, 2, {k, m}, {a.stride(0)},
+  call.tmap_a = kernels::tensor_map_arg(fn, "a", a, jit::DType::kF8E4M3, {k, m}, {a.stride(0)},
                         {128, static_cast<uint32_t>(c.block_m)}, 128);
-  call.tmap_b = tmap_of(fn, "b", b, jit::DType::kF8E4M3, 2, {k, n}, {k}, {128, static_cast<uint32_t>(c.block_n)}, 128);
-  call.tmap_sfa = tmap_of(fn, "sfa", sfa, jit::DType::kF32, 2, {sfa.size(1), k / 128}, {sfa.size(1)},
+  call.tmap_b = kernels::tensor_map_arg(fn, "b", b, jit::DType::kF8E4M3, {k, n}, {k}, {128, static_cast<uint32_t>(c.block_n)}, 128);
+  call.tmap_sfa = kernels::tensor_map_arg(fn, "sfa", sfa, jit::DType::kF32, {sfa.size(1), k / 128}, {sfa.size(1) * 4},
                           {static_cast<uint32_t>(c.block_m), 1}, 0);
   call.sfb = tensor_arg(sfb);
   call.grouped_layout = jit::KernelArg::pointer(0, jit::DType::kI32);
@@ -240,11 +217,11 @@ jit::Selection m_grouped_fp8_gemm_nt_contiguous(jit::JitRuntime& rt, const GemmT
   const GemmConfig c = pick(fn, shape, target);
   GemmCall call;
   call.shape = shape;
-  call.tmap_a = tmap_of(fn, "a", a, jit::DType::kF8E4M3, 2, {k, m}, {a.stride(0)},
+  call.tmap_a = kernels::tensor_map_arg(fn, "a", a, jit::DType::kF8E4M3, {k, m}, {a.stride(0)},
                         {128, static_cast<uint32_t>(c.block_m)}, 128);
-  call.tmap_b = tmap_of(fn, "b", b, jit::DType::kF8E4M3, 2, {k, groups * n}, {k},
+  call.tmap_b = kernels::tensor_map_arg(fn, "b", b, jit::DType::kF8E4M3, {k, groups * n}, {k},
                         {128, static_cast<uint32_t>(c.block_n)}, 128);
-  call.tmap_sfa = tmap_of(fn, "sfa", sfa, jit::DType::kF32, 2, {sfa.size(1), k / 128}, {sfa.size(1)},
+  call.tmap_sfa = kernels::tensor_map_arg(fn, "sfa", sfa, jit::DType::kF32, {sfa.size(1), k / 128}, {sfa.size(1) * 4},
                           {static_cast<uint32_t>(c.block_m), 1}, 0);
   call.sfb = tensor_arg(sfb);
   call.grouped_layout = tensor_arg(m_indices);
@@ -282,12 +259,12 @@ jit::Selection fp8_einsum_bhr_hdr_bhd(jit::JitRuntime& rt, const GemmTarget& tar
   const GemmConfig c = pick(fn, shape, target);
   GemmCall call;
   call.shape = shape;
-  call.tmap_a = tmap_of(fn, "x", x, jit::DType::kF8E4M3, 3, {r, batch, heads}, {x.stride(0), x.stride(1)},
+  call.tmap_a = kernels::tensor_map_arg(fn, "x", x, jit::DType::kF8E4M3, {r, batch, heads}, {x.stride(0), x.stride(1)},
                         {128, static_cast<uint32_t>(c.block_m), 1}, 128);
-  call.tmap_b = tmap_of(fn, "y", y, jit::DType::kF8E4M3, 2, {r, heads * dd}, {r},
+  call.tmap_b = kernels::tensor_map_arg(fn, "y", y, jit::DType::kF8E4M3, {r, heads * dd}, {r},
                         {128, static_cast<uint32_t>(c.block_n)}, 128);
   const int64_t mp = sfx.size(2);
-  call.tmap_sfa = tmap_of(fn, "sfx", sfx, jit::DType::kF32, 3, {mp, r / 128, heads}, {mp, mp * (r / 128)},
+  call.tmap_sfa = kernels::tensor_map_arg(fn, "sfx", sfx, jit::DType::kF32, {mp, r / 128, heads}, {mp * 4, mp * (r / 128) * 4},
                           {static_cast<uint32_t>(c.block_m), 1, 1}, 0);
   call.sfb = tensor_arg(sfy);
   call.grouped_layout = jit::KernelArg::pointer(0, jit::DType::kI32);

@@ -26,29 +26,6 @@ using kernels::Layout;
 
 constexpr const char* kFamily = "deepgemm";
 
-/// A TMA tensor map over `t`: dims innermost first, byte strides of dims 1.., box, swizzle. A map
-/// TMA cannot encode (alignment, strides) fails naming the argument.
-jit::KernelArg tensor_map(const CallSite& fn, const char* arg, const at::Tensor& t, jit::DType dtype,
-                          std::initializer_list<int64_t> dims, std::initializer_list<int64_t> byte_strides,
-                          std::initializer_list<uint32_t> box, uint32_t swizzle) {
-  jit::TensorMapSpec m;
-  m.dtype = dtype;
-  m.address = tensor_address(t);
-  m.rank = static_cast<uint32_t>(dims.size());
-  size_t i = 0;
-  for (int64_t d : dims) m.dims[i++] = static_cast<uint64_t>(d);
-  i = 0;
-  for (int64_t s : byte_strides) m.strides[i++] = static_cast<uint64_t>(s);
-  i = 0;
-  for (uint32_t b : box) m.box[i++] = b;
-  m.swizzle = swizzle;
-  try {
-    return jit::KernelArg::tmap(m, fmt::format("{}::{}: argument '{}'", fn.family, fn.name, arg));
-  } catch (const InputError& e) {
-    throw Error(e.what());
-  }
-}
-
 /// target.sm must be 90 or 100 (UnsupportedArchError otherwise, as the GEMMs), num_sms positive.
 void check_target(const CallSite& fn, const GemmTarget& target) {
   if (target.sm != 90 && target.sm != 100) {
@@ -118,8 +95,8 @@ jit::Selection tf32_hc_prenorm_gemm(jit::JitRuntime& rt, const GemmTarget& targe
   const std::vector<jit::Constexpr> cs = hc_prenorm_constexprs(target.sm, n, k, nsplits);
   const int stages = hc_num_stages(target.sm, n);
   const std::vector<jit::KernelArg> args = {
-      tensor_map(fn, "x", x, jit::DType::kBF16, {k, m}, {x.stride(0) * 2}, {kHcBlockK, kHcBlockM}, 128),
-      tensor_map(fn, "fn", fn_w, jit::DType::kF32, {k, n}, {k * 4}, {32, static_cast<uint32_t>(block_n)}, 128),
+      kernels::tensor_map_arg(fn, "x", x, jit::DType::kBF16, {k, m}, {x.stride(0) * 2}, {kHcBlockK, kHcBlockM}, 128),
+      kernels::tensor_map_arg(fn, "fn", fn_w, jit::DType::kF32, {k, n}, {k * 4}, {32, static_cast<uint32_t>(block_n)}, 128),
       tensor_arg(out_mul),
       tensor_arg(sqrsum),
       jit::KernelArg::i32(kernels::to_i32(fn, "x", m)),
@@ -165,9 +142,9 @@ jit::Selection fp8_mqa_logits(jit::JitRuntime& rt, const GemmTarget& target, con
   const int h = static_cast<int>(heads), d = static_cast<int>(dim);
   const std::vector<jit::Constexpr> cs = mqa_logits_constexprs(h, d, target.num_sms);
   const std::vector<jit::KernelArg> args = {
-      tensor_map(fn, "q", q, jit::DType::kF8E4M3, {dim, tokens * heads}, {dim}, {static_cast<uint32_t>(dim), 128},
+      kernels::tensor_map_arg(fn, "q", q, jit::DType::kF8E4M3, {dim, tokens * heads}, {dim}, {static_cast<uint32_t>(dim), 128},
                  static_cast<uint32_t>(dim)),
-      tensor_map(fn, "kv", kv, jit::DType::kF8E4M3, {dim, kv_len}, {dim},
+      kernels::tensor_map_arg(fn, "kv", kv, jit::DType::kF8E4M3, {dim, kv_len}, {dim},
                  {static_cast<uint32_t>(dim), static_cast<uint32_t>(kMqaBlockKv)}, static_cast<uint32_t>(dim)),
       tensor_arg(kv_sf),
       tensor_arg(weights),
@@ -257,9 +234,9 @@ jit::Selection fp8_paged_mqa_logits(jit::JitRuntime& rt, const GemmTarget& targe
       target.sm, static_cast<int>(next_n), static_cast<int>(heads), static_cast<int>(dim), kPagedBlockKv);
   const uint32_t udim = static_cast<uint32_t>(dim);
   const std::vector<jit::KernelArg> args = {
-      tensor_map(fn, "q", q, jit::DType::kF8E4M3, {dim, batch * next_n * heads}, {dim},
+      kernels::tensor_map_arg(fn, "q", q, jit::DType::kF8E4M3, {dim, batch * next_n * heads}, {dim},
                  {udim, static_cast<uint32_t>(next_n * heads)}, udim),
-      tensor_map(fn, "kv_cache", kv_cache, jit::DType::kF8E4M3, {dim, kPagedBlockKv, num_blocks}, {dim, kv_cache.stride(0)},
+      kernels::tensor_map_arg(fn, "kv_cache", kv_cache, jit::DType::kF8E4M3, {dim, kPagedBlockKv, num_blocks}, {dim, kv_cache.stride(0)},
                  {udim, static_cast<uint32_t>(kPagedBlockKv), 1}, udim),
       tensor_arg(kv_cache),
       tensor_arg(weights),

@@ -145,3 +145,76 @@ __device__ __forceinline__ void mma_fp8_m16n8k32(float* d, u32 a0, u32 a1, u32 a
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// ---------------------------------------------------------------- MQA-logits scores
+
+/// Byte offset of (row, byte column) in a tile of kRowBytes-byte rows stored with TMA's
+/// kRowBytes-byte swizzle (32, 64 or 128): 16-byte chunk bits XORed with address bits 7 and up.
+template <int kRowBytes>
+__device__ __forceinline__ u32 swizzled_row_offset(u32 row, u32 col) {
+  const u32 off = row * kRowBytes + col;
+  return off ^ (((off >> 7) & (kRowBytes / 16 - 1)) << 4);
+}
+
+/// The indexer's scores for one m16 sub-tile of KV rows (rows rbase..rbase + 15 of the KV tile at
+/// shared address `kv_base`, kHeadDim e4m3 bytes each) against every query row of the tile at
+/// `q_base` (kNt n8 tiles of rows, kNumHeads rows per token, kNq tokens): FP8 mma.sync m16n8k32,
+/// relu, times the head weights wts[n8][0..1] of this lane's two columns, summed over each token's
+/// heads (kQHalves passes over the n8 tiles keep the accumulators within the register budget).
+/// Lane `lane` gets, for token t = lane % 4 (when t < kNq), the sums of KV rows rbase + lane / 4
+/// (v0) and rbase + lane / 4 + 8 (v1). Shared by fp8_mqa_logits and fp8_paged_mqa_logits.
+template <int kHeadDim, int kNumHeads, int kNt, int kQHalves, int kNq>
+__device__ __forceinline__ void mqa_subtile_scores(u32 kv_base, u32 q_base, int rbase, int lane,
+                                                   const float (*wts)[2], float& v0, float& v1) {
+  constexpr int kNtHalf = kNt / kQHalves;
+  constexpr int kKSteps = kHeadDim / 32;
+  float p0[kNq], p1[kNq];
+#pragma unroll
+  for (int x = 0; x < kNq; ++x) p0[x] = p1[x] = 0.f;
+#pragma unroll
+  for (int half = 0; half < kQHalves; ++half) {
+    float acc[kNtHalf][4];
+#pragma unroll
+    for (int j = 0; j < kNtHalf; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+#pragma unroll 1  // unrolled, the loads of every k step are hoisted past the 168-register budget of 9 warps
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      u32 a0, a1, a2, a3;
+      ldmatrix_x4(a0, a1, a2, a3,
+                  kv_base + swizzled_row_offset<kHeadDim>(rbase + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                          kk * 32 + (lane >> 4) * 16));
+#pragma unroll
+      for (int jj = 0; jj < kNtHalf / 2; ++jj) {
+        const int n8 = half * kNtHalf + 2 * jj;
+        u32 b0, b1, b2, b3;
+        ldmatrix_x4(b0, b1, b2, b3,
+                    q_base + swizzled_row_offset<kHeadDim>((n8 + (lane >> 4)) * 8 + (lane & 7),
+                                                           kk * 32 + ((lane >> 3) & 1) * 16));
+        mma_fp8_m16n8k32(acc[2 * jj], a0, a1, a2, a3, b0, b1);
+        mma_fp8_m16n8k32(acc[2 * jj + 1], a0, a1, a2, a3, b2, b3);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNtHalf; ++j) {
+      const int n8 = half * kNtHalf + j;
+      const int x = (n8 * 8) / kNumHeads;  // the token of these query rows
+      p0[x] += fmaxf(acc[j][0], 0.f) * wts[n8][0] + fmaxf(acc[j][1], 0.f) * wts[n8][1];
+      p1[x] += fmaxf(acc[j][2], 0.f) * wts[n8][0] + fmaxf(acc[j][3], 0.f) * wts[n8][1];
+    }
+  }
+  const int t = lane % 4;
+  v0 = 0.f;
+  v1 = 0.f;
+#pragma unroll
+  for (int q = 0; q < kNq; ++q) {
+    p0[q] += __shfl_xor_sync(0xffffffffu, p0[q], 1);
+    p0[q] += __shfl_xor_sync(0xffffffffu, p0[q], 2);
+    p1[q] += __shfl_xor_sync(0xffffffffu, p1[q], 1);
+    p1[q] += __shfl_xor_sync(0xffffffffu, p1[q], 2);
+    if (q == t) {
+      v0 = p0[q];
+      v1 = p1[q];
+    }
+  }
+}

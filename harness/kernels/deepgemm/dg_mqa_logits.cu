@@ -36,8 +36,6 @@
 #define Q_ROWS (BLOCK_Q * NUM_HEADS)
 #define NT (Q_ROWS / 8)                 // n8 tiles of the query rows
 #define Q_HALVES (NT > 8 ? 2 : 1)
-#define NT_HALF (NT / Q_HALVES)
-#define KSTEPS (HEAD_DIM / 32)
 #define MATH_WARPS (BLOCK_KV / 32)      // 32 KV rows per warp
 #define MQA_THREADS (MATH_WARPS * 32 + 32)
 #define Q_STAGE_BYTES (Q_ROWS * HEAD_DIM)
@@ -46,13 +44,6 @@
 #if Q_ROWS != 128 || BLOCK_KV != 256 || IS_COMPRESSED_LOGITS != 0
 #error "fp8_mqa_logits: 128 query rows, 256 KV rows, uncompressed logits"
 #endif
-
-/// Byte offset of (row, byte column) in a tile of HEAD_DIM-byte rows stored with TMA's
-/// HEAD_DIM-byte swizzle: 16-byte chunk bits XORed with address bits 7 and up.
-__device__ __forceinline__ u32 tile_offset(u32 row, u32 col) {
-  const u32 off = row * HEAD_DIM + col;
-  return off ^ (((off >> 7) & (HEAD_DIM / 16 - 1)) << 4);
-}
 
 /// The KV range [lo, hi) of query block `qb`: the union of its tokens' clamped ranges; lo >= hi
 /// when all are empty.
@@ -161,54 +152,9 @@ dg_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_constant__ 
 #pragma unroll 1
       for (int sub = 0; sub < 2; ++sub) {
         const int rbase = warp * 32 + sub * 16;
-        // Scores against the query rows, NT_HALF n8 tiles at a time (two halves for 128 rows, to keep
-        // the accumulators within the register budget), then relu, the head weights and the sum over
-        // each token's heads: this lane's columns here, the row group's four lanes below.
-        float p0[BLOCK_Q], p1[BLOCK_Q];
-#pragma unroll
-        for (int x = 0; x < BLOCK_Q; ++x) p0[x] = p1[x] = 0.f;
-#pragma unroll
-        for (int half = 0; half < Q_HALVES; ++half) {
-          float acc[NT_HALF][4];
-#pragma unroll
-          for (int j = 0; j < NT_HALF; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
-#pragma unroll 1  // unrolled, the loads of every k step are hoisted past the 168-register budget of 9 warps
-          for (int kk = 0; kk < KSTEPS; ++kk) {
-            u32 a0, a1, a2, a3;
-            ldmatrix_x4(a0, a1, a2, a3,
-                        kv_base + tile_offset(rbase + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 32 + (lane >> 4) * 16));
-#pragma unroll
-            for (int jj = 0; jj < NT_HALF / 2; ++jj) {
-              const int n8 = half * NT_HALF + 2 * jj;
-              u32 b0, b1, b2, b3;
-              ldmatrix_x4(b0, b1, b2, b3,
-                          q_base + tile_offset((n8 + (lane >> 4)) * 8 + (lane & 7), kk * 32 + ((lane >> 3) & 1) * 16));
-              mma_fp8_m16n8k32(acc[2 * jj], a0, a1, a2, a3, b0, b1);
-              mma_fp8_m16n8k32(acc[2 * jj + 1], a0, a1, a2, a3, b2, b3);
-            }
-          }
-#pragma unroll
-          for (int j = 0; j < NT_HALF; ++j) {
-            const int n8 = half * NT_HALF + j;
-            const int x = (n8 * 8) / NUM_HEADS;  // the token of these query rows
-            p0[x] += fmaxf(acc[j][0], 0.f) * wts[n8][0] + fmaxf(acc[j][1], 0.f) * wts[n8][1];
-            p1[x] += fmaxf(acc[j][2], 0.f) * wts[n8][0] + fmaxf(acc[j][3], 0.f) * wts[n8][1];
-          }
-        }
-        float v0 = 0.f, v1 = 0.f;
-#pragma unroll
-        for (int q = 0; q < BLOCK_Q; ++q) {
-          p0[q] += __shfl_xor_sync(0xffffffffu, p0[q], 1);
-          p0[q] += __shfl_xor_sync(0xffffffffu, p0[q], 2);
-          p1[q] += __shfl_xor_sync(0xffffffffu, p1[q], 1);
-          p1[q] += __shfl_xor_sync(0xffffffffu, p1[q], 2);
-          if (q == t) {
-            v0 = p0[q];
-            v1 = p1[q];
-          }
-        }
+        // Scores against all query rows: relu, head weights, the sum over each token's heads.
+        float v0, v1;
+        mqa_subtile_scores<HEAD_DIM, NUM_HEADS, NT, Q_HALVES, BLOCK_Q>(kv_base, q_base, rbase, lane, wts, v0, v1);
         // Lane t stores token t's logits of KV rows g and g + 8 (8 lanes: 32 contiguous bytes).
         const int tok = tok0 + t;
         if (t < BLOCK_Q && tok < seq_len) {

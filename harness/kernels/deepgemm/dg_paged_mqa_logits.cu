@@ -30,8 +30,6 @@
 #define Q_ROWS (NEXT_N * NUM_HEADS)
 #define NT (Q_ROWS / 8)
 #define Q_HALVES (NT > 8 ? 2 : 1)
-#define NT_HALF (NT / Q_HALVES)
-#define KSTEPS (HEAD_DIM / 32)
 #define MATH_WARPS (SPLIT_KV / 32)
 #define WARPS_PER_BLOCK (BLOCK_KV / 32)
 #define PAGED_THREADS (MATH_WARPS * 32 + 32)
@@ -44,13 +42,6 @@
 #if IS_CONTEXT_LENS_2D != 1 || IS_VARLEN != 0
 #error "fp8_paged_mqa_logits: 2-D context_lens, no varlen"
 #endif
-
-/// Byte offset of (row, byte column) in a tile of HEAD_DIM-byte rows with TMA's HEAD_DIM-byte
-/// swizzle.
-__device__ __forceinline__ u32 tile_offset(u32 row, u32 col) {
-  const u32 off = row * HEAD_DIM + col;
-  return off ^ (((off >> 7) & (HEAD_DIM / 16 - 1)) << 4);
-}
 
 /// Walks one block's share of the schedule: calls task(b, split, ctx) for every task in order.
 struct TaskWalk {
@@ -192,54 +183,9 @@ dg_paged_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_const
 #pragma unroll 1
     for (int sub = 0; sub < 2; ++sub) {
       const int rbase = rows0 + sub * 16;
-      // Scores against the query rows, NT_HALF n8 tiles at a time (two halves for 128 rows, to keep
-      // the accumulators within the register budget), then relu, the head weights and the sum over
-      // each token's heads: this lane's columns here, the row group's four lanes below.
-      float p0[NEXT_N], p1[NEXT_N];
-#pragma unroll
-      for (int x = 0; x < NEXT_N; ++x) p0[x] = p1[x] = 0.f;
-#pragma unroll
-      for (int half = 0; half < Q_HALVES; ++half) {
-        float acc[NT_HALF][4];
-#pragma unroll
-        for (int j = 0; j < NT_HALF; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
-#pragma unroll 1  // unrolled, the loads of every k step are hoisted past the 168-register budget of 9 warps
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-          u32 a0, a1, a2, a3;
-          ldmatrix_x4(a0, a1, a2, a3,
-                      kv_base + tile_offset(rbase + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 32 + (lane >> 4) * 16));
-#pragma unroll
-          for (int jj = 0; jj < NT_HALF / 2; ++jj) {
-            const int n8 = half * NT_HALF + 2 * jj;
-            u32 b0, b1, b2, b3;
-            ldmatrix_x4(b0, b1, b2, b3,
-                        q_base + tile_offset((n8 + (lane >> 4)) * 8 + (lane & 7), kk * 32 + ((lane >> 3) & 1) * 16));
-            mma_fp8_m16n8k32(acc[2 * jj], a0, a1, a2, a3, b0, b1);
-            mma_fp8_m16n8k32(acc[2 * jj + 1], a0, a1, a2, a3, b2, b3);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < NT_HALF; ++j) {
-          const int n8 = half * NT_HALF + j;
-          const int x = (n8 * 8) / NUM_HEADS;  // the token of these query rows
-          p0[x] += fmaxf(acc[j][0], 0.f) * wts[n8][0] + fmaxf(acc[j][1], 0.f) * wts[n8][1];
-          p1[x] += fmaxf(acc[j][2], 0.f) * wts[n8][0] + fmaxf(acc[j][3], 0.f) * wts[n8][1];
-        }
-      }
-      float v0 = 0.f, v1 = 0.f;
-#pragma unroll
-      for (int i = 0; i < NEXT_N; ++i) {
-        p0[i] += __shfl_xor_sync(0xffffffffu, p0[i], 1);
-        p0[i] += __shfl_xor_sync(0xffffffffu, p0[i], 2);
-        p1[i] += __shfl_xor_sync(0xffffffffu, p1[i], 1);
-        p1[i] += __shfl_xor_sync(0xffffffffu, p1[i], 2);
-        if (i == t) {
-          v0 = p0[i];
-          v1 = p1[i];
-        }
-      }
+      // Scores against all query rows: relu, head weights, the sum over each token's heads.
+      float v0, v1;
+      mqa_subtile_scores<HEAD_DIM, NUM_HEADS, NT, Q_HALVES, NEXT_N>(kv_base, q_base, rbase, lane, wts, v0, v1);
       if (t < NEXT_N) {
         float* row = logits + (static_cast<long long>(b) * NEXT_N + t) * ld_logits;
         const int tok0 = rbase + g, tok1 = tok0 + 8;  // tokens within the cache block
