@@ -202,6 +202,16 @@ TEST(Table, AWarmerThatDidNothingAndJitWarningsAreNamedUnderTheTable) {
   EXPECT_EQ(render_table(fixed_run(), false).find("did nothing"), std::string::npos);
 }
 
+TEST(Table, AWarmerReportIsALineUnderTheTable) {
+  RunResults run = fixed_run();
+  StrategyResult dg = make("dense", {"deepgemm-warmup"}, Outcome::kOk);
+  dg.extra["warmer_reports"]["deepgemm-warmup"] = {{"summary", "10 calls, 3 distinct kernels"}, {"wall_s", 1.5}};
+  run.results.push_back(dg);
+  const std::string text = render_table(run, false);
+  EXPECT_NE(text.find("dense: deepgemm-warmup: 10 calls, 3 distinct kernels"), std::string::npos) << text;
+  EXPECT_EQ(render_table(fixed_run(), false).find("distinct kernels"), std::string::npos);
+}
+
 TEST(Table, HotPathLoadsFromTheKernelCacheAreShownApartAndNeverFail) {
   RunResults run = fixed_run();
   StrategyResult warm = make("warm-cache", {"tq-decode-warmup"}, Outcome::kOk);

@@ -202,6 +202,13 @@ std::string render_table(const RunResults& run, bool color) {
                          reason.is_string() ? reason.get<std::string>() : reason.dump()));
       }
     }
+    if (r->extra.contains("warmer_reports") && r->extra["warmer_reports"].is_object()) {
+      for (const auto& [warmer, rep] : r->extra["warmer_reports"].items()) {
+        if (rep.is_object() && rep.contains("summary") && rep["summary"].is_string()) {
+          note(fmt::format("{}: {}: {}", label(*r), warmer, rep["summary"].get<std::string>()));
+        }
+      }
+    }
     if (r->extra.contains("jit_warnings") && r->extra["jit_warnings"].is_array()) {
       for (const auto& w : r->extra["jit_warnings"]) {
         note(fmt::format("{}: warning: {}", label(*r), w.is_string() ? w.get<std::string>() : w.dump()));

@@ -20,8 +20,9 @@
 //   decode batch sizes (the capture sizes, else 1..max_num_seqs) and the paged indexer kernels at
 //   the 32-aligned decode buckets; nothing of the prefill sizes and no ragged MQA logits.
 //
-// Each warmer logs its kernel count, the compile seconds (sum over compiles) and the wall seconds;
-// the result's kernel_warmup phase has the same numbers per compile record.
+// Each warmer reports its call and kernel counts, the compile seconds (sum over compiles; in
+// compile-only mode compiles the run's compile memo served count their first measurement) and the
+// wall seconds, in the result's `warmer_reports` and under the table.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -104,10 +105,18 @@ class DeepGemmWarmupBase : public Warmer {
     for (const Call& c : calls) c.run();
     const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double compile_s = rt.monitor().compile_ms_since(records0) / 1000.0;
-    ctx.log(fmt::format("{}: {} calls over {} M values, {} distinct kernels ({} compiled or loaded), compile {:.2f} s, "
-                        "wall {:.2f} s, {} thread{}",
-                        name(), calls.size(), ms.size(), firsts.size(), rt.monitor().num_records() - records0,
-                        compile_s, wall_s, threads, threads == 1 ? "" : "s"));
+    const size_t compiled = rt.monitor().num_records() - records0;
+    ctx.report(fmt::format("{} calls over {} M values, {} distinct kernels ({} compiled or loaded here), compile {:.2f} s, "
+                           "wall {:.2f} s, {} thread{}",
+                           calls.size(), ms.size(), firsts.size(), compiled, compile_s, wall_s, threads,
+                           threads == 1 ? "" : "s"),
+               {{"calls", calls.size()},
+                {"m_values", ms.size()},
+                {"distinct_kernels", firsts.size()},
+                {"compiled_or_loaded", compiled},
+                {"compile_s", compile_s},
+                {"wall_s", wall_s},
+                {"threads", threads}});
   }
 
  private:

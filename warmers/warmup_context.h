@@ -39,6 +39,10 @@ class WarmupContext {
   /// kind, a budget too small for its batch): logs `<warmer>: <reason>` and records the reason in
   /// the result (`warmers_skipped`), so a strategy that equals `none` says so.
   virtual void skip(const std::string& reason) = 0;
+  /// What the running warmer did, for the reader of the result: `summary` is one line (printed
+  /// under the table), `data` its numbers; both land in the result's `warmer_reports` under the
+  /// warmer's name ({"summary": ..., and data's keys}).
+  virtual void report(const std::string& summary, const nlohmann::json& data) = 0;
 };
 
 }  // namespace coldstart

@@ -544,6 +544,12 @@ TEST_F(ReplayE2E, DeepSeekV4OnB200AndSkippedOnSm86) {
   }
   EXPECT_TRUE(kernels.count("fp8_einsum_bhr_hdr_bhd")) << "SM100's heuristic changes the einsum tile at M = 300";
   EXPECT_TRUE(hot_path_compiled(by["deepgemm-warmup"]).empty());
+  // The warmer's cost is in the result: its sampled calls, its distinct kernels, compile and wall time.
+  const nlohmann::json& rep = by["deepgemm-warmup"].extra.at("warmer_reports").at("deepgemm-warmup");
+  EXPECT_EQ(rep.at("m_values").get<int>(), 2432);  // 1..2048, then every 16th to 8192
+  EXPECT_GT(rep.at("distinct_kernels").get<int>(), 50);
+  EXPECT_LE(rep.at("compiled_or_loaded").get<int>(), rep.at("distinct_kernels").get<int>());
+  EXPECT_GT(rep.at("compile_s").get<double>(), 0.0);
   EXPECT_EQ(run_coldstart("replay scenarios/deepseek-v4-flash.yaml --device compile-only --target rtx-a4000 --strategy none",
                           out),
             0)

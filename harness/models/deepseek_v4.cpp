@@ -126,7 +126,8 @@ Dims dims(const ModelConfig& c, const EngineConfig* e) {
       const auto& v = r["compress_ratios"][l];
       const int ratio = v.is_number_integer() ? v.get<int>() : -1;
       if (ratio != 0 && ratio != 4 && ratio != 128) {
-        pr.push_back({fmt::format("model.compress_ratios[{}]", l), fmt::format("{}: V4 layers are 0 (SWA), 4 or 128", v.dump())});
+        pr.push_back({"model.compress_ratios",
+                      fmt::format("entry {} is {}: V4 layers are 0 (SWA), 4 or 128", l, v.dump())});
       }
       d.layers.push_back({ratio, l < hash_layers});
     }
@@ -138,8 +139,8 @@ Dims dims(const ModelConfig& c, const EngineConfig* e) {
     }
     if (e->block_size != kIndexerBlockKv) {
       pr.push_back({"engine.block_size",
-                    fmt::format("{}: DeepGEMM's SM90 paged MQA-logits kernel reads the indexer cache in blocks of {} "
-                                "tokens; set block_size: {}",
+                    fmt::format("{}: the paged MQA-logits kernel reads the indexer cache in blocks of {} tokens "
+                                "(DeepGEMM's SM90 kernel asserts it; the replay uses it on every arch); set block_size: {}",
                                 e->block_size, kIndexerBlockKv, kIndexerBlockKv)});
     }
     if (e->kv_cache_dtype != "auto") {

@@ -157,6 +157,13 @@ void Engine::skip(const std::string& reason) {
   result_.extra["warmers_skipped"][current_warmer_] = reason;
 }
 
+void Engine::report(const std::string& summary, const nlohmann::json& data) {
+  log(current_warmer_ + ": " + summary);
+  nlohmann::json entry = data.is_object() ? data : nlohmann::json::object();
+  entry["summary"] = summary;
+  result_.extra["warmer_reports"][current_warmer_] = entry;
+}
+
 void Engine::snapshot() {
   const auto t0 = Clock::now();
   snapshot_inner();

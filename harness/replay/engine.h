@@ -71,6 +71,7 @@ class Engine final : public WarmupContext {
   }
   void log(const std::string& line) override;
   void skip(const std::string& reason) override;
+  void report(const std::string& summary, const nlohmann::json& data) override;
 
   /// Blocks per request row of the block table (= its stride): cdiv(max_model_len, block_size).
   int max_blocks_per_req() const;
