@@ -72,10 +72,10 @@ std::string badge(const StrategyResult& r) {
   std::string cls = outcome_name(r.outcome);
   std::string text = outcome_name(r.outcome);
   if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) text += " @ " + *r.failed_phase;
-  std::string out = fmt::format("<span class=\"badge {}\">{}</span>", cls, esc(text));
   if (auto skipped = detail::extra_string(r, "skipped")) {
-    out += fmt::format(" <span class=\"badge skipped\" title=\"{}\">skipped</span>", esc_attr(*skipped));
+    return fmt::format("<span class=\"badge skipped\" title=\"{}\">skipped</span>", esc_attr(*skipped));
   }
+  std::string out = fmt::format("<span class=\"badge {}\">{}</span>", cls, esc(text));
   if (detail::disallowed_hot_path(r)) {
     out += " <span class=\"badge crash\">hot-path compiles not allowed</span>";
   }
@@ -85,7 +85,7 @@ std::string badge(const StrategyResult& r) {
 std::string null_reason(const RunResults& run, const StrategyResult& r) {
   if (run.meta.mode == "compile-only") return "not measured (compile-only)";
   if (r.outcome != Outcome::kOk) {
-    std::string s = std::string("not reached (") + outcome_name(r.outcome);
+    std::string s = std::string("not reached (") + outcome_text(r);
     if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
     return s + ")";
   }
@@ -121,7 +121,7 @@ std::string row_label(const StrategyResult& r, double y_mid) {
   return fmt::format(
       "<circle cx=\"12\" cy=\"{:.1f}\" r=\"5\" class=\"dot {}\"/>"
       "<text x=\"24\" y=\"{:.1f}\" class=\"label\" dominant-baseline=\"middle\">{}</text>",
-      y_mid, outcome_name(r.outcome), y_mid, esc(r.strategy.empty() ? "?" : r.strategy));
+      y_mid, outcome_text(r).c_str(), y_mid, esc(r.strategy.empty() ? "?" : r.strategy));
 }
 
 // Horizontal stacked bars: startup time of each strategy split by phase.
@@ -313,7 +313,7 @@ code { font: 12px ui-monospace, Menlo, Consolas, monospace; word-break: break-al
 .chart .value { font-size: 12px; fill: #333; }
 .chart .na { font-size: 12px; fill: #888; font-style: italic; }
 .dot.ok { fill: #2e7d32; } .dot.crash { fill: #c62828; } .dot.timeout { fill: #ef6c00; }
-.dot.error { fill: #757575; }
+.dot.error { fill: #757575; } .dot.skipped { fill: #9e9e9e; }
 .legend { display: flex; flex-wrap: wrap; gap: 14px; margin: 2px 0 8px; font-size: 12px; color: #444; }
 .legend i { display: inline-block; width: 12px; height: 12px; margin-right: 5px; vertical-align: -1px; }
 .error { margin: 8px 0; }

@@ -92,7 +92,7 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
 // Per test case details for <system-out>: everything a CI reader needs without the JSON file.
 std::string case_output(const StrategyResult& r) {
   std::string s;
-  s += fmt::format("outcome: {}", outcome_name(r.outcome));
+  s += fmt::format("outcome: {}", outcome_text(r));
   if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
   s += "\n";
   s += fmt::format("warmers: {}\n", r.warmers.empty() ? "(none)" : fmt::format("{}", fmt::join(r.warmers, ", ")));

@@ -14,6 +14,7 @@
 #include "harness/replay/result.h"
 #include "reports/golden_test_util.h"
 #include "reports/json_report.h"
+#include "reports/renderers.h"
 #include "reports/table.h"
 
 namespace coldstart::reports {
@@ -184,6 +185,29 @@ TEST(Table, DisallowedHotPathIsAFailureAndSkippedStaysSkipped) {
       << text;
   EXPECT_NE(text.find("elsewhere: skipped\n  scenario archs"), std::string::npos) << text;
   EXPECT_EQ(text.find("elsewhere: error"), std::string::npos) << text;
+}
+
+// One word for an arch mismatch everywhere: the JSON's outcome (read back as the same result), the
+// Markdown cell and the HTML badge say "skipped", never "error".
+TEST(Reports, SkippedIsSkippedInTheJsonMarkdownAndHtml) {
+  RunResults run = fixed_run();
+  StrategyResult elsewhere = make("elsewhere", {}, Outcome::kError);
+  elsewhere.extra["skipped"] = "t runs on [sm_100]; this device is sm_90 (H200)";
+  elsewhere.error = elsewhere.extra["skipped"].get<std::string>();
+  run.results.push_back(elsewhere);
+  const nlohmann::json j = elsewhere;
+  EXPECT_EQ(j.at("outcome"), "skipped");
+  EXPECT_EQ(j.get<StrategyResult>(), elsewhere) << "reads back as the result it was";
+  EXPECT_EQ(outcome_text(elsewhere), "skipped");
+  StrategyResult failed = make("failed", {}, Outcome::kError);
+  EXPECT_EQ(nlohmann::json(failed).at("outcome"), "error");
+  const std::string md = render_markdown({run});
+  EXPECT_NE(md.find("skipped (t runs on"), std::string::npos) << md;
+  EXPECT_EQ(md.find("**elsewhere**: error"), std::string::npos) << md;
+  EXPECT_EQ(md.find("error (skipped"), std::string::npos) << md;
+  const std::string html = render_html({run});
+  EXPECT_NE(html.find("badge skipped"), std::string::npos);
+  EXPECT_EQ(html.find("<span class=\"badge error\">error</span> <span class=\"badge skipped\""), std::string::npos);
 }
 
 TEST(Table, AWarmerThatDidNothingAndJitWarningsAreNamedUnderTheTable) {

@@ -8,13 +8,6 @@
 namespace coldstart {
 namespace {
 
-// How a result ended, as an expect rule names it: "skipped" for a run the scenario excluded
-// (reported with outcome error and extra.skipped, or with a skipped outcome), else outcome_name.
-std::string outcome_text(const StrategyResult& r) {
-  if (r.extra.is_object() && r.extra.contains("skipped")) return "skipped";
-  return outcome_name(r.outcome);
-}
-
 bool matches(const Expectation& e, const StrategyResult& r) {
   return (e.strategy == "*" || e.strategy == r.strategy) && (!e.variant || *e.variant == r.variant);
 }

@@ -88,6 +88,11 @@ const char* outcome_name(Outcome o) {
   return "error";
 }
 
+std::string outcome_text(const StrategyResult& r) {
+  if (r.outcome == Outcome::kError && r.extra.is_object() && r.extra.contains("skipped")) return "skipped";
+  return outcome_name(r.outcome);
+}
+
 Outcome parse_outcome(const std::string& text) {
   if (text == "ok") return Outcome::kOk;
   if (text == "crash") return Outcome::kCrash;
@@ -210,7 +215,7 @@ void to_json(json& j, const StrategyResult& v) {
   j["strategy"] = v.strategy;
   j["variant"] = v.variant;
   j["warmers"] = v.warmers;
-  j["outcome"] = outcome_name(v.outcome);
+  j["outcome"] = outcome_text(v);
   j["error"] = opt_to_json(v.error);
   j["failed_phase"] = opt_to_json(v.failed_phase);
   j["startup_ms"] = opt_to_json(v.startup_ms);
@@ -243,7 +248,9 @@ void from_json(const json& j, StrategyResult& v) {
   v.strategy = required<std::string>(j, "strategy");
   v.variant = value_or<std::string>(j, "variant", "");
   v.warmers = value_or<std::vector<std::string>>(j, "warmers", {});
-  v.outcome = parse_outcome(required<std::string>(j, "outcome"));
+  const std::string outcome = required<std::string>(j, "outcome");
+  // "skipped": a run the scenario's archs excluded, kept as an error with its reason in extra.
+  v.outcome = outcome == "skipped" ? Outcome::kError : parse_outcome(outcome);
   v.error = opt_from<std::string>(j, "error");
   v.failed_phase = opt_from<std::string>(j, "failed_phase");
   v.startup_ms = opt_from<double>(j, "startup_ms");

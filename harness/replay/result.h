@@ -34,6 +34,7 @@ enum class Outcome { kOk, kCrash, kTimeout, kError };
 /// "ok" | "crash" | "timeout" | "error".
 const char* outcome_name(Outcome o);
 
+
 /// Inverse of outcome_name. Throws InputError naming the bad text for anything else.
 Outcome parse_outcome(const std::string& text);
 
@@ -128,6 +129,11 @@ struct RunResults {
 std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r);
 /// How many hot-path events were loads from the on-disk kernel cache (shown beside the count).
 int hot_path_loads(const StrategyResult& r);
+
+/// How a result ended as every report and the JSON say it: "skipped" for a run the scenario's
+/// `archs` excluded (outcome kError with extra["skipped"] holding the reason), else
+/// outcome_name(r.outcome).
+std::string outcome_text(const StrategyResult& r);
 
 bool operator==(const PhaseTiming& a, const PhaseTiming& b);
 bool operator==(const CompileEvent& a, const CompileEvent& b);
