@@ -45,17 +45,6 @@
 namespace coldstart {
 namespace deepseek_v4 {
 
-namespace {
-
-int64_t get_int(const nlohmann::json& raw, const char* key, int64_t fallback) {
-  return raw.contains(key) && raw[key].is_number_integer() ? raw[key].get<int64_t>() : fallback;
-}
-double get_double(const nlohmann::json& raw, const char* key, double fallback) {
-  return raw.contains(key) && raw[key].is_number() ? raw[key].get<double>() : fallback;
-}
-
-}  // namespace
-
 int64_t kv_bytes_per_token(const Dims& d) { return 2 * d.head_dim + d.index_dim + 4; }
 
 Dims dims(const ModelConfig& c, const EngineConfig* e) {
@@ -65,26 +54,26 @@ Dims dims(const ModelConfig& c, const EngineConfig* e) {
   d.hidden = c.hidden_size;
   d.heads = c.num_attention_heads;
   d.head_dim = c.head_dim;
-  d.rope_dim = get_int(r, "qk_rope_head_dim", 64);
-  d.q_lora = get_int(r, "q_lora_rank", 0);
-  d.o_groups = get_int(r, "o_groups", 0);
-  d.o_lora = get_int(r, "o_lora_rank", 0);
-  d.index_heads = get_int(r, "index_n_heads", 0);
-  d.index_dim = get_int(r, "index_head_dim", 0);
-  d.index_topk = get_int(r, "index_topk", 0);
-  d.window = get_int(r, "sliding_window", 128);
-  d.hc_mult = get_int(r, "hc_mult", 0);
-  d.hc_sinkhorn_iters = get_int(r, "hc_sinkhorn_iters", 20);
-  d.hc_eps = get_double(r, "hc_eps", 1e-6);
+  d.rope_dim = config_int(r, "qk_rope_head_dim", 64);
+  d.q_lora = config_int(r, "q_lora_rank", 0);
+  d.o_groups = config_int(r, "o_groups", 0);
+  d.o_lora = config_int(r, "o_lora_rank", 0);
+  d.index_heads = config_int(r, "index_n_heads", 0);
+  d.index_dim = config_int(r, "index_head_dim", 0);
+  d.index_topk = config_int(r, "index_topk", 0);
+  d.window = config_int(r, "sliding_window", 128);
+  d.hc_mult = config_int(r, "hc_mult", 0);
+  d.hc_sinkhorn_iters = config_int(r, "hc_sinkhorn_iters", 20);
+  d.hc_eps = config_double(r, "hc_eps", 1e-6);
   d.eps = c.rms_norm_eps;
-  d.experts = get_int(r, "n_routed_experts", 0);
-  d.top_k = get_int(r, "num_experts_per_tok", 0);
-  d.moe_inter = get_int(r, "moe_intermediate_size", 0);
-  d.shared_experts = get_int(r, "n_shared_experts", 0);
-  d.routed_scaling = get_double(r, "routed_scaling_factor", 1.0);
-  d.swiglu_limit = get_double(r, "swiglu_limit", 0.0);
-  d.expert_dtype = r.contains("expert_dtype") && r["expert_dtype"].is_string() ? r["expert_dtype"].get<std::string>() : "fp8";
-  const int64_t hash_layers = get_int(r, "num_hash_layers", 0);
+  d.experts = config_int(r, "n_routed_experts", 0);
+  d.top_k = config_int(r, "num_experts_per_tok", 0);
+  d.moe_inter = config_int(r, "moe_intermediate_size", 0);
+  d.shared_experts = config_int(r, "n_shared_experts", 0);
+  d.routed_scaling = config_double(r, "routed_scaling_factor", 1.0);
+  d.swiglu_limit = config_double(r, "swiglu_limit", 0.0);
+  d.expert_dtype = config_string(r, "expert_dtype", "fp8");
+  const int64_t hash_layers = config_int(r, "num_hash_layers", 0);
 
   auto need = [&](const char* key, int64_t v, int64_t multiple) {
     if (v <= 0 || v % multiple != 0) {

@@ -5,6 +5,18 @@
 
 namespace coldstart {
 
+int64_t config_int(const nlohmann::json& raw, const char* key, int64_t fallback) {
+  return raw.contains(key) && raw[key].is_number_integer() ? raw[key].get<int64_t>() : fallback;
+}
+
+double config_double(const nlohmann::json& raw, const char* key, double fallback) {
+  return raw.contains(key) && raw[key].is_number() ? raw[key].get<double>() : fallback;
+}
+
+std::string config_string(const nlohmann::json& raw, const char* key, const std::string& fallback) {
+  return raw.contains(key) && raw[key].is_string() ? raw[key].get<std::string>() : fallback;
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);

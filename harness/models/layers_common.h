@@ -18,6 +18,12 @@
 
 namespace coldstart {
 
+/// Values of an HF config (ModelConfig::raw) the typed fields do not carry: `key` when it is
+/// present with that type (an integer; any number; a string), else `fallback`.
+int64_t config_int(const nlohmann::json& raw, const char* key, int64_t fallback);
+double config_double(const nlohmann::json& raw, const char* key, double fallback);
+std::string config_string(const nlohmann::json& raw, const char* key, const std::string& fallback);
+
 /// RMSNorm over the last dimension, computed in float32: x / rms(x) * weight, in x's dtype.
 /// x [..., H] (any float dtype), weight [H]. eps is added to mean(x^2).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);

@@ -39,16 +39,6 @@
 namespace coldstart {
 namespace {
 
-int64_t get_int(const nlohmann::json& raw, const char* key, int64_t fallback) {
-  return raw.contains(key) && raw[key].is_number_integer() ? raw[key].get<int64_t>() : fallback;
-}
-double get_double(const nlohmann::json& raw, const char* key, double fallback) {
-  return raw.contains(key) && raw[key].is_number() ? raw[key].get<double>() : fallback;
-}
-std::string get_string(const nlohmann::json& raw, const char* key, const std::string& fallback) {
-  return raw.contains(key) && raw[key].is_string() ? raw[key].get<std::string>() : fallback;
-}
-
 /// The NemotronH config at one rank, and what vLLM would refuse.
 struct NemotronDims {
   std::string pattern;  // one character per decoder layer
@@ -79,7 +69,7 @@ struct NemotronDims {
 std::string resolve_ssm_dtype(const ModelConfig& c, const EngineConfig* e) {
   const std::string engine = e ? e->mamba_ssm_cache_dtype : "auto";
   if (engine != "auto") return engine;
-  return get_string(c.raw, "mamba_ssm_cache_dtype", "float32");
+  return config_string(c.raw, "mamba_ssm_cache_dtype", "float32");
 }
 
 NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
@@ -87,7 +77,7 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
   NemotronDims d;
   d.tp = e ? e->tensor_parallel_size : 1;
   auto& pr = d.problems;
-  const std::string full = get_string(r, "hybrid_override_pattern", "");
+  const std::string full = config_string(r, "hybrid_override_pattern", "");
   if (static_cast<int>(full.size()) < c.num_hidden_layers) {
     pr.push_back({"model.hybrid_override_pattern",
                   fmt::format("has {} layer kinds, fewer than num_hidden_layers {}", full.size(),
@@ -113,15 +103,15 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
                               "attention-free models by other rules, which are not replayed",
                               d.pattern)});
   }
-  d.eps = get_double(r, "layer_norm_epsilon", get_double(r, "norm_eps", c.rms_norm_eps));
+  d.eps = config_double(r, "layer_norm_epsilon", config_double(r, "norm_eps", c.rms_norm_eps));
   d.head_dim = c.head_dim;
   d.attn = shard_attention(c.num_attention_heads, c.num_key_value_heads, d.tp, pr);
 
-  const int64_t mheads = get_int(r, "mamba_num_heads", 0), mgroups = get_int(r, "n_groups", 1);
-  d.mamba.head_dim = get_int(r, "mamba_head_dim", 64);
-  d.mamba.state = get_int(r, "ssm_state_size", 128);
-  d.mamba.conv_kernel = get_int(r, "conv_kernel", 4);
-  d.mamba.chunk_size = get_int(r, "chunk_size", 256);
+  const int64_t mheads = config_int(r, "mamba_num_heads", 0), mgroups = config_int(r, "n_groups", 1);
+  d.mamba.head_dim = config_int(r, "mamba_head_dim", 64);
+  d.mamba.state = config_int(r, "ssm_state_size", 128);
+  d.mamba.conv_kernel = config_int(r, "conv_kernel", 4);
+  d.mamba.chunk_size = config_int(r, "chunk_size", 256);
   d.mamba.conv_bias = !r.contains("use_conv_bias") || r["use_conv_bias"] == true;
   const std::string ssm_dtype = resolve_ssm_dtype(c, e);
   if (ssm_dtype != "float32" && ssm_dtype != "bfloat16") {
@@ -149,26 +139,26 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
     }
   }
   if (d.pattern.find('E') != std::string::npos) {
-    d.experts = get_int(r, "n_routed_experts", 0);
-    d.top_k = get_int(r, "num_experts_per_tok", 0);
-    d.moe_inter = shard_evenly(get_int(r, "moe_intermediate_size", 0), d.tp,
+    d.experts = config_int(r, "n_routed_experts", 0);
+    d.top_k = config_int(r, "num_experts_per_tok", 0);
+    d.moe_inter = shard_evenly(config_int(r, "moe_intermediate_size", 0), d.tp,
                                "model.moe_intermediate_size", pr);
-    d.shared_inter = shard_evenly(get_int(r, "moe_shared_expert_intermediate_size", 0) *
-                                      get_int(r, "n_shared_experts", 1),
+    d.shared_inter = shard_evenly(config_int(r, "moe_shared_expert_intermediate_size", 0) *
+                                      config_int(r, "n_shared_experts", 1),
                                   d.tp, "model.moe_shared_expert_intermediate_size", pr);
-    d.latent = get_int(r, "moe_latent_size", 0);
-    d.n_group = get_int(r, "n_group", 1);
-    d.topk_group = get_int(r, "topk_group", 1);
-    d.routed_scaling = get_double(r, "routed_scaling_factor", 1.0);
+    d.latent = config_int(r, "moe_latent_size", 0);
+    d.n_group = config_int(r, "n_group", 1);
+    d.topk_group = config_int(r, "topk_group", 1);
+    d.routed_scaling = config_double(r, "routed_scaling_factor", 1.0);
     if (r.contains("norm_topk_prob") && r["norm_topk_prob"].is_boolean())
       d.norm_topk = r["norm_topk_prob"].get<bool>();
-    if (get_int(r, "moe_intermediate_size", 0) < 1 || d.latent < 0 ||
-        get_int(r, "moe_shared_expert_intermediate_size", 0) < 0) {
+    if (config_int(r, "moe_intermediate_size", 0) < 1 || d.latent < 0 ||
+        config_int(r, "moe_shared_expert_intermediate_size", 0) < 0) {
       pr.push_back({"model.moe_intermediate_size",
                     fmt::format("expert intermediate {} must be positive, moe_latent_size {} and "
                                 "moe_shared_expert_intermediate_size {} not negative",
-                                get_int(r, "moe_intermediate_size", 0), d.latent,
-                                get_int(r, "moe_shared_expert_intermediate_size", 0))});
+                                config_int(r, "moe_intermediate_size", 0), d.latent,
+                                config_int(r, "moe_shared_expert_intermediate_size", 0))});
     }
     if (d.experts < 1 || d.experts > 1024 || d.top_k < 1 || d.top_k > d.experts) {
       pr.push_back({"model.num_experts_per_tok",
@@ -179,7 +169,7 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
   }
   if (d.pattern.find('-') != std::string::npos)
     d.mlp_inter = shard_evenly(c.intermediate_size, d.tp, "model.intermediate_size", pr);
-  const std::string act = get_string(r, "mlp_hidden_act", "relu2");
+  const std::string act = config_string(r, "mlp_hidden_act", "relu2");
   if (act != "relu2") {
     pr.push_back({"model.mlp_hidden_act",
                   fmt::format("'{}': the replay has NemotronH's relu2 MLP / MoE only", act)});

@@ -47,23 +47,20 @@ struct NextDims {
   int64_t conv_dim() const { return 2 * hk * dk + hv * dv; }
 };
 
-int64_t get_int(const nlohmann::json& raw, const char* key, int64_t fallback) {
-  return raw.contains(key) && raw[key].is_number_integer() ? raw[key].get<int64_t>() : fallback;
-}
 
 NextDims next_dims(const ModelConfig& c) {
   const nlohmann::json& r = c.raw;
   NextDims d;
-  d.interval = static_cast<int>(get_int(r, "full_attention_interval", d.interval));
-  d.hk = get_int(r, "linear_num_key_heads", d.hk);
-  d.hv = get_int(r, "linear_num_value_heads", d.hv);
-  d.dk = get_int(r, "linear_key_head_dim", d.dk);
-  d.dv = get_int(r, "linear_value_head_dim", d.dv);
-  d.conv_kernel = get_int(r, "linear_conv_kernel_dim", d.conv_kernel);
-  d.experts = get_int(r, "num_experts", d.experts);
-  d.top_k = get_int(r, "num_experts_per_tok", d.top_k);
-  d.moe_inter = get_int(r, "moe_intermediate_size", d.moe_inter);
-  d.shared_inter = get_int(r, "shared_expert_intermediate_size", d.shared_inter);
+  d.interval = static_cast<int>(config_int(r, "full_attention_interval", d.interval));
+  d.hk = config_int(r, "linear_num_key_heads", d.hk);
+  d.hv = config_int(r, "linear_num_value_heads", d.hv);
+  d.dk = config_int(r, "linear_key_head_dim", d.dk);
+  d.dv = config_int(r, "linear_value_head_dim", d.dv);
+  d.conv_kernel = config_int(r, "linear_conv_kernel_dim", d.conv_kernel);
+  d.experts = config_int(r, "num_experts", d.experts);
+  d.top_k = config_int(r, "num_experts_per_tok", d.top_k);
+  d.moe_inter = config_int(r, "moe_intermediate_size", d.moe_inter);
+  d.shared_inter = config_int(r, "shared_expert_intermediate_size", d.shared_inter);
   if (r.contains("norm_topk_prob") && r["norm_topk_prob"].is_boolean())
     d.norm_topk = r["norm_topk_prob"].get<bool>();
   if (r.contains("partial_rotary_factor") && r["partial_rotary_factor"].is_number())
