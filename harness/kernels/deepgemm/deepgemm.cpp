@@ -38,15 +38,21 @@ struct GemmCall {
   int64_t ldo = 0, gso = 0;
 };
 
-jit::Selection launch(jit::JitRuntime& rt, const GemmTarget& target, const CallSite& fn,
-                      const GemmConfig& c, const GemmCall& call, const at::Tensor& d, bool mma_sync) {
+/// The heuristic's pick for a shape and the names of every candidate it ranked (one
+/// enumeration serves both).
+struct Picked {
+  GemmConfig config;
+  std::vector<std::string> candidates;
+};
+
+jit::Selection launch(jit::JitRuntime& rt, const CallSite& fn, const Picked& picked, const GemmCall& call,
+                      const at::Tensor& d, bool mma_sync) {
+  const GemmConfig& c = picked.config;
   jit::Selection sel;
   sel.config = kernel_config(call.shape, c, mma_sync);
   sel.selector = "heuristic";
   sel.tuning_key = gemm_tuning_key(call.shape, c);
-  for (const GemmConfig& cand : fp8_gemm_candidates(call.shape, target.sm, target.num_sms)) {
-    sel.candidates.push_back(cand.name());
-  }
+  sel.candidates = picked.candidates;
   const std::vector<jit::KernelArg> args = {
       call.tmap_a, call.tmap_b, call.tmap_sfa, call.sfb, call.grouped_layout, call.out,
       jit::KernelArg::i32(kernels::to_i32(fn, "m", call.shape.m)), jit::KernelArg::i64(call.ldo),
@@ -61,9 +67,14 @@ jit::Selection launch(jit::JitRuntime& rt, const GemmTarget& target, const CallS
   return sel;
 }
 
-GemmConfig pick(const CallSite& fn, const GemmShape& shape, const GemmTarget& target) {
+Picked pick(const CallSite& fn, const GemmShape& shape, const GemmTarget& target) {
   try {
-    return select_fp8_gemm_config(shape, target.sm, target.num_sms);
+    const std::vector<GemmConfig> cands = fp8_gemm_candidates(shape, target.sm, target.num_sms);
+    Picked p;
+    p.config = cands[best_fp8_gemm_candidate(cands, shape, target.sm)];
+    p.candidates.reserve(cands.size());
+    for (const GemmConfig& cand : cands) p.candidates.push_back(cand.name());
+    return p;
   } catch (const jit::UnsupportedArchError&) {
     throw;
   } catch (const InputError& e) {
@@ -84,10 +95,6 @@ void check_scales_a(const CallSite& fn, const char* arg, const at::Tensor& sf, i
                               align4(m), sf.size(dim - 1)));
   }
 }
-
-}  // namespace
-
-namespace {
 
 /// x [R, K] -> (bytes [R, K], scales [R, K/128]).
 std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const CallSite& fn) {
@@ -169,7 +176,8 @@ jit::Selection fp8_gemm_nt(jit::JitRuntime& rt, const GemmTarget& target, const 
   }
   if (m == 0) return {};
   const GemmShape shape{GemmType::kNormal, m, n, k, 1};
-  const GemmConfig c = pick(fn, shape, target);
+  const Picked picked = pick(fn, shape, target);
+  const GemmConfig& c = picked.config;
   GemmCall call;
   call.shape = shape;
   call.tmap_a = kernels::tensor_map_arg(fn, "a", a, jit::DType::kF8E4M3, {k, m}, {a.stride(0)},
@@ -181,7 +189,7 @@ jit::Selection fp8_gemm_nt(jit::JitRuntime& rt, const GemmTarget& target, const 
   call.grouped_layout = jit::KernelArg::pointer(0, jit::DType::kI32);
   call.out = tensor_arg(d);
   call.ldo = d.stride(0);
-  return launch(rt, target, fn, c, call, d, options.mma_sync);
+  return launch(rt, fn, picked, call, d, options.mma_sync);
 }
 
 jit::Selection m_grouped_fp8_gemm_nt_contiguous(jit::JitRuntime& rt, const GemmTarget& target,
@@ -214,7 +222,8 @@ jit::Selection m_grouped_fp8_gemm_nt_contiguous(jit::JitRuntime& rt, const GemmT
   }
   if (m == 0) return {};
   const GemmShape shape{GemmType::kMGroupedContiguous, m, n, k, static_cast<int>(groups)};
-  const GemmConfig c = pick(fn, shape, target);
+  const Picked picked = pick(fn, shape, target);
+  const GemmConfig& c = picked.config;
   GemmCall call;
   call.shape = shape;
   call.tmap_a = kernels::tensor_map_arg(fn, "a", a, jit::DType::kF8E4M3, {k, m}, {a.stride(0)},
@@ -227,7 +236,7 @@ jit::Selection m_grouped_fp8_gemm_nt_contiguous(jit::JitRuntime& rt, const GemmT
   call.grouped_layout = tensor_arg(m_indices);
   call.out = tensor_arg(d);
   call.ldo = d.stride(0);
-  return launch(rt, target, fn, c, call, d, options.mma_sync);
+  return launch(rt, fn, picked, call, d, options.mma_sync);
 }
 
 jit::Selection fp8_einsum_bhr_hdr_bhd(jit::JitRuntime& rt, const GemmTarget& target,
@@ -256,7 +265,8 @@ jit::Selection fp8_einsum_bhr_hdr_bhd(jit::JitRuntime& rt, const GemmTarget& tar
   }
   if (batch == 0) return {};
   const GemmShape shape{GemmType::kBatched, batch, dd, r, static_cast<int>(heads)};
-  const GemmConfig c = pick(fn, shape, target);
+  const Picked picked = pick(fn, shape, target);
+  const GemmConfig& c = picked.config;
   GemmCall call;
   call.shape = shape;
   call.tmap_a = kernels::tensor_map_arg(fn, "x", x, jit::DType::kF8E4M3, {r, batch, heads}, {x.stride(0), x.stride(1)},
@@ -271,7 +281,7 @@ jit::Selection fp8_einsum_bhr_hdr_bhd(jit::JitRuntime& rt, const GemmTarget& tar
   call.out = tensor_arg(z);
   call.ldo = z.stride(0);
   call.gso = z.stride(1);
-  return launch(rt, target, fn, c, call, z, options.mma_sync);
+  return launch(rt, fn, picked, call, z, options.mma_sync);
 }
 
 }  // namespace coldstart::deepgemm

@@ -256,6 +256,10 @@ std::vector<GemmConfig> fp8_gemm_candidates(const GemmShape& shape, int sm, int 
 
 GemmConfig select_fp8_gemm_config(const GemmShape& shape, int sm, int num_sms) {
   const std::vector<GemmConfig> cands = fp8_gemm_candidates(shape, sm, num_sms);
+  return cands[best_fp8_gemm_candidate(cands, shape, sm)];
+}
+
+size_t best_fp8_gemm_candidate(const std::vector<GemmConfig>& cands, const GemmShape& shape, int sm) {
   if (cands.empty()) {
     throw InputError(fmt::format("deepgemm: no {} FP8 GEMM config fits M={} N={} K={} on sm_{}",
                                  gemm_type_name(shape.type), shape.m, shape.n, shape.k, sm));
@@ -266,7 +270,7 @@ GemmConfig select_fp8_gemm_config(const GemmShape& shape, int sm, int num_sms) {
                                  : sm100_better(cands[i], cands[best]);
     if (better) best = i;
   }
-  return cands[best];
+  return best;
 }
 
 std::vector<int64_t> dense_warmup_m_values(int64_t max_tokens) {

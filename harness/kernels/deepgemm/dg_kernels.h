@@ -97,6 +97,11 @@ std::vector<GemmConfig> fp8_gemm_candidates(const GemmShape& shape, int sm, int 
 /// fp8_gemm_candidates, and InputError when nothing survives.
 GemmConfig select_fp8_gemm_config(const GemmShape& shape, int sm, int num_sms);
 
+/// The index of that pick among `candidates` (fp8_gemm_candidates of `shape` on compute
+/// capability `sm`), for callers that also need the candidates. Throws InputError when there are
+/// none (naming the shape).
+size_t best_fp8_gemm_candidate(const std::vector<GemmConfig>& candidates, const GemmShape& shape, int sm);
+
 /// The tuning key a compile record shows for a selection: "M=300 N=1536 K=4096 G=1 -> 64x112".
 std::string gemm_tuning_key(const GemmShape& shape, const GemmConfig& config);
 
