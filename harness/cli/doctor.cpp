@@ -19,6 +19,7 @@
 #include "harness/common/error.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
+#include "harness/jit/nvrtc_archs.h"
 #include "harness/runtime/device.h"
 #include "harness/runtime/graph.h"
 
@@ -200,6 +201,11 @@ int doctor_main() {
     out << fmt::format("  CUDA headers   {}.{} (the toolkit this was built with)\n",
                        CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);
     out << fmt::format("  NVRTC          {}\n", nvrtc.empty() ? "unavailable: " + nvrtc_error : nvrtc);
+    if (!nvrtc.empty()) {
+      // What --arch / --target may ask for with this toolkit (an older distribution toolkit lacks
+      // sm_90a and sm_100).
+      out << fmt::format("  NVRTC targets  {}\n", jit::nvrtc_targets_text());
+    }
 
     // ---- what this machine has
     out << "\nmachine\n";

@@ -37,6 +37,7 @@
 #include "harness/common/paths.h"
 #include "harness/isolate/isolate.h"
 #include "harness/jit/driver.h"
+#include "harness/jit/nvrtc_archs.h"
 #include "harness/jit/jit.h"
 #include "harness/replay/engine.h"
 #include "harness/replay/expect.h"
@@ -152,16 +153,16 @@ void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& o
       throw InputError("--device cuda: no usable CUDA driver: " + jit::driver_unavailable_reason());
     }
   }
-  if (!a.arch.empty()) {
-    const auto archs = jit::nvrtc_supported_archs();
-    if (std::find(archs.begin(), archs.end(), a.arch) == archs.end()) {
-      std::string list;
-      for (const auto& x : archs) list += (list.empty() ? "" : ", ") + x;
-      throw InputError("--arch '" + a.arch + "': NVRTC " + jit::nvrtc_version() +
-                       " compiles for " + list);
-    }
+  if (!a.arch.empty() && a.arch != "sm_" + std::to_string(jit::arch_sm(a.arch)))
+    throw InputError("--arch '" + a.arch + "': expected a base arch such as sm_86, sm_90 or sm_100 "
+                     "(kernels that need sm_90a / sm_100a compile for it by themselves)");
+  if (!a.arch.empty() && !jit::nvrtc_can_target(a.arch))
+    throw InputError("--arch '" + a.arch + "': " + jit::nvrtc_cannot_target_text(a.arch));
+  if (!a.target.empty()) {
+    const Target t = target_profile(a.target);  // throws for an unknown name
+    if (!jit::nvrtc_can_target(t.arch))
+      throw InputError("--target " + a.target + ": " + jit::nvrtc_cannot_target_text(t.arch));
   }
-  if (!a.target.empty()) target_profile(a.target);  // throws for an unknown name
   if (!a.target.empty() || !a.arch.empty() || a.sm_count != 0) {
     // Device-independent part of the target: the profile and arch agree, the SM count is sane.
     if (!a.target.empty() && !a.arch.empty() && parse_sm(a.arch) != target_profile(a.target).sm)

@@ -10,6 +10,7 @@
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/jit/jit_internal.h"
+#include "harness/jit/nvrtc_archs.h"
 
 #ifndef COLDSTART_CUDA_INCLUDE_DIR
 #define COLDSTART_CUDA_INCLUDE_DIR ""
@@ -88,6 +89,11 @@ std::vector<char> compile_cubin(const KernelSource& kernel, const std::vector<Co
   if (!valid_arch(arch)) {
     throw Error(fmt::format("compile of {}: bad arch '{}' (expected sm_XX, e.g. sm_90)",
                             kernel.name, arch));
+  }
+  if (!nvrtc_can_target(arch)) {
+    // Said here by name: NVRTC's own text for an arch it lacks is "invalid value for
+    // --gpu-architecture (-arch)".
+    throw UnsupportedArchError("compile of " + kernel.name + ": " + nvrtc_cannot_target_text(arch));
   }
   if (kernel.source == nullptr) throw Error("compile of " + kernel.name + ": source is null");
   if (args.size() != kernel.arg_names.size()) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "harness/jit/jit.h"
+#include "harness/jit/nvrtc_archs.h"
 #include "harness/kernels/kernel_registry.h"
 
 namespace coldstart {
@@ -31,7 +32,10 @@ std::vector<ArchCase> arch_cases() {
   for (const char* a : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
     if (std::find(nvrtc.begin(), nvrtc.end(), a) == nvrtc.end()) continue;
     supported.push_back(a);
-    if (jit::arch_sm(a) == 90 || jit::arch_sm(a) == 100) supported.push_back(std::string(a) + "a");
+    // Arch-specific targets only where this NVRTC has them (an 11.x toolkit has no sm_90a).
+    const std::string specific = std::string(a) + "a";
+    if ((jit::arch_sm(a) == 90 || jit::arch_sm(a) == 100) && jit::nvrtc_can_target(specific))
+      supported.push_back(specific);
   }
   for (const KernelCompileCase& c : all_compile_cases()) {
     for (const std::string& arch : jit::declared_archs(*c.kernel, supported)) out.push_back({c, arch});
@@ -116,6 +120,41 @@ TEST(KernelRegistry, EveryKernelHasACompileCase) {
     EXPECT_TRUE(covered.count(k->name)) << k->name << " has no compile case";
     EXPECT_NE(k->source, nullptr);
     EXPECT_NE(std::string(k->source).find(k->entry), std::string::npos) << k->name;
+  }
+}
+
+// What an older toolkit's NVRTC can target (Debian 12's 11.8, Ubuntu 24.04's 12.0): plain archs
+// as listed; "a" targets from 12.0 with their base listed; "f" targets from 12.9.
+TEST(NvrtcArchs, OlderToolkitsLackArchSpecificAndBlackwellTargets) {
+  const std::vector<std::string> cuda118 = {"sm_35", "sm_50", "sm_80", "sm_86", "sm_89", "sm_90"};
+  EXPECT_TRUE(jit::nvrtc_can_target("sm_90", 11, 8, cuda118));
+  EXPECT_TRUE(jit::nvrtc_can_target("sm_86", 11, 8, cuda118));
+  EXPECT_FALSE(jit::nvrtc_can_target("sm_90a", 11, 8, cuda118));
+  EXPECT_FALSE(jit::nvrtc_can_target("sm_100", 11, 8, cuda118));
+  EXPECT_TRUE(jit::nvrtc_can_target("sm_90a", 12, 0, cuda118));
+  EXPECT_FALSE(jit::nvrtc_can_target("sm_86a", 12, 0, cuda118));  // no "a" target below sm_90
+  const std::vector<std::string> cuda129 = {"sm_90", "sm_100", "sm_120"};
+  EXPECT_TRUE(jit::nvrtc_can_target("sm_100a", 12, 9, cuda129));
+  EXPECT_TRUE(jit::nvrtc_can_target("sm_100f", 12, 9, cuda129));
+  EXPECT_FALSE(jit::nvrtc_can_target("sm_100f", 12, 8, cuda129));
+  EXPECT_FALSE(jit::nvrtc_can_target("sm_103a", 12, 9, cuda129));  // base not listed
+  EXPECT_FALSE(jit::nvrtc_can_target("gfx90a", 12, 9, cuda129));
+}
+
+// This NVRTC agrees with its own list, and an arch it lacks is refused by name before NVRTC runs.
+TEST(NvrtcArchs, ThisNvrtcRefusesWhatItCannotTargetByName) {
+  for (const std::string& a : jit::nvrtc_supported_archs()) EXPECT_TRUE(jit::nvrtc_can_target(a)) << a;
+  EXPECT_FALSE(jit::nvrtc_can_target("sm_999"));
+  const std::string text = jit::nvrtc_cannot_target_text("sm_999");
+  EXPECT_NE(text.find("NVRTC " + jit::nvrtc_version()), std::string::npos) << text;
+  EXPECT_NE(text.find("cannot compile for sm_999"), std::string::npos) << text;
+  EXPECT_NE(jit::nvrtc_targets_text().find("sm_"), std::string::npos);
+  jit::KernelSource k{"plain", "k", "extern \"C\" __global__ void k() {}", {}, {}};
+  try {
+    jit::compile_to_cubin(k, {}, {}, "sm_999");
+    ADD_FAILURE() << "compiled for sm_999";
+  } catch (const jit::UnsupportedArchError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot compile for sm_999"), std::string::npos) << e.what();
   }
 }
 

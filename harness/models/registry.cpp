@@ -8,6 +8,7 @@
 #include <set>
 
 #include "harness/common/error.h"
+#include "harness/jit/nvrtc_archs.h"
 #include "harness/models/model.h"
 
 namespace coldstart {
@@ -193,7 +194,14 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
     if (target != nullptr) {
       for (const jit::KernelSource* k : b->kernels) {
         try {
-          jit::kernel_arch(*k, target->arch);
+          const std::string arch = jit::kernel_arch(*k, target->arch);
+          if (!jit::nvrtc_can_target(arch)) {
+            const std::string text =
+                fmt::format("the {} backend cannot run on {} with this CUDA toolkit: kernel {}: {}",
+                            b->name, target->device_name, k->name, jit::nvrtc_cannot_target_text(arch));
+            // One problem per backend: every kernel of it needs the same arch.
+            if (seen.insert("nvrtc:" + b->name).second) out.push_back({"engine.kv_cache_dtype", text});
+          }
         } catch (const jit::UnsupportedArchError& err) {
           const std::string text = fmt::format("the {} backend cannot run on {}: {}", b->name,
                                                target->device_name, err.what());
