@@ -5,13 +5,17 @@
 #   scripts/setup.sh            configure and build everything (tests and benchmarks too)
 #
 # libxml2-utils gives xmllint, which the JUnit test validates the XML with against its XSD.
-# The CUDA toolkit (NVRTC and headers; CUDA 12.8+ for sm_100) must be present, e.g. in
-# /usr/local/cuda from NVIDIA's packages; a GPU and driver are optional (without them coldstart
-# runs in compile-only mode). libtorch comes from an importable PyTorch install when there is one
+# The CUDA toolkit (NVRTC and headers) is taken from /usr/local/cuda (NVIDIA's packages; CUDA
+# 12.8+ compiles for sm_100) when there is one, else the distribution's nvidia-cuda-toolkit is
+# installed (Debian 12: 11.8 from non-free, Ubuntu 24.04: 12.0 from multiverse; neither targets
+# sm_100, which coldstart then refuses with exit 2); a GPU and driver are optional (without them
+# coldstart runs in compile-only mode). libtorch comes from an importable PyTorch install when there is one
 # (the GPU build), else from Debian's libtorch-dev (CPU only: compile-only mode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 torch_from_python() {
@@ -25,27 +29,71 @@ if ! torch_from_python && ! have_pkg libtorch-dev; then need+=(libtorch-dev); fi
 
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}" >&2
-  SUDO=""
-  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
-# CUDA toolkit: NVRTC and headers.
-if [ -z "${CUDAToolkit_ROOT:-}" ]; then
-  for d in /usr/local/cuda /usr/local/cuda-13.0 /usr/local/cuda-12.8 /usr/lib/cuda; do
-    if [ -e "$d/include/nvrtc.h" ]; then export CUDAToolkit_ROOT="$d"; break; fi
+# CUDA toolkit: NVRTC and headers. One already installed is preferred (CUDAToolkit_ROOT, then
+# /usr/local/cuda, then the newest /usr/local/cuda-X.Y); else the distribution's own toolkit
+# (/usr/lib/cuda, headers in /usr/include), installed from its non-free (Debian) / multiverse
+# (Ubuntu) component when missing.
+find_toolkit() {
+  local d
+  for d in ${CUDAToolkit_ROOT:-} /usr/local/cuda $(ls -d /usr/local/cuda-* 2>/dev/null | sort -rV) \
+           /usr/lib/cuda /usr; do
+    # A bare /usr counts only with the distribution's nvcc next to it (CMake finds it by nvcc).
+    if [ -e "$d/include/nvrtc.h" ] && { [ "$d" != /usr ] || [ -x /usr/bin/nvcc ]; }; then
+      echo "$d"; return 0
+    fi
   done
+  return 1
+}
+
+# Adds the apt component that carries nvidia-cuda-toolkit when no configured source has it:
+# Debian's `non-free`, Ubuntu's `multiverse`. The new source reuses the mirror and suite of the
+# distribution's existing main source; nothing else is changed.
+enable_cuda_component() {
+  local id codename component mirror
+  id=$(. /etc/os-release && echo "${ID:-}")
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  case "$id" in
+    debian) component=non-free ;;
+    ubuntu) component=multiverse ;;
+    *) echo "setup: no CUDA toolkit found, and this is neither Debian nor Ubuntu ($id): install" \
+            "one (NVIDIA's packages, /usr/local/cuda) or set CUDAToolkit_ROOT" >&2; return 1 ;;
+  esac
+  # Components of every configured source, one-line (.list) and deb822 (.sources) formats alike.
+  if cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
+       2>/dev/null | grep -v '^[[:space:]]*#' | grep -Eq "^(deb[[:space:]].*|Components:.*)[[:space:]]$component([[:space:]]|$)"; then
+    return 0
+  fi
+  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+           awk -v c="$codename" '$1 == "deb" && $3 == c { print $2; exit }')
+  if [ -z "$mirror" ]; then
+    mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  fi
+  if [ -z "$mirror" ]; then
+    case "$id" in debian) mirror=http://deb.debian.org/debian ;; ubuntu) mirror=http://archive.ubuntu.com/ubuntu ;; esac
+  fi
+  echo "setup: enabling the '$component' apt component ($mirror $codename) for nvidia-cuda-toolkit:" \
+       "/etc/apt/sources.list.d/coldstart-$component.list" >&2
+  echo "deb $mirror $codename $component" | $SUDO tee "/etc/apt/sources.list.d/coldstart-$component.list" >/dev/null
+}
+
+if ! CUDAToolkit_ROOT=$(find_toolkit); then
+  echo "setup: no CUDA toolkit with NVRTC found (looked in \$CUDAToolkit_ROOT, /usr/local/cuda*," \
+       "/usr/lib/cuda, /usr); installing the distribution's nvidia-cuda-toolkit" >&2
+  enable_cuda_component
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit
+  if ! CUDAToolkit_ROOT=$(find_toolkit); then
+    echo "setup: nvidia-cuda-toolkit is installed but no nvrtc.h + nvcc was found; point" \
+         "CUDAToolkit_ROOT at a CUDA toolkit" >&2
+    exit 1
+  fi
 fi
-if [ -z "${CUDAToolkit_ROOT:-}" ] || [ ! -e "$CUDAToolkit_ROOT/include/nvrtc.h" ]; then
-  cat >&2 <<'MSG'
-setup: no CUDA toolkit with NVRTC found (looked in /usr/local/cuda*, /usr/lib/cuda).
-  coldstart compiles its kernels with NVRTC at run time, also without a GPU. Install the toolkit
-  from NVIDIA's apt repository (e.g. `apt-get install cuda-toolkit-13-0`) or point
-  CUDAToolkit_ROOT at one, then run this again.
-MSG
-  exit 1
-fi
+export CUDAToolkit_ROOT
+echo "setup: CUDA toolkit in $CUDAToolkit_ROOT" >&2
 
 BUILD_DIR=${COLDSTART_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
