@@ -12,6 +12,8 @@
 # tests in one job and the replays in a second on the same build directory; each listed step
 # fails the script as it would in a full run. GPU_CI_SCENARIOS (default "scenarios/*.yaml") limits
 # the replay and compile-only steps to some scenarios, e.g. to split the replays over two jobs.
+# GPU_CI_CTEST_JOBS (default 4) sets CTest's parallelism; GPU_CI_CTEST_ARGS adds CTest arguments,
+# e.g. "-I 1,600" and "-I 601," to split the tests over two jobs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}
@@ -38,7 +40,7 @@ fi
 
 if want tests; then
 step "tests"
-(cd "$BUILD" && ctest --output-on-failure -j4 --timeout 600) >>"$LOG" 2>&1 || rc=1
+(cd "$BUILD" && ctest --output-on-failure -j"${GPU_CI_CTEST_JOBS:-4}" --timeout 600 ${GPU_CI_CTEST_ARGS:-}) >>"$LOG" 2>&1 || rc=1
 grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Total Test" "$LOG" | tail -20
 
 step "doctor"
