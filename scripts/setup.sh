@@ -49,6 +49,11 @@ find_toolkit() {
   return 1
 }
 
+cat_existing() {  # cat the given files that exist (globs that matched nothing are skipped)
+  local f
+  for f in "$@"; do if [ -f "$f" ]; then cat "$f"; fi; done
+}
+
 # Adds the apt component that carries nvidia-cuda-toolkit when no configured source has it:
 # Debian's `non-free`, Ubuntu's `multiverse`. The new source reuses the mirror and suite of the
 # distribution's existing main source; nothing else is changed.
@@ -63,15 +68,15 @@ enable_cuda_component() {
             "one (NVIDIA's packages, /usr/local/cuda) or set CUDAToolkit_ROOT" >&2; return 1 ;;
   esac
   # Components of every configured source, one-line (.list) and deb822 (.sources) formats alike.
-  if cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
-       2>/dev/null | grep -v '^[[:space:]]*#' | grep -Eq "^(deb[[:space:]].*|Components:.*)[[:space:]]$component([[:space:]]|$)"; then
+  local one_line deb822
+  one_line=$(cat_existing /etc/apt/sources.list /etc/apt/sources.list.d/*.list | grep -v '^[[:space:]]*#' || true)
+  deb822=$(cat_existing /etc/apt/sources.list.d/*.sources | grep -v '^[[:space:]]*#' || true)
+  if grep -Eq "^deb[[:space:]].*[[:space:]]$component([[:space:]]|$)" <<<"$one_line" ||
+     grep -Eq "^Components:.*[[:space:]]$component([[:space:]]|$)" <<<"$deb822"; then
     return 0
   fi
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-           awk -v c="$codename" '$1 == "deb" && $3 == c { print $2; exit }')
-  if [ -z "$mirror" ]; then
-    mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-  fi
+  mirror=$(awk -v c="$codename" '$1 == "deb" && $3 == c { print $2; exit }' <<<"$one_line")
+  if [ -z "$mirror" ]; then mirror=$(awk '/^URIs:/ { print $2; exit }' <<<"$deb822"); fi
   if [ -z "$mirror" ]; then
     case "$id" in debian) mirror=http://deb.debian.org/debian ;; ubuntu) mirror=http://archive.ubuntu.com/ubuntu ;; esac
   fi
