@@ -7,7 +7,7 @@
 # libxml2-utils gives xmllint, which the JUnit test validates the XML with against its XSD.
 # The CUDA toolkit (NVRTC and headers) is taken from /usr/local/cuda (NVIDIA's packages; CUDA
 # 12.8+ compiles for sm_100) when there is one, else the distribution's nvidia-cuda-toolkit is
-# installed (Debian 12: 11.8 from non-free, Ubuntu 24.04: 12.0 from multiverse; neither targets
+# installed (Debian 12: 11.8 from non-free + contrib, Ubuntu 24.04: 12.0 from multiverse; neither targets
 # sm_100, which coldstart then refuses with exit 2); a GPU and driver are optional (without them
 # coldstart runs in compile-only mode). libtorch comes from an importable PyTorch install when there is one
 # (the GPU build), else from Debian's libtorch-dev (CPU only: compile-only mode).
@@ -35,8 +35,8 @@ fi
 
 # CUDA toolkit: NVRTC and headers. One already installed is preferred (CUDAToolkit_ROOT, then
 # /usr/local/cuda, then the newest /usr/local/cuda-X.Y); else the distribution's own toolkit
-# (/usr/lib/cuda, headers in /usr/include), installed from its non-free (Debian) / multiverse
-# (Ubuntu) component when missing.
+# (/usr/lib/cuda, headers in /usr/include), installed from its non-free + contrib (Debian) /
+# multiverse (Ubuntu) components when missing.
 find_toolkit() {
   local d
   for d in ${CUDAToolkit_ROOT:-} /usr/local/cuda $(ls -d /usr/local/cuda-* 2>/dev/null | sort -rV) \
@@ -54,41 +54,44 @@ cat_existing() {  # cat the given files that exist (globs that matched nothing a
   for f in "$@"; do if [ -f "$f" ]; then cat "$f"; fi; done
 }
 
-# Adds the apt component that carries nvidia-cuda-toolkit when no configured source has it:
-# Debian's `non-free`, Ubuntu's `multiverse`. The new source reuses the mirror and suite of the
+# Adds the apt components that carry nvidia-cuda-toolkit when no configured source has them:
+# Debian's `non-free` plus `contrib` (the toolkit's libcuda1 dependency needs nvidia-support from
+# contrib), Ubuntu's `multiverse`. Each new source reuses the mirror and suite of the
 # distribution's existing main source; nothing else is changed.
-enable_cuda_component() {
-  local id codename component mirror
+enable_cuda_components() {
+  local id codename components mirror component one_line deb822
   id=$(. /etc/os-release && echo "${ID:-}")
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
   case "$id" in
-    debian) component=non-free ;;
-    ubuntu) component=multiverse ;;
+    debian) components="non-free contrib" ;;
+    ubuntu) components="multiverse" ;;
     *) echo "setup: no CUDA toolkit found, and this is neither Debian nor Ubuntu ($id): install" \
             "one (NVIDIA's packages, /usr/local/cuda) or set CUDAToolkit_ROOT" >&2; return 1 ;;
   esac
-  # Components of every configured source, one-line (.list) and deb822 (.sources) formats alike.
-  local one_line deb822
+  # Every configured source, one-line (.list) and deb822 (.sources) formats alike.
   one_line=$(cat_existing /etc/apt/sources.list /etc/apt/sources.list.d/*.list | grep -v '^[[:space:]]*#' || true)
   deb822=$(cat_existing /etc/apt/sources.list.d/*.sources | grep -v '^[[:space:]]*#' || true)
-  if grep -Eq "^deb[[:space:]].*[[:space:]]$component([[:space:]]|$)" <<<"$one_line" ||
-     grep -Eq "^Components:.*[[:space:]]$component([[:space:]]|$)" <<<"$deb822"; then
-    return 0
-  fi
   mirror=$(awk -v c="$codename" '$1 == "deb" && $3 == c { print $2; exit }' <<<"$one_line")
   if [ -z "$mirror" ]; then mirror=$(awk '/^URIs:/ { print $2; exit }' <<<"$deb822"); fi
   if [ -z "$mirror" ]; then
-    case "$id" in debian) mirror=http://deb.debian.org/debian ;; ubuntu) mirror=http://archive.ubuntu.com/ubuntu ;; esac
+    case "$id" in debian) mirror=http://deb.debian.org/debian ;; *) mirror=http://archive.ubuntu.com/ubuntu ;; esac
   fi
-  echo "setup: enabling the '$component' apt component ($mirror $codename) for nvidia-cuda-toolkit:" \
-       "/etc/apt/sources.list.d/coldstart-$component.list" >&2
-  echo "deb $mirror $codename $component" | $SUDO tee "/etc/apt/sources.list.d/coldstart-$component.list" >/dev/null
+  for component in $components; do
+    if grep -Eq "^deb[[:space:]].*[[:space:]]$component([[:space:]]|$)" <<<"$one_line" ||
+       grep -Eq "^Components:.*[[:space:]]$component([[:space:]]|$)" <<<"$deb822"; then
+      continue
+    fi
+    echo "setup: enabling the '$component' apt component ($mirror $codename) for" \
+         "nvidia-cuda-toolkit: /etc/apt/sources.list.d/coldstart-$component.list" >&2
+    echo "deb $mirror $codename $component" |
+      $SUDO tee "/etc/apt/sources.list.d/coldstart-$component.list" >/dev/null
+  done
 }
 
 if ! CUDAToolkit_ROOT=$(find_toolkit); then
   echo "setup: no CUDA toolkit with NVRTC found (looked in \$CUDAToolkit_ROOT, /usr/local/cuda*," \
        "/usr/lib/cuda, /usr); installing the distribution's nvidia-cuda-toolkit" >&2
-  enable_cuda_component
+  enable_cuda_components
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit
   if ! CUDAToolkit_ROOT=$(find_toolkit); then
