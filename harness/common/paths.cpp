@@ -1,5 +1,6 @@
 #include "harness/common/paths.h"
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -9,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "harness/common/error.h"
 
@@ -132,6 +135,72 @@ void write_file_atomic(const std::string& path, const std::string& data, unsigne
   fd = -1;
   if (rc != 0) fail("closing " + tmp);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming " + tmp);
+}
+
+namespace {
+
+// What a file that is not a regular one is, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "is a directory";
+  if (S_ISFIFO(mode)) return "is a FIFO, not a regular file";
+  if (S_ISCHR(mode)) return "is a character device, not a regular file";
+  if (S_ISBLK(mode)) return "is a block device, not a regular file";
+  if (S_ISSOCK(mode)) return "is a socket, not a regular file";
+  return "is not a regular file";
+}
+
+}  // namespace
+
+std::string size_text(size_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+std::string read_input_file(const std::string& path, size_t max_bytes, std::string& data) {
+  data.clear();
+  auto too_big = [&](const std::string& size) {
+    return fmt::format("is {}, more than the {} such a file may be", size, size_text(max_bytes));
+  };
+  // stat first, so a socket or FIFO is named rather than opened; then open without blocking (a
+  // FIFO that appeared in between opens at once and is refused by fstat) and check the file that
+  // was opened, not the name.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return file_kind(st.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::strerror(errno);
+  std::string why;
+  if (::fstat(fd, &st) != 0) {
+    why = std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = file_kind(st.st_mode);
+  } else if (static_cast<unsigned long long>(st.st_size) > max_bytes) {
+    const double size = static_cast<double>(st.st_size);
+    why = too_big(size >= (1 << 20)   ? fmt::format("{:.1f} MiB", size / (1 << 20))
+                  : size >= (1 << 10) ? fmt::format("{:.1f} KiB", size / (1 << 10))
+                                      : fmt::format("{} B", st.st_size));
+  } else {
+    data.reserve(static_cast<size_t>(st.st_size));
+    char buf[1 << 16];
+    while (why.empty()) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        why = std::strerror(errno);
+      } else if (n == 0) {
+        break;
+      } else if (data.size() + static_cast<size_t>(n) > max_bytes) {
+        why = fmt::format("grew past the {} such a file may be while it was read",
+                          size_text(max_bytes));
+      } else {
+        data.append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  ::close(fd);
+  if (!why.empty()) data.clear();
+  return why;
 }
 
 std::string self_executable() {

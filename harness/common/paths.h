@@ -5,6 +5,7 @@
 // 2.11). Tests that never link torch may still use std::filesystem.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace coldstart::paths {
@@ -41,6 +42,20 @@ struct ScopedTempDir {
 /// old file or the whole new one, never a part. Throws Error "<path>: <step> failed: <errno
 /// text>" and removes the temporary file when a step fails.
 void write_file_atomic(const std::string& path, const std::string& data, unsigned mode = 0644);
+/// Size bounds of the input files the harness reads whole into memory (what real files stay far
+/// below; what a mistake such as /dev/zero or a log named as input would exceed).
+constexpr size_t kMaxScenarioBytes = 16u << 20;  ///< a scenario YAML or an HF config.json
+constexpr size_t kMaxTableBytes = 16u << 20;     ///< a tuned config table (JSON)
+constexpr size_t kMaxResultsBytes = 256u << 20;  ///< a results file (replay --json, merge -o)
+/// Reads the whole of `path` into `data` when it is a regular file (symbolic links followed) of
+/// at most `max_bytes`. Returns "" then, else why not, to be put after "<path>: ": "is a FIFO, not
+/// a regular file", "is a directory", "is 20.0 MiB, more than the 16 MiB such a file may be",
+/// or the errno text of the failing call. Never blocks on a FIFO (it is opened non-blocking and
+/// refused), never reads past max_bytes (a device such as /dev/zero is refused, a file that grows
+/// while read is cut off and refused).
+std::string read_input_file(const std::string& path, size_t max_bytes, std::string& data);
+/// "16 MiB", "512 KiB", "100 B": a size limit as read_input_file's messages print it.
+std::string size_text(size_t bytes);
 /// The running executable (readlink /proc/self/exe). Throws Error.
 std::string self_executable();
 

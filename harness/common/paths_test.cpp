@@ -82,6 +82,32 @@ TEST(Paths, WriteFileAtomicReplacesWholeAndLeavesNoTemporary) {
   remove_tree(root);
 }
 
+// Inputs that are not regular files or are too large are refused at once (issue 10 item): a FIFO
+// used to block the reader forever and /dev/zero to be read until memory ran out.
+TEST(Paths, ReadInputFileRefusesFifosDevicesDirectoriesAndLargeFiles) {
+  const std::string root = make_temp_dir("cs-paths-read-");
+  std::string data = "stale";
+  const std::string file = join(root, "s.yaml");
+  write_file_atomic(file, "name: x\n");
+  EXPECT_EQ(read_input_file(file, 100, data), "");
+  EXPECT_EQ(data, "name: x\n");
+
+  const std::string fifo = join(root, "fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(read_input_file(fifo, 100, data), "is a FIFO, not a regular file");  // no writer: no hang
+  EXPECT_EQ(data, "");
+  EXPECT_EQ(read_input_file("/dev/zero", 100, data), "is a character device, not a regular file");
+  EXPECT_EQ(read_input_file(root, 100, data), "is a directory");
+  EXPECT_EQ(read_input_file(join(root, "missing"), 100, data), "No such file or directory");
+  EXPECT_EQ(read_input_file(file, 4, data), "is 8 B, more than the 4 B such a file may be");
+  EXPECT_EQ(data, "");
+  write_file_atomic(file, std::string((17u << 20), 'x'));
+  EXPECT_EQ(read_input_file(file, kMaxScenarioBytes, data),
+            "is 17.0 MiB, more than the 16 MiB such a file may be");
+  EXPECT_EQ(size_text(512u << 10), "512 KiB");
+  remove_tree(root);
+}
+
 TEST(Paths, SelfExecutableIsThisTest) {
   EXPECT_NE(self_executable().find("paths_test"), std::string::npos);
 }
