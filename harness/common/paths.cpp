@@ -1,5 +1,6 @@
 #include "harness/common/paths.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -201,6 +202,50 @@ std::string read_input_file(const std::string& path, size_t max_bytes, std::stri
   ::close(fd);
   if (!why.empty()) data.clear();
   return why;
+}
+
+namespace {
+
+std::string find_unreadable_below(const std::string& dir, const std::string& suffix,
+                                  size_t max_bytes, int depth, size_t& budget) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return "";  // an unreadable directory: nothing there is read either
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  for (const std::string& name : names) {
+    if (budget == 0) return "";
+    --budget;
+    const std::string path = join(dir, name);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;  // a dangling link is never read
+    if (S_ISDIR(st.st_mode)) {
+      if (depth <= 0) continue;
+      std::string found = find_unreadable_below(path, suffix, max_bytes, depth - 1, budget);
+      if (!found.empty()) return found;
+      continue;
+    }
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    if (!S_ISREG(st.st_mode)) return path + ": " + file_kind(st.st_mode);
+    if (static_cast<unsigned long long>(st.st_size) > max_bytes) {
+      return fmt::format("{}: is {:.1f} MiB, more than the {} such a file may be", path,
+                         static_cast<double>(st.st_size) / (1 << 20), size_text(max_bytes));
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string find_unreadable_input(const std::string& dir, const std::string& suffix,
+                                  size_t max_bytes, int max_depth) {
+  size_t budget = 100000;
+  return find_unreadable_below(dir, suffix, max_bytes, max_depth, budget);
 }
 
 std::string self_executable() {

@@ -105,6 +105,18 @@ TEST(Paths, ReadInputFileRefusesFifosDevicesDirectoriesAndLargeFiles) {
   EXPECT_EQ(read_input_file(file, kMaxScenarioBytes, data),
             "is 17.0 MiB, more than the 16 MiB such a file may be");
   EXPECT_EQ(size_text(512u << 10), "512 KiB");
+
+  // A directory of tables: only the files the harness would read (*.json here) are looked at.
+  const std::string tables = join(root, "tables");
+  make_dirs(join(tables, "fused_moe"));
+  write_file_atomic(join(tables, "fused_moe/E=8.json"), "{}");
+  EXPECT_EQ(find_unreadable_input(tables, ".json", 100), "");
+  ASSERT_EQ(::mkfifo(join(tables, "notes").c_str(), 0600), 0);
+  EXPECT_EQ(find_unreadable_input(tables, ".json", 100), "");
+  ASSERT_EQ(::mkfifo(join(tables, "fused_moe/E=16.json").c_str(), 0600), 0);
+  EXPECT_EQ(find_unreadable_input(tables, ".json", 100),
+            join(tables, "fused_moe/E=16.json") + ": is a FIFO, not a regular file");
+  EXPECT_EQ(find_unreadable_input(tables, ".json", 100, 0), "");  // not below max_depth
   remove_tree(root);
 }
 
