@@ -7,12 +7,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
+#include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include "harness/common/paths.h"
 
@@ -26,15 +24,26 @@ const std::vector<std::string> kLengthKeys = {
 // What a bare Infinity in a config.json is read as.
 constexpr const char* kInfText = "1.7976931348623157e308";
 
-// The config text made acceptable to nlohmann::json, with a map back to the original positions
-// and the position of every top-level key.
+// Deeper than any HF config nests; a deeper one (e.g. 16 MiB of '[') would overflow the stack of
+// the recursive json copies and comparisons later.
+constexpr size_t kMaxJsonDepth = 64;
+
+// The config text made acceptable to nlohmann::json, with a map back to the original positions,
+// the position of every object key and the problems only the text shows.
 struct JsonSource {
   std::string text;
   struct Edit {
     size_t new_pos, new_len, old_len;
   };
   std::vector<Edit> edits;
-  std::map<std::string, std::pair<int, int>> key_pos;  // 1-based line and column
+  /// 1-based line and column of each object key's first occurrence, by dotted path
+  /// ("rope_scaling.factor", "compress_ratios.3"; a top-level key is its own path).
+  std::map<std::string, std::pair<int, int>> key_pos;
+  struct Problem {
+    int line, col;
+    std::string key, text;
+  };
+  std::vector<Problem> problems;  ///< duplicate keys; nesting deeper than kMaxJsonDepth
 
   size_t to_original(size_t off) const {
     long delta = 0;
@@ -55,12 +64,38 @@ bool ident_char(char ch) {
   return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.';
 }
 
+// A key as written between its quotes, with escapes decoded ("\u0061" is "a").
+std::string decode_key(const std::string& raw) {
+  if (raw.find('\\') == std::string::npos) return raw;
+  try {
+    return json::parse("\"" + raw + "\"").get<std::string>();
+  } catch (const json::exception&) {
+    return raw;  // the parse proper reports the bad escape
+  }
+}
+
 // One pass over the text: copies it, replacing the bare tokens Infinity, -Infinity and NaN outside
-// strings, and notes where each top-level object key starts.
+// strings, notes where each object key starts and finds duplicate keys (nlohmann::json keeps
+// the last one silently) and nesting deeper than kMaxJsonDepth (the pass stops there).
 JsonSource prepare_json(const std::string& in) {
   JsonSource out;
   out.text.reserve(in.size() + 32);
-  std::vector<char> stack;  // open '{' / '['
+  struct Frame {
+    char open;                              // '{' or '['
+    std::string key;                        // '{': the current key
+    long index = 0;                         // '[': the current element
+    std::map<std::string, int> first_line;  // '{': the keys seen and their lines
+  };
+  std::vector<Frame> stack;
+  // The dotted path of the value the first `depth` frames lead to, then `key` when given.
+  auto path_of = [&](size_t depth, const std::string& key) {
+    std::string p;
+    for (size_t f = 0; f < depth; ++f) {
+      p += p.empty() ? "" : ".";
+      p += stack[f].open == '{' ? stack[f].key : std::to_string(stack[f].index);
+    }
+    return key.empty() ? p : (p.empty() ? key : p + "." + key);
+  };
   int line = 1, col = 1;
   size_t i = 0;
   auto advance = [&](size_t n) {
@@ -95,19 +130,40 @@ JsonSource prepare_json(const std::string& in) {
       size_t start = i + 1;
       advance(1);
       while (i < in.size() && in[i] != '"') advance(in[i] == '\\' ? 2 : 1);
-      std::string raw = in.substr(start, i - start);
+      const std::string raw = in.substr(start, i - start);
       advance(1);  // closing quote
-      if (stack.size() == 1 && stack.back() == '{') {
+      if (!stack.empty() && stack.back().open == '{') {
         size_t j = i;
         while (j < in.size() && std::isspace(static_cast<unsigned char>(in[j]))) ++j;
-        if (j < in.size() && in[j] == ':') out.key_pos.emplace(raw, std::make_pair(kline, kcol));
+        if (j < in.size() && in[j] == ':') {
+          Frame& f = stack.back();
+          f.key = decode_key(raw);
+          const std::string path = path_of(stack.size() - 1, f.key);
+          auto [seen, first] = f.first_line.emplace(f.key, kline);
+          if (!first) {
+            out.problems.push_back(
+                {kline, kcol, path,
+                 fmt::format("duplicate key (first at line {}); a JSON reader keeps one of them "
+                             "silently",
+                             seen->second)});
+          } else {
+            out.key_pos.emplace(path, std::make_pair(kline, kcol));
+          }
+        }
       }
       continue;
     }
     if (ch == '{' || ch == '[') {
-      stack.push_back(ch);
+      if (stack.size() >= kMaxJsonDepth) {
+        out.problems.push_back({line, col, path_of(stack.size(), ""),
+                                fmt::format("nests more than {} levels deep", kMaxJsonDepth)});
+        return out;
+      }
+      stack.push_back(Frame{ch, "", 0, {}});
     } else if ((ch == '}' || ch == ']') && !stack.empty()) {
       stack.pop_back();
+    } else if (ch == ',' && !stack.empty() && stack.back().open == '[') {
+      ++stack.back().index;
     }
     if (ch == '-' && token_at("-Infinity")) {
       replace("-Infinity", std::string("-") + kInfText);
@@ -121,6 +177,84 @@ JsonSource prepare_json(const std::string& in) {
   }
   return out;
 }
+
+// Builds the json value of a config through nlohmann's SAX interface, so that every parse
+// failure, a number too large for a double included (which json::parse throws without a
+// position), comes with its byte offset and the key it was read for.
+class ConfigSax {
+ public:
+  json root;
+  bool failed = false;
+  size_t error_byte = 0;    // 1-based, as nlohmann counts
+  std::string error_text;   // the library's message without its "[json.exception...]" tag
+  std::string error_key;    // the dotted key being read, or ""
+
+  bool null() { return add(json(nullptr)); }
+  bool boolean(bool v) { return add(json(v)); }
+  bool number_integer(json::number_integer_t v) { return add(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return add(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return add(json(v)); }
+  bool string(json::string_t& v) { return add(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return add(json::binary(std::move(v))); }
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool key(json::string_t& k) {
+    keys_.back() = k;
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t position, const std::string&, const json::exception& e) {
+    failed = true;
+    error_byte = position;
+    std::string what = e.what();
+    const size_t column = what.find("column ");
+    const size_t colon = what.find(": ", column == std::string::npos ? 0 : column);
+    const size_t tag = what.find("] ");
+    if (column != std::string::npos && colon != std::string::npos)
+      error_text = what.substr(colon + 2);
+    else
+      error_text = tag == std::string::npos ? what : what.substr(tag + 2);
+    for (size_t f = 0; f < stack_.size(); ++f) {
+      error_key += error_key.empty() ? "" : ".";
+      error_key += stack_[f]->is_object() ? keys_[f] : std::to_string(stack_[f]->size());
+    }
+    return false;
+  }
+
+ private:
+  std::vector<json*> stack_;       // the open containers
+  std::vector<std::string> keys_;  // per open container: the current key (objects)
+
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    json& slot = top[keys_.back()];  // a duplicate key is reported by prepare_json
+    slot = std::move(v);
+    return &slot;
+  }
+  bool add(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(json&& v) {
+    stack_.push_back(place(std::move(v)));
+    keys_.emplace_back();
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+};
 
 std::pair<int, int> line_col(const std::string& text, size_t off) {
   int line = 1, col = 1;
@@ -175,31 +309,35 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
     c.fail(cfg_key, cfg_mark, fmt::format("'{}' is a directory, not a config.json", m.config_file));
     return false;
   }
-  std::ifstream f(cfg_path, std::ios::binary);
-  if (!f) {
-    c.fail(cfg_key, cfg_mark,
-           fmt::format("cannot read HF config '{}': {}", m.config_file, std::strerror(errno)));
+  std::string original;
+  const std::string why = paths::read_input_file(cfg_path, paths::kMaxScenarioBytes, original);
+  if (!why.empty()) {
+    c.fail(cfg_key, cfg_mark, fmt::format("cannot read HF config '{}': {}", m.config_file, why));
     return false;
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string original = ss.str();
   const JsonSource src = prepare_json(original);
-
-  json cfg;
-  try {
-    cfg = json::parse(src.text);
-  } catch (const json::parse_error& e) {
-    size_t off = src.to_original(e.byte > 0 ? e.byte - 1 : 0);
-    auto [line, col] = line_col(original, off);
-    std::string what = e.what();
-    size_t colon = what.find(": ", what.find("column"));
-    std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
-    c.fail(cfg_key, cfg_mark,
-           fmt::format("invalid JSON in HF config {}:{}:{} (byte {}): {}", m.config_file, line, col,
-                       off + 1, detail));
+  if (!src.problems.empty()) {
+    for (const auto& pr : src.problems) {
+      c.fail_raw(fmt::format("{}:{}:{}: key '{}': {}", m.config_file, pr.line, pr.col,
+                             pr.key.empty() ? "(top level)" : pr.key, pr.text),
+                 1, pr.line, pr.col);
+    }
     return false;
   }
+
+  ConfigSax sax;
+  json::sax_parse(src.text, &sax);
+  if (sax.failed) {
+    const size_t off = src.to_original(sax.error_byte > 0 ? sax.error_byte - 1 : 0);
+    auto [line, col] = line_col(original, off);
+    c.fail(cfg_key, cfg_mark,
+           fmt::format("invalid JSON in HF config {}:{}:{} (byte {}{}): {}", m.config_file, line,
+                       col, off + 1,
+                       sax.error_key.empty() ? "" : fmt::format(", key '{}'", sax.error_key),
+                       sax.error_text));
+    return false;
+  }
+  json cfg = std::move(sax.root);
   if (!cfg.is_object()) {
     c.fail(cfg_key, cfg_mark,
            fmt::format("HF config '{}' is {}, not a JSON object", m.config_file, json_kind(cfg)));
@@ -243,7 +381,7 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
 
   // A problem with a config value points at the override that set it, else at the config file.
   auto fail_key = [&](const std::string& key, const std::string& msg) {
-    auto o = overridden.find(key);
+    auto o = overridden.find(key.substr(0, key.find('.')));  // overrides replace top-level keys
     if (o != overridden.end()) {
       c.fail(o->second->path, o->second->value.Mark(), msg);
       return;
@@ -379,17 +517,46 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
   limit.tokens = len;
   limit.why = fmt::format("{} in {}", len_key, paths::filename(cfg_path));
   if (const json* rs = find("rope_scaling"); rs && rs->is_object() && len > 0) {
-    std::string type = rs->value("rope_type", rs->value("type", std::string()));
+    // Read by hand: json::value() throws on a wrong type, and a huge or negative factor must not
+    // reach a double-to-integer conversion (a wrapped limit was printed).
+    auto text_of = [&](const char* key) {
+      auto it = rs->find(key);
+      if (it == rs->end() || it->is_null()) return std::string();
+      if (!it->is_string()) {
+        fail_key(fmt::format("rope_scaling.{}", key),
+                 fmt::format("expected a string, got {}", json_kind(*it)));
+        return std::string();
+      }
+      return it->get<std::string>();
+    };
+    std::string type = text_of("rope_type");
+    if (type.empty()) type = text_of("type");
     auto factor = rs->find("factor");
     if (factor != rs->end() && factor->is_number() && type != "su" && type != "longrope" &&
         type != "llama3") {
+      const double f = factor->get<double>();
+      double base = static_cast<double>(limit.tokens);
+      std::string base_key = len_key;
       if (type == "yarn") {
         auto orig = rs->find("original_max_position_embeddings");
-        if (orig != rs->end() && orig->is_number_integer()) limit.tokens = orig->get<long long>();
+        if (orig != rs->end() && orig->is_number_integer()) {
+          base = orig->get<double>();
+          base_key = "rope_scaling.original_max_position_embeddings";
+        }
       }
-      limit.tokens =
-          static_cast<long long>(static_cast<double>(limit.tokens) * factor->get<double>());
-      limit.why += fmt::format(" x rope_scaling.factor {}", factor->get<double>());
+      const double tokens = base * f;
+      if (!(f > 0) || !std::isfinite(f)) {
+        fail_key("rope_scaling.factor", fmt::format("must be a positive number, got {}", f));
+      } else if (!(tokens >= 1)) {
+        fail_key("rope_scaling.factor",
+                 fmt::format("{} x {} {} gives a length limit below one token", f, base_key, base));
+      } else {
+        // Beyond an int the limit is no limit: max_model_len is an int.
+        limit.tokens = tokens >= std::numeric_limits<int>::max()
+                           ? std::numeric_limits<int>::max()
+                           : static_cast<long long>(tokens);
+        limit.why += fmt::format(" x rope_scaling.factor {}", f);
+      }
     }
   }
 

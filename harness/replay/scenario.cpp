@@ -13,10 +13,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
+#include <cstdint>
 #include <limits>
 #include <regex>
 #include <sstream>
@@ -34,6 +32,7 @@ using namespace scenario_detail;  // NOLINT: this file is the loader those helpe
 // vLLM's CacheConfig.block_size choices.
 const std::vector<int> kBlockSizes = {1, 8, 16, 32, 64, 128, 256};
 constexpr size_t kMaxRequests = 64;
+constexpr long long kMaxGpuBlocks = std::numeric_limits<int32_t>::max();
 
 // Reads `engine:`. `model` is null when the model could not be read (cross checks are skipped).
 void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const LengthLimit& limit,
@@ -123,10 +122,16 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
       if (!dir.empty() && dir[0] != '/' && !c.from_command_line(x->path))
         dir = paths::join(paths::parent(c.file()), dir);
       dir = paths::normalize(dir);
-      if (!paths::is_directory(dir))
+      std::string unreadable;
+      if (!paths::is_directory(dir)) {
         c.fail(x->path, x->value.Mark(), fmt::format("'{}' is not a directory", dir));
-      else
+      } else if (!(unreadable = paths::find_unreadable_input(dir, ".json", paths::kMaxTableBytes))
+                      .empty()) {
+        // The tables are read whole when a kernel looks one up: a FIFO would hang that read.
+        c.fail(x->path, x->value.Mark(), fmt::format("a tuned table cannot be read: {}", unreadable));
+      } else {
         e.tuned_config_dir = dir;
+      }
     }
   }
   if (const Entry* x = ev.get("num_speculative_tokens")) {
@@ -166,16 +171,20 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
 
   if (const Entry* x = ev.get("num_gpu_blocks")) {
     if (auto v = read_int(c, x->path, x->value)) {
-      if (*v < 1) {
-        c.fail(x->path, x->value.Mark(), fmt::format("must be at least 1, got {}", *v));
+      if (*v < 1 || *v > kMaxGpuBlocks) {
+        // Block ids are 32-bit in the block tables; the bound also keeps blocks x block_size
+        // (at most 2^31 x 256) from overflowing.
+        c.fail(x->path, x->value.Mark(),
+               fmt::format("must be in [1, {}] (block ids are 32-bit), got {}", kMaxGpuBlocks, *v));
       } else {
         e.num_gpu_blocks = *v;
-        if (e.max_model_len > 0 && *v * e.block_size < e.max_model_len)
+        const long long tokens = *v * static_cast<long long>(e.block_size);
+        if (e.max_model_len > 0 && tokens < e.max_model_len)
           c.fail(
               x->path, x->value.Mark(),
               fmt::format("{} blocks of {} tokens hold {} tokens, fewer than max_model_len ({}); "
                           "vLLM refuses to start",
-                          *v, e.block_size, *v * e.block_size, e.max_model_len));
+                          *v, e.block_size, tokens, e.max_model_len));
       }
     }
   }
@@ -514,11 +523,18 @@ Scenario build_from_text(const std::string& file, const std::string& text,
                          const std::vector<std::string>& sets, const ScenarioRules& rules,
                          const Variant* variant) {
   Checker c(file);
-  YAML::Node root;
+  std::vector<YAML::Node> docs;
   try {
-    root = YAML::Load(text);
+    docs = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}: invalid YAML: {}", mark_str(file, e.mark), e.msg));
+  }
+  YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
+  for (size_t d = 1; d < docs.size(); ++d) {
+    if (!docs[d].IsDefined() || docs[d].IsNull()) continue;  // a trailing '---' alone
+    throw InputError(fmt::format("{}: a second YAML document starts here (after a '---' line); a "
+                                 "scenario is one document, and YAML readers ignore the rest",
+                                 mark_str(file, docs[d].Mark())));
   }
   if (!root.IsDefined() || root.IsNull())
     throw InputError(fmt::format("{}: the scenario is empty", file));
@@ -527,6 +543,8 @@ Scenario build_from_text(const std::string& file, const std::string& text,
         fmt::format("{}:1:1: the scenario must be a mapping (name, model, engine, "
                     "requests, strategies, ...), not {}",
                     file, kind_name(kind_of(root))));
+  // An alias bomb is refused before any walk expands it.
+  if (refuse_alias_bomb(c, root)) c.throw_if_failed();
 
   std::vector<std::string> written_strategies, written_variants;
   written_names(root, written_strategies, written_variants);
@@ -536,6 +554,7 @@ Scenario build_from_text(const std::string& file, const std::string& text,
   Scenario s = build(c, root, rules, written_strategies, written_variants);
   s.file = file;
   if (variant) s.variants = {*variant};
+  if (!variant && s.variants.size() > 1) check_variant_work(c, root, text.size(), s.variants.size());
   const bool replayable_as_is =
       variant || (s.variants.size() == 1 && s.variants[0].overrides.empty());
   if (rules.check_replayable && replayable_as_is && c.error_count() == 0)
@@ -548,15 +567,11 @@ Scenario build_from_text(const std::string& file, const std::string& text,
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides,
                        const ScenarioRules& rules) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f || paths::is_directory(path))
-    throw InputError(
-        fmt::format("{}: cannot read the scenario: {}", path,
-                    paths::is_directory(path) ? "is a directory" : std::strerror(errno)));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  Scenario s = build_from_text(path, ss.str(), set_overrides, rules, nullptr);
-  s.source = Scenario::Source{ss.str(), set_overrides, rules};
+  std::string text;
+  const std::string why = paths::read_input_file(path, paths::kMaxScenarioBytes, text);
+  if (!why.empty()) throw InputError(fmt::format("{}: cannot read the scenario: {}", path, why));
+  Scenario s = build_from_text(path, text, set_overrides, rules, nullptr);
+  s.source = Scenario::Source{std::move(text), set_overrides, rules};
 
   // Check every variant now, so a bad matrix value is reported at load time. A problem outside
   // the matrix values reads the same in every variant: it is listed once.

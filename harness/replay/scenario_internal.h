@@ -57,6 +57,11 @@ void apply_variant_overrides(Checker& c, YAML::Node root, const Variant& variant
 /// Reads `matrix:` into variants (their cross product, first axis slowest).
 void load_matrix(Checker& c, const Entry& mx, std::vector<Variant>& out);
 
+/// Every variant is validated on its own, from the text: records a problem at `matrix:` when
+/// `variants` times the scenario's `bytes` or its expanded values (root, after --set) is more
+/// than loading may cost (64 MiB, 1,000,000 values: a few seconds).
+void check_variant_work(Checker& c, const YAML::Node& root, size_t bytes, size_t variants);
+
 // ------------------------------------------------------------------------------------------
 // expect: rules (scenario_expect.cpp)
 

@@ -6,12 +6,17 @@
 
 #include <algorithm>
 
+#include "harness/common/paths.h"
 #include "harness/replay/scenario_internal.h"
 
 namespace coldstart::scenario_detail {
 namespace {
 
 constexpr size_t kMaxVariants = 1024;
+// What the variants of one scenario may cost to validate in all (check_variant_work): each is
+// validated from the text on its own, so a 1 MiB file with 1024 variants took 49 s to load.
+constexpr size_t kMaxVariantBytes = 64u << 20;
+constexpr size_t kMaxVariantValues = 1000000;
 
 }  // namespace
 
@@ -180,6 +185,10 @@ void apply_set_overrides(Checker& c, YAML::Node root, const std::vector<std::str
                                join(r.path), text, e.msg));
         continue;
       }
+      if (expanded_size(value) > kMaxYamlValues) {
+        c.fail_raw(fmt::format("{}: key '{}': {}", label, join(r.path), too_many_values_text()));
+        continue;
+      }
     }
     std::string err = set_path(root, r.path, value);
     if (!err.empty()) {
@@ -312,6 +321,20 @@ void load_matrix(Checker& c, const Entry& mx, std::vector<Variant>& out) {
     }
     out.push_back(std::move(v));
   }
+}
+
+void check_variant_work(Checker& c, const YAML::Node& root, size_t bytes, size_t variants) {
+  const size_t values = expanded_size(root);
+  if (bytes * variants <= kMaxVariantBytes && values * variants <= kMaxVariantValues) return;
+  YAML::Mark at;
+  for (auto it = root.begin(); it != root.end(); ++it)
+    if (it->first.IsScalar() && it->first.Scalar() == "matrix") at = it->first.Mark();
+  c.fail({"matrix"}, at,
+         fmt::format("{} variants of a scenario of {} bytes and {} values: each variant is "
+                     "validated on its own, so variants x bytes may be at most {} and variants x "
+                     "values at most {}; use fewer variants or a smaller file",
+                     variants, bytes, values, paths::size_text(kMaxVariantBytes),
+                     kMaxVariantValues));
 }
 
 }  // namespace coldstart::scenario_detail

@@ -219,17 +219,55 @@ json to_json_at(const YAML::Node& n, int depth) {
     }
     case Kind::kMap: {
       json o = json::object();
-      for (auto it = n.begin(); it != n.end(); ++it)
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        const YAML::Mark at = it->first.Mark();
+        if (!it->first.IsScalar()) {
+          throw InputError(fmt::format("a key at line {} column {} is {}, not a name",
+                                       at.line + 1, at.column + 1, kind_name(kind_of(it->first))));
+        }
+        if (o.contains(it->first.Scalar())) {  // json would keep the last one silently
+          throw InputError(fmt::format("duplicate key '{}' at line {} column {}",
+                                       it->first.Scalar(), at.line + 1, at.column + 1));
+        }
         o[it->first.Scalar()] = to_json_at(it->second, depth + 1);
+      }
       return o;
     }
   }
   return nullptr;
 }
 
+size_t expanded_size_at(const YAML::Node& n, int depth, size_t budget, size_t& count) {
+  ++count;
+  if (count > budget || depth >= kMaxDepth) return count;
+  if (n.IsSequence()) {
+    for (const auto& e : n) {
+      expanded_size_at(e, depth + 1, budget, count);
+      if (count > budget) break;
+    }
+  } else if (n.IsMap()) {
+    for (auto it = n.begin(); it != n.end() && count <= budget; ++it) {
+      expanded_size_at(it->first, depth + 1, budget, count);
+      if (count <= budget) expanded_size_at(it->second, depth + 1, budget, count);
+    }
+  }
+  return count;
+}
+
 }  // namespace
 
 json to_json(const YAML::Node& n) { return to_json_at(n, 0); }
+
+std::string too_many_values_text() {
+  return fmt::format("expands to more than {} values, aliases counted at every use (an alias "
+                     "bomb?); a scenario may hold at most {}",
+                     kMaxYamlValues, kMaxYamlValues);
+}
+
+size_t expanded_size(const YAML::Node& n, size_t budget) {
+  size_t count = 0;
+  return expanded_size_at(n, 0, budget, count);
+}
 
 std::string flow_text(const YAML::Node& n) {
   if (n.IsScalar() && !is_quoted(n)) return n.Scalar();
@@ -341,6 +379,26 @@ const Entry* MapView::require(const std::string& key) const {
   const Entry* e = get(key);
   if (!e && ok_) c_.fail(child(path_, key), at_, "missing (required)");
   return e;
+}
+
+bool refuse_alias_bomb(Checker& c, const YAML::Node& map, const Path& path, size_t budget) {
+  if (!map.IsMap() || budget < 1) return false;
+  size_t used = 1;  // the mapping itself, as expanded_size counts it
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const size_t room = budget - used;
+    const size_t key = expanded_size(it->first, room);
+    const size_t value = key > room ? 0 : expanded_size(it->second, room - key);
+    if (key + value > room) {
+      const Path p = child(path, it->first.IsScalar() ? it->first.Scalar() : "?");
+      // Into a mapping value for the deeper key; a few levels only (an alias cycle is endless).
+      const bool deeper = key <= room && it->second.IsMap() && p.size() < 8 &&
+                          refuse_alias_bomb(c, it->second, p, room - key);
+      if (!deeper) c.fail(p, it->second.Mark(), too_many_values_text());
+      return true;
+    }
+    used += key + value;
+  }
+  return false;
 }
 
 // ------------------------------------------------------------------------------------------

@@ -44,6 +44,8 @@ bool is_quoted(const YAML::Node& n);
 Kind kind_of(const YAML::Node& n);
 double scalar_double(const std::string& s);
 /// The node as JSON, typed as kind_of types it. Integers too large for 64 bits become doubles.
+/// Throws InputError (naming the line) for nesting deeper than 64 levels, a mapping key that is
+/// not a scalar, or a key repeated in one mapping (JSON would keep the last one silently).
 json to_json(const YAML::Node& n);
 /// A value as one line of YAML: plain scalars as written, quoted ones quoted, collections in flow
 /// style. Used for variant names and variant overrides.
@@ -51,6 +53,20 @@ std::string flow_text(const YAML::Node& n);
 /// The value of `key` in a mapping, or a null node. (operator[] would insert the key, and
 /// its const form returns a node that throws when inspected.)
 YAML::Node lookup(const YAML::Node& map, const std::string& key);
+
+/// The most YAML values (scalars, lists, mappings) a scenario or a --set value may expand to,
+/// aliases counted at every use: far above any real scenario, far below an alias bomb
+/// ("billion laughs": 9 levels of `&a [*b, *b, ...]`), whose expansion every later walk of the
+/// tree (typing, flow text, JSON) would otherwise pay for.
+constexpr size_t kMaxYamlValues = 100000;
+
+/// How many values `n` expands to, aliases counted at every use and nesting past 64 levels not
+/// descended into (to_json reports that); stops counting once past `budget`, so it takes time
+/// proportional to min(expanded size, budget).
+size_t expanded_size(const YAML::Node& n, size_t budget = kMaxYamlValues);
+
+/// The problem text of a value past kMaxYamlValues.
+std::string too_many_values_text();
 
 // --- problem collection
 
@@ -136,6 +152,13 @@ class MapView {
   bool ok_ = false;
   std::vector<Entry> entries_;
 };
+
+/// When the mapping `map` (at `path`) expands to more than `budget` values (expanded_size),
+/// records the problem at the deepest mapping key whose value alone passes what is left (e.g.
+/// model.overrides.x), so no later walk has to expand it, and returns true; else returns false.
+/// Time: O(budget).
+bool refuse_alias_bomb(Checker& c, const YAML::Node& map, const Path& path = {},
+                       size_t budget = kMaxYamlValues);
 
 // --- typed readers: each reports a wrong type and returns nullopt
 
