@@ -419,7 +419,9 @@ void Engine::do_kv_cache_alloc() {
     in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
     result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
   } else {
-    in.num_gpu_blocks = static_cast<int64_t>(e.max_num_seqs) * (blocks_per_req + 1) + 1;
+    // At most 2^31 - 1 (block ids are 32-bit): a huge max_num_seqs x max_model_len is capped.
+    in.num_gpu_blocks = std::min<int64_t>(
+        static_cast<int64_t>(e.max_num_seqs) * (blocks_per_req + 1) + 1, kMaxKvBlocks);
     result_.extra["kv_cache_sizing"] =
         "compile-only: max_num_seqs full-length sequences (+ a state page each) + the null block";
   }
@@ -439,8 +441,7 @@ void Engine::do_kv_cache_alloc() {
   }
   num_blocks_ = plan.num_blocks;
   has_cache_ = true;
-  free_blocks_.clear();
-  for (int64_t b = 1; b < num_blocks_; ++b) free_blocks_.push_back(static_cast<int32_t>(b));
+  free_blocks_.reset(1, num_blocks_);
   // Zero-filled, as vLLM's GPUModelRunner._allocate_kv_cache_tensors allocates each KV cache
   // tensor (torch.zeros(size, dtype=torch.int8)): the null block's recurrent state, which warmup
   // and padded batches read, starts at zero rather than at whatever the allocator held.

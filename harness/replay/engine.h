@@ -7,7 +7,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,6 +15,7 @@
 
 #include "harness/jit/jit.h"
 #include "harness/models/model.h"
+#include "harness/replay/kv_cache_plan.h"
 #include "harness/replay/result.h"
 #include "harness/replay/scenario.h"
 #include "harness/runtime/device.h"
@@ -129,7 +129,7 @@ class Engine final : public WarmupContext {
   int64_t num_blocks_ = 0;
   /// vLLM's free block queue: every block but the null block 0 (warmers may scribble there),
   /// taken from the front when a request is admitted, returned to the back when it finishes.
-  std::deque<int32_t> free_blocks_;
+  FreeBlockQueue free_blocks_;
   bool has_cache_ = false;  ///< some layer has a cache (else requests need no blocks)
   GraphPool pool_;
   std::unique_ptr<GpuSpans> sdpa_spans_;   ///< libtorch prefill attention (SDPA) calls

@@ -9,8 +9,41 @@
 
 namespace coldstart {
 namespace {
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t cdiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }  // a >= 0, b > 0; no a + b
+
+// a * b, or an Error naming both factors (`what` says what the product is).
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) {
+    throw Error(fmt::format("kv cache plan: {} ({} x {}) does not fit 64 bits", what, a, b));
+  }
+  return out;
+}
 }  // namespace
+
+void FreeBlockQueue::reset(int64_t first, int64_t end) {
+  if (first < 0 || end > kMaxKvBlocks + 1)
+    throw Error(fmt::format("free block queue [{}, {}): block ids are 32-bit", first, end));
+  next_ = first;
+  end_ = std::max(first, end);
+  returned_.clear();
+}
+
+int32_t FreeBlockQueue::front() const {
+  if (next_ < end_) return static_cast<int32_t>(next_);
+  if (returned_.empty()) throw Error("free block queue: front() of an empty queue");
+  return returned_.front();
+}
+
+void FreeBlockQueue::pop_front() {
+  if (next_ < end_) {
+    ++next_;
+  } else if (!returned_.empty()) {
+    returned_.pop_front();
+  } else {
+    throw Error("free block queue: pop_front() of an empty queue");
+  }
+}
 
 KvCachePage plan_page(const KvCachePlanInput& in) {
   KvCachePage p;
@@ -32,15 +65,23 @@ KvCachePage plan_page(const KvCachePlanInput& in) {
   // Attention pages of block_size tokens; with recurrent layers, the hybrid rule raises the block
   // size until an attention page holds a state page, then pads the state page.
   if (attn_token > 0 && state_page > 0) {
-    const int64_t attn_block = in.align * cdiv(state_page, in.align * attn_token);
+    const int64_t attn_block =
+        checked_mul(in.align, cdiv(state_page, checked_mul(in.align, attn_token,
+                                                           "an aligned attention token")),
+                    "the hybrid block size");
+    if (attn_block > INT32_MAX) {
+      throw Error(fmt::format("kv cache plan: a state page of {} B needs attention blocks of {} "
+                              "tokens, more than 2^31",
+                              state_page, attn_block));
+    }
     if (attn_block > p.block_size) {
       p.block_size = static_cast<int>(attn_block);
       p.block_size_raised = true;
     }
-    p.page_bytes = p.block_size * attn_token;
+    p.page_bytes = checked_mul(p.block_size, attn_token, "an attention page");
     p.state_padding_bytes = p.page_bytes - state_page;
   } else if (attn_token > 0) {
-    p.page_bytes = p.block_size * attn_token;
+    p.page_bytes = checked_mul(p.block_size, attn_token, "an attention page");
   } else {
     p.page_bytes = state_page;
   }
@@ -80,12 +121,19 @@ KvCachePlan plan_kv_cache(const KvCachePlanInput& in) {
   if (in.num_gpu_blocks) {
     p.num_blocks = *in.num_gpu_blocks;
   } else {
-    p.num_blocks = in.available_bytes / p.page_bytes / p.group_size;
+    // Sized from memory: as many as fit, up to what 32-bit block ids can name.
+    p.num_blocks = std::min(in.available_bytes / p.page_bytes / p.group_size, kMaxKvBlocks);
   }
   if (p.num_blocks < in.min_blocks) {
     throw Error(fmt::format("KV cache too small: {} blocks of {} B, the requests need {}",
                             p.num_blocks, p.page_bytes, in.min_blocks));
   }
+  if (p.num_blocks > kMaxKvBlocks) {
+    throw Error(fmt::format("kv cache plan: {} blocks, more than {} (block ids are 32-bit)",
+                            p.num_blocks, kMaxKvBlocks));
+  }
+  checked_mul(checked_mul(p.page_bytes, p.num_blocks, "the bytes of one cache tensor"),
+              p.group_size, "the bytes of all cache tensors");
   return p;
 }
 

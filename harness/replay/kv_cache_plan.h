@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ struct KvCachePage {
   int64_t state_padding_bytes = 0;
 };
 
+/// The most blocks a plan may have: block ids are 32-bit (the block tables are int32).
+constexpr int64_t kMaxKvBlocks = INT32_MAX;
+
 /// The page of `in` (num_gpu_blocks, available_bytes and min_blocks are not read): what the
 /// engine needs to count blocks in the final block size before sizing the cache. Throws Error
 /// when a layer need is malformed; page_bytes is 0 when there are no layers.
@@ -73,6 +77,27 @@ KvCachePage plan_page(const KvCachePlanInput& in);
 
 /// Plans the caches (the page of plan_page, then groups and blocks). Throws Error when a layer
 /// need is malformed or fewer than min_blocks blocks fit. Layers with neither paged nor state needs are left out (tensor_of_layer -1).
+/// The arithmetic is checked: a page, a block count past kMaxKvBlocks or a cache size that does
+/// not fit 64 bits throws Error naming the operands, never a wrapped value.
 KvCachePlan plan_kv_cache(const KvCachePlanInput& in);
+
+/// vLLM's free block queue over the block ids [first, end): taken from the front, returned to the
+/// back. The ids never handed out are kept as a range, so a cache of 2^31 blocks costs no memory
+/// until its blocks are used (a std::deque of every id took 8 GiB).
+class FreeBlockQueue {
+ public:
+  /// The queue [first, first + 1, ..., end - 1]; ids are 32-bit (end <= kMaxKvBlocks + 1).
+  void reset(int64_t first, int64_t end);
+  void clear() { reset(0, 0); }
+  size_t size() const { return static_cast<size_t>(end_ - next_) + returned_.size(); }
+  /// The id at the front (the queue must not be empty).
+  int32_t front() const;
+  void pop_front();
+  void push_back(int32_t block) { returned_.push_back(block); }
+
+ private:
+  int64_t next_ = 0, end_ = 0;   // ids never handed out, in order, come first
+  std::deque<int32_t> returned_;  // then the ids returned, in the order returned
+};
 
 }  // namespace coldstart

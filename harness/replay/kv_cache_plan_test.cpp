@@ -71,5 +71,61 @@ TEST(KvCachePlan, TooFewBlocksAndMalformedNeedsAreErrors) {
   EXPECT_THROW(plan_kv_cache(in), Error);
 }
 
+// Products of user-sized needs are checked (issue 10 item): they used to wrap and print
+// negative sizes, or truncate a hybrid block size to int.
+TEST(KvCachePlan, OverflowingSizesAreErrorsNamingTheOperands) {
+  auto error_of = [](const KvCachePlanInput& in) -> std::string {
+    try {
+      plan_kv_cache(in);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  KvCachePlanInput in;
+  in.layers = {attn(0, int64_t{1} << 60)};
+  in.block_size = 256;
+  in.num_gpu_blocks = 10;
+  EXPECT_EQ(error_of(in), "kv cache plan: an attention page (256 x 1152921504606846976) does not "
+                          "fit 64 bits");
+  in.layers = {attn(0, 4096)};
+  in.num_gpu_blocks = int64_t{1} << 40;
+  EXPECT_EQ(error_of(in), "kv cache plan: 1099511627776 blocks, more than 2147483647 (block ids "
+                          "are 32-bit)");
+  in.layers = {attn(0, 1), state(1, int64_t{1} << 40)};  // a state page of 2^40 B
+  in.block_size = 16;
+  in.num_gpu_blocks = 10;
+  EXPECT_NE(error_of(in).find("needs attention blocks of 1099511627776 tokens"), std::string::npos)
+      << error_of(in);
+  // Sized from memory: capped at what 32-bit ids name, not an error.
+  in.layers = {attn(0, 1)};
+  in.num_gpu_blocks.reset();
+  in.available_bytes = int64_t{1} << 40;
+  EXPECT_EQ(plan_kv_cache(in).num_blocks, kMaxKvBlocks);
+}
+
+// The free block queue hands out ids in order, then the returned ones, and costs nothing for
+// ids never handed out (a deque of every id of a 2^31-block cache took 8 GiB).
+TEST(FreeBlockQueue, FreshIdsFirstThenReturnedOnes) {
+  FreeBlockQueue q;
+  q.reset(1, kMaxKvBlocks);
+  EXPECT_EQ(q.size(), static_cast<size_t>(kMaxKvBlocks - 1));
+  EXPECT_EQ(q.front(), 1);
+  q.pop_front();
+  q.pop_front();
+  q.push_back(1);
+  EXPECT_EQ(q.front(), 3);
+  q.reset(1, 3);  // ids 1, 2
+  q.pop_front();
+  q.push_back(1);
+  q.pop_front();
+  EXPECT_EQ(q.front(), 1);
+  EXPECT_EQ(q.size(), 1u);
+  q.pop_front();
+  EXPECT_EQ(q.size(), 0u);
+  EXPECT_THROW(q.front(), Error);
+  EXPECT_THROW(q.reset(0, kMaxKvBlocks + 2), Error);
+}
+
 }  // namespace
 }  // namespace coldstart
