@@ -48,8 +48,8 @@ namespace deepseek_v4 {
 int64_t kv_bytes_per_token(const Dims& d) { return 2 * d.head_dim + d.index_dim + 4; }
 
 Dims dims(const ModelConfig& c, const EngineConfig* e) {
-  const nlohmann::json& r = c.raw;
   Dims d;
+  const ConfigView r{c, &d.problems};
   auto& pr = d.problems;
   d.hidden = c.hidden_size;
   d.heads = c.num_attention_heads;
@@ -107,13 +107,15 @@ Dims dims(const ModelConfig& c, const EngineConfig* e) {
   if (d.experts <= 0 || d.top_k <= 0 || d.top_k > d.experts) {
     pr.push_back({"model.num_experts_per_tok", fmt::format("{} of {} routed experts", d.top_k, d.experts)});
   }
-  if (!r.contains("compress_ratios") || !r["compress_ratios"].is_array() ||
-      static_cast<int64_t>(r["compress_ratios"].size()) < c.num_hidden_layers) {
+  const nlohmann::json* ratios = c.raw.contains("compress_ratios") ? &c.raw["compress_ratios"] : nullptr;
+  if (ratios == nullptr || !ratios->is_array() ||
+      static_cast<int64_t>(ratios->size()) < c.num_hidden_layers) {
     pr.push_back({"model.compress_ratios", fmt::format("must list one ratio per layer ({} layers)", c.num_hidden_layers)});
   } else {
     for (int l = 0; l < c.num_hidden_layers; ++l) {
-      const auto& v = r["compress_ratios"][l];
-      const int ratio = v.is_number_integer() ? v.get<int>() : -1;
+      const auto& v = (*ratios)[l];
+      // Compared as an integer of any width (get<int> would truncate 2^32 + 4 to 4).
+      const int ratio = v.is_number_integer() && (v == 0 || v == 4 || v == 128) ? v.get<int>() : -1;
       if (ratio != 0 && ratio != 4 && ratio != 128) {
         pr.push_back({"model.compress_ratios",
                       fmt::format("entry {} is {}: V4 layers are 0 (SWA), 4 or 128", l, v.dump())});

@@ -3,18 +3,101 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <limits>
+
+#include "harness/common/paths.h"
+
 namespace coldstart {
 
-int64_t config_int(const nlohmann::json& raw, const char* key, int64_t fallback) {
-  return raw.contains(key) && raw[key].is_number_integer() ? raw[key].get<int64_t>() : fallback;
+namespace {
+
+const char* json_kind(const nlohmann::json& v) {
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "a list";
+  return "a mapping";
 }
 
-double config_double(const nlohmann::json& raw, const char* key, double fallback) {
-  return raw.contains(key) && raw[key].is_number() ? raw[key].get<double>() : fallback;
+// The value of `key`, or null when it is absent or null.
+const nlohmann::json* config_value(const ConfigView& c, const char* key) {
+  auto it = c.raw().find(key);
+  return it == c.raw().end() || it->is_null() ? nullptr : &*it;
 }
 
-std::string config_string(const nlohmann::json& raw, const char* key, const std::string& fallback) {
-  return raw.contains(key) && raw[key].is_string() ? raw[key].get<std::string>() : fallback;
+std::string config_name(const ConfigView& c) {
+  return c.model.config_file.empty() ? "the HF config" : paths::filename(c.model.config_file);
+}
+
+void config_problem(const ConfigView& c, const char* key, const std::string& text) {
+  if (c.problems == nullptr) return;
+  for (const ScenarioProblem& p : *c.problems)
+    if (p.key == fmt::format("model.{}", key) && p.message == text) return;  // read twice
+  c.problems->push_back({fmt::format("model.{}", key), text});
+}
+
+void wrong_type(const ConfigView& c, const char* key, const char* want, const nlohmann::json& v) {
+  std::string got = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (got.size() > 40) got = got.substr(0, 37) + "...";
+  config_problem(c, key,
+                 fmt::format("expected {} (in {}), got {} ({})", want, config_name(c),
+                             json_kind(v), got));
+}
+
+}  // namespace
+
+int64_t config_int(const ConfigView& c, const char* key, int64_t fallback) {
+  const nlohmann::json* v = config_value(c, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_number_integer()) {
+    wrong_type(c, key, "an integer", *v);
+    return fallback;
+  }
+  // Compared as written (dump), so a value past 64 bits is never printed wrapped.
+  const bool in_range =
+      v->is_number_unsigned()
+          ? v->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+          : v->get<int64_t>() >= std::numeric_limits<int32_t>::min() &&
+                v->get<int64_t>() <= std::numeric_limits<int32_t>::max();
+  if (!in_range) {
+    config_problem(c, key,
+                   fmt::format("{} (in {}) is outside the 32-bit range the replay reads it in",
+                               v->dump(), config_name(c)));
+    return fallback;
+  }
+  return v->get<int64_t>();
+}
+
+double config_double(const ConfigView& c, const char* key, double fallback) {
+  const nlohmann::json* v = config_value(c, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_number()) {
+    wrong_type(c, key, "a number", *v);
+    return fallback;
+  }
+  return v->get<double>();
+}
+
+std::string config_string(const ConfigView& c, const char* key, const std::string& fallback) {
+  const nlohmann::json* v = config_value(c, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_string()) {
+    wrong_type(c, key, "a string", *v);
+    return fallback;
+  }
+  return v->get<std::string>();
+}
+
+bool config_bool(const ConfigView& c, const char* key, bool fallback) {
+  const nlohmann::json* v = config_value(c, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) {
+    wrong_type(c, key, "true or false", *v);
+    return fallback;
+  }
+  return v->get<bool>();
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {

@@ -18,11 +18,25 @@
 
 namespace coldstart {
 
-/// Values of an HF config (ModelConfig::raw) the typed fields do not carry: `key` when it is
-/// present with that type (an integer; any number; a string), else `fallback`.
-int64_t config_int(const nlohmann::json& raw, const char* key, int64_t fallback);
-double config_double(const nlohmann::json& raw, const char* key, double fallback);
-std::string config_string(const nlohmann::json& raw, const char* key, const std::string& fallback);
+/// An HF config (ModelConfig::raw) as a model family reads the keys the typed fields do not
+/// carry, through config_int / config_double / config_string / config_bool: a key that is absent
+/// or null reads as the fallback; one of the wrong type, or an integer outside 32 bits, reads as
+/// the fallback and is appended to `problems` (when not null) under model.<key>, naming the config
+/// file, so check_replayable refuses it before anything runs.
+struct ConfigView {
+  const ModelConfig& model;
+  std::vector<ScenarioProblem>* problems = nullptr;
+  const nlohmann::json& raw() const { return model.raw; }
+};
+
+/// `key` as an integer in [-2^31, 2^31 - 1] (see ConfigView).
+int64_t config_int(const ConfigView& c, const char* key, int64_t fallback);
+/// `key` as a number, an integer included (see ConfigView).
+double config_double(const ConfigView& c, const char* key, double fallback);
+/// `key` as a string (see ConfigView).
+std::string config_string(const ConfigView& c, const char* key, const std::string& fallback);
+/// `key` as true / false (see ConfigView).
+bool config_bool(const ConfigView& c, const char* key, bool fallback);
 
 /// RMSNorm over the last dimension, computed in float32: x / rms(x) * weight, in x's dtype.
 /// x [..., H] (any float dtype), weight [H]. eps is added to mean(x^2).

@@ -66,15 +66,16 @@ struct NemotronDims {
 /// vLLM's config hook for NemotronH (vllm/model_executor/models/config.py,
 /// NemotronHForCausalLMConfig): mamba_ssm_cache_dtype "auto" becomes the HF config's value, or
 /// float32 when the config has none.
-std::string resolve_ssm_dtype(const ModelConfig& c, const EngineConfig* e) {
+std::string resolve_ssm_dtype(const ModelConfig& c, const EngineConfig* e,
+                              std::vector<ScenarioProblem>* problems = nullptr) {
   const std::string engine = e ? e->mamba_ssm_cache_dtype : "auto";
   if (engine != "auto") return engine;
-  return config_string(c.raw, "mamba_ssm_cache_dtype", "float32");
+  return config_string(ConfigView{c, problems}, "mamba_ssm_cache_dtype", "float32");
 }
 
 NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
-  const nlohmann::json& r = c.raw;
   NemotronDims d;
+  const ConfigView r{c, &d.problems};
   d.tp = e ? e->tensor_parallel_size : 1;
   auto& pr = d.problems;
   const std::string full = config_string(r, "hybrid_override_pattern", "");
@@ -112,8 +113,8 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
   d.mamba.state = config_int(r, "ssm_state_size", 128);
   d.mamba.conv_kernel = config_int(r, "conv_kernel", 4);
   d.mamba.chunk_size = config_int(r, "chunk_size", 256);
-  d.mamba.conv_bias = !r.contains("use_conv_bias") || r["use_conv_bias"] == true;
-  const std::string ssm_dtype = resolve_ssm_dtype(c, e);
+  d.mamba.conv_bias = config_bool(r, "use_conv_bias", true);
+  const std::string ssm_dtype = resolve_ssm_dtype(c, e, &d.problems);
   if (ssm_dtype != "float32" && ssm_dtype != "bfloat16") {
     pr.push_back({"model.mamba_ssm_cache_dtype",
                   fmt::format("'{}' (engine.mamba_ssm_cache_dtype auto takes the HF config's "
@@ -150,8 +151,7 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
     d.n_group = config_int(r, "n_group", 1);
     d.topk_group = config_int(r, "topk_group", 1);
     d.routed_scaling = config_double(r, "routed_scaling_factor", 1.0);
-    if (r.contains("norm_topk_prob") && r["norm_topk_prob"].is_boolean())
-      d.norm_topk = r["norm_topk_prob"].get<bool>();
+    d.norm_topk = config_bool(r, "norm_topk_prob", d.norm_topk);
     if (config_int(r, "moe_intermediate_size", 0) < 1 || d.latent < 0 ||
         config_int(r, "moe_shared_expert_intermediate_size", 0) < 0) {
       pr.push_back({"model.moe_intermediate_size",

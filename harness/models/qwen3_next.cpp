@@ -43,14 +43,15 @@ struct NextDims {
   int64_t experts = 512, top_k = 10, moe_inter = 512, shared_inter = 512;
   bool norm_topk = true;
   double partial_rotary = 0.25;
+  std::vector<ScenarioProblem> problems;  ///< config values of the wrong type
 
   int64_t conv_dim() const { return 2 * hk * dk + hv * dv; }
 };
 
 
 NextDims next_dims(const ModelConfig& c) {
-  const nlohmann::json& r = c.raw;
   NextDims d;
+  const ConfigView r{c, &d.problems};
   d.interval = static_cast<int>(config_int(r, "full_attention_interval", d.interval));
   d.hk = config_int(r, "linear_num_key_heads", d.hk);
   d.hv = config_int(r, "linear_num_value_heads", d.hv);
@@ -61,10 +62,8 @@ NextDims next_dims(const ModelConfig& c) {
   d.top_k = config_int(r, "num_experts_per_tok", d.top_k);
   d.moe_inter = config_int(r, "moe_intermediate_size", d.moe_inter);
   d.shared_inter = config_int(r, "shared_expert_intermediate_size", d.shared_inter);
-  if (r.contains("norm_topk_prob") && r["norm_topk_prob"].is_boolean())
-    d.norm_topk = r["norm_topk_prob"].get<bool>();
-  if (r.contains("partial_rotary_factor") && r["partial_rotary_factor"].is_number())
-    d.partial_rotary = r["partial_rotary_factor"].get<double>();
+  d.norm_topk = config_bool(r, "norm_topk_prob", d.norm_topk);
+  d.partial_rotary = config_double(r, "partial_rotary_factor", d.partial_rotary);
   return d;
 }
 
@@ -289,8 +288,8 @@ class Qwen3NextModel final : public Model {
 };
 
 std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig& e) {
-  std::vector<ScenarioProblem> out;
-  const NextDims d = next_dims(c);
+  NextDims d = next_dims(c);
+  std::vector<ScenarioProblem> out = std::move(d.problems);
   if (d.interval <= 0) {
     out.push_back({"model.full_attention_interval",
                    fmt::format("must be positive, got {}", d.interval)});

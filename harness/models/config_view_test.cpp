@@ -1,0 +1,130 @@
+// The model families read the HF-config keys the typed ModelConfig fields do not carry through
+// ConfigView (layers_common.h): a value of the wrong type or an integer past 32 bits is refused by
+// check_replayable before anything runs, naming the key (issue 10 item). Such values used to fall
+// back to the family's default silently, or be truncated (a compress_ratios entry of 2^32 + 4 read
+// as 4).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness/common/error.h"
+#include "harness/models/model.h"
+#include "harness/replay/scenario.h"
+
+namespace coldstart {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What DeepSeek V4 replays with.
+constexpr const char* kV4Engine = "kv_cache_dtype: auto, block_size: 64, cudagraph_mode: piecewise";
+
+std::string source_dir() {
+  const char* d = std::getenv("COLDSTART_SOURCE_DIR");
+  return d ? d : "";
+}
+
+class ConfigViewChecks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
+    std::string templ = (fs::temp_directory_path() / "cs_config_view_XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // The fixture config `name` with `from` replaced by `to`, written as cfg.json.
+  void write_config(const std::string& name, const std::string& from, const std::string& to) {
+    std::ifstream in(source_dir() + "/fixtures/hf-configs/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in " << name;
+    text.replace(at, from.size(), to);
+    std::ofstream(dir_ + "/cfg.json") << text;
+  }
+
+  // The InputError text of a scenario of cfg.json with `layers` layers and `engine` settings,
+  // loaded with the model families' check_replayable ("" when it loads).
+  std::string error_of(int layers, const std::string& engine) {
+    std::ofstream(dir_ + "/s.yaml")
+        << "model: {config: cfg.json, overrides: {num_hidden_layers: " << layers << "}}\n"
+        << "engine: {max_num_seqs: 4, max_num_batched_tokens: 2048, max_model_len: 4096, "
+        << "tuned_config_dir: " << source_dir() << "/fixtures/tuned-configs, " << engine << "}\n"
+        << "requests: [{prompt_tokens: 64, decode_steps: 2}]\n"
+        << "strategies: {none: []}\n";
+    ScenarioRules rules;
+    rules.check_replayable = [](const Scenario& s) { return check_replayable(s); };
+    try {
+      load_scenario(dir_ + "/s.yaml", {}, rules);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ConfigViewChecks, ShippedConfigsLoad) {
+  write_config("nemotron-3-nano-30b-a3b.json", "{", "{");
+  EXPECT_EQ(error_of(8, "kv_cache_dtype: auto"), "");
+  write_config("qwen3-next-80b-a3b.json", "{", "{");
+  EXPECT_EQ(error_of(8, "kv_cache_dtype: auto"), "");
+  write_config("deepseek-v4-flash.json", "{", "{");
+  EXPECT_EQ(error_of(4, kV4Engine), "");
+}
+
+TEST_F(ConfigViewChecks, WrongTypeIsRefusedAtItsKey) {
+  write_config("nemotron-3-nano-30b-a3b.json", "\"mamba_head_dim\": 64",
+               "\"mamba_head_dim\": \"64\"");
+  std::string err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("s.yaml:1:"), std::string::npos) << err;
+  EXPECT_NE(err.find("key 'model.mamba_head_dim': expected an integer (in cfg.json), got a "
+                     "string (\"64\")"),
+            std::string::npos)
+      << err;
+  write_config("nemotron-3-nano-30b-a3b.json", "\"norm_topk_prob\": true", "\"norm_topk_prob\": 1");
+  err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.norm_topk_prob': expected true or false (in cfg.json), got an "
+                     "integer (1)"),
+            std::string::npos)
+      << err;
+  write_config("qwen3-next-80b-a3b.json", "\"linear_num_key_heads\": 16",
+               "\"linear_num_key_heads\": 16.5");
+  err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.linear_num_key_heads': expected an integer (in cfg.json), got a "
+                     "number (16.5)"),
+            std::string::npos)
+      << err;
+}
+
+TEST_F(ConfigViewChecks, IntegersPast32BitsAreRefusedNotWrapped) {
+  write_config("nemotron-3-nano-30b-a3b.json", "\"mamba_num_heads\": 64",
+               "\"mamba_num_heads\": 18446744073709551615");
+  std::string err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.mamba_num_heads': 18446744073709551615 (in cfg.json) is outside "
+                     "the 32-bit range"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("-1 "), std::string::npos) << err;
+  // 2^32 + 4 read through get<int> was 4, a valid ratio.
+  write_config("deepseek-v4-flash.json", "\"compress_ratios\": [\n    0,",
+               "\"compress_ratios\": [\n    4294967300,");
+  err = error_of(4, kV4Engine);
+  EXPECT_NE(err.find("key 'model.compress_ratios': entry 0 is 4294967300"), std::string::npos)
+      << err;
+}
+
+}  // namespace
+}  // namespace coldstart
