@@ -6,22 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/checksum.h"
 #include "harness/jit/jit.h"
 
 namespace coldstart::jit::detail {
 
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-constexpr uint64_t kFnvPrime = 0x100000001b3ull;
-
-/// FNV-1a 64 over `n` bytes, continuing from `h`.
-inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= kFnvPrime;
-  }
-  return h;
-}
+// FNV-1a 64 lives in harness/common (results files checksum their inputs with it too).
+using checksum::kFnvOffset;
+using checksum::kFnvPrime;
+using checksum::fnv1a;
 
 /// FNV-1a 64 of a NUL-terminated string (nullptr hashes as "").
 inline uint64_t fnv1a_cstr(const char* s, uint64_t h = kFnvOffset) {
