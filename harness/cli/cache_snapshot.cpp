@@ -25,9 +25,11 @@ std::vector<std::pair<std::string, bool>> entries(const std::string& dir) {
   if (!d) return out;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    // Hidden names (the run's own work directory) and the temporary files of an atomic write
-    // that a killed process left behind are not cache entries.
-    if (name.empty() || name[0] == '.' || name.find(".tmp.") != std::string::npos) continue;
+    // Hidden names (the run's own work directory), the temporary files of an atomic write that
+    // a killed process left behind and entry locks (harness/jit/runtime.cpp: held by a process
+    // compiling into this directory, or left by one that died) are not cache entries.
+    const bool lock = name.size() > 5 && name.compare(name.size() - 5, 5, ".lock") == 0;
+    if (name.empty() || name[0] == '.' || name.find(".tmp.") != std::string::npos || lock) continue;
     struct stat st {};
     if (::lstat(paths::join(dir, name).c_str(), &st) != 0) continue;
     if (S_ISDIR(st.st_mode)) out.emplace_back(name, true);

@@ -7,6 +7,13 @@
 // changed in place, so a link can be shared safely); where links are impossible (another file
 // system, a read-only directory) they are copies. POSIX only: this file ends up in the binary
 // linked with a PyTorch wheel's libtorch, which must not use std::filesystem (see paths.h).
+//
+// Entry locks (JitOptions::disk_lock_timeout_s) deduplicate compiles between processes that
+// share one cache directory. A strategy's view is private by design, so no strategy ever waits
+// for, or loads, what another process compiles meanwhile: its compile accounting cannot depend
+// on what else ran at the same time. Two concurrent runs on one --cache-dir therefore each
+// compile what they miss, and the merges keep whichever entry lands first (lock files are
+// never snapshotted or merged).
 #pragma once
 
 #include <string>

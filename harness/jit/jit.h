@@ -263,6 +263,12 @@ struct JitOptions {
   /// starts from (`cache_dir`) is unaffected: the compile is still reported as a compile.
   std::string compile_memo_dir;
   MonitorMode monitor = MonitorMode::kRecord;
+  /// Several processes sharing one `cache_dir`: a miss takes an advisory lock on the entry
+  /// (flock on `<digest>.cubin.lock`, released by the kernel when its holder dies) before it
+  /// compiles, and a process that had to wait loads the entry the holder wrote instead of
+  /// compiling the key again. A holder that keeps the lock longer than this many seconds (stuck)
+  /// is not waited for: the key is compiled anyway, with a JIT warning.
+  double disk_lock_timeout_s = 60;
 };
 
 struct CompiledKernel;  // opaque: cubin bytes, CUmodule, CUfunction

@@ -2,11 +2,19 @@
 // monitor, the in-memory and on-disk caches, and (with a GPU) a real launch.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +23,8 @@
 #include "harness/jit/driver.h"
 #include "harness/common/paths.h"
 #include "harness/jit/jit.h"
+
+extern char** environ;
 
 namespace coldstart::jit {
 namespace {
@@ -665,6 +675,143 @@ TEST(DiskCache, AnEntryThatCannotBeWrittenIsAWarningNotAnError) {
   EXPECT_EQ(rt.monitor().records().size(), 2u);
   ASSERT_EQ(rt.monitor().warnings().size(), 1u) << "warned once";
   EXPECT_NE(rt.monitor().warnings()[0].find("cannot be written"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- processes sharing a cache
+
+// A kernel that compiles in a few tens of milliseconds; every K is another compile key.
+const char* const kFillSource = R"(
+extern "C" __global__ void fill(float* y) { y[threadIdx.x] = K; }
+)";
+
+KernelSource fill_kernel() { return KernelSource{"fill", "fill", kFillSource, {"y"}, {}}; }
+
+constexpr int kSharedKeys = 64;
+constexpr const char* kWorkerDirEnv = "COLDSTART_JIT_TEST_WORKER_DIR";
+
+// One of the processes of DiskCache.ConcurrentColdProcessesCompileEachKeyOnce (run by it, never
+// on its own): waits for <dir>/../go, then ensures kSharedKeys keys on the cache <dir> and
+// writes "<nvrtc compiles> <disk loads> <warnings>" to <dir>/../count-<pid>.
+TEST(DiskCacheWorker, DISABLED_CompileSharedKeys) {
+  const char* dir = std::getenv(kWorkerDirEnv);
+  if (dir == nullptr) GTEST_SKIP() << "run by DiskCache.ConcurrentColdProcessesCompileEachKeyOnce";
+  const std::string base = paths::parent(dir);
+  for (int i = 0; i < 6000 && !fs::exists(base + "/go"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  JitRuntime rt(compile_only(dir));
+  for (int k = 0; k < kSharedKeys; ++k) {
+    rt.ensure(fill_kernel(), {{"K", k}}, {KernelArg::pointer(256, DType::kF32)});
+  }
+  int nvrtc = 0, disk = 0;
+  for (const CompileRecord& r : rt.monitor().records()) (r.source == "nvrtc" ? nvrtc : disk) += 1;
+  std::ofstream(base + "/count-" + std::to_string(::getpid()))
+      << nvrtc << " " << disk << " " << rt.monitor().warnings().size() << "\n";
+}
+
+// 8 cold processes on one cache directory, each needing the same 64 keys at the same moment:
+// every key is compiled once in all (the others wait on its entry lock and load it), no entry
+// is damaged, and no lock or temporary file is left. Without the entry locks 24 to 32 of the 64
+// keys were compiled twice or more.
+TEST(DiskCache, ConcurrentColdProcessesCompileEachKeyOnce) {
+  constexpr int kProcesses = 8;
+  TempDir base;
+  const std::string cache = base.path + "/cache";
+  fs::create_directory(cache);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+  env_s.push_back(std::string(kWorkerDirEnv) + "=" + cache);
+  std::vector<char*> env;
+  for (auto& e : env_s) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::string exe = paths::self_executable();
+  std::string filter = "--gtest_filter=DiskCacheWorker.DISABLED_CompileSharedKeys";
+  std::string disabled = "--gtest_also_run_disabled_tests";
+  char* argv[] = {exe.data(), filter.data(), disabled.data(), nullptr};
+  posix_spawn_file_actions_t quiet;  // the workers' own gtest output is not this test's
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcesses; ++p) {
+    pid_t pid = -1;
+    EXPECT_EQ(::posix_spawn(&pid, exe.c_str(), &quiet, nullptr, argv, env.data()), 0);
+    if (pid > 0) pids.push_back(pid);
+  }
+  posix_spawn_file_actions_destroy(&quiet);
+  std::ofstream(base.path + "/go") << "go\n";
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "worker " << pid << " failed";
+  }
+  int compiles = 0, loads = 0, warnings = 0, reports = 0;
+  for (pid_t pid : pids) {
+    std::ifstream in(base.path + "/count-" + std::to_string(pid));
+    int n = 0, d = 0, w = 0;
+    if (in >> n >> d >> w) ++reports;
+    compiles += n;
+    loads += d;
+    warnings += w;
+  }
+  ASSERT_EQ(reports, kProcesses);
+  std::cout << kProcesses << " cold processes x " << kSharedKeys << " keys: " << compiles
+            << " compiles (" << compiles - kSharedKeys << " duplicated), " << loads
+            << " loads from the shared cache\n";
+  EXPECT_EQ(compiles, kSharedKeys) << compiles - kSharedKeys << " keys compiled more than once";
+  EXPECT_EQ(compiles + loads, kProcesses * kSharedKeys);
+  EXPECT_EQ(warnings, 0);
+  // Every entry intact, and nothing else left in the directory.
+  const auto names = list_dir(cache);
+  EXPECT_EQ(names.size(), static_cast<size_t>(kSharedKeys));
+  for (const std::string& n : names) EXPECT_EQ(n.substr(n.size() - 6), ".cubin") << n;
+  JitRuntime check(compile_only(cache));
+  for (int k = 0; k < kSharedKeys; ++k) {
+    check.ensure(fill_kernel(), {{"K", k}}, {KernelArg::pointer(256, DType::kF32)});
+  }
+  for (const CompileRecord& r : check.monitor().records()) EXPECT_EQ(r.source, "disk") << r.key;
+  EXPECT_TRUE(check.monitor().warnings().empty());
+}
+
+// A process that holds an entry's lock and does not finish (stuck) is waited for only
+// disk_lock_timeout_s: then the key is compiled anyway, with a warning.
+TEST(DiskCache, StuckLockHolderIsNotWaitedForeverAndDeadHoldersReleaseIt) {
+  TempDir dir;
+  const KernelSource k = fill_kernel();
+  const std::vector<KernelArg> args = {KernelArg::pointer(256, DType::kF32)};
+  auto digest = [&](int v) {
+    return make_compile_key(k, {{"K", v}}, args, "sm_90", "nvrtc-" + nvrtc_version()).digest();
+  };
+  const std::string lock_path = dir.path + "/" + digest(1) + ".cubin.lock";
+  {
+    const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // "another process", stuck
+    JitOptions o = compile_only(dir.path);
+    o.disk_lock_timeout_s = 0.3;
+    JitRuntime rt(o);
+    const auto t0 = std::chrono::steady_clock::now();
+    rt.ensure(k, {{"K", 1}}, args);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(waited, 0.3);
+    ASSERT_EQ(rt.monitor().records().size(), 1u);
+    EXPECT_EQ(rt.monitor().records()[0].source, "nvrtc");
+    ASSERT_EQ(rt.monitor().warnings().size(), 1u);
+    EXPECT_NE(rt.monitor().warnings()[0].find("held its lock"), std::string::npos)
+        << rt.monitor().warnings()[0];
+    ::close(fd);  // a holder that dies releases the lock with its fds
+  }
+  // The entry was written all the same; the next key locks and unlocks without waiting.
+  JitOptions o = compile_only(dir.path);
+  o.disk_lock_timeout_s = 0.3;
+  JitRuntime rt(o);
+  rt.ensure(k, {{"K", 1}}, args);
+  rt.ensure(k, {{"K", 2}}, args);
+  EXPECT_EQ(rt.monitor().records()[0].source, "disk");
+  EXPECT_EQ(rt.monitor().records()[1].source, "nvrtc");
+  EXPECT_TRUE(rt.monitor().warnings().empty());
+  EXPECT_FALSE(fs::exists(dir.path + "/" + digest(2) + ".cubin.lock"))
+      << "the holder removes its lock file";
 }
 
 // ---------------------------------------------------------------- compile memo

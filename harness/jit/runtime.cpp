@@ -8,11 +8,19 @@
 // compiled keys (another call site may have compiled the same key), then in the on-disk cache,
 // and only then compiles with NVRTC.
 //
+// Processes sharing a cache directory: a disk miss takes a per-entry advisory lock (flock on
+// `<digest>.cubin.lock`) before compiling, then looks at the disk again, so a key several
+// processes miss at once is compiled by one and loaded by the others. The lock is released when
+// the entry is written, or by the kernel when its holder dies; a holder stuck beyond
+// JitOptions::disk_lock_timeout_s is not waited for (the key is compiled anyway, with a warning).
+// The lock file is removed by its holder, so a cache directory holds only entries at rest.
+//
 // Lazy loading: with CUDA_MODULE_LOADING=LAZY (the default since CUDA 12.2) cuModuleLoadData
 // defers uploading a function's code to its first launch. The runtime calls cuFuncLoad (driver
 // 12.4+) right after cuModuleGetFunction, so that cost lands in the compile record (compile_ms)
 // when the kernel is compiled or loaded, not silently in the first launch afterwards.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +34,7 @@
 #include <fstream>
 #include <optional>
 #include <shared_mutex>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -82,6 +91,68 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 std::string errno_text() { return std::strerror(errno); }
+
+// An exclusive advisory lock on one cache entry, between processes: flock(2) on `path` (the
+// entry's name plus ".lock"). Not held when the file cannot be made (a read-only directory: the
+// process then compiles as before) or when another holder kept it beyond the timeout. The holder
+// unlinks the file before unlocking; a waiter that then locks the unlinked file notices (its
+// inode is no longer the one at `path`) and tries again with the current file.
+class EntryLock {
+ public:
+  EntryLock(std::string path, double timeout_s) : path_(std::move(path)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(std::max(0.0, timeout_s)));
+    int backoff_us = 500;
+    for (;;) {
+      if (fd_ < 0) fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd_ < 0) return;  // cannot lock here: compile without
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        struct stat mine {}, now {};
+        if (::fstat(fd_, &mine) == 0 && ::stat(path_.c_str(), &now) == 0 &&
+            mine.st_dev == now.st_dev && mine.st_ino == now.st_ino) {
+          held_ = true;
+          break;
+        }
+        ::close(fd_);  // the previous holder removed this one: take the current file
+        fd_ = -1;
+        continue;
+      }
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+      waited_ = true;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out_ = true;
+        ::close(fd_);
+        fd_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+      backoff_us = std::min(backoff_us * 2, 20000);
+    }
+    waited_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  ~EntryLock() {
+    if (fd_ < 0) return;
+    if (held_) ::unlink(path_.c_str());
+    ::close(fd_);  // releases the lock
+  }
+  EntryLock(const EntryLock&) = delete;
+  EntryLock& operator=(const EntryLock&) = delete;
+
+  bool waited() const { return waited_; }        ///< another process held it when we came
+  bool timed_out() const { return timed_out_; }  ///< ... for longer than the timeout
+  double waited_s() const { return waited_s_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool held_ = false, waited_ = false, timed_out_ = false;
+  double waited_s_ = 0;
+};
 
 }  // namespace
 
@@ -201,10 +272,10 @@ struct JitRuntime::Impl {
     return data;
   }
 
-  // Reads `<digest>.cubin`: true when it holds this key's intact cubin. A damaged entry is a
+  // Reads `<digest>.cubin`: kOk when it holds this key's intact cubin. A damaged entry is a
   // warning (JitMonitor::warn) and a miss; it is recompiled and replaced.
-  bool read_disk(const std::string& path, const std::string& key_text, const std::string& kernel,
-                 std::vector<char>* cubin) {
+  EntryRead read_disk(const std::string& path, const std::string& key_text,
+                      const std::string& kernel, std::vector<char>* cubin) {
     std::optional<double> unused;
     std::string why;
     const EntryRead r = read_entry(path, kDiskMagic, key_text, cubin, &unused, &why);
@@ -213,7 +284,7 @@ struct JitRuntime::Impl {
                                "replaced",
                                path, kernel, why));
     }
-    return r == EntryRead::kOk;
+    return r;
   }
 
   // Writes `<digest>.cubin` atomically (a temporary file in the same directory, then rename(2)),
@@ -298,8 +369,23 @@ struct JitRuntime::Impl {
     const auto t0 = std::chrono::steady_clock::now();
     double ms = 0;
     std::string source;
-    if (read_disk(path, key_text, kernel.name, &ck->cubin)) {
-      source = "disk";
+    // A miss locks the entry, from a second look at the disk until the entry is written (see
+    // the top of the file): the second look finds what another process wrote meanwhile.
+    const EntryRead first = read_disk(path, key_text, kernel.name, &ck->cubin);
+    bool found = first == EntryRead::kOk;
+    std::optional<EntryLock> lock;
+    if (!found && !disk_read_only) {
+      lock.emplace(path + ".lock", options.disk_lock_timeout_s);
+      if (lock->timed_out()) {
+        monitor.warn(fmt::format("kernel cache entry {} ({}): another process held its lock for "
+                                 "{:.0f} s; compiled here too",
+                                 path, kernel.name, lock->waited_s()));
+      } else if (lock->waited() || first == EntryRead::kMissing) {
+        found = read_disk(path, key_text, kernel.name, &ck->cubin) == EntryRead::kOk;
+      }
+    }
+    if (found) {
+      source = "disk";  // ms includes any wait for the process that compiled it
       ms = ms_since(t0);
     } else {
       monitor.before_compile(key, rec);  // may throw HotPathCompileError: nothing compiled
@@ -315,6 +401,7 @@ struct JitRuntime::Impl {
       source = "nvrtc";
       write_disk(path, key_text, ck->cubin);
     }
+    lock.reset();  // the entry is on disk (or cannot be written): others may load it now
     if (options.launch) {
       const auto t2 = std::chrono::steady_clock::now();
       load_module(*ck, kernel);
