@@ -305,7 +305,7 @@ code { font: 12px ui-monospace, Menlo, Consolas, monospace; word-break: break-al
          font-weight: 600; white-space: nowrap; }
 .badge.ok { background: #2e7d32; } .badge.crash { background: #c62828; }
 .badge.timeout { background: #ef6c00; } .badge.error { background: #757575; }
-.badge.skipped { background: #9e9e9e; }
+.badge.skipped { background: #9e9e9e; } .badge.interrupted { background: #5c6bc0; }
 .chart { display: block; margin: 4px 0; }
 .chart .grid { stroke: #e6e6e6; stroke-width: 1; }
 .chart .tick { font-size: 11px; fill: #777; }
@@ -313,7 +313,7 @@ code { font: 12px ui-monospace, Menlo, Consolas, monospace; word-break: break-al
 .chart .value { font-size: 12px; fill: #333; }
 .chart .na { font-size: 12px; fill: #888; font-style: italic; }
 .dot.ok { fill: #2e7d32; } .dot.crash { fill: #c62828; } .dot.timeout { fill: #ef6c00; }
-.dot.error { fill: #757575; } .dot.skipped { fill: #9e9e9e; }
+.dot.error { fill: #757575; } .dot.skipped { fill: #9e9e9e; } .dot.interrupted { fill: #5c6bc0; }
 .legend { display: flex; flex-wrap: wrap; gap: 14px; margin: 2px 0 8px; font-size: 12px; color: #444; }
 .legend i { display: inline-block; width: 12px; height: 12px; margin-right: 5px; vertical-align: -1px; }
 .error { margin: 8px 0; }

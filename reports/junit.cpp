@@ -71,6 +71,10 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
   } else if (skipped) {
     v.kind = CaseVerdict::kSkipped;
     v.message = *skipped;
+  } else if (r.outcome == Outcome::kInterrupted) {
+    // The run was stopped from outside: the strategy neither passed nor failed.
+    v.kind = CaseVerdict::kSkipped;
+    v.message = "interrupted: " + head;
   } else if (r.outcome == Outcome::kError) {
     v.kind = CaseVerdict::kError;
     v.type = "error";

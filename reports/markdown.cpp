@@ -56,6 +56,7 @@ std::string outcome_cell(const StrategyResult& r) {
     case Outcome::kCrash: icon = "❌"; break;
     case Outcome::kTimeout: icon = "⏱️"; break;
     case Outcome::kError: icon = "⚠️"; break;
+    case Outcome::kInterrupted: icon = "⏹️"; break;
   }
   if (auto skipped = detail::extra_string(r, "skipped")) return "⏭️ skipped (" + cell(*skipped) + ")";
   std::string s = icon + " " + outcome_name(r.outcome);

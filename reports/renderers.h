@@ -30,8 +30,9 @@ struct JunitOptions {
 ///   - a hot-path compile when not allowed (see JunitOptions): <failure type="hot_path_compile">
 ///     listing kernel, key and phase of each (appended to a crash failure's text instead when the
 ///     test case already failed, so a test case has at most one failure element);
-///   - <skipped message="reason"> only when extra["skipped"] holds a reason, and the outcome is
-///     not crash or timeout.
+///   - <skipped message="reason"> when extra["skipped"] holds a reason and the outcome is not
+///     crash or timeout, and <skipped message="interrupted: <phase>: <first line>"> for outcome
+///     interrupted (the run was stopped from outside: neither a pass nor a failure).
 /// Phases, TTFT and workspace figures go into the test case's <system-out>. All text is escaped;
 /// characters XML cannot carry are shown as "\xNN". Never throws for any RunResults content.
 std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions& options = {});
@@ -39,8 +40,8 @@ std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions
 /// A GitHub-flavoured Markdown summary for a pull-request comment: a device and versions line,
 /// then per scenario a table (strategy, variant, outcome, startup, TTFT, first decode,
 /// first/steady TTFT ratio, hot-path compiles, workspace locked / requested in MB = 2^20 B),
-/// failed rows (crash, timeout, error) before ok rows, every number with its unit, null values as
-/// "–" with a note saying why, and the full error texts in a <details> block.
+/// failed rows (crash, timeout, error, interrupted) before ok rows, every number with its unit,
+/// null values as "–" with a note saying why, and the full error texts in a <details> block.
 std::string render_markdown(const std::vector<RunResults>& runs);
 
 /// One self-contained HTML page (inline CSS and inline SVG, no script, no network): per scenario

@@ -63,6 +63,7 @@ const char* outcome_color(Outcome o) {
     case Outcome::kCrash: return kRed;
     case Outcome::kTimeout: return kYellow;
     case Outcome::kError: return kMagenta;
+    case Outcome::kInterrupted: return kYellow;
   }
   return "";
 }

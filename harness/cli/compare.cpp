@@ -63,7 +63,8 @@ std::string failure_word(Outcome o) {
     case Outcome::kCrash: return "NEW CRASH";
     case Outcome::kTimeout: return "NEW TIMEOUT";
     case Outcome::kError: return "NEW ERROR";
-    case Outcome::kOk: break;
+    case Outcome::kOk:
+    case Outcome::kInterrupted: break;
   }
   return "";
 }
@@ -140,6 +141,28 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
   row.strategy = cr.strategy;
   row.baseline_outcome = br.outcome;
   row.current_outcome = cr.outcome;
+
+  // An interrupted run was stopped from outside: it measured nothing to compare, on either side.
+  if (cr.outcome == Outcome::kInterrupted || br.outcome == Outcome::kInterrupted) {
+    const bool current = cr.outcome == Outcome::kInterrupted;
+    const StrategyResult& stopped = current ? cr : br;
+    row.interrupted = current;
+    row.outcome_change =
+        fmt::format("{} in {}: not compared", current ? "INTERRUPTED" : "baseline interrupted",
+                    stopped.failed_phase.value_or("unknown phase"));
+    auto shown = [&](const char* name, const std::optional<double>& base,
+                     const std::optional<double>& cur) {
+      MetricDelta m;  // compared = false: shown, never gated
+      m.name = name;
+      m.baseline = base;
+      m.current = cur;
+      row.metrics.push_back(m);
+    };
+    shown("startup_ms", br.startup_ms, cr.startup_ms);
+    shown("ttft_ms", br.ttft_ms, cr.ttft_ms);
+    shown("first_decode_ms", br.first_decode_ms, cr.first_decode_ms);
+    return row;
+  }
 
   const std::string cur_phase = cr.failed_phase.value_or("unknown phase");
   if (cr.outcome != Outcome::kOk && cr.outcome != br.outcome) {
@@ -229,6 +252,8 @@ std::string verdict(const CompareRow& r) {
     case CompareRow::Presence::kBoth: break;
   }
   if (r.regressed) return "REGRESSED";
+  if (r.current_outcome == Outcome::kInterrupted) return "interrupted";
+  if (r.baseline_outcome == Outcome::kInterrupted) return "not compared";
   if (r.baseline_outcome != Outcome::kOk && r.current_outcome == Outcome::kOk) return "fixed";
   if (std::any_of(r.metrics.begin(), r.metrics.end(), [](const MetricDelta& m) {
         return m.improved;
@@ -369,6 +394,19 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
         "{} baseline result(s) missing from the current file (first: {}); --allow-removed "
         "accepts that",
         removed, first_removed));
+  }
+  size_t interrupted = 0;
+  std::string first_interrupted;
+  for (const CompareRow& row : report.rows) {
+    if (!row.interrupted) continue;
+    if (interrupted++ == 0) first_interrupted = row.label();
+  }
+  if (interrupted > 0 && !options.allow_removed) {
+    report.regressed = true;
+    report.reasons.push_back(fmt::format(
+        "{} result(s) interrupted in the current file, so not measured (first: {}); "
+        "--allow-removed accepts that",
+        interrupted, first_interrupted));
   }
 
   for (const CompareRow& row : report.rows) {

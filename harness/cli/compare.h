@@ -25,8 +25,8 @@ struct CompareOptions {
   /// A timing counts as a regression only when it grew by more than this percentage of the
   /// baseline value AND by more than the run-to-run spread recorded in the files. Must be >= 0.
   double max_regression_pct = 10.0;
-  /// Strategy results of the baseline missing from the current file fail the comparison (a
-  /// strategy that stopped running cannot regress silently) unless this is set
+  /// Strategy results of the baseline missing from the current file, or interrupted there, fail
+  /// the comparison (a strategy that stopped running cannot regress silently) unless this is set
   /// (`--allow-removed`).
   bool allow_removed = false;
 };
@@ -62,6 +62,9 @@ struct CompareRow {
   /// "", or e.g. "NEW CRASH in first_decode: Workspace is locked ..." / "FIXED (was crash)".
   std::string outcome_change;
   bool new_failure = false;  ///< current is crash/timeout/error and differs from the baseline
+  /// The current result's outcome is `interrupted` (the run was stopped from outside): nothing is
+  /// compared, and the pair fails the comparison like a removed one unless --allow-removed.
+  bool interrupted = false;
   std::vector<MetricDelta> metrics;                ///< startup_ms, ttft_ms, first_decode_ms
   std::vector<CompileEvent> new_hot_path_compiles; ///< hot-path compiles absent from the baseline
   bool regressed = false;   ///< any of: new_failure, new hot-path compile, a regressed metric
@@ -92,7 +95,9 @@ struct CompareReport {
 /// compile whose (kernel, compile key without its "@arch/compiler" part) was not a hot-path
 /// compile in the baseline, or on a timing that grew by more than `options.max_regression_pct`
 /// percent and more than the recorded spread. Pairs present on one side only are listed as
-/// added/removed; removed ones fail the comparison unless `options.allow_removed`. A scenario
+/// added/removed; removed ones fail the comparison unless `options.allow_removed`, and so do pairs
+/// whose current result was interrupted (not measured). A pair whose baseline was interrupted is
+/// listed as "not compared" and never fails. A scenario
 /// whose model or engine summary differs between the files gets a note (the shapes compared are
 /// not the same). Throws InputError when max_regression_pct is negative or NaN.
 CompareReport compare_results(const std::vector<RunResults>& baseline,

@@ -226,6 +226,42 @@ TEST(Compare, AddedAndRemovedStrategiesAreListedAndRemovedOnesFailUnlessAllowed)
   EXPECT_NE(r.render().find("added"), std::string::npos);
 }
 
+// An interrupted run measured nothing: its pairs are not compared. One interrupted in the current
+// file fails the comparison like a missing one (unless --allow-removed); one interrupted in the
+// baseline is only listed.
+TEST(Compare, InterruptedResultsAreNotComparedAndCurrentOnesFailUnlessAllowed) {
+  const RunResults base = load("base.json");
+  RunResults cur = base;
+  StrategyResult& stopped = cur.results.front();
+  stopped.outcome = Outcome::kInterrupted;
+  stopped.error = "interrupted by SIGINT (the run was stopped)";
+  stopped.failed_phase = "kernel_warmup";
+  stopped.startup_ms = std::nullopt;
+  const CompareReport strict = compare_results(base, cur, CompareOptions{});
+  ASSERT_TRUE(strict.regressed) << strict.render();
+  ASSERT_EQ(strict.reasons.size(), 1u) << strict.render();
+  EXPECT_NE(strict.reasons[0].find("1 result(s) interrupted in the current file"),
+            std::string::npos)
+      << strict.reasons[0];
+  const CompareRow* row = find_row(strict, stopped.strategy, stopped.variant);
+  ASSERT_NE(row, nullptr);
+  EXPECT_TRUE(row->interrupted);
+  EXPECT_FALSE(row->new_failure) << "an interrupt is not a new crash";
+  EXPECT_EQ(row->outcome_change, "INTERRUPTED in kernel_warmup: not compared");
+  for (const MetricDelta& m : row->metrics) EXPECT_FALSE(m.compared) << m.name;
+  EXPECT_NE(strict.render().find("interrupted"), std::string::npos);
+  CompareOptions allow;
+  allow.allow_removed = true;
+  EXPECT_FALSE(compare_results(base, cur, allow).regressed);
+  // Interrupted in the baseline: nothing to compare against, never a failure.
+  const CompareReport back = compare_results(cur, base, CompareOptions{});
+  EXPECT_FALSE(back.regressed) << back.render();
+  const CompareRow* b = find_row(back, stopped.strategy, stopped.variant);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->outcome_change, "baseline interrupted in kernel_warmup: not compared");
+  EXPECT_NE(back.render().find("not compared"), std::string::npos);
+}
+
 TEST(Compare, NegativeThresholdIsInputError) {
   const RunResults base = load("base.json");
   CompareOptions o;

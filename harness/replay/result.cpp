@@ -84,6 +84,7 @@ const char* outcome_name(Outcome o) {
     case Outcome::kCrash: return "crash";
     case Outcome::kTimeout: return "timeout";
     case Outcome::kError: return "error";
+    case Outcome::kInterrupted: return "interrupted";
   }
   return "error";
 }
@@ -98,7 +99,9 @@ Outcome parse_outcome(const std::string& text) {
   if (text == "crash") return Outcome::kCrash;
   if (text == "timeout") return Outcome::kTimeout;
   if (text == "error") return Outcome::kError;
-  throw InputError(fmt::format("unknown outcome '{}' (expected ok, crash, timeout or error)", text));
+  if (text == "interrupted") return Outcome::kInterrupted;
+  throw InputError(
+      fmt::format("unknown outcome '{}' (expected ok, crash, timeout, error or interrupted)", text));
 }
 
 // ---- equality ---------------------------------------------------------------------------------
@@ -149,7 +152,12 @@ bool operator==(const RunMeta& a, const RunMeta& b) {
          a.device_name == b.device_name && a.sm == b.sm && a.sm_count == b.sm_count &&
          a.driver == b.driver && a.cuda == b.cuda && a.nvrtc == b.nvrtc && a.torch == b.torch &&
          a.hostname == b.hostname && a.started_at == b.started_at &&
-         a.command_line == b.command_line && a.sets == b.sets;
+         a.command_line == b.command_line && a.sets == b.sets && a.inputs == b.inputs;
+}
+
+bool operator==(const InputFile& a, const InputFile& b) {
+  return a.role == b.role && a.path == b.path && a.bytes == b.bytes && a.fnv1a64 == b.fnv1a64 &&
+         a.files == b.files;
 }
 
 bool operator==(const ScenarioSummary& a, const ScenarioSummary& b) {
@@ -287,7 +295,21 @@ void to_json(json& j, const RunMeta& v) {
            {"hostname", v.hostname},
            {"started_at", v.started_at},
            {"command_line", v.command_line},
-           {"sets", v.sets}};
+           {"sets", v.sets},
+           {"inputs", v.inputs}};
+}
+
+void to_json(json& j, const InputFile& v) {
+  j = json{{"role", v.role}, {"path", v.path}, {"bytes", v.bytes}, {"fnv1a64", v.fnv1a64}};
+  if (v.files >= 0) j["files"] = v.files;
+}
+
+void from_json(const json& j, InputFile& v) {
+  v.role = value_or<std::string>(j, "role", "");
+  v.path = required<std::string>(j, "path");
+  v.bytes = value_or<long long>(j, "bytes", 0);
+  v.fnv1a64 = value_or<std::string>(j, "fnv1a64", "");
+  v.files = value_or<int>(j, "files", -1);
 }
 
 void from_json(const json& j, RunMeta& v) {
@@ -305,6 +327,7 @@ void from_json(const json& j, RunMeta& v) {
   v.started_at = value_or<std::string>(j, "started_at", "");
   v.command_line = value_or<std::string>(j, "command_line", "");
   v.sets = value_or<std::vector<std::string>>(j, "sets", {});
+  v.inputs = value_or<std::vector<InputFile>>(j, "inputs", {});
 }
 
 void to_json(json& j, const ScenarioSummary& v) {

@@ -25,13 +25,18 @@ namespace coldstart {
 inline constexpr const char* kResultSchema = "coldstart.replay/1";
 
 /// How one strategy's run ended.
-///   kOk      - every phase ran and the first request completed;
-///   kCrash   - the replay failed in a phase (the workspace-lock assertion, an abort, a signal...);
-///   kTimeout - the watchdog stopped the child;
-///   kError   - the harness itself could not run the strategy (spawn failure, bad exit, no result).
-enum class Outcome { kOk, kCrash, kTimeout, kError };
+///   kOk          - every phase ran and the first request completed;
+///   kCrash       - the replay failed in a phase (the workspace-lock assertion, an abort, a
+///                  signal...);
+///   kTimeout     - the watchdog stopped the child;
+///   kError       - the harness itself could not run the strategy (spawn failure, bad exit, no
+///                  result);
+///   kInterrupted - the run was stopped from outside (SIGINT / SIGTERM to `coldstart replay`)
+///                  while this strategy ran: nothing about the strategy is known beyond its
+///                  last phase (failed_phase), so no report counts it as a failure or a pass.
+enum class Outcome { kOk, kCrash, kTimeout, kError, kInterrupted };
 
-/// "ok" | "crash" | "timeout" | "error".
+/// "ok" | "crash" | "timeout" | "error" | "interrupted".
 const char* outcome_name(Outcome o);
 
 
@@ -99,6 +104,19 @@ struct StrategyResult {
   nlohmann::json extra = nlohmann::json::object();  ///< free-form fields, merged into the object
 };
 
+/// One file (or directory) a run read its scenario from, as the run's children used it. JSON:
+/// {role, path, bytes, fnv1a64} for a file, plus `files` for a directory.
+struct InputFile {
+  std::string role;     ///< "scenario" | "config" (the HF config.json) | "tuned_config_dir"
+  std::string path;     ///< as the scenario or the command line named it (resolved, not canonical)
+  long long bytes = 0;  ///< size of the file; of all its files for a directory
+  /// FNV-1a 64 of the file's bytes, 16 hex digits. For a directory: FNV-1a 64 of the lines
+  /// "<path relative to it> <that file's fnv1a64>\n" of its regular files, in byte order of
+  /// their paths.
+  std::string fnv1a64;
+  int files = -1;       ///< number of regular files in a directory; -1 (not written) for a file
+};
+
 /// Where a result came from. JSON keys equal the member names.
 struct RunMeta {
   std::string coldstart_version, git_sha, mode, device_name;
@@ -107,6 +125,10 @@ struct RunMeta {
   std::string started_at;               ///< ISO-8601 UTC, e.g. "2025-01-31T12:00:00Z"
   std::string command_line;
   std::vector<std::string> sets;        ///< the run's `--set KEY=VALUE` overrides, in order
+  /// The scenario file, every config.json and tuned-config directory its variants read, as they
+  /// were validated when the run started: the strategies' children read these copies, never the
+  /// user's files, so an edit during the run changes nothing here. Empty in older files.
+  std::vector<InputFile> inputs;
 };
 
 /// Which scenario ran. `model` and `engine` are free-form summaries (JSON objects).
@@ -139,6 +161,7 @@ bool operator==(const PhaseTiming& a, const PhaseTiming& b);
 bool operator==(const CompileEvent& a, const CompileEvent& b);
 bool operator==(const WorkspaceStats& a, const WorkspaceStats& b);
 bool operator==(const StrategyResult& a, const StrategyResult& b);
+bool operator==(const InputFile& a, const InputFile& b);
 bool operator==(const RunMeta& a, const RunMeta& b);
 bool operator==(const ScenarioSummary& a, const ScenarioSummary& b);
 bool operator==(const RunResults& a, const RunResults& b);
@@ -156,6 +179,8 @@ void to_json(nlohmann::json& j, const WorkspaceStats& v);
 void from_json(const nlohmann::json& j, WorkspaceStats& v);
 void to_json(nlohmann::json& j, const StrategyResult& v);
 void from_json(const nlohmann::json& j, StrategyResult& v);
+void to_json(nlohmann::json& j, const InputFile& v);
+void from_json(const nlohmann::json& j, InputFile& v);
 void to_json(nlohmann::json& j, const RunMeta& v);
 void from_json(const nlohmann::json& j, RunMeta& v);
 void to_json(nlohmann::json& j, const ScenarioSummary& v);

@@ -40,11 +40,42 @@ StrategyResult sample() {
 }
 
 TEST(Outcome, NamesRoundTrip) {
-  for (Outcome o : {Outcome::kOk, Outcome::kCrash, Outcome::kTimeout, Outcome::kError}) {
+  for (Outcome o : {Outcome::kOk, Outcome::kCrash, Outcome::kTimeout, Outcome::kError,
+                    Outcome::kInterrupted}) {
     EXPECT_EQ(parse_outcome(outcome_name(o)), o);
   }
   EXPECT_STREQ(outcome_name(Outcome::kTimeout), "timeout");
+  EXPECT_STREQ(outcome_name(Outcome::kInterrupted), "interrupted");
   EXPECT_THROW(parse_outcome("fine"), InputError);
+}
+
+// A run stopped by SIGINT / SIGTERM: the running strategy's outcome and phase survive a results
+// file, and so do the run's input checksums.
+TEST(ResultsFile, InterruptedOutcomeAndInputsRoundTrip) {
+  RunResults run;
+  run.scenario.name = "s";
+  StrategyResult r = sample();
+  r.outcome = Outcome::kInterrupted;
+  r.error = "interrupted by SIGINT (the run was stopped)";
+  r.failed_phase = "kernel_warmup";
+  run.results = {r};
+  run.meta.inputs = {{"scenario", "scenarios/s.yaml", 1234, "0123456789abcdef", -1},
+                     {"tuned_config_dir", "fixtures/tuned-configs", 28000, "fedcba9876543210", 4}};
+  const json j = run;
+  EXPECT_EQ(j["results"][0]["outcome"], "interrupted");
+  EXPECT_EQ(j["results"][0]["failed_phase"], "kernel_warmup");
+  EXPECT_EQ(j["meta"]["inputs"][0],
+            json::parse(R"({"role": "scenario", "path": "scenarios/s.yaml", "bytes": 1234,
+                            "fnv1a64": "0123456789abcdef"})"));
+  EXPECT_EQ(j["meta"]["inputs"][1]["files"], 4);
+  const std::string path = ::testing::TempDir() + "interrupted." + std::to_string(::getpid()) + ".json";
+  write_results_json(path, run);
+  EXPECT_EQ(read_results_json(path), run);
+  std::remove(path.c_str());
+  // Files written before meta.inputs existed still read.
+  json old = j;
+  old["meta"].erase("inputs");
+  EXPECT_TRUE(old.get<RunResults>().meta.inputs.empty());
 }
 
 TEST(StrategyResultJson, FieldNamesAndNulls) {
