@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "harness/common/error.h"
+#include "harness/common/paths.h"
 
 extern char** environ;
 
@@ -44,15 +45,44 @@ int raise_fd(int fd) {
   return high;
 }
 
+// ---- interrupts (InterruptScope) ----
+// Written by the signal handler, read by run_child. The handler runs with both signals blocked
+// (sa_mask), so it never nests.
+volatile sig_atomic_t g_first_signal = 0;  // the first SIGINT / SIGTERM, 0 when none
+volatile sig_atomic_t g_signals = 0;       // how many arrived
+volatile sig_atomic_t g_child_group = 0;   // the running child's process group, 0 when none
+int g_wake[2] = {-1, -1};                  // the handler writes a byte: poll() wakes at once
+int g_scopes = 0;
+struct sigaction g_old_int, g_old_term;
+
+void on_interrupt(int sig) {
+  const int saved = errno;
+  if (g_first_signal == 0) g_first_signal = sig;
+  g_signals = g_signals + 1;
+  if (g_signals >= 2) {
+    // Second signal: the child goes now, without its grace period. Third: the default action.
+    if (g_child_group > 0) ::kill(-static_cast<pid_t>(g_child_group), SIGKILL);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);
+  }
+  if (g_wake[1] >= 0) (void)!::write(g_wake[1], "!", 1);
+  errno = saved;
+}
+
 // Owns every resource of one run, so that an early return or a callback's exception still
-// kills and reaps the child and closes the fds.
+// kills and reaps the child, closes the fds and removes the child's private TMPDIR.
 struct RunState {
   pid_t pid = -1;
   bool reaped = false;
   int fds[5] = {-1, -1, -1, -1, -1};  // result r/w, stderr r/w, pidfd
+  std::string tmpdir;                 // ChildSpec::private_tmpdir, removed last
 
   ~RunState() {
     if (pid > 0 && !reaped) {
+      g_child_group = 0;
       ::kill(-pid, SIGKILL);
       ::kill(pid, SIGKILL);
       int status = 0;
@@ -60,6 +90,8 @@ struct RunState {
       }
     }
     for (int& fd : fds) close_fd(fd);
+    // The child and its group are gone: nothing can write here any more.
+    if (!tmpdir.empty()) paths::remove_tree(tmpdir);
   }
   static void close_fd(int& fd) {
     if (fd >= 0) ::close(fd);
@@ -95,11 +127,14 @@ class LineSplitter {
   size_t max_line_;
 };
 
-std::vector<std::string> child_environment(const ChildSpec& spec) {
+std::vector<std::string> child_environment(const ChildSpec& spec, const std::string& tmpdir) {
+  auto ours = [&](const std::string& name) {  // set by run_child, whatever spec.env says
+    return name == kResultFdEnv || (!tmpdir.empty() && name == "TMPDIR");
+  };
   auto overridden = [&](const char* entry) {
     const char* eq = std::strchr(entry, '=');
     std::string name = eq ? std::string(entry, eq) : std::string(entry);
-    if (name == kResultFdEnv) return true;
+    if (ours(name)) return true;
     for (const auto& kv : spec.env) {
       if (kv.first == name) return true;
     }
@@ -110,9 +145,10 @@ std::vector<std::string> child_environment(const ChildSpec& spec) {
     if (!overridden(*e)) env.emplace_back(*e);
   }
   for (const auto& kv : spec.env) {
-    if (kv.first != kResultFdEnv) env.push_back(kv.first + "=" + kv.second);  // the fd is ours
+    if (!ours(kv.first)) env.push_back(kv.first + "=" + kv.second);
   }
   env.push_back(fmt::format("{}={}", kResultFdEnv, kResultFd));
+  if (!tmpdir.empty()) env.push_back("TMPDIR=" + tmpdir);
   return env;
 }
 
@@ -161,6 +197,40 @@ std::string signal_name(int sig) {
   }
 }
 
+InterruptScope::InterruptScope() {
+  if (g_scopes++ > 0) return;
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+    --g_scopes;
+    throw Error(fmt::format("interrupt handling: pipe2: {}", std::strerror(errno)));
+  }
+  g_wake[0] = raise_fd(p[0]);
+  g_wake[1] = raise_fd(p[1]);
+  g_first_signal = 0;
+  g_signals = 0;
+  g_child_group = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking call returns EINTR and the caller looks
+  ::sigaction(SIGINT, &sa, &g_old_int);
+  ::sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+InterruptScope::~InterruptScope() {
+  if (--g_scopes > 0) return;
+  ::sigaction(SIGINT, &g_old_int, nullptr);
+  ::sigaction(SIGTERM, &g_old_term, nullptr);
+  for (int& fd : g_wake) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+}
+
+int interrupt_signal() { return static_cast<int>(g_first_signal); }
+
 ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&)> on_message,
                     std::function<void(const std::string&)> on_stderr_line) {
   ChildExit out;
@@ -175,6 +245,13 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
   if (spec.argv.empty()) return spawn_failed("empty argv");
 
   RunState st;
+  if (spec.private_tmpdir) {
+    try {
+      st.tmpdir = paths::make_temp_dir("coldstart-child-");
+    } catch (const Error& e) {
+      return spawn_failed(e.what());
+    }
+  }
   int& res_r = st.fds[0];
   int& res_w = st.fds[1];
   int& err_r = st.fds[2];
@@ -192,7 +269,7 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
 
   // Everything the spawn needs is built before it, in this process.
   std::vector<std::string> argv_s = spec.argv;
-  std::vector<std::string> env_s = child_environment(spec);
+  std::vector<std::string> env_s = child_environment(spec, st.tmpdir);
   std::vector<char*> argv_c = c_strings(argv_s);
   std::vector<char*> env_c = c_strings(env_s);
 
@@ -224,6 +301,7 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
     return spawn_failed(fmt::format("posix_spawn({}): {}", spec.argv[0], std::strerror(rc)));
   }
   st.pid = pid;
+  if (g_scopes > 0) g_child_group = pid;  // a second interrupt kills the group from the handler
   RunState::close_fd(res_w);
   RunState::close_fd(err_w);
   ::fcntl(res_r, F_SETFL, ::fcntl(res_r, F_GETFL) | O_NONBLOCK);
@@ -277,7 +355,8 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
                               std::chrono::duration<double>(spec.timeout_s))
                    : Clock::time_point::max();
   Clock::time_point kill_at = Clock::time_point::max();
-  bool timed_out = false, killed = false;
+  bool timed_out = false, interrupted = false, killed = false;
+  const bool watch_interrupts = g_scopes > 0;
 
   for (;;) {
     // Has the child ended? WNOWAIT leaves it a zombie, so its pid (and process group id) cannot be
@@ -289,43 +368,57 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
     if (w < 0 && errno != EINTR) break;  // ECHILD: someone else reaped it; waitpid below reports
 
     const auto now = Clock::now();
-    if (!timed_out && now >= deadline) {
-      timed_out = true;
+    const bool stopping = timed_out || interrupted;
+    if (!stopping && now >= deadline) timed_out = true;
+    if (!stopping && !timed_out && watch_interrupts && g_signals > 0) interrupted = true;
+    if (!stopping && (timed_out || interrupted)) {
       ::kill(-pid, SIGTERM);
       kill_at = now + std::chrono::duration_cast<Clock::duration>(
                           std::chrono::duration<double>(kKillGraceSeconds));
     }
-    if (timed_out && !killed && now >= kill_at) {
+    // A second interrupt does not wait for the grace period (the handler already sent SIGKILL).
+    const bool hurry = watch_interrupts && g_signals >= 2;
+    if ((timed_out || interrupted) && !killed && (now >= kill_at || hurry)) {
       killed = true;
       ::kill(-pid, SIGKILL);
     }
 
-    // Sleep until something is readable, the child ends, or the next watchdog step.
-    Clock::time_point next = timed_out ? (killed ? Clock::time_point::max() : kill_at) : deadline;
+    // Sleep until something is readable, the child ends, an interrupt, or the next watchdog step.
+    Clock::time_point next = (timed_out || interrupted)
+                                 ? (killed ? Clock::time_point::max() : kill_at)
+                                 : deadline;
     const int tick_ms = pidfd >= 0 ? 500 : 10;
     int wait_ms = tick_ms;
     if (next != Clock::time_point::max()) {
       double left = std::chrono::duration<double, std::milli>(next - now).count();
       wait_ms = static_cast<int>(std::clamp(left + 1.0, 0.0, static_cast<double>(tick_ms)));
     }
-    pollfd pfd[3];
+    pollfd pfd[4];
     int n = 0;
-    int i_res = -1, i_err = -1;
+    int i_res = -1, i_err = -1, i_wake = -1;
     if (res_r >= 0) { i_res = n; pfd[n++] = {res_r, POLLIN, 0}; }
     if (err_r >= 0) { i_err = n; pfd[n++] = {err_r, POLLIN, 0}; }
     if (pidfd >= 0) pfd[n++] = {pidfd, POLLIN, 0};
+    if (watch_interrupts && g_wake[0] >= 0) { i_wake = n; pfd[n++] = {g_wake[0], POLLIN, 0}; }
     int pr = ::poll(pfd, static_cast<nfds_t>(n), wait_ms);
     if (pr < 0) {
       if (errno == EINTR) continue;
       ::usleep(1000);  // should not happen (EINVAL/ENOMEM); do not spin
       continue;
     }
+    if (i_wake >= 0 && pfd[i_wake].revents) {
+      char drain[64];
+      while (::read(g_wake[0], drain, sizeof drain) > 0) {
+      }
+    }
     if (i_res >= 0 && pfd[i_res].revents) read_some(res_r, false);
     if (i_err >= 0 && pfd[i_err].revents) read_some(err_r, false);
   }
 
   // The child has ended (still a zombie). Kill whatever it left in its group, take what is
-  // already in the pipes without waiting for writers that may still hold them, then reap.
+  // already in the pipes without waiting for writers that may still hold them, then reap. The
+  // handler forgets the group first: once reaped, its id may be reused.
+  g_child_group = 0;
   ::kill(-pid, SIGKILL);
   if (res_r >= 0) read_some(res_r, true);
   if (err_r >= 0) read_some(err_r, true);
@@ -346,8 +439,18 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
   }
   out.stderr_tail = std::move(tail);
 
+  // A child that died of a termination signal after the parent got an interrupt was stopped by
+  // the same event (a terminal hang-up, or a service manager signalling the whole group).
+  const int sig = r == pid && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  if (!timed_out && !interrupted && watch_interrupts && g_signals > 0 &&
+      (sig == SIGINT || sig == SIGTERM || sig == SIGKILL || sig == SIGHUP)) {
+    interrupted = true;
+  }
+  if (interrupted) out.interrupt_signal = static_cast<int>(g_first_signal);
   if (r != pid) {
-    out.how = timed_out ? ChildExit::How::kTimedOut : ChildExit::How::kExited;
+    out.how = timed_out     ? ChildExit::How::kTimedOut
+              : interrupted ? ChildExit::How::kInterrupted
+                            : ChildExit::How::kExited;
     out.exit_code = -1;
     return out;
   }
@@ -358,6 +461,8 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
   }
   if (timed_out) {
     out.how = ChildExit::How::kTimedOut;
+  } else if (interrupted) {
+    out.how = ChildExit::How::kInterrupted;
   } else if (WIFSIGNALED(status)) {
     out.how = ChildExit::How::kSignaled;
   } else {
@@ -473,6 +578,17 @@ StrategyResult classify(const ChildExit& ex, StrategyResult r) {
         how_killed = fmt::format(", killed with SIGKILL {:g} s after SIGTERM", kKillGraceSeconds);
       }
       r.error = fmt::format("wall-clock limit of {:g} s reached (watchdog){}", ex.timeout_s, how_killed);
+      r.failed_phase = running;
+      break;
+    }
+    case ChildExit::How::kInterrupted: {
+      if (final && ex.exit_code == 0 && ex.signal == 0) break;  // it finished first: its verdict
+      r.outcome = Outcome::kInterrupted;
+      const std::string how_killed =
+          ex.signal == SIGKILL ? std::string(", child killed with SIGKILL") : std::string();
+      r.error = fmt::format("interrupted by {} (the run was stopped){}",
+                            ex.interrupt_signal ? signal_name(ex.interrupt_signal) : "a signal",
+                            how_killed);
       r.failed_phase = running;
       break;
     }

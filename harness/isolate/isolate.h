@@ -24,6 +24,13 @@
 //  * End: when the child ends, anything left in its process group is killed with SIGKILL and the
 //    child is reaped; no zombie is left. After ChildSpec::timeout_s the watchdog sends SIGTERM to
 //    the group, and SIGKILL 2 s later if the child is still there.
+//  * Interrupts: while an InterruptScope lives, SIGINT / SIGTERM to the parent stop the running
+//    child the same way (SIGTERM, SIGKILL 2 s later; at once on a second signal), and the child's
+//    end is reported as How::kInterrupted. Children lead their own process groups, so a Ctrl-C at
+//    the terminal reaches only the parent, which decides.
+//  * Temporary files: with ChildSpec::private_tmpdir the child's TMPDIR is a fresh directory that
+//    the parent removes once the child and its group are gone, whatever the child left in it (a
+//    child stopped by the watchdog or killed by a signal cleans up nothing itself).
 //  * Limits: a process that leaves the group (setsid/setpgid) escapes the watchdog; nothing
 //    coldstart starts does that.
 #pragma once
@@ -52,11 +59,17 @@ struct ChildSpec {
   std::vector<std::string> argv;  ///< argv[0] is the executable's path
   double timeout_s = 0;           ///< wall-clock limit in seconds from spawn; <= 0 means none
   std::vector<std::pair<std::string, std::string>> env;  ///< added to / replacing the parent's; an entry for COLDSTART_RESULT_FD is ignored
+  /// Give the child TMPDIR = a new private directory under the parent's $TMPDIR (or /tmp), removed
+  /// with everything in it when run_child returns (also after a timeout, a signal or an
+  /// interrupt). Replaces any TMPDIR in `env`. A directory that cannot be made is a spawn failure.
+  bool private_tmpdir = false;
 };
 
 /// How the child ended, and what it said.
 struct ChildExit {
-  enum class How { kExited, kSignaled, kTimedOut, kSpawnFailed };
+  /// kInterrupted: the parent received SIGINT / SIGTERM under an InterruptScope and stopped the
+  /// child (or the child died of a termination signal after the parent received one).
+  enum class How { kExited, kSignaled, kTimedOut, kSpawnFailed, kInterrupted };
   How how = How::kSpawnFailed;
   int exit_code = -1;          ///< exit status when how == kExited (or a timed-out child exited)
   int signal = 0;              ///< signal number that ended it (kSignaled, usually kTimedOut)
@@ -66,7 +79,30 @@ struct ChildExit {
   double wall_ms = 0;          ///< spawn to reap, milliseconds
   double timeout_s = 0;        ///< the limit it ran under (ChildSpec::timeout_s)
   std::string spawn_error;     ///< why the spawn failed (kSpawnFailed), e.g. "execve(/x): No such file..."
+  int interrupt_signal = 0;    ///< the parent's signal (SIGINT, SIGTERM) when how == kInterrupted
 };
+
+/// SIGINT / SIGTERM handling for a parent that runs children (`coldstart replay`). While one
+/// lives, the first SIGINT or SIGTERM does not end the process: it is recorded
+/// (interrupt_signal()), and run_child stops its child as the watchdog would (SIGTERM to the
+/// group, SIGKILL kKillGraceSeconds later) and returns How::kInterrupted, so the caller can keep
+/// what finished, record the running strategy as interrupted and exit 128 + signal. A second
+/// signal kills the running child's group with SIGKILL at once; a third one ends the process by
+/// the signal's default action. The destructor restores the handlers found at construction. One
+/// scope at a time per process (nested scopes share the first one's state).
+class InterruptScope {
+ public:
+  /// Installs the handlers (sigaction without SA_RESTART) and clears any earlier interrupt.
+  /// Throws Error when the wake-up pipe cannot be made.
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+};
+
+/// The first SIGINT / SIGTERM received while an InterruptScope lived (e.g. SIGINT = 2), or 0.
+/// Stays set after the scope ends, until the next scope begins.
+int interrupt_signal();
 
 /// Name of a signal, "SIGSEGV" for 11; "SIG<n>" for numbers without a name.
 std::string signal_name(int sig);
@@ -76,7 +112,10 @@ std::string signal_name(int sig);
 ///    arrives (the lines are also returned in ChildExit::messages);
 ///  - `on_stderr_line` is called for every stderr line (without '\n'; a last unterminated line is
 ///    passed too), e.g. to forward it to our own stderr with a prefix.
-/// The child never blocks on a full pipe: both pipes are drained in a poll() loop. Never throws
+/// Under an InterruptScope, an interrupt (before or during the run) stops the child; a child is
+/// still started when the interrupt came before the call (the caller checks interrupt_signal()
+/// before starting work it does not want). The child never blocks on a full pipe: both pipes are
+/// drained in a poll() loop. Never throws
 /// for a child failure: an exec failure or resource shortage (pipe, spawn) is reported as
 /// How::kSpawnFailed with spawn_error. Exceptions thrown by the callbacks propagate after the child
 /// is killed and reaped.
@@ -133,6 +172,10 @@ StrategyResult last_snapshot(const std::vector<std::string>& messages, StrategyR
 ///  - killed by a signal                    -> crash, "child killed by SIGSEGV (signal 11)" plus the
 ///                                             last stderr line; failed_phase = running phase
 ///                                             ("teardown" if the final snapshot had been sent)
+///  - interrupted (InterruptScope)          -> interrupted, "interrupted by SIGINT (the run was
+///                                             stopped)", failed_phase = running phase; a child
+///                                             that had sent its final snapshot and exited 0
+///                                             keeps its own verdict
 ///  - exit 0 with a final snapshot          -> the snapshot's own outcome (ok, or crash set by the
 ///                                             child when the replay caught an error)
 ///  - exit N != 0 with a final snapshot     -> the snapshot's outcome if it is not ok, else error

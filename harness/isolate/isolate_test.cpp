@@ -2,6 +2,7 @@
 // a strategy can: ok, a caught crash, abort, segfault, hang, non-zero exit, spawn failure.
 #include "harness/isolate/isolate.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/common/error.h"
+#include "harness/common/paths.h"
 
 namespace coldstart::isolate {
 namespace {
@@ -36,6 +38,14 @@ StrategyResult fresh() {
 }
 
 StrategyResult classified(const ChildExit& ex) { return classify(ex, last_snapshot(ex.messages, fresh())); }
+
+// The phase a snapshot line announces as running, "" when none (or not a snapshot).
+std::string announced_phase(const std::string& line) {
+  auto s = parse_snapshot(line);
+  if (!s) return "";
+  auto it = s->extra.find("current_phase");
+  return it != s->extra.end() && it->is_string() ? it->get<std::string>() : "";
+}
 
 // No child of ours is left, running or zombie.
 void expect_no_children() {
@@ -174,6 +184,125 @@ TEST(RunChild, ChildIgnoringSigtermIsKilled) {
   EXPECT_EQ(r.outcome, Outcome::kTimeout);
   EXPECT_EQ(r.error.value_or("").rfind("wall-clock limit of 0.5 s reached (watchdog)", 0), 0u);
   EXPECT_EQ(r.failed_phase, "kernel_warmup");
+  expect_no_children();
+}
+
+// A child killed from outside (here SIGKILL by the test, as an OOM killer or a user would) is a
+// crash in the phase its last progress message announced.
+TEST(RunChild, ChildKilledFromOutsideGetsThePhaseOfItsLastMessage) {
+  ChildExit ex = run_child(spec_for("hang", 30), [](const std::string& line) {
+    if (announced_phase(line) == "graph_capture") {
+      ::kill(static_cast<pid_t>(parse_snapshot(line)->extra.value("pid", 0LL)), SIGKILL);
+    }
+  });
+  EXPECT_EQ(ex.how, How::kSignaled);
+  EXPECT_EQ(ex.signal, SIGKILL);
+  StrategyResult r = classified(ex);
+  EXPECT_EQ(r.outcome, Outcome::kCrash);
+  EXPECT_EQ(r.error.value_or("").rfind("child killed by SIGKILL (signal 9)", 0), 0u) << *r.error;
+  EXPECT_EQ(r.failed_phase, "graph_capture");
+  EXPECT_EQ(r.phases.size(), 5u);
+  expect_no_children();
+}
+
+// SIGINT to the parent under an InterruptScope: the parent survives, the child and everything in
+// its group are stopped, and the strategy is `interrupted` in the phase it had reached.
+TEST(Interrupt, SigintStopsTheChildAndItsGroupAndKeepsItsPhase) {
+  InterruptScope scope;
+  EXPECT_EQ(interrupt_signal(), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  ChildExit ex = run_child(spec_for("grandchild", 60), [](const std::string& line) {
+    auto s = parse_snapshot(line);
+    if (s && s->extra.contains("grandchild_pid")) ::raise(SIGINT);  // as a Ctrl-C would
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(interrupt_signal(), SIGINT);
+  EXPECT_EQ(ex.how, How::kInterrupted);
+  EXPECT_EQ(ex.interrupt_signal, SIGINT);
+  EXPECT_EQ(ex.signal, SIGTERM) << "stopped as the watchdog stops a child";
+  EXPECT_LT(took, 10.0);
+  StrategyResult r = classified(ex);
+  EXPECT_EQ(r.outcome, Outcome::kInterrupted);
+  EXPECT_EQ(r.error, "interrupted by SIGINT (the run was stopped)");
+  EXPECT_EQ(r.failed_phase, "kernel_warmup");
+  EXPECT_EQ(r.phases.size(), 4u) << "what the child recorded is kept";
+  const long long g = r.extra.value("grandchild_pid", 0LL);
+  ASSERT_GT(g, 0);
+  EXPECT_TRUE(dies_within(static_cast<pid_t>(g), 2.0)) << "grandchild " << g << " survived";
+  expect_no_children();
+}
+
+// A child that ignores SIGTERM is killed after the grace period, or at once on a second signal.
+TEST(Interrupt, SecondSignalKillsAChildIgnoringSigtermAtOnce) {
+  InterruptScope scope;
+  auto t0 = std::chrono::steady_clock::now();
+  int sent = 0;
+  ChildExit ex = run_child(spec_for("ignore-term", 60), [&](const std::string& line) {
+    if (announced_phase(line) == "kernel_warmup" && sent++ == 0) {
+      ::raise(SIGTERM);
+      ::raise(SIGTERM);
+    }
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(ex.how, How::kInterrupted);
+  EXPECT_EQ(ex.interrupt_signal, SIGTERM);
+  EXPECT_EQ(ex.signal, SIGKILL);
+  EXPECT_LT(took, kKillGraceSeconds) << "no grace period after the second signal";
+  StrategyResult r = classified(ex);
+  EXPECT_EQ(r.outcome, Outcome::kInterrupted);
+  EXPECT_EQ(r.error, "interrupted by SIGTERM (the run was stopped), child killed with SIGKILL");
+  EXPECT_EQ(r.failed_phase, "kernel_warmup");
+  expect_no_children();
+}
+
+// A child that finished before the interrupt reached it keeps its own result.
+TEST(Interrupt, AChildThatFinishedFirstKeepsItsVerdict) {
+  ChildExit ex;
+  ex.how = How::kInterrupted;
+  ex.interrupt_signal = SIGINT;
+  ex.exit_code = 0;
+  StrategyResult s = fresh();
+  s.outcome = Outcome::kOk;
+  s.extra["final"] = true;
+  EXPECT_EQ(classify(ex, s).outcome, Outcome::kOk);
+}
+
+// What a child leaves under $TMPDIR when the watchdog stops it (a cold kernel cache, ...) is gone
+// with it when the parent gives it a private TMPDIR; without one it stays behind.
+TEST(RunChild, PrivateTmpdirIsRemovedAfterTheWatchdogStopsTheChild) {
+  const std::string tmp = paths::make_temp_dir("cs-isolate-tmp-");
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  auto left_in_tmp = [&] {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(tmp.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n != "." && n != "..") names.push_back(n);
+      }
+      ::closedir(d);
+    }
+    return names;
+  };
+  ChildSpec s = spec_for("tmpdir-hang", 1.0);
+  s.private_tmpdir = true;
+  ChildExit ex = run_child(s);
+  EXPECT_EQ(ex.how, How::kTimedOut);
+  StrategyResult r = classified(ex);
+  const std::string entry = r.extra.value("tmp_entry", "");
+  EXPECT_EQ(entry.rfind(tmp + "/coldstart-child-", 0), 0u) << entry;
+  EXPECT_FALSE(paths::exists(entry));
+  EXPECT_TRUE(left_in_tmp().empty()) << left_in_tmp().front();
+
+  s.private_tmpdir = false;  // as before: the child's directory outlives it
+  ChildExit plain = run_child(s);
+  const std::string leaked = classified(plain).extra.value("tmp_entry", "");
+  EXPECT_EQ(paths::parent(leaked), tmp);
+  EXPECT_TRUE(paths::exists(leaked + "/entry.cubin"));
+
+  if (saved.empty()) ::unsetenv("TMPDIR"); else ::setenv("TMPDIR", saved.c_str(), 1);
+  paths::remove_tree(tmp);
   expect_no_children();
 }
 

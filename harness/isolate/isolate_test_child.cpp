@@ -2,7 +2,7 @@
 // asks, so isolate_test can check run_child and classify against real process behaviour.
 //
 // Modes: ok, abort, segfault, hang, ignore-term, exit3, crash-result, big-output, grandchild,
-// grandchild-exit, env.
+// grandchild-exit, env, tmpdir-hang.
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -32,6 +32,7 @@ StrategyResult base() {
   r.strategy = "test-strategy";
   r.warmers = {"tq-decode-warmup"};
   r.outcome = Outcome::kOk;
+  r.extra["pid"] = static_cast<long long>(::getpid());  // for tests that signal it themselves
   return r;
 }
 
@@ -138,6 +139,21 @@ int main(int argc, char** argv) {
     }
     send_snapshot(ch, r, std::nullopt, true);
     return 0;
+  }
+  if (mode == "tmpdir-hang") {
+    // What a strategy's child leaves when it is stopped: a directory under $TMPDIR (its cold
+    // kernel cache) with a file in it, never removed by the child itself.
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/coldstart-jit-XXXXXX";
+    if (::mkdtemp(dir.data()) == nullptr) return 2;
+    if (FILE* f = std::fopen((dir + "/entry.cubin").c_str(), "w")) {
+      std::fputs("cubin", f);
+      std::fclose(f);
+    }
+    StrategyResult r = run_phases(ch, "kernel_warmup");
+    r.extra["tmp_entry"] = dir;
+    send_snapshot(ch, r, std::string("kernel_warmup"), false);
+    sleep_forever();
   }
   if (mode == "env") {
     StrategyResult r = base();
