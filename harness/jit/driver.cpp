@@ -21,19 +21,32 @@ struct DriverState {
   std::string reason;
 };
 
+// cuGetProcAddress gained its status argument (and the _v2 symbol) in CUDA 12.0; headers older
+// than that (a distribution's CUDA 11.8) declare the four-argument form.
+#if CUDA_VERSION >= 12000
 using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t,
                                       CUdriverProcAddressQueryResult*);
+constexpr const char* kGetProcAddressSymbol = "cuGetProcAddress_v2";
+#else
+using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t);
+constexpr const char* kGetProcAddressSymbol = "cuGetProcAddress";
+#endif
 
 // Resolves one symbol: cuGetProcAddress with the base name for this header's CUDA_VERSION when the
 // driver has it, else dlsym of the versioned name cuda.h maps the base name to.
 void* resolve(void* handle, GetProcAddressFn get_proc, const char* base, const char* versioned) {
   if (get_proc != nullptr) {
     void* fn = nullptr;
+#if CUDA_VERSION >= 12000
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     if (get_proc(base, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&
         status == CU_GET_PROC_ADDRESS_SUCCESS && fn != nullptr) {
       return fn;
     }
+#else
+    if (get_proc(base, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT) == CUDA_SUCCESS && fn != nullptr)
+      return fn;
+#endif
   }
   return dlsym(handle, versioned);
 }
@@ -47,7 +60,7 @@ DriverState load_driver() {
     s.reason = fmt::format("dlopen(libcuda.so.1) failed: {}", err ? err : "unknown error");
     return s;
   }
-  auto get_proc = reinterpret_cast<GetProcAddressFn>(dlsym(s.handle, "cuGetProcAddress_v2"));
+  auto get_proc = reinterpret_cast<GetProcAddressFn>(dlsym(s.handle, kGetProcAddressSymbol));
   std::string missing;
 #define CS_RESOLVE(name, required)                                                          \
   do {                                                                                      \

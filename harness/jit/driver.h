@@ -61,7 +61,9 @@ struct DriverApi {
   CS_DRIVER_FN(cuMemsetD8);
   /// Optional (nullptr on drivers older than 12.4): forces a function's module code onto the GPU
   /// now instead of at its first launch under CUDA lazy loading (CUDA_MODULE_LOADING=LAZY).
-  CS_DRIVER_FN(cuFuncLoad);
+  /// Declared here, not taken from cuda.h, so that a build against older headers (a
+  /// distribution's CUDA 11.8) still finds it on a newer driver.
+  CUresult (*cuFuncLoad)(CUfunction) = nullptr;
   /// Optional (nullptr before CUDA 12.0 drivers): cluster launches and TMA descriptors.
 #if CUDA_VERSION >= 12000
   CS_DRIVER_FN(cuLaunchKernelEx);
