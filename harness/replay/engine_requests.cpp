@@ -150,13 +150,20 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       phase(role, wave, body);
       ms = result_.phases.back().ms;
     } else {
+      double reporting = 0;
       if (current_phase_ != role) {
         current_phase_ = role;
         jit_->monitor().set_phase(role);
+        // Announced like a phase, so a child killed by a signal in these steps is reported in
+        // this phase (the parent takes failed_phase from the last snapshot). The snapshot's time
+        // is the harness's own reporting, not the step's.
+        const double before = snapshot_ms_;
+        snapshot();
+        reporting = snapshot_ms_ - before;
       }
       body();
       device_synchronize(mode());
-      ms = ms_since(t0);
+      ms = ms_since(t0) - reporting;
       if (!aggregated.count(role)) aggregated_order.push_back(role);
       aggregated[role] += ms;
     }
