@@ -3,15 +3,8 @@
 
 #include "harness/common/paths.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -531,19 +524,7 @@ void write_merged_json(const std::string& path, const std::vector<RunResults>& r
 }
 
 std::vector<RunResults> read_any_results(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InputError(fmt::format("{}: cannot open results file: {}", path, std::strerror(errno)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": read error");
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
+  const json j = read_results_file_json(path);
   if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
     throw InputError(fmt::format("{}: not a coldstart results file (no \"schema\" string; "
                                  "expected \"{}\" or \"{}\")",

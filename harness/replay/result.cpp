@@ -3,17 +3,9 @@
 
 #include "harness/common/paths.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -375,19 +367,28 @@ void write_results_json(const std::string& path, const RunResults& results) {
       path, json(results).dump(2, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
-RunResults read_results_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InputError(fmt::format("{}: cannot open results file: {}", path, std::strerror(errno)));
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  json j;
+nlohmann::json read_results_file_json(const std::string& path) {
+  std::string text;
+  const std::string why = paths::read_input_file(path, paths::kMaxResultsBytes, text);
+  if (!why.empty()) throw InputError(fmt::format("{}: cannot open results file: {}", path, why));
+  // Deeper than any results file nests; copies of a deeper value (an `extra` field) recursed
+  // until the stack overflowed.
+  constexpr int kMaxDepth = 128;
   try {
-    j = json::parse(buf.str());
+    return json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) {
+        throw InputError(
+            fmt::format("{}: not valid JSON: nests more than {} levels deep", path, kMaxDepth));
+      }
+      return true;
+    });
   } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+    throw InputError(fmt::format("{}: not valid JSON: {}", path, json_error_text(e)));
   }
+}
+
+RunResults read_results_json(const std::string& path) {
+  const json j = read_results_file_json(path);
   try {
     return j.get<RunResults>();
   } catch (const InputError& e) {

@@ -198,6 +198,13 @@ std::string json_error_text(const nlohmann::json::exception& e);
 /// Throws Error naming the path and the OS error when any step fails (the temp file is removed).
 void write_results_json(const std::string& path, const RunResults& results);
 
+/// The JSON of a results file (replay --json, merge -o), for the readers of those files: read with
+/// paths::read_input_file (a FIFO, a device or a file past 256 MiB is refused without blocking)
+/// and parsed. Throws InputError "<path>: cannot open results file: ..." or "<path>: not valid
+/// JSON: ..." (the parser's message without its tag; a number past a double's range included),
+/// and for nesting deeper than 128 levels.
+nlohmann::json read_results_file_json(const std::string& path);
+
 /// Reads a results file written by write_results_json.
 /// Throws InputError "<path>: ..." when the file cannot be opened, is not valid JSON (with the
 /// parser's message), has no or a different `schema`, or a field has the wrong type.

@@ -1,6 +1,7 @@
 // Tests of the result schema's JSON form and the results-file reader/writer.
 #include "harness/replay/result.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -216,6 +217,30 @@ TEST(ResultsFile, ReadErrorsNameTheFileAndTheProblem) {
   expect_input_error(R"({"schema": "coldstart.replay/1", "results": [{"strategy": "x", "outcome": "meh"}]})",
                      "unknown outcome 'meh'");
   EXPECT_THROW(read_results_json("/nonexistent-dir-coldstart/x.json"), InputError);
+}
+
+// Results files given to report / compare / merge (issue 10 item): a FIFO hung the reader,
+// /dev/zero was read until memory ran out, 1e400 escaped as the library's out_of_range (exit 1),
+// and deep nesting is bounded before the json copies recurse.
+TEST(ResultsFile, HostileFilesAreInputErrors) {
+  const std::string fifo = temp_path("fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    try {
+      read_results_json(path);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": cannot open results file: is a "),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::remove(fifo.c_str());
+  expect_input_error(R"({"schema": "coldstart.replay/1", "x": 1e400})",
+                     "not valid JSON: number overflow parsing '1e400'");
+  expect_input_error(std::string(200, '[') + std::string(200, ']'),
+                     "not valid JSON: nests more than 128 levels deep");
 }
 
 TEST(JsonErrorText, DropsTheLibraryTagOnly) {
