@@ -280,6 +280,12 @@ TEST_F(ScenarioFiles, DuplicateKeysInYamlAreRefusedAtEveryLevel) {
 TEST_F(ScenarioFiles, SecondYamlDocumentIsRefused) {
   std::string err = error_of(std::string(kBase) + "---\nname: other\n");
   EXPECT_NE(err.find("s.yaml:17:1: a second YAML document starts here"), std::string::npos) << err;
+  // In a --set value too (the first document was taken).
+  err = error_of(kBase, {"engine.block_size=16\n---\n32"});
+  EXPECT_NE(err.find("--set engine.block_size: key 'engine.block_size': the value holds a second "
+                     "YAML document"),
+            std::string::npos)
+      << err;
   // A trailing '---' with nothing after it, or a leading one, is one document.
   EXPECT_EQ(load(std::string(kBase) + "---\n").name, "t");
   EXPECT_EQ(load("---\n" + std::string(kBase)).name, "t");

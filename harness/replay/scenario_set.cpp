@@ -178,11 +178,20 @@ void apply_set_overrides(Checker& c, YAML::Node root, const std::vector<std::str
       value = YAML::Node(std::string());
       value.SetTag("!");
     } else {
+      std::vector<YAML::Node> docs;
       try {
-        value = YAML::Load(text);
+        docs = YAML::LoadAll(text);
       } catch (const YAML::Exception& e) {
         c.fail_raw(fmt::format("{}: key '{}': value '{}' is not valid YAML: {}", label,
                                join(r.path), text, e.msg));
+        continue;
+      }
+      value = docs.empty() ? YAML::Node() : docs[0];
+      if (std::any_of(docs.begin() + std::min<size_t>(docs.size(), 1), docs.end(),
+                      [](const YAML::Node& d) { return d.IsDefined() && !d.IsNull(); })) {
+        c.fail_raw(fmt::format("{}: key '{}': the value holds a second YAML document (after a "
+                               "'---' line); it must be one value",
+                               label, join(r.path)));
         continue;
       }
       if (expanded_size(value) > kMaxYamlValues) {
