@@ -13,9 +13,11 @@
 //
 // The parent process never touches the GPU: it validates the scenario, then starts one child per
 // (variant, strategy) (`coldstart _child ...`, the same binary), collects what each child
-// reports (harness/isolate), and renders the results. Exit status: 0 when every strategy ran
-// (a reproduced crash or timeout is a result), 1 when the harness failed for some strategy
-// (outcome "error"), 2 on bad input.
+// reports (harness/isolate), and renders the results. The children read the scenario and the
+// files it names from copies the parent made when it validated them (harness/cli/run_inputs.h).
+// Exit status: 0 when every strategy ran (a reproduced crash or timeout is a result), 1 when the
+// harness failed for some strategy (outcome "error"), 2 on bad input, 128 + the signal (130 for
+// SIGINT, 143 for SIGTERM) when the run was interrupted.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <dirent.h>
@@ -34,6 +36,7 @@
 #include "harness/cli/cache_snapshot.h"
 #include "harness/cli/compare.h"
 #include "harness/cli/doctor.h"
+#include "harness/cli/run_inputs.h"
 #include "harness/common/paths.h"
 #include "harness/isolate/isolate.h"
 #include "harness/jit/driver.h"
@@ -357,6 +360,26 @@ StrategyResult fold_repeats(std::vector<StrategyResult> runs) {
   return out;
 }
 
+/// The result of one strategy's repeated runs: fold_repeats of `reps` when all `wanted` runs
+/// finished. Otherwise the run was interrupted: the interrupted run's result (or, when the
+/// interrupt came between two runs, the fold of those that finished), with outcome
+/// `interrupted` and extra["repeats_completed"] saying how many finished.
+StrategyResult interrupted_repeats(std::vector<StrategyResult> reps, int wanted) {
+  const bool stopped = !reps.empty() && reps.back().outcome == Outcome::kInterrupted;
+  if (!stopped && static_cast<int>(reps.size()) == wanted) return fold_repeats(std::move(reps));
+  const int completed = static_cast<int>(reps.size()) - (stopped ? 1 : 0);
+  StrategyResult out = stopped ? reps.back() : fold_repeats(reps);
+  if (!stopped) {
+    const int sig = isolate::interrupt_signal();
+    out.outcome = Outcome::kInterrupted;
+    out.error = fmt::format("interrupted by {} (the run was stopped) after {} of {} runs",
+                            isolate::signal_name(sig), completed, wanted);
+    out.failed_phase = std::nullopt;
+  }
+  if (wanted > 1) out.extra["repeats_completed"] = completed;
+  return out;
+}
+
 /// The live progress line: what runs now, how many done of how many, elapsed time. Only on a
 /// terminal; quiet otherwise.
 class Progress {
@@ -389,14 +412,16 @@ struct Job {
   const StrategySpec* strategy;
 };
 
-StrategyResult run_job(const ReplayArgs& a, const std::string& file, const Scenario& s,
+/// Runs one (variant, strategy) of `s` in a child, which loads the scenario from `inputs`' copy
+/// (never the user's files); in this process with --no-isolate.
+StrategyResult run_job(const ReplayArgs& a, const cli::RunInputs& inputs, const Scenario& s,
                        const Job& job, const std::function<void(const std::string&)>& on_phase) {
   const StrategySpec& st = *job.strategy;
   if (a.no_isolate) return run_in_process(a, s, job.variant, st, {});
   isolate::ChildSpec spec;
-  spec.argv = {self_exe(), "_child", file, "--strategy", st.name, "--variant-index",
-               std::to_string(job.variant), "--device", a.device, "--jit-monitor",
-               a.jit_monitor, "--seed", std::to_string(a.seed)};
+  spec.argv = {self_exe(), "_child", inputs.scenario_path(job.scenario), "--strategy", st.name,
+               "--variant-index", std::to_string(job.variant), "--device", a.device,
+               "--jit-monitor", a.jit_monitor, "--seed", std::to_string(a.seed)};
   if (!a.arch.empty()) spec.argv.insert(spec.argv.end(), {"--arch", a.arch});
   if (!a.target.empty()) spec.argv.insert(spec.argv.end(), {"--target", a.target});
   if (a.sm_count != 0) spec.argv.insert(spec.argv.end(), {"--sm-count", std::to_string(a.sm_count)});
@@ -404,7 +429,12 @@ StrategyResult run_job(const ReplayArgs& a, const std::string& file, const Scena
   if (!a.compile_memo.empty()) spec.argv.insert(spec.argv.end(), {"--compile-memo", a.compile_memo});
   if (a.verbose) spec.argv.push_back("-v");
   for (const auto& kv : a.sets) spec.argv.insert(spec.argv.end(), {"--set", kv});
+  for (const auto& kv : inputs.child_sets(job.scenario))
+    spec.argv.insert(spec.argv.end(), {"--set", kv});
   spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
+  // Whatever the child leaves under $TMPDIR (its cold kernel cache, ...) goes with it, also when
+  // the watchdog or an interrupt stops it before it can clean up.
+  spec.private_tmpdir = true;
   StrategyResult fallback;
   fallback.strategy = st.name;
   fallback.variant = s.variants[job.variant].name;
@@ -522,6 +552,22 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
         if (selected(a, scenarios[i], st)) jobs.push_back({i, static_cast<int>(v), &st});
   if (jobs.empty()) throw InputError("no strategy selected (check --strategy / --filter)");
 
+  // From here on, SIGINT / SIGTERM stop the running strategy's child, keep what finished and end
+  // the run with 128 + the signal (isolate::InterruptScope); every temporary directory below is
+  // removed on the way out. --no-isolate runs strategies in this process: the default action.
+  std::optional<isolate::InterruptScope> interrupts;
+  if (!a.no_isolate) interrupts.emplace();
+  const auto interrupted = [&] { return interrupts && isolate::interrupt_signal() != 0; };
+
+  // The children replay what was validated: copies of the scenarios and the files they name.
+  const cli::RunInputs inputs(scenarios, a.sets,
+                              [&](const std::string& path, const std::vector<std::string>& sets) {
+                                ReplayArgs one = a;
+                                one.scenario = path;
+                                one.sets = sets;
+                                return load(one);
+                              });
+
   // Compile-only children share one compile memo for this run (JitOptions::compile_memo_dir):
   // removed when the run ends.
   std::optional<paths::ScopedTempDir> memo;
@@ -539,7 +585,12 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   Progress progress(jobs.size(), isatty(STDERR_FILENO) != 0);
   int harness_errors = 0;
   std::string write_failed;  // the last results write's error, "" when it succeeded
+  size_t not_run = 0;        // strategies an interrupt kept from starting
   for (size_t j = 0; j < jobs.size(); ++j) {
+    if (interrupted()) {
+      not_run = jobs.size() - j;
+      break;
+    }
     const Job& job = jobs[j];
     const Scenario& s = scenarios[job.scenario];
     const std::string label = (scenarios.size() > 1 ? s.name + ": " : std::string()) +
@@ -549,21 +600,24 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
                                    : " [" + s.variants[job.variant].name + "]");
     std::vector<StrategyResult> reps;
     for (int k = 0; k < a.repeat; ++k) {
+      if (k > 0 && interrupted()) break;
       const std::string lab = a.repeat > 1 ? fmt::format("{} (run {}/{})", label, k + 1, a.repeat) : label;
       progress.update(j, lab, "");
       ReplayArgs ja = a;
       if (cache_views) ja.cache_dir = cache_views->begin_job();
-      reps.push_back(run_job(ja, a.scenario_files[job.scenario], s, job,
+      reps.push_back(run_job(ja, inputs, s, job,
                              [&](const std::string& phase) { progress.update(j, lab, phase); }));
       if (cache_views) cache_views->end_job(ja.cache_dir);
+      if (reps.back().outcome == Outcome::kInterrupted) break;
     }
-    StrategyResult r = fold_repeats(std::move(reps));
+    StrategyResult r = interrupted_repeats(std::move(reps), a.repeat);
     progress.done(j, label, r);
     if (r.outcome == Outcome::kError && !r.extra.contains("skipped")) ++harness_errors;
     RunResults& run = runs[job.scenario];
     run.results.push_back(std::move(r));
     run.meta = make_meta(run.results, cmdline, started_at);
     run.meta.sets = a.sets;
+    run.meta.inputs = inputs.inputs(job.scenario);
     // Written after every strategy, atomically, so results survive a later failure. A write
     // that fails (the directory went away or became read-only) does not stop the run: the
     // results stay in memory and the write is tried again at the end.
@@ -591,6 +645,14 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     // The table above is what remains of this run: say so, and fail (a harness error).
     std::cerr << "coldstart: error: the results could not be written: " << write_failed << "\n";
     ++harness_errors;
+  }
+  if (interrupted()) {
+    // What finished is in the table and the results; the rules of a partial run are not checked.
+    const int sig = isolate::interrupt_signal();
+    std::cerr << fmt::format("coldstart: interrupted by {}: {} strategy run(s) not started; "
+                             "expect: rules not checked\n",
+                             isolate::signal_name(sig), not_run);
+    return 128 + sig;
   }
   // The scenarios' own tests: every `expect:` rule against this run's results.
   int unmet = 0;
@@ -826,7 +888,8 @@ int main(int argc, char** argv) {
       ->envname("COLDSTART_MAX_REGRESSION")->capture_default_str();
   bool cmp_allow_removed = false;
   compare->add_flag("--allow-removed", cmp_allow_removed,
-                    "do not fail when baseline strategy results are missing from the current file");
+                    "do not fail when baseline strategy results are missing from the current "
+                    "file or were interrupted there");
 
   std::vector<std::string> merge_in;
   std::string merge_out;

@@ -3,8 +3,12 @@
 // scenarios exist to reproduce, with workspace sizes equal to vLLM's formulas.
 #include <gtest/gtest.h>
 #include <dirent.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -12,13 +16,17 @@
 #include <cctype>
 #include <map>
 #include <set>
+#include <thread>
 #include <vector>
 #include <string>
 
 #include "harness/cli/compare.h"
+#include "harness/common/checksum.h"
 #include "harness/common/paths.h"
 #include "harness/kernels/turboquant/turboquant_kernels.h"
 #include "harness/replay/result.h"
+
+extern char** environ;
 
 namespace coldstart {
 namespace {
@@ -42,6 +50,81 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+/// Starts the binary with `args` from the source dir in the background, stdout and stderr to
+/// `output`, `env` ("NAME=value ...") added to its environment. Returns its pid (the shell execs
+/// the binary, so this is the coldstart process itself).
+pid_t start_coldstart(const std::string& args, const std::string& output,
+                      const std::string& env = "") {
+  const std::string cmd = "cd '" + source_dir() + "' && exec env " + env + " '" CS_COLDSTART_BIN
+                          "' " + args + " >'" + output + "' 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
+    return -1;
+  return pid;
+}
+
+/// The exit status of `pid`; 256 + N when signal N ended it (it did not exit by itself).
+int wait_status(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 256 + WTERMSIG(status);
+}
+
+/// The children of `pid` now (Linux /proc/<pid>/task/<pid>/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (long p; in >> p;) out.push_back(static_cast<pid_t>(p));
+  return out;
+}
+
+/// True when `pid` is gone or a zombie (it runs nothing).
+bool gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!stat || !std::getline(stat, line)) return true;
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] == 'Z' ||
+         line[close + 2] == 'X';
+}
+
+/// Polls `done` every 10 ms for up to `seconds`; its last answer.
+template <typename F>
+bool within(double seconds, F done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+/// The names in directory `dir` (without "." and "..").
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") out.push_back(n);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+/// The results in a JSON file being written by a run; none while it does not exist yet.
+std::vector<StrategyResult> results_so_far(const std::string& json) {
+  try {
+    std::vector<StrategyResult> out;
+    for (const auto& run : cli::read_any_results(json))
+      out.insert(out.end(), run.results.begin(), run.results.end());
+    return out;
+  } catch (const std::exception&) {
+    return {};
+  }
 }
 
 class ReplayE2E : public ::testing::Test {
@@ -555,6 +638,200 @@ TEST_F(ReplayE2E, DeepSeekV4OnB200AndSkippedOnSm86) {
             0)
       << read_text(out);
   EXPECT_NE(read_text(out).find("skipped"), std::string::npos) << read_text(out);
+}
+
+/// Ctrl-C during a run: what finished stays, the running strategy is `interrupted` in the phase it
+/// had reached, its child is stopped, strategies not started are not run, every report accepts
+/// the outcome, and the exit status is 130 (issue 10).
+TEST_F(ReplayE2E, SigintKeepsWhatFinishedRecordsTheRunningStrategyAndStopsItsChild) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  const std::string reports = " --md " + paths::join(dir_, "r.md") + " --html " +
+                              paths::join(dir_, "r.html") + " --junit " +
+                              paths::join(dir_, "r.xml") + " --trace " +
+                              paths::join(dir_, "r.trace");
+  const pid_t pid = start_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device "
+                                    "compile-only --arch sm_90 -v --json " + json + reports,
+                                    out);
+  ASSERT_GT(pid, 0);
+  // Once the first strategy finished and the second one's child is warming up (its -v log line
+  // says so), press Ctrl-C.
+  std::vector<pid_t> kids;
+  const bool running = within(600, [&] {
+    if (read_text(out).find("tq-decode-warmup [cudagraph_mode=piecewise]:   | kernel_warmup") ==
+        std::string::npos)
+      return false;
+    kids = children_of(pid);
+    return !kids.empty();
+  });
+  if (!running) ::kill(pid, SIGKILL);
+  ASSERT_TRUE(running) << read_text(out);
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(wait_status(pid), 130) << read_text(out);
+  for (pid_t k : kids) {
+    EXPECT_TRUE(within(1.5, [&] { return gone(k); })) << "child " << k << " left running";
+  }
+
+  const auto results = results_so_far(json);
+  ASSERT_GE(results.size(), 2u);
+  EXPECT_LT(results.size(), 10u) << "strategies not yet started are not run";
+  for (size_t i = 0; i + 1 < results.size(); ++i)
+    EXPECT_NE(results[i].outcome, Outcome::kInterrupted);
+  const StrategyResult& last = results.back();
+  EXPECT_EQ(last.outcome, Outcome::kInterrupted) << last.error.value_or("");
+  EXPECT_EQ(last.error.value_or("").rfind("interrupted by SIGINT (the run was stopped)", 0), 0u)
+      << last.error.value_or("");
+  EXPECT_FALSE(last.failed_phase.value_or("").empty()) << "the phase it had reached";
+  const std::string text = read_text(out);
+  EXPECT_NE(text.find("interrupted @ " + last.failed_phase.value_or("?")), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("coldstart: interrupted by SIGINT"), std::string::npos) << text;
+  // Every report accepts the outcome, and the results read back and compare.
+  EXPECT_NE(read_text(paths::join(dir_, "r.md")).find("interrupted"), std::string::npos);
+  EXPECT_NE(read_text(paths::join(dir_, "r.html")).find("badge interrupted"), std::string::npos);
+  EXPECT_NE(read_text(paths::join(dir_, "r.xml")).find("<skipped message=\"interrupted: "),
+            std::string::npos);
+  EXPECT_NE(read_text(paths::join(dir_, "r.trace")).find("\"interrupted"), std::string::npos);
+  EXPECT_EQ(run_coldstart("report " + json + " --md " + paths::join(dir_, "again.md")), 0);
+  const std::string cmp = paths::join(dir_, "cmp.txt");
+  EXPECT_EQ(run_coldstart("compare " + json + " " + json, cmp), 1) << read_text(cmp);
+  EXPECT_NE(read_text(cmp).find("interrupted in the current file"), std::string::npos)
+      << read_text(cmp);
+  EXPECT_EQ(run_coldstart("compare " + json + " " + json + " --allow-removed", cmp), 0)
+      << read_text(cmp);
+}
+
+/// SIGTERM (a CI job cancelled) while the first strategy runs: it is recorded as interrupted,
+/// nothing else runs, exit status 143, and no temporary directory is left.
+TEST_F(ReplayE2E, SigtermInTheFirstStrategyExits143) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  const std::string tmp = paths::join(dir_, "tmp");
+  paths::make_dirs(tmp);
+  const pid_t pid = start_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device "
+                                    "compile-only --arch sm_90 --json " + json,
+                                    out, "TMPDIR=" + tmp);
+  ASSERT_GT(pid, 0);
+  std::vector<pid_t> kids;
+  ASSERT_TRUE(within(120, [&] { return !(kids = children_of(pid)).empty(); })) << read_text(out);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into its first phases
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(wait_status(pid), 143) << read_text(out);
+  for (pid_t k : kids) {
+    EXPECT_TRUE(within(1.5, [&] { return gone(k); })) << "child " << k << " left running";
+  }
+  const auto results = results_so_far(json);
+  ASSERT_EQ(results.size(), 1u) << read_text(out);
+  EXPECT_EQ(results[0].outcome, Outcome::kInterrupted);
+  EXPECT_EQ(results[0].error.value_or("").rfind("interrupted by SIGTERM", 0), 0u);
+  const std::vector<std::string> left = names_in(tmp);
+  EXPECT_TRUE(left.empty()) << "left in TMPDIR: " << left.front();
+}
+
+/// A watchdog timeout stops a child that cannot clean up after itself: its cold kernel cache
+/// (a directory under its TMPDIR) must not outlive it, nor anything else of the run's.
+TEST_F(ReplayE2E, WatchdogTimeoutLeavesNoTemporaryDirectory) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  const std::string tmp = paths::join(dir_, "tmp");
+  paths::make_dirs(tmp);
+  // Without the compile memo this strategy compiles for tens of seconds.
+  const pid_t pid = start_coldstart("replay scenarios/nemotron-3-nano.yaml --device compile-only "
+                                    "--strategy none --no-compile-memo --timeout 4 --json " + json,
+                                    out, "TMPDIR=" + tmp);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(wait_status(pid), 0) << read_text(out);
+  const auto results = results_so_far(json);
+  ASSERT_EQ(results.size(), 1u) << read_text(out);
+  EXPECT_EQ(results[0].outcome, Outcome::kTimeout) << read_text(out);
+  // Stopped after its JIT runtime (and so its cache directory) existed.
+  EXPECT_NE(results[0].failed_phase.value_or("init"), "init");
+  const std::vector<std::string> left = names_in(tmp);
+  EXPECT_TRUE(left.empty()) << "left in TMPDIR: " << left.front();
+}
+
+/// The scenario file and its config.json edited while the run goes on: every strategy replays
+/// what was validated when the run started, and meta.inputs records those files' checksums.
+TEST_F(ReplayE2E, InputsEditedDuringTheRunChangeNoLaterStrategy) {
+  const std::string sdir = paths::join(dir_, "s/scenarios");
+  const std::string cdir = paths::join(dir_, "s/fixtures/hf-configs");
+  paths::make_dirs(sdir);
+  paths::make_dirs(cdir);
+  const std::string scenario = paths::join(sdir, "edited.yaml");
+  const std::string config = paths::join(cdir, "qwen3-8b.json");
+  const std::string scenario_text = read_text(source_dir() + "/scenarios/qwen3-8b-turboquant.yaml");
+  const std::string config_text = read_text(source_dir() + "/fixtures/hf-configs/qwen3-8b.json");
+  std::ofstream(scenario) << scenario_text;
+  std::ofstream(config) << config_text;
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  const pid_t pid = start_coldstart("replay " + scenario + " --device compile-only --arch sm_90 "
+                                    "--strategy none --strategy tq-decode-warmup "
+                                    "--set cudagraph_mode=full_and_piecewise --json " + json,
+                                    out);
+  ASSERT_GT(pid, 0);
+  // The first strategy's child is running: edit both files before the second one starts.
+  ASSERT_TRUE(within(120, [&] { return !children_of(pid).empty(); })) << read_text(out);
+  std::string edited = scenario_text;
+  for (size_t at; (at = edited.find("prompt_tokens: 512")) != std::string::npos;)
+    edited.replace(at, 18, "prompt_tokens: 384");
+  ASSERT_NE(edited, scenario_text);
+  std::ofstream(scenario, std::ios::trunc) << edited;
+  std::string cfg = config_text;
+  const size_t layers = cfg.find("\"num_hidden_layers\": 36");
+  ASSERT_NE(layers, std::string::npos);
+  cfg.replace(layers, 23, "\"num_hidden_layers\": 2");
+  std::ofstream(config, std::ios::trunc) << cfg;
+  EXPECT_EQ(wait_status(pid), 0) << read_text(out);
+
+  const auto runs = cli::read_any_results(json);
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_EQ(runs[0].results.size(), 2u);
+  for (const StrategyResult& r : runs[0].results) {
+    EXPECT_EQ(r.outcome, Outcome::kOk) << r.strategy << ": " << r.error.value_or("");
+    const nlohmann::json& schedule = r.extra.at("schedule");
+    ASSERT_FALSE(schedule.empty());
+    EXPECT_EQ(schedule[0].at("num_tokens").get<int>(), 512)
+        << r.strategy << " read the edited scenario";
+    EXPECT_EQ(r.extra.at("kv_cache_plan"), runs[0].results[0].extra.at("kv_cache_plan"))
+        << r.strategy << " read the edited config.json";
+  }
+  // meta.inputs: the files as validated, not as edited.
+  const auto& inputs = runs[0].meta.inputs;
+  ASSERT_EQ(inputs.size(), 2u);
+  EXPECT_EQ(inputs[0].role, "scenario");
+  EXPECT_EQ(inputs[0].path, scenario);
+  EXPECT_EQ(inputs[0].bytes, static_cast<long long>(scenario_text.size()));
+  EXPECT_EQ(inputs[0].fnv1a64, checksum::fnv1a64_hex(scenario_text));
+  EXPECT_EQ(inputs[1].role, "config");
+  EXPECT_EQ(inputs[1].path, config);
+  EXPECT_EQ(inputs[1].fnv1a64, checksum::fnv1a64_hex(config_text));
+  EXPECT_EQ(read_text(json).find("\"fnv1a64\": \"" + checksum::fnv1a64_hex(edited)),
+            std::string::npos);
+}
+
+/// A child announces every phase it enters, the decode steps too, so a child killed by a signal
+/// there (which reports nothing itself) is a crash in `decode`, not in the phase before.
+TEST_F(ReplayE2E, ChildAnnouncesEveryPhaseItEnters) {
+  const std::string lines = paths::join(dir_, "lines.txt"), out = paths::join(dir_, "out.txt");
+  const std::string cmd = "cd '" + source_dir() + "' && COLDSTART_RESULT_FD=3 '" CS_COLDSTART_BIN
+                          "' _child scenarios/qwen3-8b-turboquant.yaml --strategy none "
+                          "--variant-index 1 --device compile-only --arch sm_90 3>'" + lines +
+                          "' >'" + out + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(out);
+  // The first request's decode steps are announced before they run: a snapshot says "decode"
+  // while its phase list has no decode entry of request 0 yet (the wave's last snapshot, sent
+  // after the steps, does not count).
+  bool first_decode_seen = false, decode_announced = false;
+  std::istringstream in(read_text(lines));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("final").get<bool>() || !j.at("current_phase").is_string()) continue;
+    const std::string p = j.at("current_phase").get<std::string>();
+    first_decode_seen |= p == "first_decode";
+    bool timed = false;
+    for (const auto& ph : j.at("phases"))
+      timed |= ph.at("name") == "decode" && ph.at("request") == 0;
+    decode_announced |= first_decode_seen && p == "decode" && !timed;
+  }
+  EXPECT_TRUE(first_decode_seen);
+  EXPECT_TRUE(decode_announced) << "no snapshot announced the decode steps before they ran";
 }
 
 /// Every scenario under scenarios/ meets its own expect: rules in compile-only mode.

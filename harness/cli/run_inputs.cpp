@@ -1,0 +1,189 @@
+// coldstart: the input files of a `coldstart replay`, frozen when the run starts. See
+// run_inputs.h. POSIX only (no std::filesystem: see harness/common/paths.h).
+#include "harness/cli/run_inputs.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "harness/common/checksum.h"
+#include "harness/common/error.h"
+#include "harness/common/paths.h"
+
+namespace coldstart::cli {
+namespace {
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || paths::is_directory(path)) {
+    throw Error(fmt::format("{}: cannot read it to freeze the run's inputs: {}", path,
+                            paths::is_directory(path) ? "is a directory" : std::strerror(errno)));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
+  return ss.str();
+}
+
+// The copy is read-only: nothing is meant to change it during the run.
+void write_copy(const std::string& path, const std::string& data) {
+  paths::make_dirs(paths::parent(path));
+  paths::write_file_atomic(path, data, 0444);
+}
+
+// Regular files under `dir` (symbolic links followed), as paths relative to it, sorted.
+void list_files(const std::string& dir, const std::string& rel, std::vector<std::string>& out) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    throw Error(fmt::format("{}: cannot list it to freeze the run's inputs: {}", dir,
+                            std::strerror(errno)));
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  for (const std::string& name : names) {
+    const std::string path = paths::join(dir, name);
+    const std::string r = rel.empty() ? name : rel + "/" + name;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;  // a dangling link is nothing to read
+    if (S_ISDIR(st.st_mode)) {
+      list_files(path, r, out);
+    } else if (S_ISREG(st.st_mode)) {
+      out.push_back(r);
+    }
+  }
+}
+
+// A YAML double-quoted scalar holding `s` exactly (paths may hold ": ", "#", quotes).
+std::string yaml_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string absolute_path(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return paths::normalize(path);
+  char cwd[PATH_MAX];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) {
+    throw Error(std::string("cannot read the working directory: ") + std::strerror(errno));
+  }
+  return paths::normalize(paths::join(cwd, path));
+}
+
+RunInputs::RunInputs(const std::vector<Scenario>& scenarios, const std::vector<std::string>& sets,
+                     const Loader& load) {
+  dir_ = paths::make_temp_dir("coldstart-inputs-");
+  const std::string root = paths::join(dir_, "root");
+  auto copy_of = [&](const std::string& path) { return root + absolute_path(path); };
+  try {
+    for (const Scenario& s : scenarios) {
+      PerScenario ps;
+      // The scenario: the text that was validated, byte for byte.
+      const std::string& text = s.source.text;
+      ps.path = copy_of(s.file);
+      write_copy(ps.path, text);
+      ps.inputs.push_back({"scenario", s.file, static_cast<long long>(text.size()),
+                           checksum::fnv1a64_hex(text), -1});
+
+      std::vector<Scenario> variants;
+      for (const Variant& v : s.variants) variants.push_back(apply_variant(s, v));
+      std::set<std::string> done;
+      auto add_config = [&](const std::string& file) {
+        if (file.empty() || !done.insert(file).second) return;
+        const std::string data = read_bytes(file);
+        write_copy(copy_of(file), data);
+        ps.inputs.push_back({"config", file, static_cast<long long>(data.size()),
+                             checksum::fnv1a64_hex(data), -1});
+      };
+      auto add_dir = [&](const std::string& dir) {
+        if (dir.empty() || !done.insert(dir).second) return;
+        std::vector<std::string> files;
+        list_files(dir, "", files);
+        std::sort(files.begin(), files.end());
+        std::string lines;
+        long long bytes = 0;
+        paths::make_dirs(copy_of(dir));
+        for (const std::string& rel : files) {
+          const std::string data = read_bytes(paths::join(dir, rel));
+          write_copy(paths::join(copy_of(dir), rel), data);
+          bytes += static_cast<long long>(data.size());
+          lines += rel + " " + checksum::fnv1a64_hex(data) + "\n";
+        }
+        ps.inputs.push_back({"tuned_config_dir", dir, bytes, checksum::fnv1a64_hex(lines),
+                             static_cast<int>(files.size())});
+      };
+      add_config(s.model.config_file);
+      add_dir(s.engine.tuned_config_dir);
+      for (const Scenario& v : variants) {
+        add_config(v.model.config_file);
+        add_dir(v.engine.tuned_config_dir);
+      }
+
+      // Paths the child must not resolve to the user's files: named outright, after the run's
+      // own --set overrides (a matrix axis over them still applies last, relative to the copy).
+      auto all_variants_use = [&](auto field, const std::string& value) {
+        return std::all_of(variants.begin(), variants.end(),
+                           [&](const Scenario& v) { return field(v) == value; });
+      };
+      if (!s.model.config_file.empty() &&
+          all_variants_use([](const Scenario& v) { return v.model.config_file; },
+                           s.model.config_file)) {
+        ps.sets.push_back("model.config=" + yaml_quoted(copy_of(s.model.config_file)));
+      }
+      if (!s.engine.tuned_config_dir.empty() &&
+          all_variants_use([](const Scenario& v) { return v.engine.tuned_config_dir; },
+                           s.engine.tuned_config_dir)) {
+        ps.sets.push_back("engine.tuned_config_dir=" +
+                          yaml_quoted(copy_of(s.engine.tuned_config_dir)));
+      }
+
+      // The copies must be what was validated: validate them again and compare the merged model
+      // config of every variant (the scenario text is the same by construction; config.json was
+      // read again to be copied, and may have been edited in between).
+      std::vector<std::string> child_sets = sets;
+      child_sets.insert(child_sets.end(), ps.sets.begin(), ps.sets.end());
+      const std::string changed = fmt::format(
+          "{}: changed while the run was starting (a file it reads, e.g. its config.json {}, was "
+          "edited after it was validated); run again",
+          s.file, s.model.config_file);
+      bool same = false;
+      try {
+        const Scenario copy = load(ps.path, child_sets);
+        same = copy.variants.size() == s.variants.size() && copy.model.raw == s.model.raw;
+        for (size_t k = 0; same && k < copy.variants.size(); ++k) {
+          same = apply_variant(copy, copy.variants[k]).model.raw == variants[k].model.raw;
+        }
+      } catch (const InputError& e) {
+        throw InputError(changed + ": " + e.what());
+      }
+      if (!same) throw InputError(changed);
+      per_scenario_.push_back(std::move(ps));
+    }
+  } catch (...) {
+    paths::remove_tree(dir_);
+    throw;
+  }
+}
+
+RunInputs::~RunInputs() { paths::remove_tree(dir_); }
+
+}  // namespace coldstart::cli
