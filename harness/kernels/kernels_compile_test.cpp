@@ -22,6 +22,8 @@ struct ArchCase {
   std::string arch;
 };
 
+void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.kc.label << " for " << c.arch; }
+
 std::vector<ArchCase> arch_cases() {
   std::vector<ArchCase> out;
   // One arch per GPU generation coldstart targets (Ampere A100 / GA10x, Ada, Hopper, Blackwell

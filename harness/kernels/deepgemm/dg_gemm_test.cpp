@@ -186,6 +186,7 @@ TEST(DeepGemmCoverage, GapsOfTheSeedSamplingAreRealAndListed) {
 at::TensorOptions meta(at::ScalarType t) { return at::TensorOptions().dtype(t).device(at::kMeta); }
 
 TEST(DeepGemmCompileOnly, KeyHoldsNAndKButNotM) {
+  CS_REQUIRE_NVRTC_TARGET("sm_90a");
   jit::JitRuntime rt([] {
     jit::JitOptions o = compile_only_options();
     o.arch = "sm_90a";
@@ -270,6 +271,12 @@ struct GemmCase {
   bool mma_sync;
 };
 
+std::string gemm_name(const testing::TestParamInfo<GemmCase>& i) {
+  return "M" + std::to_string(i.param.m) + "_N" + std::to_string(i.param.n) + "_K" +
+         std::to_string(i.param.k) + (i.param.mma_sync ? "_mma_sync" : "_wgmma");
+}
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << gemm_name({c, 0}); }
+
 /// The GPU's compute capability family (90 / 100) and SM count.
 GemmTarget gpu_target() {
   int sms = 0;
@@ -307,10 +314,7 @@ INSTANTIATE_TEST_SUITE_P(
                     GemmCase{4096, 1024, 512, false}, GemmCase{77, 1000, 128, false},
                     GemmCase{1, 1536, 4096, true}, GemmCase{300, 1536, 4096, true},
                     GemmCase{2049, 4096, 2048, true}, GemmCase{77, 1000, 128, true}),
-    [](const testing::TestParamInfo<GemmCase>& i) {
-      return "M" + std::to_string(i.param.m) + "_N" + std::to_string(i.param.n) + "_K" +
-             std::to_string(i.param.k) + (i.param.mma_sync ? "_mma_sync" : "_wgmma");
-    });
+    gemm_name);
 
 TEST(DeepGemmGpuCoverage, TheShapesReachDistinctTiles) {
   std::set<std::string> names;

@@ -213,6 +213,7 @@ std::vector<jit::CompileRecord> records_of(jit::JitRuntime& rt, const std::strin
 }
 
 TEST(DeepGemmIndexerCompileOnly, HcKeyHoldsNKAndSplitsButNotM) {
+  CS_REQUIRE_NVRTC_TARGET("sm_90a");
   jit::JitRuntime rt(sm90a_compile_only());
   const int64_t n = 24, k = 16384;
   const at::Tensor fn = at::empty({n, k}, meta(at::kFloat));
@@ -241,6 +242,7 @@ TEST(DeepGemmIndexerCompileOnly, HcKeyHoldsNKAndSplitsButNotM) {
 }
 
 TEST(DeepGemmIndexerCompileOnly, MqaLogitsKeyHoldsHeadsDimsAndSmsButNoLengths) {
+  CS_REQUIRE_NVRTC_TARGET("sm_90a");
   jit::JitRuntime rt(sm90a_compile_only());
   const int64_t h = 64, d = 128;
   auto run = [&](int64_t t, int64_t skv, int sms, bool clean) {
@@ -277,6 +279,7 @@ TEST(DeepGemmIndexerCompileOnly, MqaLogitsKeyHoldsHeadsDimsAndSmsButNoLengths) {
 }
 
 TEST(DeepGemmIndexerCompileOnly, MetadataKeyFollowsTheBatchBucketAndPagedKeyDoesNot) {
+  CS_REQUIRE_NVRTC_TARGET("sm_90a");
   jit::JitRuntime rt(sm90a_compile_only());
   const int64_t h = 64, d = 128;
   auto metadata = [&](int64_t batch, int64_t next_n, int sms) {
@@ -327,6 +330,7 @@ TEST(DeepGemmIndexerCompileOnly, MetadataKeyFollowsTheBatchBucketAndPagedKeyDoes
 }
 
 TEST(DeepGemmIndexerCompileOnly, ValidationNamesTheArgument) {
+  CS_REQUIRE_NVRTC_TARGET("sm_90a");
   jit::JitRuntime rt(compile_only_options());
   const GemmTarget t{90, 132};
   // tf32_hc_prenorm_gemm
@@ -435,6 +439,12 @@ struct HcCase {
   bool strided_x;     ///< x a view with row stride K + 64
 };
 
+std::string hc_name(const testing::TestParamInfo<HcCase>& i) {
+  return "M" + std::to_string(i.param.m) + "_N" + std::to_string(i.param.n) + "_K" + std::to_string(i.param.k) +
+         "_S" + std::to_string(i.param.splits) + (i.param.strided_x ? "_strided" : "");
+}
+void PrintTo(const HcCase& c, std::ostream* os) { *os << hc_name({c, 0}); }
+
 class DeepGemmHcGpu : public testing::TestWithParam<HcCase> {};
 
 TEST_P(DeepGemmHcGpu, MatchesFloat64Reference) {
@@ -469,10 +479,7 @@ INSTANTIATE_TEST_SUITE_P(
                     HcCase{77, 8, 640, 4, false},       // one n8 tile, 10 blocks over 4 splits
                     HcCase{64, 16, 128, 3, false},      // 2 blocks over 3 splits: one empty split
                     HcCase{200, 128, 2048, 5, false}),  // sm_100 only (N <= 128)
-    [](const testing::TestParamInfo<HcCase>& i) {
-      return "M" + std::to_string(i.param.m) + "_N" + std::to_string(i.param.n) + "_K" + std::to_string(i.param.k) +
-             "_S" + std::to_string(i.param.splits) + (i.param.strided_x ? "_strided" : "");
-    });
+    hc_name);
 
 // ---------------------------------------------------------------- fp8_mqa_logits
 
@@ -483,6 +490,13 @@ struct MqaCase {
   Ranges ranges;
   bool clean;
 };
+
+std::string mqa_name(const testing::TestParamInfo<MqaCase>& i) {
+  return "T" + std::to_string(i.param.tokens) + "_Skv" + std::to_string(i.param.kv_len) + "_H" +
+         std::to_string(i.param.heads) + "_D" + std::to_string(i.param.dim) +
+         (i.param.ranges == Ranges::kPacked ? "_packed" : "_random") + (i.param.clean ? "_clean" : "");
+}
+void PrintTo(const MqaCase& c, std::ostream* os) { *os << mqa_name({c, 0}); }
 
 /// ks / ke [T] (CPU int32). kPacked: three sequences packed along T, each with its own KV region
 /// (a cached prefix, then its tokens), causal within it; kRandom: random [ks, ke), every 8th empty.
@@ -558,11 +572,7 @@ INSTANTIATE_TEST_SUITE_P(
                     MqaCase{130, 700, 64, 64, Ranges::kPacked, true},
                     MqaCase{64, 256, 32, 128, Ranges::kRandom, true},
                     MqaCase{2000, 3000, 64, 128, Ranges::kPacked, false}),  // many blocks per SM
-    [](const testing::TestParamInfo<MqaCase>& i) {
-      return "T" + std::to_string(i.param.tokens) + "_Skv" + std::to_string(i.param.kv_len) + "_H" +
-             std::to_string(i.param.heads) + "_D" + std::to_string(i.param.dim) +
-             (i.param.ranges == Ranges::kPacked ? "_packed" : "_random") + (i.param.clean ? "_clean" : "");
-    });
+    mqa_name);
 
 // ---------------------------------------------------------------- metadata
 
@@ -602,6 +612,14 @@ struct PagedCase {
   bool zero_rows;   ///< every 4th row without context
   bool padded;      ///< cache rows 16 bytes apart from the block size
 };
+
+std::string paged_name(const testing::TestParamInfo<PagedCase>& i) {
+  return "B" + std::to_string(i.param.batch) + "_n" + std::to_string(i.param.next_n) + "_H" +
+         std::to_string(i.param.heads) + "_D" + std::to_string(i.param.dim) + "_L" + std::to_string(i.param.max_len) +
+         (i.param.num_sms ? "_sms" + std::to_string(i.param.num_sms) : "") + (i.param.zero_rows ? "_zero" : "") +
+         (i.param.padded ? "_padded" : "");
+}
+void PrintTo(const PagedCase& c, std::ostream* os) { *os << paged_name({c, 0}); }
 
 class DeepGemmPagedGpu : public testing::TestWithParam<PagedCase> {};
 
@@ -669,12 +687,7 @@ INSTANTIATE_TEST_SUITE_P(
                     PagedCase{20, 2, 64, 128, 5000, 8, true, false},    // 8 blocks: long walks
                     PagedCase{64, 1, 64, 128, 4000, 0, false, true},
                     PagedCase{5, 1, 64, 64, 64, 0, false, false}),      // at most one cache block
-    [](const testing::TestParamInfo<PagedCase>& i) {
-      return "B" + std::to_string(i.param.batch) + "_n" + std::to_string(i.param.next_n) + "_H" +
-             std::to_string(i.param.heads) + "_D" + std::to_string(i.param.dim) + "_L" + std::to_string(i.param.max_len) +
-             (i.param.num_sms ? "_sms" + std::to_string(i.param.num_sms) : "") + (i.param.zero_rows ? "_zero" : "") +
-             (i.param.padded ? "_padded" : "");
-    });
+    paged_name);
 
 }  // namespace
 }  // namespace coldstart::deepgemm

@@ -248,6 +248,28 @@ struct ConvCase {
   int64_t state_rows;
 };
 
+// e.g. D8192_W4_silu_B5_T61: dim, width, bias / silu, sequences and their total length.
+std::string conv_name(const ::testing::TestParamInfo<ConvCase>& i) {
+  const ConvCase& c = i.param;
+  int64_t tokens = 0;
+  for (int32_t n : c.lens) tokens += n;
+  return "D" + std::to_string(c.dim) + "_W" + std::to_string(c.width) + (c.bias ? "_bias" : "") +
+         (c.silu ? "_silu" : "") + "_B" + std::to_string(c.lens.size()) + "_T" +
+         std::to_string(tokens);
+}
+void PrintTo(const ConvCase& c, std::ostream* os) {
+  auto list = [os](const char* name, const auto& v) {
+    *os << " " << name << " [";
+    for (size_t i = 0; i < v.size(); ++i) *os << (i ? ", " : "") << static_cast<int64_t>(v[i]);
+    *os << "]";
+  };
+  *os << conv_name({c, 0});
+  list("lens", c.lens);
+  list("slots", c.slots);
+  list("has_initial_state", c.has);
+  *os << " state_rows " << c.state_rows;
+}
+
 class MambaConvFwd : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(MambaConvFwd, MatchesReference) {
@@ -292,7 +314,8 @@ INSTANTIATE_TEST_SUITE_P(
         // dim not a multiple of BLOCK_N, width 2, bias, no activation, spec-decode-sized state.
         ConvCase{4160, 2, true, false, {300, 3, 1}, {2, 5, 7}, {false, true, true}, 3},
         // one long sequence with initial state (many chunks), width 3.
-        ConvCase{4096, 3, true, true, {1000}, {4}, {true}, 2}));
+        ConvCase{4096, 3, true, true, {1000}, {4}, {true}, 2}),
+    conv_name);
 
 TEST(MambaConvUpdate, MatchesReferenceOutOfPlaceAndInPlace) {
   CS_REQUIRE_GPU();

@@ -348,6 +348,7 @@ TEST(MambaSsuCompileOnly, TableConfigsAndNonenessMakeTheKeys) {
 }
 
 TEST(MambaSsuCompileOnly, BlackwellTargetUsesItsHeuristic) {
+  CS_REQUIRE_NVRTC_TARGET("sm_100");
   jit::JitOptions o = compile_only_options();
   o.arch = "sm_100";
   jit::JitRuntime rt(o);
@@ -399,11 +400,16 @@ struct GpuCase {
   int bm = 0, warps = 0;  // 0: select_config (H200 table / heuristic); else forced
 };
 
-void PrintTo(const GpuCase& c, std::ostream* os) {
-  *os << "H" << c.d.H << "P" << c.d.P << "G" << c.d.G << "N" << c.d.N << " B" << c.batch << " "
-      << c10::toString(c.state_t) << " pad" << c.pad << (c.tied ? " tied" : " untied")
-      << (c.bm ? " BM" + std::to_string(c.bm) + "w" + std::to_string(c.warps) : "");
+// e.g. H8P64G2N128_B33_Float_pad32_tied_BM8w1: the test name and the printed parameter.
+std::string gpu_case_name(const ::testing::TestParamInfo<GpuCase>& i) {
+  const GpuCase& c = i.param;
+  return "H" + std::to_string(c.d.H) + "P" + std::to_string(c.d.P) + "G" + std::to_string(c.d.G) +
+         "N" + std::to_string(c.d.N) + "_B" + std::to_string(c.batch) + "_" +
+         c10::toString(c.state_t) + "_pad" + std::to_string(c.pad) + (c.tied ? "_tied" : "_untied") +
+         (c.nulls ? "" : "_no_nulls") +
+         (c.bm ? "_BM" + std::to_string(c.bm) + "w" + std::to_string(c.warps) : "");
 }
+void PrintTo(const GpuCase& c, std::ostream* os) { *os << gpu_case_name({c, 0}); }
 
 // out and the written slots against the reference; every other byte of the pages unchanged.
 void check_against_reference(const Inputs& in, const at::Tensor& before, const ref::Result& want,
@@ -481,7 +487,8 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{kSmall, 33, at::kFloat, 24, true, true, 2, 1},
         GpuCase{kSmall, 33, at::kBFloat16, 32, true, true, 64, 2},
         GpuCase{Dims{4, 64, 2, 16}, 7, at::kFloat, 32, true, true, 32, 4},
-        GpuCase{Dims{4, 64, 4, 256}, 7, at::kFloat, 32, true, true, 4, 8}));
+        GpuCase{Dims{4, 64, 4, 256}, 7, at::kFloat, 32, true, true, 4, 8}),
+    gpu_case_name);
 
 TEST(MambaSsuGpuSlots, NoIndicesNoDNoBias) {
   CS_REQUIRE_GPU();

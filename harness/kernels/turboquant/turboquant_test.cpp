@@ -222,6 +222,12 @@ struct StoreCase {
   int64_t tokens, hq, hk, d;
 };
 
+std::string store_name(const testing::TestParamInfo<StoreCase>& i) {
+  return "n" + std::to_string(i.param.tokens) + "_hq" + std::to_string(i.param.hq) + "_hk" +
+         std::to_string(i.param.hk) + "_d" + std::to_string(i.param.d);
+}
+void PrintTo(const StoreCase& c, std::ostream* os) { *os << store_name({c, 0}); }
+
 class TqStoreGpu : public testing::TestWithParam<StoreCase> {};
 
 TEST_P(TqStoreGpu, BytesMatchReference) {
@@ -296,10 +302,7 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, TqStoreGpu,
     testing::Values(StoreCase{1, 32, 8, 128}, StoreCase{17, 32, 8, 128}, StoreCase{300, 32, 8, 128},
                     StoreCase{300, 8, 8, 64}, StoreCase{2053, 16, 2, 128}, StoreCase{17, 16, 2, 64}),
-    [](const testing::TestParamInfo<StoreCase>& i) {
-      return "n" + std::to_string(i.param.tokens) + "_hq" + std::to_string(i.param.hq) + "_hk" +
-             std::to_string(i.param.hk) + "_d" + std::to_string(i.param.d);
-    });
+    store_name);
 
 // ---- decode ----
 
@@ -312,6 +315,7 @@ std::string decode_name(const testing::TestParamInfo<DecodeCase>& i) {
   return "b" + std::to_string(c.batch) + "_ctx" + std::to_string(c.ctx) + "_hq" +
          std::to_string(c.hq) + "_hk" + std::to_string(c.hk) + "_d" + std::to_string(c.d);
 }
+void PrintTo(const DecodeCase& c, std::ostream* os) { *os << decode_name({c, 0}); }
 
 std::vector<DecodeCase> decode_cases() {
   std::vector<DecodeCase> out;
