@@ -103,11 +103,16 @@ std::vector<char> compile_cubin(const KernelSource& kernel, const std::vector<Co
 
   std::vector<std::string> options = {"--gpu-architecture=" + arch, "-std=c++17",
                                       "-default-device"};
-  for (const Constexpr& c : constexprs) options.push_back(fmt::format("-D{}={}", c.name, c.value));
+  // Constexprs and specializations are #define lines in front of the kernel's text, not -D
+  // options: a -D macro also rewrites NVRTC's built-in header, and the engines' lower-case
+  // constexpr names clash with it (NVRTC 11.8's declares `template <..., int dim>`, which
+  // -Ddim=8192 breaks). `#line` keeps the kernel's own line numbers in NVRTC's log.
+  std::string defines;
+  for (const Constexpr& c : constexprs) defines += fmt::format("#define {} {}\n", c.name, c.value);
   for (size_t i = 0; i < args.size(); ++i) {
     if (!is_specialized(kernel, i)) continue;
     const uint8_t spec = spec_code(args[i]);
-    if (spec != 0) options.push_back(fmt::format("-DCS_SPEC_{}={}", kernel.arg_names[i], spec));
+    if (spec != 0) defines += fmt::format("#define CS_SPEC_{} {}\n", kernel.arg_names[i], spec);
   }
   for (const std::string& dir : include_dirs()) options.push_back("-I" + dir);
   std::vector<const char*> option_ptrs;
@@ -116,8 +121,8 @@ std::vector<char> compile_cubin(const KernelSource& kernel, const std::vector<Co
 
   std::unique_ptr<nvrtcProgram, ProgramDeleter> prog(new nvrtcProgram(nullptr));
   const std::string file_name = kernel.name + ".cu";
-  CS_NVRTC_CHECK(
-      nvrtcCreateProgram(prog.get(), kernel.source, file_name.c_str(), 0, nullptr, nullptr));
+  const std::string text = defines + "#line 1 \"" + file_name + "\"\n" + kernel.source;
+  CS_NVRTC_CHECK(nvrtcCreateProgram(prog.get(), text.c_str(), file_name.c_str(), 0, nullptr, nullptr));
   const nvrtcResult rc =
       nvrtcCompileProgram(*prog, static_cast<int>(option_ptrs.size()), option_ptrs.data());
   if (rc != NVRTC_SUCCESS) {
@@ -125,8 +130,8 @@ std::vector<char> compile_cubin(const KernelSource& kernel, const std::vector<Co
     for (const std::string& o : options) opts += (opts.empty() ? "" : " ") + o;
     throw CudaError(fmt::format(
         "NVRTC compile of kernel {} failed: {} (nvrtcResult {})\n  key: {}\n  options: {}\n"
-        "NVRTC log:\n{}",
-        kernel.name, nvrtcGetErrorString(rc), static_cast<int>(rc), key_text, opts,
+        "  defines:\n{}NVRTC log:\n{}",
+        kernel.name, nvrtcGetErrorString(rc), static_cast<int>(rc), key_text, opts, defines,
         program_log(*prog)));
   }
   size_t cubin_size = 0;

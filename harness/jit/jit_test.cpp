@@ -23,6 +23,7 @@
 #include "harness/jit/driver.h"
 #include "harness/common/paths.h"
 #include "harness/jit/jit.h"
+#include "harness/jit/nvrtc_archs.h"
 
 extern char** environ;
 
@@ -265,12 +266,13 @@ TEST(CompileKey, DigestIsStable) {
 TEST(Nvrtc, VersionLooksRight) {
   const std::string v = nvrtc_version();
   EXPECT_NE(v.find('.'), std::string::npos);
-  EXPECT_GE(std::stoi(v), 12);
+  EXPECT_GE(std::stoi(v), 11);  // a distribution's toolkit (Debian 12: 11.8) is supported
 }
 
 class NvrtcArch : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(NvrtcArch, CompilesToCubin) {
+  if (!nvrtc_can_target(GetParam())) GTEST_SKIP() << nvrtc_cannot_target_text(GetParam());
   const std::vector<char> cubin =
       compile_to_cubin(axpy_kernel(), kBlock128, axpy_args(1 << 20, 4096), GetParam());
   EXPECT_TRUE(is_elf(cubin)) << "not an ELF cubin, " << cubin.size() << " bytes";
@@ -983,6 +985,8 @@ extern "C" __global__ void tma_cluster_copy(const __grid_constant__ TensorMap tm
 )";
 
 TEST(Nvrtc, TmaClusterKernelCompilesForSm90) {
+  // TMA, mbarrier and cluster PTX came with PTX ISA 8.0 (CUDA 12.0), as the sm_90a target did.
+  if (!nvrtc_can_target("sm_90a")) GTEST_SKIP() << nvrtc_cannot_target_text("sm_90a");
   KernelSource k{"tma_cluster_copy", "tma_cluster_copy", kTmaClusterSource, {"tmap", "out", "tag", "ranks"}, {}};
   TensorMapSpec spec;
   spec.dtype = DType::kF32;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness/jit/jit.h"
+#include "harness/jit/nvrtc_archs.h"
 
 namespace coldstart::kernels::test {
 
@@ -65,6 +66,16 @@ at::Tensor random_slots(int64_t tokens, int64_t total_slots);
     std::string why_;                                                                 \
     if (!::coldstart::kernels::test::gpu_available(&why_)) {                          \
       GTEST_SKIP() << "needs a CUDA GPU and a CUDA libtorch: " << why_;               \
+    }                                                                                 \
+  } while (0)
+
+/// Skips the current test, with NVRTC's version and targets as the reason, unless this NVRTC
+/// compiles for `arch` ("sm_100", "sm_90a"; see jit::nvrtc_can_target). An older toolkit (a
+/// distribution's CUDA 11.8) lacks them.
+#define CS_REQUIRE_NVRTC_TARGET(arch)                                                 \
+  do {                                                                                \
+    if (!::coldstart::jit::nvrtc_can_target(arch)) {                                  \
+      GTEST_SKIP() << ::coldstart::jit::nvrtc_cannot_target_text(arch);               \
     }                                                                                 \
   } while (0)
 
