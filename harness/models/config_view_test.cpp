@@ -118,6 +118,14 @@ TEST_F(ConfigViewChecks, IntegersPast32BitsAreRefusedNotWrapped) {
             std::string::npos)
       << err;
   EXPECT_EQ(err.find("-1 "), std::string::npos) << err;
+  // A negative size reached the shapes ("Trying to create tensor with negative dimension").
+  write_config("qwen3-next-80b-a3b.json", "\"linear_num_value_heads\": 32",
+               "\"linear_num_value_heads\": -2147483648");
+  err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.linear_num_value_heads': must be at least 1 (in cfg.json), got "
+                     "-2147483648"),
+            std::string::npos)
+      << err;
   // 2^32 + 4 read through get<int> was 4, a valid ratio.
   write_config("deepseek-v4-flash.json", "\"compress_ratios\": [\n    0,",
                "\"compress_ratios\": [\n    4294967300,");

@@ -54,26 +54,26 @@ Dims dims(const ModelConfig& c, const EngineConfig* e) {
   d.hidden = c.hidden_size;
   d.heads = c.num_attention_heads;
   d.head_dim = c.head_dim;
-  d.rope_dim = config_int(r, "qk_rope_head_dim", 64);
+  d.rope_dim = config_int(r, "qk_rope_head_dim", 64, 1);
   d.q_lora = config_int(r, "q_lora_rank", 0);
   d.o_groups = config_int(r, "o_groups", 0);
   d.o_lora = config_int(r, "o_lora_rank", 0);
   d.index_heads = config_int(r, "index_n_heads", 0);
   d.index_dim = config_int(r, "index_head_dim", 0);
   d.index_topk = config_int(r, "index_topk", 0);
-  d.window = config_int(r, "sliding_window", 128);
+  d.window = config_int(r, "sliding_window", 128, 1);
   d.hc_mult = config_int(r, "hc_mult", 0);
-  d.hc_sinkhorn_iters = config_int(r, "hc_sinkhorn_iters", 20);
+  d.hc_sinkhorn_iters = config_int(r, "hc_sinkhorn_iters", 20, 0);
   d.hc_eps = config_double(r, "hc_eps", 1e-6);
   d.eps = c.rms_norm_eps;
   d.experts = config_int(r, "n_routed_experts", 0);
   d.top_k = config_int(r, "num_experts_per_tok", 0);
   d.moe_inter = config_int(r, "moe_intermediate_size", 0);
-  d.shared_experts = config_int(r, "n_shared_experts", 0);
+  d.shared_experts = config_int(r, "n_shared_experts", 0, 0);
   d.routed_scaling = config_double(r, "routed_scaling_factor", 1.0);
   d.swiglu_limit = config_double(r, "swiglu_limit", 0.0);
   d.expert_dtype = config_string(r, "expert_dtype", "fp8");
-  const int64_t hash_layers = config_int(r, "num_hash_layers", 0);
+  const int64_t hash_layers = config_int(r, "num_hash_layers", 0, 0);
 
   auto need = [&](const char* key, int64_t v, int64_t multiple) {
     if (v <= 0 || v % multiple != 0) {

@@ -48,7 +48,7 @@ void wrong_type(const ConfigView& c, const char* key, const char* want, const nl
 
 }  // namespace
 
-int64_t config_int(const ConfigView& c, const char* key, int64_t fallback) {
+int64_t config_int(const ConfigView& c, const char* key, int64_t fallback, int64_t lo) {
   const nlohmann::json* v = config_value(c, key);
   if (v == nullptr) return fallback;
   if (!v->is_number_integer()) {
@@ -65,6 +65,11 @@ int64_t config_int(const ConfigView& c, const char* key, int64_t fallback) {
     config_problem(c, key,
                    fmt::format("{} (in {}) is outside the 32-bit range the replay reads it in",
                                v->dump(), config_name(c)));
+    return fallback;
+  }
+  if (v->get<int64_t>() < lo) {
+    config_problem(c, key,
+                   fmt::format("must be at least {} (in {}), got {}", lo, config_name(c), v->dump()));
     return fallback;
   }
   return v->get<int64_t>();

@@ -29,8 +29,10 @@ struct ConfigView {
   const nlohmann::json& raw() const { return model.raw; }
 };
 
-/// `key` as an integer in [-2^31, 2^31 - 1] (see ConfigView).
-int64_t config_int(const ConfigView& c, const char* key, int64_t fallback);
+/// `key` as an integer in [lo, 2^31 - 1] (see ConfigView; lo defaults to -2^31): a size must
+/// pass lo = 1 (or 0), else a negative one reaches the shapes.
+int64_t config_int(const ConfigView& c, const char* key, int64_t fallback,
+                   int64_t lo = INT32_MIN);
 /// `key` as a number, an integer included (see ConfigView).
 double config_double(const ConfigView& c, const char* key, double fallback);
 /// `key` as a string (see ConfigView).

@@ -108,11 +108,12 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
   d.head_dim = c.head_dim;
   d.attn = shard_attention(c.num_attention_heads, c.num_key_value_heads, d.tp, pr);
 
-  const int64_t mheads = config_int(r, "mamba_num_heads", 0), mgroups = config_int(r, "n_groups", 1);
-  d.mamba.head_dim = config_int(r, "mamba_head_dim", 64);
-  d.mamba.state = config_int(r, "ssm_state_size", 128);
-  d.mamba.conv_kernel = config_int(r, "conv_kernel", 4);
-  d.mamba.chunk_size = config_int(r, "chunk_size", 256);
+  const int64_t mheads = config_int(r, "mamba_num_heads", 0, 1);
+  const int64_t mgroups = config_int(r, "n_groups", 1, 1);
+  d.mamba.head_dim = config_int(r, "mamba_head_dim", 64, 1);
+  d.mamba.state = config_int(r, "ssm_state_size", 128, 1);
+  d.mamba.conv_kernel = config_int(r, "conv_kernel", 4, 1);
+  d.mamba.chunk_size = config_int(r, "chunk_size", 256, 1);
   d.mamba.conv_bias = config_bool(r, "use_conv_bias", true);
   const std::string ssm_dtype = resolve_ssm_dtype(c, e, &d.problems);
   if (ssm_dtype != "float32" && ssm_dtype != "bfloat16") {
@@ -145,11 +146,11 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
     d.moe_inter = shard_evenly(config_int(r, "moe_intermediate_size", 0), d.tp,
                                "model.moe_intermediate_size", pr);
     d.shared_inter = shard_evenly(config_int(r, "moe_shared_expert_intermediate_size", 0) *
-                                      config_int(r, "n_shared_experts", 1),
+                                      config_int(r, "n_shared_experts", 1, 0),
                                   d.tp, "model.moe_shared_expert_intermediate_size", pr);
     d.latent = config_int(r, "moe_latent_size", 0);
-    d.n_group = config_int(r, "n_group", 1);
-    d.topk_group = config_int(r, "topk_group", 1);
+    d.n_group = config_int(r, "n_group", 1, 1);
+    d.topk_group = config_int(r, "topk_group", 1, 1);
     d.routed_scaling = config_double(r, "routed_scaling_factor", 1.0);
     d.norm_topk = config_bool(r, "norm_topk_prob", d.norm_topk);
     if (config_int(r, "moe_intermediate_size", 0) < 1 || d.latent < 0 ||
