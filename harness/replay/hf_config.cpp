@@ -516,7 +516,10 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
   if (len_key.empty()) missing("length key (" + names(kLengthKeys) + ")");
   limit.tokens = len;
   limit.why = fmt::format("{} in {}", len_key, paths::filename(cfg_path));
-  if (const json* rs = find("rope_scaling"); rs && rs->is_object() && len > 0) {
+  const json* rs = find("rope_scaling");
+  if (rs && !rs->is_object()) {
+    fail_key("rope_scaling", fmt::format("expected a mapping or null, got {}", json_kind(*rs)));
+  } else if (rs && len > 0) {
     // Read by hand: json::value() throws on a wrong type, and a huge or negative factor must not
     // reach a double-to-integer conversion (a wrapped limit was printed).
     auto text_of = [&](const char* key) {
@@ -531,15 +534,25 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
     };
     std::string type = text_of("rope_type");
     if (type.empty()) type = text_of("type");
-    auto factor = rs->find("factor");
-    if (factor != rs->end() && factor->is_number() && type != "su" && type != "longrope" &&
-        type != "llama3") {
+    // The values read, of the type they are read as (a wrong one was skipped silently).
+    auto value_of = [&](const char* key, bool integer) -> const json* {
+      auto it = rs->find(key);
+      if (it == rs->end() || it->is_null()) return nullptr;
+      if (integer ? !it->is_number_integer() : !it->is_number()) {
+        fail_key(fmt::format("rope_scaling.{}", key),
+                 fmt::format("expected {}, got {}", integer ? "an integer" : "a number",
+                             json_kind(*it)));
+        return nullptr;
+      }
+      return &*it;
+    };
+    const json* factor = value_of("factor", false);
+    if (factor && type != "su" && type != "longrope" && type != "llama3") {
       const double f = factor->get<double>();
       double base = static_cast<double>(limit.tokens);
       std::string base_key = len_key;
       if (type == "yarn") {
-        auto orig = rs->find("original_max_position_embeddings");
-        if (orig != rs->end() && orig->is_number_integer()) {
+        if (const json* orig = value_of("original_max_position_embeddings", true)) {
           base = orig->get<double>();
           base_key = "rope_scaling.original_max_position_embeddings";
         }

@@ -1,10 +1,12 @@
 // coldstart: reading the HF config.json a scenario's model.config names, for the scenario loader.
 // Internal to harness/replay; the keys read and their defaults are described in scenario.h.
 //
-// The config is read with nlohmann::json after bare Infinity / -Infinity / NaN tokens (outside
-// strings) are replaced; a parse error still points at the original line and column. A problem
-// with a config value points at the model.overrides entry that set it, else at the config file's
-// line of that key.
+// The config is read (paths::read_input_file: a regular file of at most 16 MiB) and parsed with
+// nlohmann::json's SAX interface after bare Infinity / -Infinity / NaN tokens (outside strings)
+// are replaced; every parse failure (a number past a double's range included) points at the
+// original line and column and names the key being read. Keys repeated at any level and nesting
+// deeper than 64 levels are refused. A problem with a config value points at the model.overrides
+// entry that set it, else at the config file's line of that key.
 #pragma once
 
 #include <string>

@@ -30,7 +30,8 @@
 //                                      # max_num_batched_tokens. Ignored (empty) when mode is none.
 //     gpu_memory_utilization: 0.9      # default 0.9; in (0, 1]
 //     num_gpu_blocks: 4096             # optional; fixes the KV cache size instead of sizing it
-//                                      # from memory; blocks * block_size must hold max_model_len
+//                                      # from memory; blocks * block_size must hold max_model_len;
+//                                      # at most 2^31 - 1 (block ids are 32-bit)
 //     enable_chunked_prefill: true     # default true (V1); when false, max_num_batched_tokens
 //                                      # must be >= max_model_len
 //     allow_long_max_model_len: false  # default false; the twin of vLLM's
@@ -114,8 +115,20 @@
 // "bfloat16", what vLLM's dtype=auto serves); tie_word_embeddings (default true, as in HF).
 // The derived length limit is max_position_embeddings, times rope_scaling.factor when the config
 // has one (yarn: original_max_position_embeddings times factor), as vLLM derives it.
+// rope_scaling.factor must be a positive number; a limit past 2^31 - 1 tokens is no limit.
 // Bare Infinity / -Infinity / NaN tokens (outside strings) are accepted in config.json: they are
-// read as +/-1.7976931348623157e308 (the largest double) and null.
+// read as +/-1.7976931348623157e308 (the largest double) and null. Any other JSON problem (syntax,
+// a number past a double's range such as 1e400, a key repeated at any level, nesting deeper than
+// 64 levels) is an error naming the config file's line, column and key. Keys the model families
+// read themselves (mamba_num_heads, linear_num_key_heads, ...) must have their type, integers
+// within 32 bits: check_replayable reports them as model.<key>.
+//
+// Limits. The scenario and its config.json must be regular files (a FIFO or a device is refused
+// without being read) of at most 16 MiB, as must every *.json below tuned_config_dir. A scenario
+// is one YAML document (a second one, after '---', is an error at its line); it, and each --set
+// value, may expand to at most 100,000 values with aliases counted at every use (a larger one, an
+// alias bomb, is refused at the deepest key leading to it). Every matrix variant is validated on
+// its own, so variants x file bytes may be at most 64 MiB and variants x values 1,000,000.
 //
 // Errors. Every bad input throws InputError. Its text holds one line per problem found (the loader
 // collects as many as it can) of the form

@@ -202,6 +202,13 @@ TEST_F(ScenarioFiles, RopeScalingFactorNeverGivesAWrappedLimit) {
             std::string::npos)
       << err;
   EXPECT_EQ(err.find("-9223372036854775808"), std::string::npos) << err;
+  // Values of the wrong type were skipped silently.
+  for (const char* rope : {R"("yarn")", R"({"rope_type": "yarn", "factor": "4"})",
+                           R"({"type": "yarn", "factor": 4, "original_max_position_embeddings": "4096"})"}) {
+    err = error_of(with_rope(rope));
+    EXPECT_NE(err.find("key 'rope_scaling"), std::string::npos) << rope << ": " << err;
+    EXPECT_NE(err.find("expected a"), std::string::npos) << rope << ": " << err;
+  }
   // A rope_type that is not a string threw the JSON library's type_error.
   err = error_of(with_rope("{\"rope_type\": 5, \"factor\": 2.0}"));
   EXPECT_NE(err.find("key 'rope_scaling.rope_type': expected a string, got an integer"),
