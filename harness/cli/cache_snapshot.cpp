@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "harness/common/error.h"
@@ -44,13 +42,12 @@ std::vector<std::pair<std::string, bool>> entries(const std::string& dir) {
 bool link_or_copy(const std::string& src, const std::string& dst) {
   if (::link(src.c_str(), dst.c_str()) == 0) return true;
   if (errno == EEXIST) return false;
-  std::ifstream in(src, std::ios::binary);
-  if (!in) return false;
-  std::stringstream data;
-  data << in.rdbuf();
+  // Read like any input: a FIFO swapped in since the listing must not block the run.
+  std::string data;
+  if (!paths::read_input_file(src, paths::kMaxResultsBytes, data).empty()) return false;
   if (paths::exists(dst)) return false;
   try {
-    paths::write_file_atomic(dst, data.str());
+    paths::write_file_atomic(dst, data);
     return true;
   } catch (const Error&) {
     return false;
