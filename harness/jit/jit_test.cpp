@@ -835,7 +835,7 @@ TEST(CompileMemo, SecondRuntimeReusesTheCubinAndTheMeasuredTime) {
   rt.monitor().activate();
   const CompiledKernel& ck = rt.ensure(k, kBlock128, axpy_args(4096, 64));
   ASSERT_EQ(rt.monitor().records().size(), 1u);
-  const CompileRecord& again = rt.monitor().records()[0];
+  const CompileRecord again = rt.monitor().records()[0];  // records() returns a copy
   EXPECT_TRUE(again.reused);
   EXPECT_EQ(again.source, "nvrtc");
   EXPECT_TRUE(again.hot_path) << "a reused compile is still a compile after startup";

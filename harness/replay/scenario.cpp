@@ -523,18 +523,17 @@ Scenario build_from_text(const std::string& file, const std::string& text,
                          const std::vector<std::string>& sets, const ScenarioRules& rules,
                          const Variant* variant) {
   Checker c(file);
-  std::vector<YAML::Node> docs;
+  FirstDocument doc;
   try {
-    docs = YAML::LoadAll(text);
+    doc = load_first_document(text);
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}: invalid YAML: {}", mark_str(file, e.mark), e.msg));
   }
-  YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
-  for (size_t d = 1; d < docs.size(); ++d) {
-    if (!docs[d].IsDefined() || docs[d].IsNull()) continue;  // a trailing '---' alone
+  YAML::Node root = doc.root;
+  if (doc.second) {
     throw InputError(fmt::format("{}: a second YAML document starts here (after a '---' line); a "
                                  "scenario is one document, and YAML readers ignore the rest",
-                                 mark_str(file, docs[d].Mark())));
+                                 mark_str(file, *doc.second)));
   }
   if (!root.IsDefined() || root.IsNull())
     throw InputError(fmt::format("{}: the scenario is empty", file));

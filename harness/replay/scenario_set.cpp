@@ -178,17 +178,16 @@ void apply_set_overrides(Checker& c, YAML::Node root, const std::vector<std::str
       value = YAML::Node(std::string());
       value.SetTag("!");
     } else {
-      std::vector<YAML::Node> docs;
+      FirstDocument doc;
       try {
-        docs = YAML::LoadAll(text);
+        doc = load_first_document(text);
       } catch (const YAML::Exception& e) {
         c.fail_raw(fmt::format("{}: key '{}': value '{}' is not valid YAML: {}", label,
                                join(r.path), text, e.msg));
         continue;
       }
-      value = docs.empty() ? YAML::Node() : docs[0];
-      if (std::any_of(docs.begin() + std::min<size_t>(docs.size(), 1), docs.end(),
-                      [](const YAML::Node& d) { return d.IsDefined() && !d.IsNull(); })) {
+      value = doc.root;
+      if (doc.second) {
         c.fail_raw(fmt::format("{}: key '{}': the value holds a second YAML document (after a "
                                "'---' line); it must be one value",
                                label, join(r.path)));
@@ -226,7 +225,8 @@ void apply_variant_overrides(Checker& c, YAML::Node root, const Variant& variant
       for (auto it = matrix.begin(); it != matrix.end() && !from_file; ++it) {
         if (!it->first.IsScalar() || resolve_key(it->first.Scalar()).path != r.path) continue;
         if (!it->second.IsSequence()) continue;
-        for (const auto& candidate : it->second) {
+        const YAML::Node candidates = it->second;  // a copy: the proxy's member is a temporary
+        for (const auto& candidate : candidates) {
           if (flow_text(candidate) == text_value) {
             value = static_cast<const YAML::Node&>(candidate);
             from_file = true;

@@ -1,6 +1,10 @@
 // coldstart: typed reading of a YAML tree with error collection (see yaml_check.h).
 #include "harness/replay/yaml_check.h"
 
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -90,6 +94,48 @@ std::string names(const std::vector<std::string>& v) {
 std::string mark_str(const std::string& file, const YAML::Mark& m) {
   if (m.is_null()) return file;
   return fmt::format("{}:{}:{}", file, m.line + 1, m.column + 1);
+}
+
+namespace {
+// Event handler that only notes whether a document holds anything and where that starts.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> first;
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override {
+    note(m);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void note(const YAML::Mark& m) {
+    if (!first) first = m;
+  }
+};
+}  // namespace
+
+FirstDocument load_first_document(const std::string& text) {
+  FirstDocument out;
+  out.root = YAML::Load(text);
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentProbe skip;
+  if (!parser.HandleNextDocument(skip)) return out;
+  DocumentProbe second;
+  if (parser.HandleNextDocument(second)) out.second = second.first;
+  return out;
 }
 
 bool is_index(const std::string& s) {
@@ -346,7 +392,9 @@ MapView::MapView(Checker& c, const YAML::Node& node, Path path, YAML::Mark at,
   ok_ = true;
   std::map<std::string, YAML::Mark> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& k = it->first;
+    // A copy: the iterator's value is a temporary proxy, so a reference to its member dangles
+    // (ASan: stack-use-after-scope).
+    const YAML::Node k = it->first;
     if (!k.IsScalar()) {
       c_.fail(path_, k.Mark(), "a key must be a name, not " + std::string(kind_name(kind_of(k))));
       continue;

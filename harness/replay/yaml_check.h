@@ -33,6 +33,16 @@ std::string suggest(const std::string& got, const std::vector<std::string>& know
 std::string names(const std::vector<std::string>& v);  // "a, b, c"
 /// "<file>:<line>:<col>" (1-based), or just the file for a null mark.
 std::string mark_str(const std::string& file, const YAML::Mark& m);
+
+/// The first YAML document of `text`, and where a second non-empty one starts (nullopt when there
+/// is none; a trailing '---' with nothing after it is empty). Reads at most two documents: yaml-cpp
+/// 0.7's LoadAll never ends on some inputs (a document starting with ',' yields documents forever;
+/// yaml-cpp issue #1040, fixed after 0.8.0). Throws YAML::Exception for invalid YAML.
+struct FirstDocument {
+  YAML::Node root;
+  std::optional<YAML::Mark> second;
+};
+FirstDocument load_first_document(const std::string& text);
 bool is_index(const std::string& s);  // a short run of digits
 
 // --- YAML values
