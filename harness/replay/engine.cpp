@@ -348,10 +348,10 @@ void Engine::do_init() {
   mixer_ctx_ = ctx;
   model_ = make_model(scenario_.model, ctx);
   build_mixers();
+  // On the meta device in compile-only mode (device()): made on the CPU first, a long
+  // max_model_len x max_num_seqs table (8 TiB at 2^31 tokens x 1024 sequences) failed there.
   block_table_ = at::zeros({scenario_.engine.max_num_seqs, max_blocks_per_req()},
-                           at::TensorOptions().dtype(at::kInt).device(
-                               mode() == DeviceMode::kCuda ? device() : c10::Device(c10::kCPU)));
-  if (mode() != DeviceMode::kCuda) block_table_ = at::empty_like(block_table_, at::kMeta);
+                           at::TensorOptions().dtype(at::kInt).device(device()));
 }
 
 void Engine::do_load_weights() {
