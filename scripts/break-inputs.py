@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""Break campaign over coldstart's input handling (issue 10: no signal on any input).
+
+Generates hostile inputs in six classes and runs each through the real binary in compile-only
+mode (`coldstart replay FILE --device compile-only --strategy none`, or report / compare for their
+inputs), each under a wall-clock limit. Per class it counts: inputs tried, clean errors (exit 2
+with a message naming the file and line, or the --set argument; for unreadable files the path),
+runs that were accepted (exit 0), signals, hangs (past the limit) and anything else (exit 1 or
+an exit 2 without a location), and prints the offenders. Exit status 1 when any input ended by a
+signal, hung, or failed uncleanly.
+
+    scripts/break-inputs.py [--bin build/coldstart] [--timeout 30] [--only CLASS]... [-v]
+
+Classes: alias (YAML alias bombs), files (FIFOs, devices, directories, oversized files as any
+input), overflow (integers whose products overflow), config (numbers, types and syntax in
+config.json), duplicates (repeated keys in YAML and JSON), documents (several YAML documents).
+Accepted inputs really run (one layer of Qwen3-8B, 16 prompt tokens); --cache-dir keeps their
+kernel compiles warm across inputs.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BASE_ENGINE = {
+    "max_num_seqs": "2",
+    "max_num_batched_tokens": "64",
+    "max_model_len": "256",
+    "block_size": "16",
+    "kv_cache_dtype": "auto",
+    "cudagraph_mode": "none",
+}
+
+
+def scenario(config="cfg.json", overrides="{num_hidden_layers: 1}", engine=None, extra="",
+             requests="[{prompt_tokens: 16, decode_steps: 1}]", strategies="{none: []}"):
+    """A small valid scenario text, with the given parts replaced."""
+    e = dict(BASE_ENGINE)
+    e.update(engine or {})
+    lines = ["name: t", "model:", f"  config: {config}", f"  overrides: {overrides}", "engine:"]
+    lines += [f"  {k}: {v}" for k, v in e.items() if v is not None]
+    lines += [f"requests: {requests}", f"strategies: {strategies}"]
+    return "\n".join(lines) + "\n" + extra
+
+
+def bomb(levels, fanout=9, leaf="x"):
+    """`levels` anchors, each a list of `fanout` uses of the one before (fanout^levels values)."""
+    s = "&a0 [" + ", ".join([leaf] * fanout) + "]"
+    for lvl in range(1, levels + 1):
+        s = "[" + s + f", &a{lvl} [" + ", ".join([f"*a{lvl - 1}"] * fanout) + "]]"
+    return s
+
+
+class Campaign:
+    def __init__(self, args):
+        self.args = args
+        self.bin = os.path.abspath(args.bin)
+        self.dir = tempfile.mkdtemp(prefix="cs-break-")
+        self.cache = args.cache_dir or os.path.join(self.dir, "cache")
+        os.makedirs(self.cache, exist_ok=True)
+        with open(os.path.join(ROOT, "fixtures/hf-configs/qwen3-8b.json")) as f:
+            self.qwen = f.read()
+        self.stats = {}
+        self.bad = []
+        self.n = 0
+
+    # ---- running
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def write(self, name, text):
+        p = self.path(name)
+        if os.path.lexists(p):
+            os.remove(p)
+        with open(p, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+        return p
+
+    def config(self, text=None, name="cfg.json"):
+        return self.write(name, self.qwen if text is None else text)
+
+    def run(self, cls, label, argv, where=None):
+        """Runs coldstart with argv; `where` is the regex a clean error must contain (default:
+        file:line: or --set)."""
+        self.n += 1
+        s = self.stats.setdefault(cls, {"tried": 0, "clean": 0, "accepted": 0, "signal": 0,
+                                         "hang": 0, "other": 0, "max_s": 0.0})
+        s["tried"] += 1
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run([self.bin] + argv, cwd=self.dir, capture_output=True,
+                               timeout=self.args.timeout, stdin=subprocess.DEVNULL)
+            rc, out = p.returncode, (p.stderr + p.stdout).decode("utf-8", "replace")
+        except subprocess.TimeoutExpired as e:
+            rc, out = None, ((e.stderr or b"") + (e.stdout or b"")).decode("utf-8", "replace")
+        secs = time.monotonic() - t0
+        s["max_s"] = max(s["max_s"], secs)
+        pattern = where or r"(\S+:\d+(:\d+)?: |--set \S+: )"
+        if rc is None:
+            kind = "hang"
+        elif rc < 0 or rc >= 128:
+            kind = "signal"
+        elif rc == 0:
+            kind = "accepted"
+        elif rc == 2 and re.search(pattern, out):
+            kind = "clean"
+        else:
+            kind = "other"
+        s[kind] += 1
+        if kind in ("hang", "signal", "other"):
+            self.bad.append((cls, label, kind, rc, out.strip()[-400:]))
+        if self.args.verbose:
+            first = out.strip().splitlines()[0][:160] if out.strip() else ""
+            print(f"[{cls}] {label}: {kind} rc={rc} {secs:.1f}s  {first}", flush=True)
+
+    def replay(self, cls, label, text=None, file=None, sets=(), where=None):
+        f = file or self.write("s.yaml", text)
+        # The watchdog stops a slow child first: a run past the limit is then the parent's hang.
+        argv = ["replay", f, "--device", "compile-only", "--strategy", "none",
+                "--cache-dir", self.cache, "--timeout", str(max(1, int(self.args.timeout) - 10))]
+        for s in sets:
+            argv += ["--set", s]
+        self.run(cls, label, argv, where)
+
+    # ---- classes
+
+    def alias(self):
+        self.config()
+        for levels in (3, 5, 6, 7, 9):
+            b = bomb(levels)
+            self.replay("alias", f"expect {levels}", scenario(extra=f"expect: {b}\n"))
+            self.replay("alias", f"overrides {levels}", scenario(overrides=f"{{x: {b}}}"))
+            self.replay("alias", f"matrix {levels}",
+                        scenario(extra=f"matrix: {{engine.max_num_seqs: {b}}}\n"))
+            self.replay("alias", f"requests {levels}", scenario(requests=b))
+            self.replay("alias", f"strategies {levels}", scenario(strategies=f"{{none: {b}}}"))
+            self.replay("alias", f"capture sizes {levels}",
+                        scenario(engine={"cudagraph_mode": "piecewise",
+                                         "cudagraph_capture_sizes": b}))
+            self.replay("alias", f"--set {levels}", scenario(), sets=[f"model.overrides.x={b}"])
+        for fan in (2, 3, 8):
+            self_ref = "&c [" + ", ".join(["*c"] * fan) + "]"
+            self.replay("alias", f"self-referring list x{fan}", scenario(extra=f"expect: {self_ref}\n"))
+            m = "&m {" + ", ".join(f"k{i}: *m" for i in range(fan)) + "}"
+            self.replay("alias", f"self-referring map x{fan}",
+                        scenario(overrides=f"{{rope_scaling: {m}}}"))
+        big = bomb(8)
+        self.replay("alias", "bomb as a key", scenario(extra=f"description: x\n? {big}\n: 1\n"))
+        self.replay("alias", "bomb in a map of maps",
+                    scenario(extra="expect:\n  - &r {strategy: none, hot_path_kernels: " + big +
+                             "}\n  - *r\n"))
+        self.replay("alias", "small aliases (valid)",
+                    scenario(strategies="{none: &w [], again: *w}"))
+
+    def files(self):
+        self.config()
+        fifo = self.path("fifo")
+        if os.path.exists(fifo):
+            os.remove(fifo)
+        os.mkfifo(fifo)
+        link = self.path("link-to-fifo")
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(fifo, link)
+        sock = self.path("sock")
+        if os.path.lexists(sock):
+            os.remove(sock)
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(sock)
+        os.makedirs(self.path("adir"), exist_ok=True)
+        big = self.write("big.json", '{"pad": "' + "x" * (17 << 20) + '"}')
+        bigyaml = self.write("big.yaml", scenario() + "#" + "x" * (17 << 20) + "\n")
+        specials = {"FIFO": fifo, "link to FIFO": link, "socket": sock, "/dev/zero": "/dev/zero",
+                    "/dev/urandom": "/dev/urandom", "/dev/null": "/dev/null", "directory":
+                    self.path("adir"), "17 MiB": None, "missing": self.path("missing")}
+        for name, p in specials.items():
+            target = bigyaml if name == "17 MiB" else p
+            self.replay("files", f"scenario {name}", file=target, where=re.escape(target))
+            cfg = big if name == "17 MiB" else p
+            self.replay("files", f"model.config {name}", scenario(config=cfg),
+                        where=re.escape(cfg))
+            self.replay("files", f"--set model.config {name}", scenario(),
+                        sets=[f"model.config={cfg}"], where=re.escape(cfg))
+            for cmd in (["report"], ["compare", self.path("ok.json")], ["merge", "-o",
+                                                                         self.path("m.json")]):
+                self.run("files", f"{cmd[0]} {name}", cmd[:1] + [target] + cmd[1:],
+                         where=re.escape(target))
+        # tuned tables
+        tdir = self.path("tables/fused_moe")
+        os.makedirs(tdir, exist_ok=True)
+        tf = os.path.join(tdir, "E=8,N=64.json")
+        os.mkfifo(tf)
+        self.replay("files", "tuned table FIFO",
+                    scenario(engine={"tuned_config_dir": "tables"}), where=re.escape(tf))
+        os.remove(tf)
+        with open(tf, "w") as f:
+            f.write('{"pad": "' + "x" * (17 << 20) + '"}')
+        self.replay("files", "tuned table 17 MiB",
+                    scenario(engine={"tuned_config_dir": "tables"}), where=re.escape(tf))
+        shutil.rmtree(self.path("tables"))
+        srv.close()
+
+    def overflow(self):
+        self.config()
+        big = ["2147483647", "2147483648", "4294967296", "1152921504606849024",
+               "9223372036854775807", "9223372036854775808", "18446744073709551616",
+               "-9223372036854775808", "1" + "0" * 30]
+        for v in big:
+            self.replay("overflow", f"num_gpu_blocks {v}",
+                        scenario(engine={"num_gpu_blocks": v}))
+            for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                        "tensor_parallel_size", "num_speculative_tokens"):
+                self.replay("overflow", f"{key} {v}", scenario(engine={key: v}))
+            for key in ("prompt_tokens", "decode_steps", "arrival_step"):
+                self.replay("overflow", f"requests.0.{key} {v}", scenario(),
+                            sets=[f"requests.0.{key}={v}"])
+            self.replay("overflow", f"capture size {v}",
+                        scenario(engine={"cudagraph_mode": "piecewise",
+                                         "cudagraph_capture_sizes": f"[1, {v}]"}))
+            for key in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                        "vocab_size", "intermediate_size", "max_position_embeddings"):
+                cfg = json.loads(self.qwen)
+                cfg[key] = int(v) if not v.startswith("1000") else float(v)
+                self.config(json.dumps(cfg, indent=1))
+                self.replay("overflow", f"config {key} {v}", scenario())
+            self.config()
+        self.replay("overflow", "block_size 256 x 2^31-1 blocks (valid)",
+                    scenario(engine={"block_size": "256", "num_gpu_blocks": "2147483647"}))
+        self.replay("overflow", "long max_model_len x max_num_seqs",
+                    scenario(engine={"max_num_seqs": "1024", "max_num_batched_tokens": "4096",
+                                     "max_model_len": "2147483647", "block_size": "1",
+                                     "allow_long_max_model_len": "true"}))
+        for f in ("1e300", "1e308", "-1.0", "0.0", "1e-300", "Infinity", "-Infinity", "NaN"):
+            for t in ("yarn", "dynamic", "linear"):
+                cfg = self.qwen.replace('"rope_scaling": null',
+                                        f'"rope_scaling": {{"rope_type": "{t}", "factor": {f}, '
+                                        f'"original_max_position_embeddings": 4096}}')
+                self.config(cfg)
+                self.replay("overflow", f"rope {t} factor {f}",
+                            scenario(engine={"max_model_len": "50000"}))
+        self.config()
+        for v in ("1e308", "-1", "1e-320", ".inf", ".nan"):
+            self.replay("overflow", f"timeout_s {v}", scenario(extra=f"timeout_s: {v}\n"))
+            self.replay("overflow", f"gpu_memory_utilization {v}",
+                        scenario(engine={"gpu_memory_utilization": v}))
+        # Family keys read by the model families (products of config integers).
+        fams = [("nemotron-3-nano-30b-a3b.json", 8, ["mamba_num_heads", "mamba_head_dim",
+                                                     "ssm_state_size", "n_groups", "chunk_size",
+                                                     "n_routed_experts", "moe_intermediate_size",
+                                                     "moe_latent_size", "conv_kernel"]),
+                ("qwen3-next-80b-a3b.json", 4, ["linear_num_key_heads", "linear_num_value_heads",
+                                                "linear_key_head_dim", "linear_value_head_dim",
+                                                "num_experts", "moe_intermediate_size",
+                                                "full_attention_interval"])]
+        for name, layers, keys in fams:
+            with open(os.path.join(ROOT, "fixtures/hf-configs", name)) as f:
+                base = json.load(f)
+            for key in keys:
+                for v in (2147483647, 2147483648, 18446744073709551615, -2147483648, "64", 64.5):
+                    cfg = dict(base)
+                    cfg[key] = v
+                    self.config(json.dumps(cfg, indent=1), name="fam.json")
+                    self.replay("overflow", f"{name} {key} {v!r}",
+                                scenario(config="fam.json",
+                                         overrides=f"{{num_hidden_layers: {layers}}}",
+                                         engine={"tuned_config_dir":
+                                                 os.path.join(ROOT, "fixtures/tuned-configs")}))
+
+    def config_json(self):
+        q = self.qwen
+        cases = {
+            "eps 1e400": q.replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 1e400'),
+            "eps -1e400": q.replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": -1e400'),
+            "eps 1e-400": q.replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 1e-400'),
+            "400 digits": q.replace('"hidden_size": 4096', '"hidden_size": ' + "9" * 400),
+            "nested 1e999": q.replace('"rope_scaling": null', '"rope_scaling": {"f": [1, 1e999]}'),
+            "string int": q.replace('"hidden_size": 4096', '"hidden_size": "4096"'),
+            "float int": q.replace('"hidden_size": 4096', '"hidden_size": 4096.0'),
+            "bool int": q.replace('"hidden_size": 4096', '"hidden_size": true'),
+            "list int": q.replace('"hidden_size": 4096', '"hidden_size": [4096]'),
+            "object int": q.replace('"hidden_size": 4096', '"hidden_size": {"a": 1}'),
+            "null required": q.replace('"hidden_size": 4096', '"hidden_size": null'),
+            "Infinity int": q.replace('"hidden_size": 4096', '"hidden_size": Infinity'),
+            "NaN eps": q.replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN'),
+            "string eps": q.replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": "small"'),
+            "string theta": q.replace('"rope_theta": 1000000', '"rope_theta": "big"'),
+            "int dtype": q.replace('"torch_dtype": "bfloat16"', '"torch_dtype": 16'),
+            "architectures string": q.replace('[\n    "Qwen3ForCausalLM"\n  ]', '"Qwen3"'),
+            "architectures []": q.replace('[\n    "Qwen3ForCausalLM"\n  ]', "[]"),
+            "architectures [1]": q.replace('[\n    "Qwen3ForCausalLM"\n  ]', "[1]"),
+            "rope_scaling string": q.replace('"rope_scaling": null', '"rope_scaling": "yarn"'),
+            "rope_type int": q.replace('"rope_scaling": null',
+                                       '"rope_scaling": {"rope_type": 3, "factor": 2}'),
+            "rope factor string": q.replace('"rope_scaling": null',
+                                            '"rope_scaling": {"type": "yarn", "factor": "2"}'),
+            "rope orig string": q.replace(
+                '"rope_scaling": null', '"rope_scaling": {"type": "yarn", "factor": 2, '
+                '"original_max_position_embeddings": "4096"}'),
+            "tie string": q.replace('"tie_word_embeddings": false', '"tie_word_embeddings": "no"'),
+            "invalid UTF-8 key": q.replace('"attention_bias"', '"attention_\udcff"'),
+            "invalid UTF-8 value": q.replace('"silu"', '"si\udcfflu"'),
+            "truncated": q[: len(q) // 2],
+            "empty": "",
+            "whitespace": "   \n",
+            "top-level list": "[1, 2]",
+            "top-level string": '"x"',
+            "trailing comma": q.replace('"vocab_size": 151936\n', '"vocab_size": 151936,\n'),
+            "comment": "// hi\n" + q,
+            "BOM": "\ufeff" + q,
+            "deep 100": q.replace('"rope_scaling": null', '"rope_scaling": ' + "[" * 100 + "]" * 100),
+            "deep 100000": q.replace('"rope_scaling": null',
+                                     '"rope_scaling": ' + "[" * 100000 + "]" * 100000),
+            "deep objects": q.replace('"rope_scaling": null',
+                                      '"rope_scaling": ' + '{"a":' * 5000 + "1" + "}" * 5000),
+            "NUL byte": q.replace('"silu"', '"si\x00lu"'),
+            "bare NUL": q + "\x00",
+            "second value": q + "{}",
+            "unterminated string": q.replace('"silu"', '"silu'),
+            "bad escape": q.replace('"silu"', '"si\\qlu"'),
+            "lone surrogate escape": q.replace('"silu"', '"\\ud800"'),
+            "-Infinity int": q.replace('"hidden_size": 4096', '"hidden_size": -Infinity'),
+            "negative zero": q.replace('"hidden_size": 4096', '"hidden_size": -0'),
+            "huge exponent int": q.replace('"hidden_size": 4096', '"hidden_size": 4096e0'),
+        }
+        for label, text in cases.items():
+            self.config(text)
+            self.replay("config", label, scenario())
+        self.config()
+
+    def duplicates(self):
+        q = self.qwen
+        cases = {
+            "top-level": q.replace('"hidden_size": 4096,', '"hidden_size": 4096, "hidden_size": 8,'),
+            "same value": q.replace('"hidden_size": 4096,', '"hidden_size": 4096, "hidden_size": 4096,'),
+            "escaped": q.replace('"hidden_size": 4096,', '"hidden_size": 4096, "hidden\\u005fsize": 8,'),
+            "nested": q.replace('"rope_scaling": null',
+                                '"rope_scaling": {"factor": 2.0, "factor": 4.0, "type": "yarn"}'),
+            "in list of objects": q.replace('"rope_scaling": null',
+                                            '"rope_scaling": [{"a": 1}, {"b": 1, "b": 2}]'),
+            "unused key": q.replace('"use_cache": true,', '"use_cache": true, "use_cache": false,'),
+        }
+        for label, text in cases.items():
+            self.config(text)
+            self.replay("duplicates", f"config.json {label}", scenario())
+        self.config()
+        yaml_cases = {
+            "top-level": scenario(extra="name: again\n"),
+            "engine": scenario(engine={"block_size": "16\n  block_size: 32"}),
+            "model": scenario(overrides="{num_hidden_layers: 1}\n  config: cfg.json"),
+            "overrides": scenario(overrides="{num_hidden_layers: 1, num_hidden_layers: 2}"),
+            "overrides nested": scenario(overrides="{num_hidden_layers: 1, rope_scaling: "
+                                                   "{factor: 2.0, factor: 4.0}}"),
+            "request": scenario(requests="[{prompt_tokens: 16, decode_steps: 1, decode_steps: 2}]"),
+            "strategies": scenario(strategies="{none: [], none: []}"),
+            "long-form strategy": scenario(strategies="{none: {warmers: [], warmers: []}}"),
+            "expect rule": scenario(extra="expect:\n  - {strategy: none, outcome: ok, outcome: crash}\n"),
+            "matrix": scenario(extra="matrix:\n  engine.block_size: [16]\n  engine.block_size: [32]\n"),
+            "quoted vs plain": scenario(extra='"name": again\n'),
+            "merge key": scenario(extra="description: &d x\n<<: {name: y}\n"),
+        }
+        for label, text in yaml_cases.items():
+            self.replay("duplicates", f"yaml {label}", text)
+
+    def documents(self):
+        self.config()
+        base = scenario()
+        cases = {
+            "second document": base + "---\nname: other\n",
+            "second document of a list": base + "---\n- 1\n",
+            "second document scalar": base + "--- x\n",
+            "three documents": base + "---\na: 1\n---\nb: 2\n",
+            "after end marker": base + "...\n---\nname: x\n",
+            "second document invalid": base + "---\n: : [\n",
+            "second document bomb": base + "---\n" + bomb(9) + "\n",
+            "empty second document (valid)": base + "---\n",
+            "leading marker (valid)": "---\n" + base,
+            "end marker only (valid)": base + "...\n",
+            "--set value with two documents": None,
+        }
+        for label, text in cases.items():
+            if text is None:
+                self.replay("documents", label, base, sets=["engine.block_size=16\n---\n32"])
+            else:
+                self.replay("documents", label, text)
+
+    # ---- report
+
+    def report(self):
+        cols = ["tried", "clean", "accepted", "signal", "hang", "other", "max_s"]
+        print(f"{'class':<12}" + "".join(f"{c:>10}" for c in cols))
+        for cls, s in self.stats.items():
+            print(f"{cls:<12}" + "".join(
+                f"{s[c]:>10.1f}" if c == "max_s" else f"{s[c]:>10}" for c in cols))
+        for cls, label, kind, rc, out in self.bad:
+            print(f"\n[{cls}] {label}: {kind} (rc={rc})\n  " + out.replace("\n", "\n  "))
+        return 1 if self.bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build/coldstart"))
+    ap.add_argument("--timeout", type=float, default=30)
+    ap.add_argument("--cache-dir", help="kernel cache kept across inputs (default: a new one)")
+    ap.add_argument("--only", action="append",
+                    choices=["alias", "files", "overflow", "config", "duplicates", "documents"])
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    c = Campaign(args)
+    try:
+        # A result file for compare's second argument, and a warm kernel cache.
+        c.config()
+        c.write("s.yaml", scenario())
+        subprocess.run([c.bin, "replay", c.path("s.yaml"), "--device", "compile-only", "--strategy",
+                        "none", "--cache-dir", c.cache, "--json", c.path("ok.json")],
+                       cwd=c.dir, capture_output=True, timeout=600)
+        steps = {"alias": c.alias, "files": c.files, "overflow": c.overflow,
+                 "config": c.config_json, "duplicates": c.duplicates, "documents": c.documents}
+        for name, step in steps.items():
+            if not args.only or name in args.only:
+                step()
+        return c.report()
+    finally:
+        shutil.rmtree(c.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
