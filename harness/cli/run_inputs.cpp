@@ -44,18 +44,12 @@ void write_copy(const std::string& path, const std::string& data) {
 
 // Regular files under `dir` (symbolic links followed), as paths relative to it, sorted.
 void list_files(const std::string& dir, const std::string& rel, std::vector<std::string>& out) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
+  const auto names = paths::directory_entries(dir);
+  if (!names) {
     throw Error(fmt::format("{}: cannot list it to freeze the run's inputs: {}", dir,
                             std::strerror(errno)));
   }
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  for (const std::string& name : names) {
+  for (const std::string& name : *names) {
     const std::string path = paths::join(dir, name);
     const std::string r = rel.empty() ? name : rel + "/" + name;
     struct stat st {};

@@ -204,19 +204,27 @@ std::string read_input_file(const std::string& path, size_t max_bytes, std::stri
   return why;
 }
 
-namespace {
-
-std::string find_unreadable_below(const std::string& dir, const std::string& suffix,
-                                  size_t max_bytes, int depth, size_t& budget) {
+std::optional<std::vector<std::string>> directory_entries(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return "";  // an unreadable directory: nothing there is read either
+  if (d == nullptr) return std::nullopt;
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name != "." && name != "..") names.push_back(name);
   }
+  const int saved = errno;
   ::closedir(d);
-  for (const std::string& name : names) {
+  errno = saved;
+  return names;
+}
+
+namespace {
+
+std::string find_unreadable_below(const std::string& dir, const std::string& suffix,
+                                  size_t max_bytes, int depth, size_t& budget) {
+  const auto names = directory_entries(dir);
+  if (!names) return "";  // an unreadable directory: nothing there is read either
+  for (const std::string& name : *names) {
     if (budget == 0) return "";
     --budget;
     const std::string path = join(dir, name);

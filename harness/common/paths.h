@@ -6,11 +6,16 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace coldstart::paths {
 
 bool exists(const std::string& path);
+/// The names in directory `dir`, without "." and "..", in readdir order; nullopt when it cannot
+/// be opened (errno says why).
+std::optional<std::vector<std::string>> directory_entries(const std::string& dir);
 bool is_directory(const std::string& path);
 /// Directory part of `path` ("" for a bare file name), like dirname without the "." fallback.
 std::string parent(const std::string& path);

@@ -7,19 +7,13 @@
 #include <limits>
 
 #include "harness/common/paths.h"
+#include "harness/replay/hf_config.h"
 
 namespace coldstart {
 
 namespace {
 
-const char* json_kind(const nlohmann::json& v) {
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "a list";
-  return "a mapping";
-}
+using scenario_detail::json_kind;
 
 // The value of `key`, or null when it is absent or null.
 const nlohmann::json* config_value(const ConfigView& c, const char* key) {

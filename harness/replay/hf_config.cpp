@@ -269,6 +269,8 @@ std::pair<int, int> line_col(const std::string& text, size_t off) {
   return {line, col};
 }
 
+}  // namespace
+
 const char* json_kind(const json& v) {
   if (v.is_null()) return "null";
   if (v.is_boolean()) return "a boolean";
@@ -278,6 +280,8 @@ const char* json_kind(const json& v) {
   if (v.is_array()) return "a list";
   return "a mapping";
 }
+
+namespace {
 
 // Whether an override value may replace a config value: same JSON type, with an integer allowed
 // for a float and anything allowed for null.

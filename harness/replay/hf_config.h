@@ -27,4 +27,8 @@ struct LengthLimit {
 /// Returns false when a problem was recorded in `c`.
 bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& limit);
 
+/// What a JSON value is, for messages: "null", "a boolean", "an integer", "a number", "a string",
+/// "a list" or "a mapping".
+const char* json_kind(const nlohmann::json& v);
+
 }  // namespace coldstart::scenario_detail
