@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include <fmt/format.h>
@@ -24,17 +22,22 @@
 namespace coldstart::cli {
 namespace {
 
+// As every input is read (paths::read_input_file): a FIFO swapped in since validation must not
+// block the parent, a device must not be read until memory runs out.
 std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in || paths::is_directory(path)) {
-    throw Error(fmt::format("{}: cannot read it to freeze the run's inputs: {}", path,
-                            paths::is_directory(path) ? "is a directory" : std::strerror(errno)));
+  std::string data;
+  const std::string why = paths::read_input_file(path, paths::kMaxTableBytes, data);
+  if (!why.empty()) {
+    throw InputError(fmt::format("{}: cannot read it to freeze the run's inputs: {}", path, why));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
-  return ss.str();
+  return data;
 }
+
+// How far below a tuned-config directory files are copied (the harness reads one level down),
+// and how many: a symbolic link to an enclosing directory made the walk endless (two such links:
+// 2^40 paths before the kernel's ELOOP).
+constexpr int kMaxListDepth = 4;
+constexpr size_t kMaxListFiles = 10000;
 
 // The copy is read-only: nothing is meant to change it during the run.
 void write_copy(const std::string& path, const std::string& data) {
@@ -42,22 +45,37 @@ void write_copy(const std::string& path, const std::string& data) {
   paths::write_file_atomic(path, data, 0444);
 }
 
-// Regular files under `dir` (symbolic links followed), as paths relative to it, sorted.
-void list_files(const std::string& dir, const std::string& rel, std::vector<std::string>& out) {
+// Regular files under `dir` (symbolic links followed, at most kMaxListDepth levels down), as
+// paths relative to it. Throws InputError past kMaxListFiles files or
+// paths::kMaxInputDirEntries entries looked at (`seen` counts them).
+void list_files(const std::string& dir, const std::string& rel, std::vector<std::string>& out,
+                int depth = 0, size_t* seen = nullptr) {
+  size_t seen_here = 0;
+  if (seen == nullptr) seen = &seen_here;
   const auto names = paths::directory_entries(dir);
   if (!names) {
     throw Error(fmt::format("{}: cannot list it to freeze the run's inputs: {}", dir,
                             std::strerror(errno)));
   }
   for (const std::string& name : *names) {
+    if (++*seen > paths::kMaxInputDirEntries) {
+      throw InputError(fmt::format("{}: more than {} entries below it to freeze the run's inputs "
+                                   "(a symbolic link to an enclosing directory?)",
+                                   dir, paths::kMaxInputDirEntries));
+    }
     const std::string path = paths::join(dir, name);
     const std::string r = rel.empty() ? name : rel + "/" + name;
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) continue;  // a dangling link is nothing to read
     if (S_ISDIR(st.st_mode)) {
-      list_files(path, r, out);
+      if (depth < kMaxListDepth) list_files(path, r, out, depth + 1, seen);
     } else if (S_ISREG(st.st_mode)) {
       out.push_back(r);
+      if (out.size() > kMaxListFiles) {
+        throw InputError(fmt::format("{}: more than {} files below it to freeze the run's inputs "
+                                     "(a symbolic link to an enclosing directory?)",
+                                     dir, kMaxListFiles));
+      }
     }
   }
 }

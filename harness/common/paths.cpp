@@ -225,7 +225,7 @@ std::string find_unreadable_below(const std::string& dir, const std::string& suf
   const auto names = directory_entries(dir);
   if (!names) return "";  // an unreadable directory: nothing there is read either
   for (const std::string& name : *names) {
-    if (budget == 0) return "";
+    if (budget == 0) return "";  // find_unreadable_input names the top directory
     --budget;
     const std::string path = join(dir, name);
     struct stat st {};
@@ -252,8 +252,14 @@ std::string find_unreadable_below(const std::string& dir, const std::string& suf
 
 std::string find_unreadable_input(const std::string& dir, const std::string& suffix,
                                   size_t max_bytes, int max_depth) {
-  size_t budget = 100000;
-  return find_unreadable_below(dir, suffix, max_bytes, max_depth, budget);
+  size_t budget = kMaxInputDirEntries + 1;  // one more: whether there are more than the bound
+  std::string found = find_unreadable_below(dir, suffix, max_bytes, max_depth, budget);
+  if (found.empty() && budget == 0) {
+    found = fmt::format("{}: more than {} entries below it (a symbolic link to an enclosing "
+                        "directory?)",
+                        dir, kMaxInputDirEntries);
+  }
+  return found;
 }
 
 std::string self_executable() {

@@ -59,10 +59,13 @@ constexpr size_t kMaxResultsBytes = 256u << 20;  ///< a results file (replay --j
 /// refused), never reads past max_bytes (a device such as /dev/zero is refused, a file that grows
 /// while read is cut off and refused).
 std::string read_input_file(const std::string& path, size_t max_bytes, std::string& data);
+/// The most entries find_unreadable_input looks at below a directory.
+constexpr size_t kMaxInputDirEntries = 100000;
 /// The first file below the directory `dir` (symbolic links followed, at most `max_depth` levels
-/// down, at most 100,000 entries looked at) whose name ends with `suffix` and that
-/// read_input_file would refuse for its type or size, as "<path>: <why>"; "" when there is none.
-/// Nothing is opened or read: a FIFO is found by stat alone.
+/// down) whose name ends with `suffix` and that read_input_file would refuse for its type or size,
+/// as "<path>: <why>"; "" when there is none. More than kMaxInputDirEntries entries below `dir`
+/// (symbolic links to an enclosing directory multiply them) is a problem too. Nothing is opened or
+/// read: a FIFO is found by stat alone.
 std::string find_unreadable_input(const std::string& dir, const std::string& suffix,
                                   size_t max_bytes, int max_depth = 4);
 /// "16 MiB", "512 KiB", "100 B": a size limit as read_input_file's messages print it.

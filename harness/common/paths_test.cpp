@@ -117,6 +117,13 @@ TEST(Paths, ReadInputFileRefusesFifosDevicesDirectoriesAndLargeFiles) {
   EXPECT_EQ(find_unreadable_input(tables, ".json", 100),
             join(tables, "fused_moe/E=16.json") + ": is a FIFO, not a regular file");
   EXPECT_EQ(find_unreadable_input(tables, ".json", 100, 0), "");  // not below max_depth
+  // Links to an enclosing directory multiply the entries: bounded, and a problem.
+  const std::string loops = join(root, "loops");
+  make_dirs(loops);
+  for (int i = 0; i < 40; ++i)
+    ASSERT_EQ(::symlink(".", join(loops, "l" + std::to_string(i)).c_str()), 0);
+  EXPECT_NE(find_unreadable_input(loops, ".json", 100).find("more than 100000 entries below it"),
+            std::string::npos);
   remove_tree(root);
 }
 
