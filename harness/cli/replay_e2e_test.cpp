@@ -875,7 +875,12 @@ class ScenarioExpectations : public ReplayE2E, public ::testing::WithParamInterf
 TEST_P(ScenarioExpectations, MetInCompileOnlyMode) {
   const std::string out = paths::join(dir_, "out.txt");
   const int rc = run_coldstart("replay " + GetParam() + " --device compile-only --check", out);
-  EXPECT_EQ(rc, 0) << read_text(out);
+  const std::string text = read_text(out);
+  // An older toolkit (a distribution's CUDA 11.8) cannot compile some scenarios' kernels (sm_90a
+  // for DeepSeek V4): refused by name, which NvrtcTargetsItCannotCompileForAreRefusedByName checks.
+  if (rc == 2 && text.find("(the CUDA toolkit this build uses) cannot compile for") != std::string::npos)
+    GTEST_SKIP() << text;
+  EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(read_text(out).find("rule(s) met"), std::string::npos) << "no expect: rules checked";
 }
 
