@@ -208,6 +208,15 @@ class Campaign:
         self.replay("files", "tuned table 17 MiB",
                     scenario(engine={"tuned_config_dir": "tables"}), where=re.escape(tf))
         shutil.rmtree(self.path("tables"))
+        # Symbolic links to an enclosing directory below tuned_config_dir (an endless walk).
+        for n in (2, 40):
+            os.makedirs(self.path("tables"), exist_ok=True)
+            for k in range(n):
+                os.symlink(".", self.path(f"tables/l{k}"))
+            self.replay("files", f"tuned_config_dir with {n} links to itself",
+                        scenario(engine={"tuned_config_dir": "tables"}),
+                        where=r"(\S+:\d+(:\d+)?: )")
+            shutil.rmtree(self.path("tables"))
         srv.close()
 
     def overflow(self):
