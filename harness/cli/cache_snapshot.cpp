@@ -1,7 +1,6 @@
 // coldstart: per-strategy views of a persistent kernel cache. See cache_snapshot.h.
 #include "harness/cli/cache_snapshot.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,10 +18,7 @@ namespace {
 /// Names in `dir` (no "." / ".."; none starting with '.'), with whether each is a directory.
 std::vector<std::pair<std::string, bool>> entries(const std::string& dir) {
   std::vector<std::pair<std::string, bool>> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
+  for (const std::string& name : paths::directory_entries(dir).value_or(std::vector<std::string>{})) {
     // Hidden names (the run's own work directory), the temporary files of an atomic write that
     // a killed process left behind and entry locks (harness/jit/runtime.cpp: held by a process
     // compiling into this directory, or left by one that died) are not cache entries.
@@ -33,7 +29,6 @@ std::vector<std::pair<std::string, bool>> entries(const std::string& dir) {
     if (S_ISDIR(st.st_mode)) out.emplace_back(name, true);
     else if (S_ISREG(st.st_mode)) out.emplace_back(name, false);
   }
-  ::closedir(d);
   return out;
 }
 

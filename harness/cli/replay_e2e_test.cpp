@@ -106,15 +106,7 @@ bool within(double seconds, F done) {
 
 /// The names in directory `dir` (without "." and "..").
 std::vector<std::string> names_in(const std::string& dir) {
-  std::vector<std::string> out;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string n = e->d_name;
-      if (n != "." && n != "..") out.push_back(n);
-    }
-    closedir(d);
-  }
-  return out;
+  return paths::directory_entries(dir).value_or(std::vector<std::string>{});
 }
 
 /// The results in a JSON file being written by a run; none while it does not exist yet.
