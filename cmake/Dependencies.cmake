@@ -41,7 +41,19 @@ find_package(Torch REQUIRED)
 # Torch's CMake config sets flags we do not want on every target (e.g. -D_GLIBCXX_USE_CXX11_ABI);
 # they are applied through the interface target below.
 add_library(cs_torch INTERFACE)
-target_link_libraries(cs_torch INTERFACE ${TORCH_LIBRARIES})
+# libstdc++ ahead of libtorch on every torch-linked binary's link line. PyTorch wheels since 2.5
+# export statically linked copies of some libstdc++ functions (std::filesystem among them;
+# pytorch/pytorch#133437). With libtorch first, --as-needed linking takes such a function from
+# libtorch.so and the program's calls bind to that copy at run time; torch 2.11's
+# std::filesystem::remove_all in libtorch.so jumps to address 0 (the ConfigViewChecks tests
+# died by SIGSEGV in the GPU build only). Named first, libstdc++ provides them and comes first
+# in the load order. harness/runtime/libstdcxx_binding_test.cpp checks where they bind.
+set(CS_LIBSTDCXX_FIRST "")
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang" AND CMAKE_SYSTEM_NAME STREQUAL "Linux"
+   AND NOT CMAKE_CXX_FLAGS MATCHES "-stdlib=libc\\+\\+")
+  set(CS_LIBSTDCXX_FIRST stdc++)
+endif()
+target_link_libraries(cs_torch INTERFACE ${CS_LIBSTDCXX_FIRST} ${TORCH_LIBRARIES})
 separate_arguments(CS_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(cs_torch INTERFACE ${CS_TORCH_CXX_FLAGS})
 

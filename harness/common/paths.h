@@ -1,8 +1,9 @@
-// Small POSIX path helpers. Code that ends up in a binary linked with a PyTorch wheel's libtorch
-// must not use std::filesystem: those wheels export their own, statically linked copy of the
-// libstdc++ std::filesystem symbols, which can replace the system ones at load time and crash
-// (pytorch/pytorch#133437; seen here as a crash in std::filesystem::remove_all with libtorch
-// 2.11). Tests that never link torch may still use std::filesystem.
+// Small POSIX path helpers. The harness's own code uses these rather than std::filesystem:
+// PyTorch wheels export their own, statically linked copies of some libstdc++ std::filesystem
+// functions (pytorch/pytorch#133437; torch 2.11's std::filesystem::remove_all in libtorch.so
+// jumps to address 0). cs_torch links libstdc++ ahead of libtorch so that such calls bind to
+// libstdc++ (cmake/Dependencies.cmake; checked by harness/runtime/libstdcxx_binding_test.cpp);
+// keeping std::filesystem out of the harness is the second line of defence. Tests may use it.
 #pragma once
 
 #include <cstddef>
