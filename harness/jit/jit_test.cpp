@@ -875,7 +875,7 @@ TEST(Driver, UnavailableHasAReason) {
   }
 }
 
-TEST(Driver, CheckMacroNamesCallAndError) {
+TEST(DriverGpu, CheckMacroNamesCallAndError) {
   if (!driver_available()) {
     GTEST_SKIP() << "no CUDA driver/GPU: " << driver_unavailable_reason();
   }

@@ -60,9 +60,18 @@ at::Tensor random_slots(int64_t tokens, int64_t total_slots);
 
 }  // namespace coldstart::kernels::test
 
-/// Skips the current test unless gpu_available().
+/// Skips the current test unless gpu_available(). A GPU test's GoogleTest suite name must contain
+/// "Gpu": CTest labels tests `gpu` by that name (cmake/Testing.cmake), and a GPU test labelled
+/// otherwise would run unthrottled and unlocked beside the GPU tests; such a test fails here,
+/// on CPU machines too.
 #define CS_REQUIRE_GPU()                                                              \
   do {                                                                                \
+    const ::testing::TestInfo* info_ =                                                \
+        ::testing::UnitTest::GetInstance()->current_test_info();                      \
+    ASSERT_TRUE(info_ != nullptr && std::string(info_->test_suite_name()).find("Gpu") != \
+                                         std::string::npos)                            \
+        << "CS_REQUIRE_GPU in suite '" << (info_ ? info_->test_suite_name() : "?")    \
+        << "': name GPU test suites *Gpu* so CTest labels them gpu";                  \
     std::string why_;                                                                 \
     if (!::coldstart::kernels::test::gpu_available(&why_)) {                          \
       GTEST_SKIP() << "needs a CUDA GPU and a CUDA libtorch: " << why_;               \

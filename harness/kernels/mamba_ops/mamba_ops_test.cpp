@@ -270,9 +270,9 @@ void PrintTo(const ConvCase& c, std::ostream* os) {
   *os << " state_rows " << c.state_rows;
 }
 
-class MambaConvFwd : public ::testing::TestWithParam<ConvCase> {};
+class MambaConvFwdGpu : public ::testing::TestWithParam<ConvCase> {};
 
-TEST_P(MambaConvFwd, MatchesReference) {
+TEST_P(MambaConvFwdGpu, MatchesReference) {
   CS_REQUIRE_GPU();
   const ConvCase c = GetParam();
   jit::JitRuntime& rt = gpu_runtime();
@@ -306,7 +306,7 @@ TEST_P(MambaConvFwd, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Shapes, MambaConvFwd,
+    Shapes, MambaConvFwdGpu,
     ::testing::Values(
         // Qwen3-Next GDN (dim 8192, width 4, silu): short and chunk-spanning sequences, one pad.
         ConvCase{8192, 4, false, true, {5, 1, 37, 2, 16}, {3, 6, 0, kPadSlotId, 8},
@@ -317,7 +317,7 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{4096, 3, true, true, {1000}, {4}, {true}, 2}),
     conv_name);
 
-TEST(MambaConvUpdate, MatchesReferenceOutOfPlaceAndInPlace) {
+TEST(MambaConvUpdateGpu, MatchesReferenceOutOfPlaceAndInPlace) {
   CS_REQUIRE_GPU();
   jit::JitRuntime& rt = gpu_runtime();
   for (const auto& [dim, width, with_bias, silu] :
@@ -356,7 +356,7 @@ TEST(MambaConvUpdate, MatchesReferenceOutOfPlaceAndInPlace) {
   }
 }
 
-TEST(MambaGatedRmsNorm, MatchesReference) {
+TEST(MambaGatedRmsNormGpu, MatchesReference) {
   CS_REQUIRE_GPU();
   jit::JitRuntime& rt = gpu_runtime();
   const int64_t n = 512;
@@ -378,7 +378,7 @@ TEST(MambaGatedRmsNorm, MatchesReference) {
   }
 }
 
-TEST(MambaStates, SeedVariantsGatherAndScatter) {
+TEST(MambaStatesGpu, SeedVariantsGatherAndScatter) {
   CS_REQUIRE_GPU();
   jit::JitRuntime& rt = gpu_runtime();
   for (at::ScalarType dt : {at::kBFloat16, at::kFloat}) {
