@@ -1,77 +1,175 @@
 #!/usr/bin/env bash
 # Nightly GPU CI / GPU check: builds against the PyTorch install's libtorch (CUDA), runs every test
 # (GPU tests included), replays every scenario under scenarios/ on the GPU with --check (each
-# scenario's expect: rules must hold: exit 3 otherwise, and this script fails), checks that
-# compile-only mode works with this libtorch (--target b200), and runs the launch benchmark.
-# Results go to $OUT (default ./out/gpu): merged results JSON, JUnit, Markdown, HTML, trace, bench
-# JSON, and one log. The kernel-family benchmarks write <name>.json / <name>.txt there too.
+# scenario's expect: rules must hold, else this script fails), checks that compile-only mode
+# works with this libtorch (--target b200), and runs the benchmarks. Everything goes to $OUT
+# (default ./out/gpu): gpu-ci.log, the merged results (results.json) and their JUnit, Markdown,
+# HTML and trace reports, one log and results file per scenario under replay/, bench JSON.
 #
-#   OUT=/tmp/gpu scripts/gpu-ci.sh [sm arch number, default: the GPU's, e.g. 90]
+#   scripts/gpu-ci.sh [--preset tests|replay|nightly] [SM, default: the GPU's, e.g. 90]
 #
-# GPU_CI_STEPS (default "build tests replay compile-only bench") runs a subset, e.g. the build and
-# tests in one job and the replays in a second on the same build directory; each listed step
-# fails the script as it would in a full run. GPU_CI_SCENARIOS (default "scenarios/*.yaml") limits
-# the replay and compile-only steps to some scenarios, e.g. to split the replays over two jobs.
-# GPU_CI_CTEST_JOBS (default 4) sets CTest's parallelism; GPU_CI_CTEST_ARGS adds CTest arguments,
-# e.g. "-I 1,600" and "-I 601," to split the tests over two jobs.
+# Presets: two calls of at most 10 minutes each on an H200 (16 cores), one after the other on the
+# same build directory (the second rebuilds nothing when the tree is current, else it builds):
+#   tests    build, tests (`ctest -j$(nproc)`: unit, compile, gpu and e2e labels; the e2e tests
+#            replay every scenario in compile-only mode with this libtorch), doctor, bench
+#   replay   build, replay (every scenario once on the GPU, one scenario at a time)
+#   nightly  every step, compile-only --target b200 too, and the replay with 3 runs per strategy:
+#            timings fit to compare with baselines/ (longer than one call; see README.md)
+# Without --preset every step runs as in nightly. GPU_CI_STEPS (e.g. "build tests") replaces the
+# preset's steps; each listed step fails the script as it would in a full run.
+#
+# Other knobs: GPU_CI_SCENARIOS (default "scenarios/*.yaml") limits the replay and compile-only
+# steps; COLDSTART_REPEAT (runs per strategy, default: the preset's); GPU_CI_REPLAY_JOBS
+# (scenarios replayed at once, default 1). Each replay sizes its KV cache to the GPU's free memory
+# as vLLM does, so replays at once run out of memory unless their scenarios set a small
+# gpu_memory_utilization. GPU_CI_CTEST_JOBS (default nproc; each GPU test declares its threads
+# to CTest) and GPU_CI_CTEST_ARGS (e.g. "-L gpu", "-LE e2e") shape the tests step.
+# COLDSTART_BUILD_DIR (default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+PRESET=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preset) PRESET=${2:-}; shift 2 ;;
+    --preset=*) PRESET=${1#--preset=}; shift ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    *) break ;;
+  esac
+done
+case "$PRESET" in
+  tests)       steps="build tests bench";        repeat=1; replay_jobs=1 ;;
+  replay)      steps="build replay";             repeat=1; replay_jobs=1 ;;
+  nightly|"")  steps="build tests replay compile-only bench"; repeat=3; replay_jobs=1 ;;
+  *) echo "gpu-ci: unknown preset '$PRESET' (tests, replay, nightly)" >&2; exit 2 ;;
+esac
+STEPS=" ${GPU_CI_STEPS:-$steps} "
+REPEAT=${COLDSTART_REPEAT:-$repeat}
+REPLAY_JOBS=${GPU_CI_REPLAY_JOBS:-$replay_jobs}
+
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-ci.log"
 : >"$LOG"
-step() { echo "== $*" | tee -a "$LOG"; }
+BUILD=${COLDSTART_BUILD_DIR:-build-gpu}
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+read -r -a SCENARIOS <<<"${GPU_CI_SCENARIOS:-$(echo scenarios/*.yaml)}"
+rc=0
+summary=()
+t_step=0
+step() { t_step=$(date +%s); echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
+# done_step NAME STATUS: one summary line per step, with its wall time.
+done_step() {
+  local s=$(( $(date +%s) - t_step ))
+  summary+=("$(printf '%-13s %-5s %4d s' "$1" "$2" "$s")")
+  echo "== $1: $2 in $s s" | tee -a "$LOG"
+}
+finish() {
+  echo "== gpu-ci summary (preset ${PRESET:-all}, steps:$STEPS)" | tee -a "$LOG"
+  printf '   %s\n' "${summary[@]}" | tee -a "$LOG"
+  exit "$1"
+}
+
 ARCH=${1:-$(python3 -c 'import torch; p=torch.cuda.get_device_capability(); print(p[0]*10+p[1])')}
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-BUILD=${COLDSTART_BUILD_DIR:-build-gpu}
-STEPS=" ${GPU_CI_STEPS:-build tests replay compile-only bench} "
-want() { [[ "$STEPS" == *" $1 "* ]]; }
-rc=0
-read -r -a SCENARIOS <<<"${GPU_CI_SCENARIOS:-$(echo scenarios/*.yaml)}"
 
 if want build; then
-step "configure (libtorch from $TORCH_PREFIX, CUDA arch $ARCH)"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >>"$LOG" 2>&1 || { echo "configure failed" | tee -a "$LOG"; tail -40 "$LOG"; exit 1; }
-step "build"
-cmake --build "$BUILD" -j"$(nproc)" >>"$LOG" 2>&1 || { echo "build failed" | tee -a "$LOG"; grep -E "error|Error" "$LOG" | head -40; exit 1; }
+  step "configure + build (libtorch from $TORCH_PREFIX, CUDA arch $ARCH)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+       -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >>"$LOG" 2>&1; then
+    echo "configure failed" | tee -a "$LOG"; tail -40 "$LOG"; done_step build FAIL; finish 1
+  fi
+  if ! cmake --build "$BUILD" -j"$(nproc)" >>"$LOG" 2>&1; then
+    echo "build failed" | tee -a "$LOG"; grep -E "error|Error" "$LOG" | head -40
+    done_step build FAIL; finish 1
+  fi
+  done_step build ok
 fi
 
 if want tests; then
-step "tests"
-(cd "$BUILD" && ctest --output-on-failure -j"${GPU_CI_CTEST_JOBS:-4}" --timeout 600 ${GPU_CI_CTEST_ARGS:-}) >>"$LOG" 2>&1 || rc=1
-grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Total Test" "$LOG" | tail -20
-
-step "doctor"
-"$BUILD/coldstart" doctor >>"$LOG" 2>&1 || rc=1
+  step "tests (ctest -j${GPU_CI_CTEST_JOBS:-$(nproc)} ${GPU_CI_CTEST_ARGS:-})"
+  st=ok
+  # shellcheck disable=SC2086
+  (cd "$BUILD" && ctest --output-on-failure -j"${GPU_CI_CTEST_JOBS:-$(nproc)}" --timeout 600 \
+     --output-junit "$(realpath -m "$OUT")/ctest-junit.xml" ${GPU_CI_CTEST_ARGS:-}) >>"$LOG" 2>&1 || st=FAIL
+  grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|Exception|Total Test time" "$LOG" | tail -25
+  # Per-label counts and times (CTest prints them at the end of a run).
+  sed -n '/^Label Time Summary/,/^Total Test time/p' "$LOG" | tail -12
+  "$BUILD/coldstart" doctor >>"$LOG" 2>&1 || st=FAIL
+  [ "$st" = ok ] || rc=1
+  done_step tests "$st"
 fi
 
 if want replay; then
-step "replay (every scenario, ${COLDSTART_REPEAT:-3} runs per strategy, expectations checked)"
-"$BUILD/coldstart" replay "${SCENARIOS[@]}" --check \
-  --device cuda --repeat "${COLDSTART_REPEAT:-3}" --json "$OUT/results.json" --junit "$OUT/junit.xml" \
-  --md "$OUT/report.md" --html "$OUT/report.html" --trace "$OUT/trace.json" 2>>"$LOG" | tee -a "$LOG"
-[ "${PIPESTATUS[0]}" = 0 ] || { echo "replay failed or an expectation is unmet" | tee -a "$LOG"; rc=1; }
+  step "replay (${#SCENARIOS[@]} scenarios, $REPEAT runs per strategy, $REPLAY_JOBS at a time, expectations checked)"
+  dir="$OUT/replay"
+  rm -rf "$dir"; mkdir -p "$dir"
+  # One `coldstart replay --check` per scenario, at most REPLAY_JOBS at once; each writes
+  # <name>.json / <name>.log / <name>.rc / <name>.seconds.
+  for s in "${SCENARIOS[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$REPLAY_JOBS" ]; do wait -n; done
+    name=$(basename "$s" .yaml)
+    (
+      t0=$(date +%s)
+      "$BUILD/coldstart" replay "$s" --check --device cuda --repeat "$REPEAT" \
+        --json "$dir/$name.json" >"$dir/$name.log" 2>&1
+      echo $? >"$dir/$name.rc"
+      echo $(( $(date +%s) - t0 )) >"$dir/$name.seconds"
+    ) &
+  done
+  wait
+  st=ok
+  for s in "${SCENARIOS[@]}"; do
+    name=$(basename "$s" .yaml)
+    r=$(cat "$dir/$name.rc" 2>/dev/null || echo "?")
+    echo "-- $name: exit $r in $(cat "$dir/$name.seconds" 2>/dev/null || echo '?') s" | tee -a "$LOG"
+    cat "$dir/$name.log" >>"$LOG"
+    if [ "$r" != 0 ]; then
+      st=FAIL
+      grep -E "UNMET|expectations|error|Error" "$dir/$name.log" | head -20
+    fi
+  done
+  jsons=()
+  for s in "${SCENARIOS[@]}"; do
+    f="$dir/$(basename "$s" .yaml).json"
+    [ -f "$f" ] && jsons+=("$f")
+  done
+  if [ ${#jsons[@]} -gt 0 ]; then
+    "$BUILD/coldstart" merge "${jsons[@]}" -o "$OUT/results.json" >>"$LOG" 2>&1 || st=FAIL
+    "$BUILD/coldstart" report "$OUT/results.json" --junit "$OUT/junit.xml" --md "$OUT/report.md" \
+      --html "$OUT/report.html" --trace "$OUT/trace.json" >"$OUT/table.txt" 2>>"$LOG" || st=FAIL
+    cat "$OUT/table.txt" >>"$LOG"
+  else
+    st=FAIL
+  fi
+  [ "$st" = ok ] || { echo "a replay failed or an expectation is unmet" | tee -a "$LOG"; rc=1; }
+  done_step replay "$st"
 fi
 
 if want compile-only; then
-step "compile-only with this libtorch (--target b200, every scenario, expectations checked)"
-"$BUILD/coldstart" replay "${SCENARIOS[@]}" --check --device compile-only --target b200 \
-  --json "$OUT/compile_only_b200.json" 2>>"$LOG" | tee -a "$LOG" | grep -E "expectations|UNMET"
-[ "${PIPESTATUS[0]}" = 0 ] || { echo "compile-only replay failed or an expectation is unmet" | tee -a "$LOG"; rc=1; }
+  step "compile-only with this libtorch (--target b200, every scenario, expectations checked)"
+  st=ok
+  "$BUILD/coldstart" replay "${SCENARIOS[@]}" --check --device compile-only --target b200 \
+    --json "$OUT/compile_only_b200.json" 2>>"$LOG" | tee -a "$LOG" | grep -E "expectations|UNMET"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "compile-only replay failed or an expectation is unmet" | tee -a "$LOG"; st=FAIL; rc=1; }
+  done_step compile-only "$st"
 fi
 
 if want bench; then
-step "launch benchmark"
-"$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-  --benchmark_out="$OUT/launch_bench.json" --benchmark_out_format=json >>"$LOG" 2>&1 || rc=1
-grep -E "^BM_" "$LOG" | tail -12
-step "kernel family benchmarks (GDN prefill chain, GDN decode, mamba ops, fused MoE, Mamba2, DeepGEMM-style FP8 GEMM)"
-for b in gdn_chunk_bench gdn_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench mamba_ssd_bench deepgemm_bench; do
-  [ -x "$BUILD/bench/$b" ] || continue
-  "$BUILD/bench/$b" --benchmark_out="$OUT/$b.json" --benchmark_out_format=json \
-    >"$OUT/$b.txt" 2>&1 || { echo "$b failed" | tee -a "$LOG"; rc=1; }
-done
+  step "benchmarks (launch, then the kernel families)"
+  st=ok
+  "$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_out="$OUT/launch_bench.json" --benchmark_out_format=json >>"$LOG" 2>&1 || st=FAIL
+  grep -E "^BM_" "$LOG" | tail -12
+  for b in gdn_chunk_bench gdn_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench mamba_ssd_bench deepgemm_bench; do
+    [ -x "$BUILD/bench/$b" ] || continue
+    t0=$(date +%s)
+    "$BUILD/bench/$b" --benchmark_out="$OUT/$b.json" --benchmark_out_format=json \
+      >"$OUT/$b.txt" 2>&1 || { echo "$b failed" | tee -a "$LOG"; st=FAIL; }
+    echo "-- $b: $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
+  done
+  [ "$st" = ok ] || rc=1
+  done_step bench "$st"
 fi
-exit $rc
+finish $rc
