@@ -4,7 +4,7 @@
 # every INSTANTIATE_TEST_SUITE_P names its cases and every parameter type has a PrintTo.
 #
 # CTest labels, one of the first four on every test (pick with `ctest -L` / `-LE`):
-#   unit      host-only tests;
+#   unit      host tests (some compile a small kernel with NVRTC on the way);
 #   compile   NVRTC compile cases: GoogleTest suites named *CompileOnly*, KernelCompile, Nvrtc*;
 #   gpu       tests that need a CUDA GPU (skipped, never passed, without one): suites named *Gpu*.
 #             CS_REQUIRE_GPU (harness/kernels/test_util.h) fails a test whose suite name lacks
@@ -23,10 +23,13 @@
 # separate words, so the properties are set by a small CTest script included after each
 # discovery, from the test lists the discovery defines.
 set(COLDSTART_GPU_TEST_THREADS 2 CACHE STRING "libtorch CPU threads of each GPU test process")
-set(COLDSTART_GPU_EXCLUSIVE_TESTS "*GpuAutotune*" CACHE STRING
-    "GoogleTest filter of the GPU tests that run alone (they benchmark the GPU)")
+# GoogleTest filter of the GPU tests that run alone (they benchmark the GPU).
+set(COLDSTART_GPU_EXCLUSIVE_TESTS "*GpuAutotune*.*")
 
-set(CS_COMPILE_SUITES "*CompileOnly*:KernelCompile*:*/KernelCompile*:Nvrtc*:*/Nvrtc*")
+# Filters name suites: "Suite.Test" and "Prefix/Suite.Test/param" carry no '.' after the suite's,
+# so "*Gpu*.*" matches suites named *Gpu* and never ScenarioFiles.NumGpuBlocks.
+set(CS_GPU_SUITES "*Gpu*.*")
+set(CS_COMPILE_SUITES "*CompileOnly*.*:KernelCompile.*:*/KernelCompile.*:Nvrtc*.*:*/Nvrtc*.*")
 
 function(cs_add_test name)
   if(NOT COLDSTART_BUILD_TESTS)
@@ -59,9 +62,9 @@ function(cs_add_test name)
   else()
     set(kinds gpu_exclusive gpu compile unit)
     set(filter_gpu_exclusive "${COLDSTART_GPU_EXCLUSIVE_TESTS}")
-    set(filter_gpu "*Gpu*-${COLDSTART_GPU_EXCLUSIVE_TESTS}")
-    set(filter_compile "${CS_COMPILE_SUITES}-*Gpu*")
-    set(filter_unit "-*Gpu*:${CS_COMPILE_SUITES}")
+    set(filter_gpu "${CS_GPU_SUITES}-${COLDSTART_GPU_EXCLUSIVE_TESTS}")
+    set(filter_compile "${CS_COMPILE_SUITES}-${CS_GPU_SUITES}")
+    set(filter_unit "-${CS_GPU_SUITES}:${CS_COMPILE_SUITES}")
   endif()
 
   set(script "${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake")

@@ -316,7 +316,7 @@ INSTANTIATE_TEST_SUITE_P(
                     GemmCase{2049, 4096, 2048, true}, GemmCase{77, 1000, 128, true}),
     gemm_name);
 
-TEST(DeepGemmGpuCoverage, TheShapesReachDistinctTiles) {
+TEST(DeepGemmTileCoverage, TheShapesReachDistinctTiles) {
   std::set<std::string> names;
   for (int64_t m : {1, 16, 33, 300}) names.insert(select_fp8_gemm_config({GemmType::kNormal, m, 1536, 4096, 1}, 90, 132).name());
   names.insert(select_fp8_gemm_config({GemmType::kNormal, 1000, 4096, 1024, 1}, 90, 132).name());
