@@ -20,6 +20,7 @@
 // SIGINT, 143 for SIGTERM) when the run was interrupted.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <dirent.h>
 #include <execinfo.h>
 #include <sys/stat.h>
@@ -27,6 +28,7 @@
 
 #include <cstdio>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <ctime>
@@ -544,6 +546,18 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     } catch (const std::regex_error& e) {
       throw InputError(fmt::format("--filter '{}': not a regular expression: {}", a.filter, e.what()));
     }
+  }
+  // Fault injection (engine_internal.h stall_if_asked): refuse a name no replay announces, and
+  // say that it is on, so an injected stall never passes for a real hang.
+  if (const char* stall = std::getenv("COLDSTART_STALL_IN_PHASE")) {
+    std::vector<std::string> phases = replay_phase_names();
+    phases.erase(std::remove(phases.begin(), phases.end(), "steady_request"), phases.end());
+    if (std::find(phases.begin(), phases.end(), stall) == phases.end())
+      throw InputError(fmt::format("COLDSTART_STALL_IN_PHASE='{}': not a phase a replay stalls in "
+                                   "({})", stall, fmt::join(phases, ", ")));
+    std::cerr << fmt::format("coldstart: fault injection: COLDSTART_STALL_IN_PHASE={}: every "
+                             "strategy stops in {} until the watchdog (--timeout) stops it\n",
+                             stall, stall);
   }
   std::vector<Job> jobs;
   for (size_t i = 0; i < scenarios.size(); ++i)

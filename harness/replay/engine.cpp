@@ -5,10 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <numeric>
-#include <thread>
 
 #include "harness/replay/engine_internal.h"
 #include "harness/replay/kv_cache_plan.h"
@@ -39,16 +37,6 @@ bool engine_raised(const std::exception& e) {
   if (dynamic_cast<const WorkspaceLockedError*>(&e) || dynamic_cast<const jit::HotPathCompileError*>(&e))
     return true;
   return std::string(e.what()).find("CUDA out of memory") != std::string::npos;
-}
-
-// Fault injection for tests of the watchdog and of interrupts (README: environment):
-// COLDSTART_STALL_IN_PHASE=<phase> stops the replay in that phase, after it was announced, until
-// the process is killed. A test can then stop a child at a known point however fast or slow the
-// machine is.
-void stall_if_asked(const std::string& phase) {
-  static const char* const stall = std::getenv("COLDSTART_STALL_IN_PHASE");
-  if (stall == nullptr || phase != stall) return;
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 }  // namespace
@@ -244,7 +232,7 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   if (jit_) jit_->monitor().set_phase(name);
   log(request < 0 ? name : fmt::format("request {}: {}", request, name));
   snapshot();
-  stall_if_asked(name);
+  engine_detail::stall_if_asked(name);
   NvtxRange range(name.c_str());
   const MemoryStats mem0 = request >= 0 ? memory_stats(mode()) : MemoryStats{};
   sdpa_spans_->set_active(request >= 0);

@@ -3,6 +3,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
 
 namespace coldstart::engine_detail {
 
@@ -11,6 +14,16 @@ using Clock = std::chrono::steady_clock;
 /// Milliseconds since `t0`.
 inline double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+/// Fault injection for tests of watchdogs and interrupts (README: `COLDSTART_STALL_IN_PHASE`):
+/// when that variable names `phase`, the replay stops here, after announcing the phase, until the
+/// process is killed, so a test can stop a child at a known point however fast or slow the
+/// machine is. The parent (`coldstart replay`) refuses a name that is no phase and warns.
+inline void stall_if_asked(const std::string& phase) {
+  static const char* const stall = std::getenv("COLDSTART_STALL_IN_PHASE");
+  if (stall == nullptr || phase != stall) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 /// ceil(a / b) for positive b, as an int (block counts).

@@ -17,6 +17,7 @@ namespace coldstart {
 using engine_detail::Clock;
 using engine_detail::cdiv;
 using engine_detail::ms_since;
+using engine_detail::stall_if_asked;
 
 void Engine::record_first_time_costs() {
   // What the first request paid that the same-length second one did not, per request phase:
@@ -160,6 +161,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
         const double before = snapshot_ms_;
         snapshot();
         reporting = snapshot_ms_ - before;
+        stall_if_asked(role);
       }
       body();
       device_synchronize(mode());

@@ -320,6 +320,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 /// variant that load_scenario did not produce).
 Scenario apply_variant(const Scenario& s, const Variant& v);
 
+/// The phases a replay reports, in order: startup (init ... sampler_warmup), then the request
+/// steps (prefill, continuation_prefill, first_decode, decode, prefill_others, steady_request).
+/// `failed_phase` and `expect:` rules name one of them.
+const std::vector<std::string>& replay_phase_names();
+
 /// vLLM V1's (>= 0.11) default CUDA graph capture sizes: with m = min(2 * max_num_seqs, 512), the
 /// list 1, 2, 4, 8, 16, ..., 248 (step 8), 256, 272, ... (step 16), cut to sizes <= m and
 /// <= max_num_batched_tokens. Ascending; empty when either argument is < 1.

@@ -86,14 +86,7 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
     if (const Entry* x = mv.get("arch")) r.arch = read_choice(c, *x, kArchs, "arch");
     if (const Entry* x = mv.get("outcome")) r.outcome = read_choice(c, *x, kOutcomes, "outcome");
     if (const Entry* x = mv.get("failed_phase")) {
-      // The phases a replay can fail in (engine.cpp): startup, then request steps named by what
-      // they do for the lead request.
-      static const std::vector<std::string> kPhases = {
-          "init",          "load_weights",  "profile_run",          "kv_cache_alloc",
-          "kernel_warmup", "graph_capture", "workspace_lock",       "sampler_warmup",
-          "prefill",       "continuation_prefill", "first_decode", "decode",
-          "prefill_others", "steady_request"};
-      r.failed_phase = read_choice(c, *x, kPhases, "phase");
+      r.failed_phase = read_choice(c, *x, replay_phase_names(), "phase");
     }
     if (const Entry* x = mv.get("error_prefix")) r.error_prefix = read_string(c, x->path, x->value);
     if (const Entry* x = mv.get("hot_path_compiles"))
@@ -128,3 +121,18 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
 }
 
 }  // namespace coldstart::scenario_detail
+
+namespace coldstart {
+
+const std::vector<std::string>& replay_phase_names() {
+  // Startup (engine.cpp), then request steps named by what they do for the lead request
+  // (engine_requests.cpp).
+  static const std::vector<std::string> kPhases = {
+      "init",          "load_weights",  "profile_run",          "kv_cache_alloc",
+      "kernel_warmup", "graph_capture", "workspace_lock",       "sampler_warmup",
+      "prefill",       "continuation_prefill", "first_decode", "decode",
+      "prefill_others", "steady_request"};
+  return kPhases;
+}
+
+}  // namespace coldstart
