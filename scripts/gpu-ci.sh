@@ -18,42 +18,69 @@
 # Without --preset every step runs as in nightly. GPU_CI_STEPS (e.g. "build tests") replaces the
 # preset's steps; each listed step fails the script as it would in a full run.
 #
-# Other knobs: GPU_CI_SCENARIOS (default "scenarios/*.yaml") limits the replay and compile-only
-# steps; COLDSTART_REPEAT (runs per strategy, default: the preset's); GPU_CI_REPLAY_JOBS
-# (scenarios replayed at once, default 1). Each replay sizes its KV cache to the GPU's free memory
-# as vLLM does, so replays at once run out of memory unless their scenarios set a small
-# gpu_memory_utilization. GPU_CI_CTEST_JOBS (default nproc; each GPU test declares its threads
-# to CTest) and GPU_CI_CTEST_ARGS (e.g. "-L gpu", "-LE e2e") shape the tests step.
+# Other knobs: GPU_CI_SCENARIOS (space-separated paths or globs relative to the repository root,
+# default "scenarios/*.yaml") limits the replay and compile-only steps; COLDSTART_REPEAT (runs per
+# strategy, default: the preset's); GPU_CI_REPLAY_JOBS (scenarios replayed at once, default 1:
+# each replay sizes its KV cache from its scenario's gpu_memory_utilization, 0.9 by default, so
+# two at once run out of memory unless their scenarios set less); GPU_CI_CTEST_JOBS (default
+# nproc; each GPU test declares its threads to CTest) and GPU_CI_CTEST_ARGS (e.g. "-L gpu",
+# "-LE e2e") shape the tests step. A GPU run needs python3's torch with CUDA and a visible GPU
+# (exit 2 otherwise). Relative OUT and COLDSTART_BUILD_DIR are taken from the repository root.
 # COLDSTART_BUILD_DIR (default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+usage() { sed -n '2,29p' "$0"; }
+die() { echo "gpu-ci: $*" >&2; exit 2; }
 PRESET=""
+ARCH=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --preset) PRESET=${2:-}; shift 2 ;;
+    --preset) [ $# -ge 2 ] || die "--preset needs a name (tests, replay, nightly)"; PRESET=$2; shift 2 ;;
     --preset=*) PRESET=${1#--preset=}; shift ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
-    *) break ;;
+    -h|--help) usage; exit 0 ;;
+    -*) die "unknown option '$1' (see --help)" ;;
+    *) [ -z "$ARCH" ] || die "one SM number at most (got '$ARCH' and '$1')"
+       [[ "$1" =~ ^[0-9]+$ ]] || die "'$1' is not an SM number such as 90"
+       ARCH=$1; shift ;;
   esac
 done
 case "$PRESET" in
-  tests)       steps="build tests bench";        repeat=1; replay_jobs=1 ;;
-  replay)      steps="build replay";             repeat=1; replay_jobs=1 ;;
-  nightly|"")  steps="build tests replay compile-only bench"; repeat=3; replay_jobs=1 ;;
-  *) echo "gpu-ci: unknown preset '$PRESET' (tests, replay, nightly)" >&2; exit 2 ;;
+  tests)       steps="build tests bench";        repeat=1 ;;
+  replay)      steps="build replay";             repeat=1 ;;
+  nightly|"")  steps="build tests replay compile-only bench"; repeat=3 ;;
+  *) die "unknown preset '$PRESET' (tests, replay, nightly)" ;;
 esac
 STEPS=" ${GPU_CI_STEPS:-$steps} "
+for s in $STEPS; do
+  case "$s" in build|tests|replay|compile-only|bench) ;; *) die "unknown step '$s' in GPU_CI_STEPS (build tests replay compile-only bench)" ;; esac
+done
 REPEAT=${COLDSTART_REPEAT:-$repeat}
-REPLAY_JOBS=${GPU_CI_REPLAY_JOBS:-$replay_jobs}
+REPLAY_JOBS=${GPU_CI_REPLAY_JOBS:-1}
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "COLDSTART_REPEAT='$REPEAT' is not a positive integer"
+[[ "$REPLAY_JOBS" =~ ^[1-9][0-9]*$ ]] || die "GPU_CI_REPLAY_JOBS='$REPLAY_JOBS' is not a positive integer"
+# Scenario paths: space-separated, globs expanded (relative to the repository root).
+SCENARIOS=()
+for p in ${GPU_CI_SCENARIOS:-scenarios/*.yaml}; do SCENARIOS+=("$p"); done
+[ ${#SCENARIOS[@]} -gt 0 ] || die "GPU_CI_SCENARIOS names no scenario"
+
+# A GPU CI run needs PyTorch with CUDA and a GPU it can see: without them CMake would take a CPU
+# libtorch and every GPU test would skip, which must not pass for a green GPU run.
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+if want build || want tests || want replay; then
+  python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)' 2>/dev/null
+  case $? in
+    0) ;;
+    3) die "python3's torch sees no CUDA GPU (torch.cuda.is_available() is False)" ;;
+    *) die "python3 cannot import torch: a GPU CI run builds against PyTorch's libtorch" ;;
+  esac
+fi
 
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-ci.log"
 : >"$LOG"
 BUILD=${COLDSTART_BUILD_DIR:-build-gpu}
-want() { [[ "$STEPS" == *" $1 "* ]]; }
-read -r -a SCENARIOS <<<"${GPU_CI_SCENARIOS:-$(echo scenarios/*.yaml)}"
 rc=0
 summary=()
 t_step=0
@@ -70,8 +97,10 @@ finish() {
   exit "$1"
 }
 
-ARCH=${1:-$(python3 -c 'import torch; p=torch.cuda.get_device_capability(); print(p[0]*10+p[1])')}
-TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+if want build; then
+  ARCH=${ARCH:-$(python3 -c 'import torch; p=torch.cuda.get_device_capability(); print(p[0]*10+p[1])')}
+  TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+fi
 
 if want build; then
   step "configure + build (libtorch from $TORCH_PREFIX, CUDA arch $ARCH)"
@@ -79,6 +108,9 @@ if want build; then
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
        -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >>"$LOG" 2>&1; then
     echo "configure failed" | tee -a "$LOG"; tail -40 "$LOG"; done_step build FAIL; finish 1
+  fi
+  if ! grep -q "CUDA backend: ON" "$LOG"; then
+    echo "configure found a libtorch without CUDA (see $LOG)" | tee -a "$LOG"; done_step build FAIL; finish 1
   fi
   if ! cmake --build "$BUILD" -j"$(nproc)" >>"$LOG" 2>&1; then
     echo "build failed" | tee -a "$LOG"; grep -E "error|Error" "$LOG" | head -40
@@ -105,6 +137,8 @@ if want replay; then
   step "replay (${#SCENARIOS[@]} scenarios, $REPEAT runs per strategy, $REPLAY_JOBS at a time, expectations checked)"
   dir="$OUT/replay"
   rm -rf "$dir"; mkdir -p "$dir"
+  rm -f "$OUT/results.json" "$OUT/junit.xml" "$OUT/report.md" "$OUT/report.html" "$OUT/trace.json" \
+    "$OUT/table.txt"
   # One `coldstart replay --check` per scenario, at most REPLAY_JOBS at once; each writes
   # <name>.json / <name>.log / <name>.rc / <name>.seconds.
   for s in "${SCENARIOS[@]}"; do
@@ -128,6 +162,7 @@ if want replay; then
     if [ "$r" != 0 ]; then
       st=FAIL
       grep -E "UNMET|expectations|error|Error" "$dir/$name.log" | head -20
+      echo "   last lines of $dir/$name.log:"; tail -n 5 "$dir/$name.log" | sed 's/^/   /'
     fi
   done
   jsons=()
