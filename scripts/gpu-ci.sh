@@ -154,8 +154,10 @@ if want replay; then
   done
   wait
   st=ok
+  jsons=()
   for s in "${SCENARIOS[@]}"; do
     name=$(basename "$s" .yaml)
+    [ -f "$dir/$name.json" ] && jsons+=("$dir/$name.json")
     r=$(cat "$dir/$name.rc" 2>/dev/null || echo "?")
     echo "-- $name: exit $r in $(cat "$dir/$name.seconds" 2>/dev/null || echo '?') s" | tee -a "$LOG"
     cat "$dir/$name.log" >>"$LOG"
@@ -165,13 +167,8 @@ if want replay; then
       echo "   last lines of $dir/$name.log:"; tail -n 5 "$dir/$name.log" | sed 's/^/   /'
     fi
   done
-  jsons=()
-  for s in "${SCENARIOS[@]}"; do
-    f="$dir/$(basename "$s" .yaml).json"
-    [ -f "$f" ] && jsons+=("$f")
-  done
-  if [ ${#jsons[@]} -gt 0 ]; then
-    "$BUILD/coldstart" merge "${jsons[@]}" -o "$OUT/results.json" >>"$LOG" 2>&1 || st=FAIL
+  if [ ${#jsons[@]} -gt 0 ] &&
+     "$BUILD/coldstart" merge "${jsons[@]}" -o "$OUT/results.json" >>"$LOG" 2>&1; then
     "$BUILD/coldstart" report "$OUT/results.json" --junit "$OUT/junit.xml" --md "$OUT/report.md" \
       --html "$OUT/report.html" --trace "$OUT/trace.json" >"$OUT/table.txt" 2>>"$LOG" || st=FAIL
     cat "$OUT/table.txt" >>"$LOG"
