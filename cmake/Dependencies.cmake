@@ -47,7 +47,10 @@ add_library(cs_torch INTERFACE)
 # libtorch.so and the program's calls bind to that copy at run time; torch 2.11's
 # std::filesystem::remove_all in libtorch.so jumps to address 0 (the ConfigViewChecks tests
 # died by SIGSEGV in the GPU build only). Named first, libstdc++ provides them and comes first
-# in the load order. harness/runtime/libstdcxx_binding_test.cpp checks where they bind.
+# in the load order; where the toolchain links libstdc++ statically (the H200 machine's /opt/gcc
+# does), named first it puts libstdc++'s own copies into the program ahead of torch's. Either way
+# the program's calls no longer reach torch's copies; harness/runtime/libstdcxx_binding_test.cpp
+# checks where they bind.
 set(CS_LIBSTDCXX_FIRST "")
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang" AND CMAKE_SYSTEM_NAME STREQUAL "Linux"
    AND NOT CMAKE_CXX_FLAGS MATCHES "-stdlib=libc\\+\\+")
