@@ -72,8 +72,9 @@ std::string badge(const StrategyResult& r) {
   std::string cls = outcome_name(r.outcome);
   std::string text = outcome_name(r.outcome);
   if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) text += " @ " + *r.failed_phase;
-  if (auto skipped = detail::extra_string(r, "skipped")) {
-    return fmt::format("<span class=\"badge skipped\" title=\"{}\">skipped</span>", esc_attr(*skipped));
+  if (r.outcome == Outcome::kSkipped) {
+    return fmt::format("<span class=\"badge skipped\" title=\"{}\">skipped</span>",
+                       esc_attr(r.skipped.value_or("")));
   }
   std::string out = fmt::format("<span class=\"badge {}\">{}</span>", cls, esc(text));
   if (detail::disallowed_hot_path(r)) {
@@ -85,7 +86,7 @@ std::string badge(const StrategyResult& r) {
 std::string null_reason(const RunResults& run, const StrategyResult& r) {
   if (run.meta.mode == "compile-only") return "not measured (compile-only)";
   if (r.outcome != Outcome::kOk) {
-    std::string s = std::string("not reached (") + outcome_text(r);
+    std::string s = std::string("not reached (") + outcome_name(r.outcome);
     if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
     return s + ")";
   }
@@ -121,7 +122,7 @@ std::string row_label(const StrategyResult& r, double y_mid) {
   return fmt::format(
       "<circle cx=\"12\" cy=\"{:.1f}\" r=\"5\" class=\"dot {}\"/>"
       "<text x=\"24\" y=\"{:.1f}\" class=\"label\" dominant-baseline=\"middle\">{}</text>",
-      y_mid, outcome_text(r).c_str(), y_mid, esc(r.strategy.empty() ? "?" : r.strategy));
+      y_mid, outcome_name(r.outcome), y_mid, esc(r.strategy.empty() ? "?" : r.strategy));
 }
 
 // Horizontal stacked bars: startup time of each strategy split by phase.

@@ -56,7 +56,6 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
   const std::string error = r.error.value_or("");
   std::string head = error.empty() ? std::string("(no error text)") : detail::first_line(error);
   if (r.failed_phase && !r.failed_phase->empty()) head = *r.failed_phase + ": " + head;
-  auto skipped = detail::extra_string(r, "skipped");
 
   if (r.outcome == Outcome::kCrash || r.outcome == Outcome::kTimeout) {
     v.kind = CaseVerdict::kFailure;
@@ -68,9 +67,9 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
                             hot_path_compiled(r).size());
       v.text += compile_lines(hot_path_compiled(r));
     }
-  } else if (skipped) {
+  } else if (r.outcome == Outcome::kSkipped) {
     v.kind = CaseVerdict::kSkipped;
-    v.message = *skipped;
+    v.message = r.skipped.value_or("skipped");
   } else if (r.outcome == Outcome::kInterrupted) {
     // The run was stopped from outside: the strategy neither passed nor failed.
     v.kind = CaseVerdict::kSkipped;
@@ -96,7 +95,7 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
 // Per test case details for <system-out>: everything a CI reader needs without the JSON file.
 std::string case_output(const StrategyResult& r) {
   std::string s;
-  s += fmt::format("outcome: {}", outcome_text(r));
+  s += fmt::format("outcome: {}", outcome_name(r.outcome));
   if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
   s += "\n";
   s += fmt::format("warmers: {}\n", r.warmers.empty() ? "(none)" : fmt::format("{}", fmt::join(r.warmers, ", ")));
@@ -123,7 +122,7 @@ std::string case_output(const StrategyResult& r) {
                    r.workspace.num_slots);
   if (r.exit_code) s += fmt::format("exit code: {}\n", *r.exit_code);
   if (r.signal) s += fmt::format("signal: {}\n", *r.signal);
-  if (auto skipped = detail::extra_string(r, "skipped")) s += "skipped: " + *skipped + "\n";
+  if (r.skipped) s += "skipped: " + *r.skipped + "\n";
   return s;
 }
 

@@ -57,8 +57,8 @@ std::string outcome_cell(const StrategyResult& r) {
     case Outcome::kTimeout: icon = "⏱️"; break;
     case Outcome::kError: icon = "⚠️"; break;
     case Outcome::kInterrupted: icon = "⏹️"; break;
+    case Outcome::kSkipped: return "⏭️ skipped (" + cell(r.skipped.value_or("")) + ")";
   }
-  if (auto skipped = detail::extra_string(r, "skipped")) return "⏭️ skipped (" + cell(*skipped) + ")";
   std::string s = icon + " " + outcome_name(r.outcome);
   if (r.outcome != Outcome::kOk && r.failed_phase && !r.failed_phase->empty()) {
     s += " in " + cell(*r.failed_phase);
@@ -174,7 +174,7 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     if (!errs.empty()) {
       out += fmt::format("\n<details><summary>Errors ({})</summary>\n\n", errs.size());
       for (const StrategyResult* r : errs) {
-        out += fmt::format("**{}**: {}", cell(detail::label(*r)), outcome_text(*r));
+        out += fmt::format("**{}**: {}", cell(detail::label(*r)), outcome_name(r->outcome));
         if (r->failed_phase && !r->failed_phase->empty()) out += " in " + cell(*r->failed_phase);
         out += "\n\n";
         std::string text = detail::clean_text(r->error.value_or("(no error text)"));

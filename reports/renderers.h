@@ -30,8 +30,7 @@ struct JunitOptions {
 ///   - a hot-path compile when not allowed (see JunitOptions): <failure type="hot_path_compile">
 ///     listing kernel, key and phase of each (appended to a crash failure's text instead when the
 ///     test case already failed, so a test case has at most one failure element);
-///   - <skipped message="reason"> when extra["skipped"] holds a reason and the outcome is not
-///     crash or timeout, and <skipped message="interrupted: <phase>: <first line>"> for outcome
+///   - <skipped message="reason"> for outcome skipped (StrategyResult::skipped), and <skipped message="interrupted: <phase>: <first line>"> for outcome
 ///     interrupted (the run was stopped from outside: neither a pass nor a failure).
 /// Phases, TTFT and workspace figures go into the test case's <system-out>. All text is escaped;
 /// characters XML cannot carry are shown as "\xNN". Never throws for any RunResults content.

@@ -600,7 +600,7 @@ TEST(Trace, EveryPhasePresentInOrderAndCompilesNested) {
       }
       // One outcome marker at the end of the track.
       ASSERT_EQ(tr.instants.size(), 1u);
-      EXPECT_EQ(tr.instants[0]["args"]["outcome"], outcome_text(r));
+      EXPECT_EQ(tr.instants[0]["args"]["outcome"], outcome_name(r.outcome));
       EXPECT_NEAR(tr.instants[0]["ts"].get<double>(), end, 0.002);
     }
   }

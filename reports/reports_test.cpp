@@ -172,9 +172,9 @@ TEST(Table, DisallowedHotPathIsAFailureAndSkippedStaysSkipped) {
   strict.extra["allow_hot_path_compiles"] = false;
   strict.hot_path_compiles = {{"tq_store", "a", 12.0, "prefill", "nvrtc"},
                               {"tq_store", "b", 11.0, "decode", "nvrtc"}};
-  StrategyResult elsewhere = make("elsewhere", {}, Outcome::kError);
-  elsewhere.extra["skipped"] = true;
-  elsewhere.error = "scenario archs [sm_100] exclude sm_90";
+  StrategyResult elsewhere = make("elsewhere", {}, Outcome::kSkipped);
+  elsewhere.skipped = "scenario archs [sm_100] exclude sm_90";
+  elsewhere.error = elsewhere.skipped;
   run.results.push_back(strict);
   run.results.push_back(elsewhere);
   const std::string text = render_table(run, false);
@@ -191,14 +191,15 @@ TEST(Table, DisallowedHotPathIsAFailureAndSkippedStaysSkipped) {
 // Markdown cell and the HTML badge say "skipped", never "error".
 TEST(Reports, SkippedIsSkippedInTheJsonMarkdownAndHtml) {
   RunResults run = fixed_run();
-  StrategyResult elsewhere = make("elsewhere", {}, Outcome::kError);
-  elsewhere.extra["skipped"] = "t runs on [sm_100]; this device is sm_90 (H200)";
-  elsewhere.error = elsewhere.extra["skipped"].get<std::string>();
+  StrategyResult elsewhere = make("elsewhere", {}, Outcome::kSkipped);
+  elsewhere.skipped = "t runs on [sm_100]; this device is sm_90 (H200)";
+  elsewhere.error = elsewhere.skipped;
   run.results.push_back(elsewhere);
   const nlohmann::json j = elsewhere;
   EXPECT_EQ(j.at("outcome"), "skipped");
   EXPECT_EQ(j.get<StrategyResult>(), elsewhere) << "reads back as the result it was";
-  EXPECT_EQ(outcome_text(elsewhere), "skipped");
+  EXPECT_EQ(j.at("skipped"), *elsewhere.skipped);
+  EXPECT_FALSE(j.get<StrategyResult>().extra.contains("skipped")) << "a typed field, not extra";
   StrategyResult failed = make("failed", {}, Outcome::kError);
   EXPECT_EQ(nlohmann::json(failed).at("outcome"), "error");
   const std::string md = render_markdown({run});

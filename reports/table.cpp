@@ -44,7 +44,7 @@ std::string ms(const std::optional<double>& v) {
 
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
 
-bool skipped(const StrategyResult& r) { return outcome_text(r) == "skipped"; }
+bool skipped(const StrategyResult& r) { return r.outcome == Outcome::kSkipped; }
 
 std::string outcome_cell(const StrategyResult& r) {
   if (skipped(r)) return "skipped";  // could not run on this device
@@ -64,6 +64,7 @@ const char* outcome_color(Outcome o) {
     case Outcome::kTimeout: return kYellow;
     case Outcome::kError: return kMagenta;
     case Outcome::kInterrupted: return kYellow;
+    case Outcome::kSkipped: return kMagenta;
   }
   return "";
 }

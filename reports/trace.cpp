@@ -141,12 +141,12 @@ std::string render_trace(const std::vector<RunResults>& runs) {
       add_compiles(events, pid, tid, slices, r.hot_path_compiles, true);
 
       // Where the run ended, and how.
-      json args = {{"outcome", outcome_text(r)}};
+      json args = {{"outcome", outcome_name(r.outcome)}};
       if (r.failed_phase) args["failed_phase"] = detail::clean_text(*r.failed_phase);
       if (r.error) args["error"] = detail::clean_text(*r.error);
       if (r.signal) args["signal"] = detail::clean_text(*r.signal);
       if (r.exit_code) args["exit_code"] = *r.exit_code;
-      std::string name = outcome_text(r);
+      std::string name = outcome_name(r.outcome);
       if (failed && r.failed_phase && !r.failed_phase->empty()) name += " in " + detail::clean_text(*r.failed_phase);
       events.push_back({{"name", name},
                         {"cat", "outcome"},

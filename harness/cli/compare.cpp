@@ -56,6 +56,7 @@ std::string failure_word(Outcome o) {
     case Outcome::kCrash: return "NEW CRASH";
     case Outcome::kTimeout: return "NEW TIMEOUT";
     case Outcome::kError: return "NEW ERROR";
+    case Outcome::kSkipped: return "NEW SKIP";
     case Outcome::kOk:
     case Outcome::kInterrupted: break;
   }

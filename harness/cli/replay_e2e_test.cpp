@@ -231,8 +231,9 @@ TEST_F(ReplayE2E, AScenarioThatExcludesTheDeviceIsSkippedWithTheReason) {
                    "--strategy none --set cudagraph_mode=piecewise --set 'archs=[sm_100]'");
   ASSERT_EQ(by.size(), 1u);
   const StrategyResult& r = by.begin()->second;
-  ASSERT_TRUE(r.extra.contains("skipped"));
-  EXPECT_NE(r.extra["skipped"].get<std::string>().find("sm_90"), std::string::npos);
+  EXPECT_EQ(r.outcome, Outcome::kSkipped);
+  ASSERT_TRUE(r.skipped.has_value());
+  EXPECT_NE(r.skipped->find("sm_90"), std::string::npos);
   EXPECT_TRUE(r.phases.empty()) << "nothing ran";
 }
 

@@ -523,11 +523,19 @@ void send_snapshot(const ResultChannel& channel, const StrategyResult& r,
   channel.send(snapshot_line(r, current_phase, final));
 }
 
-std::optional<StrategyResult> parse_snapshot(const std::string& line) {
+std::optional<Snapshot> parse_snapshot(const std::string& line) {
   try {
     auto j = nlohmann::json::parse(line);
     if (!j.is_object()) return std::nullopt;
-    return j.get<StrategyResult>();
+    Snapshot s(j.get<StrategyResult>());
+    nlohmann::json& extra = s.result.extra;
+    if (const auto cur = extra.find("current_phase"); cur != extra.end() && cur->is_string())
+      s.current_phase = cur->get<std::string>();
+    if (const auto fin = extra.find("final"); fin != extra.end() && fin->is_boolean())
+      s.final = fin->get<bool>();
+    extra.erase("current_phase");
+    extra.erase("final");
+    return s;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   } catch (const Error&) {  // e.g. an unknown outcome name
@@ -535,24 +543,20 @@ std::optional<StrategyResult> parse_snapshot(const std::string& line) {
   }
 }
 
-StrategyResult last_snapshot(const std::vector<std::string>& messages, StrategyResult fallback) {
+Snapshot last_snapshot(const std::vector<std::string>& messages, StrategyResult fallback) {
   for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
     if (auto s = parse_snapshot(*it)) return std::move(*s);
   }
-  return fallback;
+  return Snapshot(std::move(fallback));
 }
 
-StrategyResult classify(const ChildExit& ex, StrategyResult r) {
+StrategyResult classify(const ChildExit& ex, Snapshot last) {
+  StrategyResult r = std::move(last.result);
   if (!r.extra.is_object()) r.extra = nlohmann::json::object();
-  const auto fin = r.extra.find("final");
-  const bool final = fin != r.extra.end() && fin->is_boolean() && fin->get<bool>();
-  std::optional<std::string> running;
-  const auto cur = r.extra.find("current_phase");
-  if (cur != r.extra.end() && cur->is_string()) running = cur->get<std::string>();
+  const bool final = last.final;
+  std::optional<std::string> running = last.current_phase;
   if (!running && r.failed_phase) running = r.failed_phase;
   if (!running && final) running = "teardown";
-  r.extra.erase("final");
-  r.extra.erase("current_phase");
 
   r.wall_ms = ex.wall_ms;
   r.exit_code = std::nullopt;

@@ -155,17 +155,28 @@ std::string snapshot_line(const StrategyResult& r, const std::optional<std::stri
 void send_snapshot(const ResultChannel& channel, const StrategyResult& r,
                    const std::optional<std::string>& current_phase, bool final);
 
+/// One result-channel message, parsed: the child's result so far and the protocol's own fields,
+/// typed (they never appear in result.extra).
+struct Snapshot {
+  Snapshot(StrategyResult r = {}, std::optional<std::string> phase = std::nullopt, bool fin = false)
+      : result(std::move(r)), current_phase(std::move(phase)), final(fin) {}
+  StrategyResult result;                     ///< everything recorded so far
+  std::optional<std::string> current_phase;  ///< the phase running when it was sent, if any
+  bool final = false;                        ///< true on the last one, sent after the run ended
+};
+
 /// Parses one message line as a snapshot; nullopt when it is not a StrategyResult JSON object.
-std::optional<StrategyResult> parse_snapshot(const std::string& line);
+/// "current_phase" (a string, else none) and "final" (true, else false) go to their fields.
+std::optional<Snapshot> parse_snapshot(const std::string& line);
 
 /// The last message that parses as a snapshot; `fallback` (e.g. a fresh result carrying the
-/// strategy name and warmers) when none does.
-StrategyResult last_snapshot(const std::vector<std::string>& messages, StrategyResult fallback);
+/// strategy name and warmers; no phase, not final) when none does.
+Snapshot last_snapshot(const std::vector<std::string>& messages, StrategyResult fallback);
 
 /// Decides a strategy's outcome from how its child ended and the last snapshot it sent (or a
 /// fresh result when it sent none). Every phase, compile and extra field in the snapshot is kept;
-/// this sets outcome, error, failed_phase, exit_code, signal and wall_ms, and drops the protocol
-/// fields "final" and "current_phase" from extra:
+/// this sets outcome, error, failed_phase, exit_code, signal and wall_ms (the running phase is
+/// the snapshot's current_phase, else its failed_phase, else "teardown" after the final one):
 ///  - spawn failed                          -> error, "cannot start child: <spawn_error>"
 ///  - watchdog fired                        -> timeout, "wall-clock limit of N s reached (watchdog)",
 ///                                             failed_phase = running phase
@@ -182,6 +193,6 @@ StrategyResult last_snapshot(const std::vector<std::string>& messages, StrategyR
 ///  - any exit without a final snapshot     -> error, "child exited with code N before its final
 ///                                             result" plus the last stderr line
 /// For every outcome other than ok the stderr tail is kept in extra["stderr_tail"].
-StrategyResult classify(const ChildExit& exit, StrategyResult last_snapshot);
+StrategyResult classify(const ChildExit& exit, Snapshot last_snapshot);
 
 }  // namespace coldstart::isolate

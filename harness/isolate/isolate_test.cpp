@@ -42,9 +42,7 @@ StrategyResult classified(const ChildExit& ex) { return classify(ex, last_snapsh
 // The phase a snapshot line announces as running, "" when none (or not a snapshot).
 std::string announced_phase(const std::string& line) {
   auto s = parse_snapshot(line);
-  if (!s) return "";
-  auto it = s->extra.find("current_phase");
-  return it != s->extra.end() && it->is_string() ? it->get<std::string>() : "";
+  return s ? s->current_phase.value_or("") : "";
 }
 
 // No child of ours is left, running or zombie.
@@ -92,8 +90,8 @@ TEST(RunChild, OkChildDeliversSnapshotsInOrderAndExitsZero) {
   for (const auto& m : ex.messages) {
     auto s = parse_snapshot(m);
     ASSERT_TRUE(s.has_value()) << m;
-    EXPECT_GE(s->phases.size(), prev);
-    prev = s->phases.size();
+    EXPECT_GE(s->result.phases.size(), prev);
+    prev = s->result.phases.size();
   }
   ASSERT_EQ(err_lines.size(), 11u);
   EXPECT_EQ(err_lines.front(), "phase init done");
@@ -192,7 +190,7 @@ TEST(RunChild, ChildIgnoringSigtermIsKilled) {
 TEST(RunChild, ChildKilledFromOutsideGetsThePhaseOfItsLastMessage) {
   ChildExit ex = run_child(spec_for("hang", 30), [](const std::string& line) {
     if (announced_phase(line) == "graph_capture") {
-      ::kill(static_cast<pid_t>(parse_snapshot(line)->extra.value("pid", 0LL)), SIGKILL);
+      ::kill(static_cast<pid_t>(parse_snapshot(line)->result.extra.value("pid", 0LL)), SIGKILL);
     }
   });
   EXPECT_EQ(ex.how, How::kSignaled);
@@ -213,7 +211,7 @@ TEST(Interrupt, SigintStopsTheChildAndItsGroupAndKeepsItsPhase) {
   auto t0 = std::chrono::steady_clock::now();
   ChildExit ex = run_child(spec_for("grandchild", 60), [](const std::string& line) {
     auto s = parse_snapshot(line);
-    if (s && s->extra.contains("grandchild_pid")) ::raise(SIGINT);  // as a Ctrl-C would
+    if (s && s->result.extra.contains("grandchild_pid")) ::raise(SIGINT);  // as a Ctrl-C would
   });
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(interrupt_signal(), SIGINT);
@@ -263,8 +261,7 @@ TEST(Interrupt, AChildThatFinishedFirstKeepsItsVerdict) {
   ex.exit_code = 0;
   StrategyResult s = fresh();
   s.outcome = Outcome::kOk;
-  s.extra["final"] = true;
-  EXPECT_EQ(classify(ex, s).outcome, Outcome::kOk);
+  EXPECT_EQ(classify(ex, Snapshot(s, std::nullopt, /*final=*/true)).outcome, Outcome::kOk);
 }
 
 // What a child leaves under $TMPDIR when the watchdog stops it (a cold kernel cache, ...) is gone
@@ -347,12 +344,12 @@ TEST(RunChild, LargeOutputOnBothPipesDoesNotDeadlock) {
   for (int i = 0; i < n; i += 997) {
     auto s = parse_snapshot(ex.messages[i]);
     ASSERT_TRUE(s.has_value());
-    EXPECT_EQ(s->extra.value("seq", -1), i);
+    EXPECT_EQ(s->result.extra.value("seq", -1), i);
   }
   auto fin = parse_snapshot(ex.messages.back());
   ASSERT_TRUE(fin.has_value());
-  EXPECT_EQ(fin->extra.value("seq", -1), n);
-  EXPECT_EQ(fin->extra.value("blob", "").size(), 200000u);
+  EXPECT_EQ(fin->result.extra.value("seq", -1), n);
+  EXPECT_EQ(fin->result.extra.value("blob", "").size(), 200000u);
   EXPECT_EQ(last_err, "last stderr line");
   EXPECT_LE(ex.stderr_tail.size(), kStderrTailBytes);
   EXPECT_GT(ex.stderr_tail.size(), kStderrTailBytes / 2);
@@ -448,13 +445,11 @@ TEST(Classify, NoSnapshotAtAll) {
 TEST(Classify, NonZeroExitAfterAnOkFinalSnapshotIsAnError) {
   StrategyResult s = fresh();
   s.outcome = Outcome::kOk;
-  s.extra["final"] = true;
-  s.extra["current_phase"] = nullptr;
   ChildExit ex;
   ex.how = How::kExited;
   ex.exit_code = 1;
   ex.stderr_tail = "x\nteardown failed\n\n";
-  StrategyResult r = classify(ex, s);
+  StrategyResult r = classify(ex, Snapshot(s, std::nullopt, /*final=*/true));
   EXPECT_EQ(r.outcome, Outcome::kError);
   EXPECT_EQ(r.error,
             "child exited with code 1 after sending its final result; last stderr line: teardown failed");
@@ -489,8 +484,15 @@ TEST(Snapshot, LineIsOneLineAndRoundTrips) {
   EXPECT_EQ(line.find('\n'), std::string::npos);
   auto back = parse_snapshot(line);
   ASSERT_TRUE(back.has_value());
-  EXPECT_EQ(back->error, r.error);
-  EXPECT_EQ(back->extra.value("current_phase", ""), "prefill");
+  EXPECT_EQ(back->result.error, r.error);
+  EXPECT_EQ(back->current_phase.value_or(""), "prefill");
+  EXPECT_FALSE(back->final);
+  EXPECT_FALSE(back->result.extra.contains("current_phase")) << "protocol fields are typed";
+  EXPECT_FALSE(back->result.extra.contains("final"));
+  const auto fin = parse_snapshot(snapshot_line(r, std::nullopt, true));
+  ASSERT_TRUE(fin.has_value());
+  EXPECT_TRUE(fin->final);
+  EXPECT_FALSE(fin->current_phase.has_value());
   EXPECT_FALSE(parse_snapshot("not json").has_value());
   EXPECT_FALSE(parse_snapshot("[1,2]").has_value());
   EXPECT_FALSE(parse_snapshot(R"({"strategy":"x","outcome":"weird"})").has_value());

@@ -8,6 +8,13 @@
 namespace coldstart {
 namespace {
 
+// Whether rule `e` is about runs in `mode` on compute capability `sm` (0: unknown, so a rule
+// with an arch is not).
+bool applies(const Expectation& e, const std::string& mode, int sm) {
+  if (e.mode && *e.mode != mode) return false;
+  return !e.arch || *e.arch == "sm_" + std::to_string(sm);
+}
+
 bool matches(const Expectation& e, const StrategyResult& r) {
   return (e.strategy == "*" || e.strategy == r.strategy) && (!e.variant || *e.variant == r.variant);
 }
@@ -25,9 +32,9 @@ std::string list_text(const std::vector<std::string>& v) {
 // The unmet checks of rule `e` on result `r`, as "what it is, expected what" phrases.
 std::vector<std::string> unmet(const Expectation& e, const StrategyResult& r) {
   std::vector<std::string> out;
-  const std::string outcome = outcome_text(r);
+  const std::string outcome = outcome_name(r.outcome);
   // A skipped run did not happen here: it passes `outcome: skipped` and is exempt from the rest.
-  if (outcome == "skipped") return out;
+  if (r.outcome == Outcome::kSkipped) return out;
   if (e.outcome && *e.outcome != outcome)
     out.push_back(fmt::format("outcome {}, expected {}", outcome, *e.outcome));
   if (e.failed_phase && r.failed_phase != e.failed_phase)
@@ -61,8 +68,7 @@ std::vector<std::string> check_expectations(const Scenario& s, const std::string
                                             const std::vector<StrategyResult>& results, int sm) {
   std::vector<std::string> failures;
   for (const auto& e : s.expectations) {
-    if (e.mode && *e.mode != mode) continue;  // a rule for the other mode
-    if (e.arch && *e.arch != "sm_" + std::to_string(sm)) continue;  // a rule for another arch
+    if (!applies(e, mode, sm)) continue;  // a rule for the other mode or another arch
     bool matched = false;
     for (const auto& r : results) {
       if (!matches(e, r)) continue;
@@ -82,6 +88,29 @@ std::vector<std::string> check_expectations(const Scenario& s, const std::string
     }
   }
   return failures;
+}
+
+RunExpectations check_run_expectations(const Scenario& s, const RunResults& run) {
+  RunExpectations out;
+  out.mode = "compile-only";
+  if (!run.results.empty()) {
+    const auto it = run.results.front().extra.find("device_mode");
+    if (it != run.results.front().extra.end() && it->is_string()) out.mode = it->get<std::string>();
+  }
+  Scenario checked = s;
+  checked.expectations.clear();
+  for (const Expectation& e : s.expectations) {
+    if (!applies(e, out.mode, run.meta.sm)) {
+      ++out.not_applicable;
+      continue;
+    }
+    bool ran = e.strategy == "*";
+    for (const auto& r : run.results) ran = ran || r.strategy == e.strategy;
+    if (ran) checked.expectations.push_back(e);
+  }
+  out.checked = checked.expectations.size();
+  out.unmet = check_expectations(checked, out.mode, run.results, run.meta.sm);
+  return out;
 }
 
 }  // namespace coldstart

@@ -16,11 +16,25 @@ namespace coldstart {
 ///     <strategy> [<variant>]: outcome crash, expected ok (rule at <file>:<line>)
 /// (without " [<variant>]" when the variant is ""). Each rule applies to every result whose
 /// strategy, variant and mode it matches; a rule for another mode does not apply; a rule that
-/// applies but matches no result is a failure of its own; a skipped result (outcome "skipped", or
-/// a result whose `extra` holds "skipped") is exempt from every check but `outcome: skipped`.
+/// applies but matches no result is a failure of its own; a skipped result (Outcome::kSkipped) is
+/// exempt from every check but `outcome: skipped`.
 /// A rule with an `arch` applies only when `sm` (the run's compute capability, e.g. 90) is that
 /// arch's; with sm == 0 (unknown) such rules do not apply.
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
                                             const std::vector<StrategyResult>& results, int sm = 0);
+
+/// What `coldstart replay` prints and gates on for one scenario's run: s.expectations checked
+/// against run.results. The run's mode is its results' `device_mode` ("cuda" or "compile-only";
+/// compile-only when unrecorded) and its arch is run.meta.sm's. A rule for another mode or arch
+/// is counted in `not_applicable`; a rule naming a strategy that did not run (--strategy /
+/// --filter chose others) is left out without a count; every other rule is checked
+/// (check_expectations) and counted in `checked`.
+struct RunExpectations {
+  std::string mode;                 ///< "cuda" | "compile-only"
+  size_t checked = 0;               ///< rules that applied to this run
+  size_t not_applicable = 0;        ///< rules for another mode or arch
+  std::vector<std::string> unmet;   ///< check_expectations' lines; empty when every rule held
+};
+RunExpectations check_run_expectations(const Scenario& s, const RunResults& run);
 
 }  // namespace coldstart

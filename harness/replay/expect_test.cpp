@@ -31,9 +31,9 @@ StrategyResult crash(const std::string& strategy, const std::string& variant) {
 }
 
 StrategyResult skipped(const std::string& strategy, const std::string& variant) {
-  StrategyResult r = result(strategy, variant, Outcome::kError);
-  r.extra["skipped"] = "t runs on [sm_100]; this device is sm_90 (H200)";
-  r.error = r.extra["skipped"].get<std::string>();
+  StrategyResult r = result(strategy, variant, Outcome::kSkipped);
+  r.skipped = "t runs on [sm_100]; this device is sm_90 (H200)";
+  r.error = r.skipped;
   return r;
 }
 
@@ -188,6 +188,47 @@ TEST(CheckExpectations, ARuleForAnotherArchDoesNotApply) {
   EXPECT_TRUE(check_expectations(with({e}), "compile-only", {r}, 90).empty());    // another: not
   EXPECT_TRUE(check_expectations(with({e}), "compile-only", {}, 90).empty());     // nor "matches nothing"
   EXPECT_TRUE(check_expectations(with({e}), "compile-only", {r}).empty());        // arch unknown
+}
+
+// The one filter `coldstart replay` applies before checking: rules for strategies that did not
+// run are left out, rules for another mode or arch are counted apart, the rest are checked.
+TEST(CheckRunExpectations, FiltersByWhatRanAndCountsOtherModesAndArchs) {
+  Expectation crashed = rule("none", 10);
+  crashed.outcome = "crash";
+  Expectation other_strategy = rule("both", 11);  // not run (--strategy none)
+  other_strategy.outcome = "ok";
+  Expectation gpu_only = rule("none", 12);
+  gpu_only.mode = "cuda";
+  gpu_only.outcome = "ok";
+  Expectation sm100 = rule("*", 13);
+  sm100.arch = "sm_100";
+  sm100.outcome = "ok";
+  const Scenario s = with({crashed, other_strategy, gpu_only, sm100});
+  RunResults run;
+  run.meta.sm = 90;
+  run.results = {crash("none", "")};
+
+  RunExpectations x = check_run_expectations(s, run);
+  EXPECT_EQ(x.mode, "compile-only") << "no device_mode recorded";
+  EXPECT_EQ(x.checked, 1u);
+  EXPECT_EQ(x.not_applicable, 2u);
+  EXPECT_TRUE(x.unmet.empty()) << x.unmet.front();
+
+  // The same run on the GPU: the cuda rule applies and fails; sm_100 still does not.
+  run.results.front().extra["device_mode"] = "cuda";
+  x = check_run_expectations(s, run);
+  EXPECT_EQ(x.mode, "cuda");
+  EXPECT_EQ(x.checked, 2u);
+  EXPECT_EQ(x.not_applicable, 1u);
+  ASSERT_EQ(x.unmet.size(), 1u);
+  EXPECT_NE(x.unmet[0].find("outcome crash, expected ok (rule at s.yaml:12)"), std::string::npos)
+      << x.unmet[0];
+
+  // On sm_100 the star rule applies to the crash too.
+  run.meta.sm = 100;
+  x = check_run_expectations(s, run);
+  EXPECT_EQ(x.not_applicable, 0u);
+  EXPECT_EQ(x.unmet.size(), 2u);
 }
 
 TEST(CheckExpectations, SkippedResultsAreExemptButForOutcomeSkipped) {

@@ -63,7 +63,7 @@ const std::set<std::string>& strategy_keys() {
       "error",         "failed_phase",    "startup_ms",       "phases",
       "ttft_ms",       "first_decode_ms", "steady_ttft_ms",   "steady_decode_ms",
       "startup_compiles", "hot_path_compiles", "startup_compile_list", "workspace",
-      "exit_code",     "signal",          "wall_ms"};
+      "exit_code",     "signal",          "wall_ms",          "skipped"};
   return keys;
 }
 
@@ -77,13 +77,9 @@ const char* outcome_name(Outcome o) {
     case Outcome::kTimeout: return "timeout";
     case Outcome::kError: return "error";
     case Outcome::kInterrupted: return "interrupted";
+    case Outcome::kSkipped: return "skipped";
   }
   return "error";
-}
-
-std::string outcome_text(const StrategyResult& r) {
-  if (r.outcome == Outcome::kError && r.extra.is_object() && r.extra.contains("skipped")) return "skipped";
-  return outcome_name(r.outcome);
 }
 
 Outcome parse_outcome(const std::string& text) {
@@ -92,8 +88,9 @@ Outcome parse_outcome(const std::string& text) {
   if (text == "timeout") return Outcome::kTimeout;
   if (text == "error") return Outcome::kError;
   if (text == "interrupted") return Outcome::kInterrupted;
-  throw InputError(
-      fmt::format("unknown outcome '{}' (expected ok, crash, timeout, error or interrupted)", text));
+  if (text == "skipped") return Outcome::kSkipped;
+  throw InputError(fmt::format(
+      "unknown outcome '{}' (expected ok, crash, timeout, error, interrupted or skipped)", text));
 }
 
 // ---- equality ---------------------------------------------------------------------------------
@@ -129,7 +126,7 @@ bool operator==(const WorkspaceStats& a, const WorkspaceStats& b) {
 
 bool operator==(const StrategyResult& a, const StrategyResult& b) {
   return a.strategy == b.strategy && a.variant == b.variant && a.warmers == b.warmers &&
-         a.outcome == b.outcome && a.error == b.error && a.failed_phase == b.failed_phase &&
+         a.outcome == b.outcome && a.error == b.error && a.skipped == b.skipped && a.failed_phase == b.failed_phase &&
          same(a.startup_ms, b.startup_ms) && a.phases == b.phases && same(a.ttft_ms, b.ttft_ms) &&
          same(a.first_decode_ms, b.first_decode_ms) && same(a.steady_ttft_ms, b.steady_ttft_ms) &&
          same(a.steady_decode_ms, b.steady_decode_ms) && a.startup_compiles == b.startup_compiles &&
@@ -215,8 +212,9 @@ void to_json(json& j, const StrategyResult& v) {
   j["strategy"] = v.strategy;
   j["variant"] = v.variant;
   j["warmers"] = v.warmers;
-  j["outcome"] = outcome_text(v);
+  j["outcome"] = outcome_name(v.outcome);
   j["error"] = opt_to_json(v.error);
+  if (v.skipped) j["skipped"] = *v.skipped;
   j["failed_phase"] = opt_to_json(v.failed_phase);
   j["startup_ms"] = opt_to_json(v.startup_ms);
   j["phases"] = v.phases;
@@ -249,9 +247,11 @@ void from_json(const json& j, StrategyResult& v) {
   v.variant = value_or<std::string>(j, "variant", "");
   v.warmers = value_or<std::vector<std::string>>(j, "warmers", {});
   const std::string outcome = required<std::string>(j, "outcome");
-  // "skipped": a run the scenario's archs excluded, kept as an error with its reason in extra.
-  v.outcome = outcome == "skipped" ? Outcome::kError : parse_outcome(outcome);
+  v.outcome = parse_outcome(outcome);
   v.error = opt_from<std::string>(j, "error");
+  v.skipped = opt_from<std::string>(j, "skipped");
+  // Files written before kSkipped existed kept a skipped run as "error" with a "skipped" reason.
+  if (v.outcome == Outcome::kError && v.skipped) v.outcome = Outcome::kSkipped;
   v.failed_phase = opt_from<std::string>(j, "failed_phase");
   v.startup_ms = opt_from<double>(j, "startup_ms");
   v.phases = value_or<std::vector<PhaseTiming>>(j, "phases", {});

@@ -34,9 +34,11 @@ inline constexpr const char* kResultSchema = "coldstart.replay/1";
 ///   kInterrupted - the run was stopped from outside (SIGINT / SIGTERM to `coldstart replay`)
 ///                  while this strategy ran: nothing about the strategy is known beyond its
 ///                  last phase (failed_phase), so no report counts it as a failure or a pass.
-enum class Outcome { kOk, kCrash, kTimeout, kError, kInterrupted };
+///   kSkipped     - the strategy did not run here: the scenario's `archs` exclude this device
+///                  (StrategyResult::skipped says why). Neither a failure nor a pass.
+enum class Outcome { kOk, kCrash, kTimeout, kError, kInterrupted, kSkipped };
 
-/// "ok" | "crash" | "timeout" | "error" | "interrupted".
+/// "ok" | "crash" | "timeout" | "error" | "interrupted" | "skipped".
 const char* outcome_name(Outcome o);
 
 
@@ -87,6 +89,7 @@ struct StrategyResult {
   std::vector<std::string> warmers;     ///< the strategy's warmers in run order
   Outcome outcome = Outcome::kError;
   std::optional<std::string> error;     ///< full error text when outcome != ok
+  std::optional<std::string> skipped;   ///< why it did not run, with outcome kSkipped (JSON "skipped")
   std::optional<std::string> failed_phase;
   std::optional<double> startup_ms;     ///< init .. workspace_lock, milliseconds
   std::vector<PhaseTiming> phases;
@@ -151,11 +154,6 @@ struct RunResults {
 std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r);
 /// How many hot-path events were loads from the on-disk kernel cache (shown beside the count).
 int hot_path_loads(const StrategyResult& r);
-
-/// How a result ended as every report and the JSON say it: "skipped" for a run the scenario's
-/// `archs` excluded (outcome kError with extra["skipped"] holding the reason), else
-/// outcome_name(r.outcome).
-std::string outcome_text(const StrategyResult& r);
 
 bool operator==(const PhaseTiming& a, const PhaseTiming& b);
 bool operator==(const CompileEvent& a, const CompileEvent& b);

@@ -40,9 +40,31 @@ StrategyResult sample() {
   return r;
 }
 
+// A skipped run is its own outcome with its reason in a typed field; files from before kSkipped
+// (outcome "error" with a "skipped" reason beside it) read as skipped too.
+TEST(Outcome, SkippedIsTypedAndOlderFilesReadAsSkipped) {
+  const nlohmann::json now = nlohmann::json::parse(
+      R"({"strategy":"s","outcome":"skipped","skipped":"runs on [sm_100]","error":"runs on [sm_100]"})");
+  const StrategyResult a = now.get<StrategyResult>();
+  EXPECT_EQ(a.outcome, Outcome::kSkipped);
+  EXPECT_EQ(a.skipped.value_or(""), "runs on [sm_100]");
+  EXPECT_FALSE(a.extra.contains("skipped"));
+  const nlohmann::json back = a;
+  EXPECT_EQ(back.at("outcome"), "skipped");
+  EXPECT_EQ(back.at("skipped"), "runs on [sm_100]");
+  const nlohmann::json old = nlohmann::json::parse(
+      R"({"strategy":"s","outcome":"error","skipped":"runs on [sm_100]"})");
+  EXPECT_EQ(old.get<StrategyResult>().outcome, Outcome::kSkipped);
+  const nlohmann::json plain = nlohmann::json::parse(R"({"strategy":"s","outcome":"error"})");
+  const StrategyResult e = plain.get<StrategyResult>();
+  EXPECT_EQ(e.outcome, Outcome::kError);
+  EXPECT_FALSE(e.skipped.has_value());
+  EXPECT_FALSE(nlohmann::json(e).contains("skipped")) << "absent unless skipped";
+}
+
 TEST(Outcome, NamesRoundTrip) {
   for (Outcome o : {Outcome::kOk, Outcome::kCrash, Outcome::kTimeout, Outcome::kError,
-                    Outcome::kInterrupted}) {
+                    Outcome::kInterrupted, Outcome::kSkipped}) {
     EXPECT_EQ(parse_outcome(outcome_name(o)), o);
   }
   EXPECT_STREQ(outcome_name(Outcome::kTimeout), "timeout");

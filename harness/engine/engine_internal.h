@@ -1,4 +1,4 @@
-// Small helpers shared by the replay engine's two files (engine.cpp, engine_requests.cpp).
+// Small helpers shared by the replay engine's files (engine*.cpp).
 #pragma once
 
 #include <chrono>
@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "harness/engine/engine.h"
 
 namespace coldstart::engine_detail {
 
@@ -30,3 +33,28 @@ inline void stall_if_asked(const std::string& phase) {
 inline int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 }  // namespace coldstart::engine_detail
+
+namespace coldstart {
+
+/// Piecewise graphs of one capture size: one graph per piece, attention eager in between
+/// (vLLM's CUDAGraphMode.PIECEWISE).
+class PiecewiseGraphs {
+ public:
+  int size = 0;
+  ForwardBatch in;  ///< the batch the graphs were captured with; its tensors are static
+  std::vector<CapturedGraph> graphs;
+  std::vector<ForwardState> states;  ///< state after each piece (kept alive: static outputs)
+  at::Tensor mixer_out;              ///< [size, widest mixer output] written by eager mixers
+};
+
+/// One full graph of a uniform-decode size, mixers inside (vLLM's CUDAGraphMode.FULL for
+/// decode batches in full_and_piecewise).
+class FullGraph {
+ public:
+  int size = 0;
+  ForwardBatch in;  ///< the batch the graph was captured with; its tensors are static
+  std::unique_ptr<CapturedGraph> graph;
+  at::Tensor hidden;  ///< [size, H] final hidden states, the graph's static output
+};
+
+}  // namespace coldstart

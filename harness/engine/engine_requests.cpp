@@ -1,6 +1,8 @@
-// The replay engine's request driver: the first wave of requests and the steady request, run
+// The replay engine (engine.h), part 4 of 5: the requests. Batches on the engine's persistent
+// tensors and block table (make_batch), and the first wave of requests and the steady request run
 // step by step through the scheduler (harness/replay/scheduler.h), with TTFT, first decode, the
-// per-step schedule and the first-time costs. Startup and the model step are in engine.cpp.
+// per-step schedule and the first-time costs. Startup is in engine.cpp, the model step in
+// engine_graphs.cpp.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -8,9 +10,10 @@
 #include <map>
 #include <numeric>
 
-#include "harness/replay/engine.h"
-#include "harness/replay/engine_internal.h"
+#include "harness/engine/engine.h"
+#include "harness/engine/engine_internal.h"
 #include "harness/replay/scheduler.h"
+#include "harness/runtime/host_upload.h"
 
 namespace coldstart {
 
@@ -207,6 +210,69 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     record_first_time_costs();
   }
   snapshot();
+}
+
+ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_attention) {
+  ForwardBatch b;
+  b.skip_attention = skip_attention;
+  b.num_reqs = static_cast<int>(seqs.size());
+  std::vector<int64_t> ids, pos, slots;
+  std::vector<int32_t> seq_lens, state_slots;
+  const int bs = scenario_.engine.block_size;
+  for (const SeqStep& s : seqs) {
+    state_slots.push_back(s.state_slot);
+    b.query_start.push_back(static_cast<int>(pos.size()));
+    b.query_lens.push_back(s.query_len);
+    b.context_lens.push_back(s.context_len);
+    seq_lens.push_back(s.context_len + s.query_len);
+    for (int t = 0; t < s.query_len; ++t) {
+      const int p = s.context_len + t;
+      pos.push_back(p);
+      ids.push_back((static_cast<int64_t>(p) * 7919 + 17) % scenario_.model.vocab_size);
+      const int blk = p / bs;
+      slots.push_back(blk < static_cast<int>(s.blocks.size())
+                          ? static_cast<int64_t>(s.blocks[blk]) * bs + p % bs
+                          : -1);
+    }
+  }
+  b.num_tokens = static_cast<int>(pos.size());
+  const c10::Device dev = device();
+  auto to_dev = [&](const auto& v, c10::ScalarType t) { return upload(v, t, dev); };
+  b.input_ids = to_dev(ids, at::kLong);
+  b.positions = to_dev(pos, at::kLong);
+  b.slot_mapping = to_dev(slots, at::kLong);
+  b.seq_lens = to_dev(seq_lens, at::kInt);
+  std::vector<int32_t> starts(b.query_start.begin(), b.query_start.end());
+  starts.push_back(static_cast<int32_t>(pos.size()));
+  b.query_start_loc = to_dev(starts, at::kInt);
+  b.state_slots = to_dev(state_slots, at::kInt);
+  // Block-table rows of the batch's request slots, written in place so the batch keeps the
+  // engine table's stride (max_blocks_per_req), as vLLM's persistent block table does.
+  int max_slot = 0;
+  for (const SeqStep& s : seqs) max_slot = std::max(max_slot, s.req_slot);
+  CS_CHECK(max_slot < block_table_.size(0), "request slot beyond max_num_seqs");
+  for (size_t r = 0; r < seqs.size(); ++r) CS_CHECK(seqs[r].req_slot == static_cast<int>(r),
+                                                    "batches use request slots 0..B-1 in order");
+  if (!dev.is_meta()) {
+    for (const SeqStep& s : seqs) {
+      std::vector<int32_t> row(max_blocks_per_req(), 0);
+      std::copy(s.blocks.begin(), s.blocks.begin() + std::min<size_t>(s.blocks.size(), row.size()),
+                row.begin());
+      block_table_[s.req_slot].copy_(
+          at::from_blob(row.data(), {static_cast<int64_t>(row.size())}, at::kInt));
+    }
+  }
+  b.block_table = block_table_.narrow(0, 0, b.num_reqs);
+  return b;
+}
+
+at::Tensor Engine::last_token_rows(const ForwardBatch& batch) const {
+  std::vector<int64_t> last;
+  for (int r = 0; r < batch.num_reqs; ++r) last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
+  if (device().is_meta()) {
+    return at::empty({batch.num_reqs}, at::TensorOptions().dtype(at::kLong).device(device()));
+  }
+  return at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device());
 }
 
 }  // namespace coldstart

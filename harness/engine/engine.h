@@ -30,8 +30,9 @@ struct EngineOptions {
   DeviceInfo device;                 ///< from select_device()
   jit::JitOptions jit;               ///< arch is filled from `device` when empty
   uint64_t seed = 1234;              ///< weights and prompt tokens
-  /// Called with the result so far after every phase (the child streams it to its parent).
-  std::function<void(const StrategyResult&)> on_snapshot;
+  /// Called with the result so far and the phase running ("" when none) when each phase starts
+  /// and ends (the child streams both to its parent).
+  std::function<void(const StrategyResult&, const std::string& current_phase)> on_snapshot;
   /// Progress lines for the terminal (what runs now).
   std::function<void(const std::string&)> on_log;
 };

@@ -1,0 +1,114 @@
+// `coldstart list` (what the registries hold and the scenarios' strategies) and `coldstart
+// report` (render results files); see replay_options.h.
+#include <dirent.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <regex>
+
+#include "harness/cli/compare.h"
+#include "harness/cli/replay_options.h"
+#include "harness/common/paths.h"
+#include "harness/models/mixer.h"
+#include "harness/models/model.h"
+#include "reports/table.h"
+#include "warmers/warmer.h"
+
+namespace coldstart::cli {
+
+int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
+  parse_monitor(a.jit_monitor);
+  std::vector<RunResults> runs;
+  for (const auto& f : inputs)
+    for (auto& r : read_any_results(f)) runs.push_back(std::move(r));
+  write_outputs(a, runs);
+  for (const RunResults& run : runs) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+  return 0;
+}
+
+int list_main(std::vector<std::string> scenarios, const std::string& filter) {
+  std::optional<std::regex> re;
+  if (!filter.empty()) {
+    check_filter_size(filter);
+    try {
+      re.emplace(filter);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--filter '{}': not a regular expression: {}", filter, e.what()));
+    }
+  }
+  auto shown = [&](const std::string& text) { return !re || std::regex_search(text, *re); };
+  std::vector<std::string> warmers;
+  for (const auto& n : warmer_names())
+    if (shown(n)) warmers.push_back("  " + n + "  " + make_warmer(n)->description());
+  if (!warmers.empty()) std::cout << "warmers:\n";
+  for (const auto& w : warmers) std::cout << w << "\n";
+  // What the registries hold: model families, the mixer backends their layers run on, the
+  // compile-only targets and the config selectors kernels use.
+  std::vector<std::string> lines;
+  for (const auto& f : model_families()) {
+    std::string archs;
+    for (const auto& a : f.architectures) archs += (archs.empty() ? "" : ", ") + a;
+    if (shown(f.name) || shown(archs)) lines.push_back("  " + f.name + " [" + archs + "]  " + f.description);
+  }
+  if (!lines.empty()) std::cout << "model families:\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  lines.clear();
+  for (const auto& b : mixer_backends()) {
+    std::string dtypes;
+    for (const auto& d : b.kv_cache_dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
+    const std::string text = b.kind + "/" + b.name + " (kv_cache_dtype: " +
+                             (dtypes.empty() ? std::string("any") : dtypes) + ")";
+    if (shown(text)) lines.push_back("  " + text + "  " + b.description);
+  }
+  if (!lines.empty()) std::cout << "mixer backends:\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  lines.clear();
+  for (const Target& t : target_profiles()) {
+    const std::string text = fmt::format("{}  {}, {}, {} SMs, {} KiB shared memory per block",
+                                         t.profile, t.device_name, t.arch, t.sm_count,
+                                         t.shared_memory_per_block / 1024);
+    if (shown(text)) lines.push_back("  " + text);
+  }
+  if (!lines.empty()) std::cout << "targets (--target, compile-only mode):\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  if (!re) {
+    std::cout << "config selectors (recorded with every compile):\n"
+                 "  table      vLLM-style tuned JSON (E=..,N=..,device_name=..), nearest batch key\n"
+                 "  heuristic  a function of the problem shape and the target\n"
+                 "  autotune   Triton semantics: compile + benchmark every candidate on a key's\n"
+                 "             first call, keep the fastest (first candidate in compile-only mode)\n"
+                 "  default    a documented default when no tuned table matches\n";
+  }
+  if (scenarios.empty() && paths::is_directory("scenarios")) {
+    DIR* d = opendir("scenarios");
+    while (d != nullptr) {
+      dirent* e = readdir(d);
+      if (e == nullptr) break;
+      const std::string name = e->d_name;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".yaml") == 0)
+        scenarios.push_back("scenarios/" + name);
+    }
+    if (d != nullptr) closedir(d);
+    std::sort(scenarios.begin(), scenarios.end());
+  }
+  for (const auto& f : scenarios) {
+    Scenario s = load_scenario(f, {}, replay_rules());
+    std::vector<std::string> lines;
+    for (const auto& v : s.variants)
+      for (const auto& st : s.strategies) {
+        if (!shown(s.name) && !shown(st.name) && !shown(s.name + "/" + st.name)) continue;
+        std::string ws;
+        for (const auto& w : st.warmers) ws += (ws.empty() ? "" : ", ") + w;
+        lines.push_back("  " + st.name + (v.name.empty() ? "" : " [" + v.name + "]") + ": [" + ws + "]");
+      }
+    if (lines.empty()) continue;
+    std::cout << "scenario " << s.name << " (" << f << "):\n";
+    for (const auto& l : lines) std::cout << l << "\n";
+  }
+  return 0;
+}
+
+}  // namespace coldstart::cli

@@ -1,0 +1,431 @@
+// `coldstart replay`: the parent. It validates every scenario and option, then runs each
+// (variant, strategy) `--repeat` times in a child of its own (`coldstart _child`, the same
+// binary; harness/isolate), folds repeats into medians and spreads, writes the results after
+// every strategy, and checks the scenarios' expect: rules (replay_options.h).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <iostream>
+#include <regex>
+
+#include "harness/cli/cache_snapshot.h"
+#include "harness/cli/replay_options.h"
+#include "harness/cli/run_inputs.h"
+#include "harness/common/paths.h"
+#include "harness/isolate/isolate.h"
+#include "harness/replay/expect.h"
+#include "reports/table.h"
+
+#ifndef COLDSTART_GIT_SHA
+#define COLDSTART_GIT_SHA "unknown"
+#endif
+#ifndef COLDSTART_VERSION
+#define COLDSTART_VERSION "0.0.0"
+#endif
+
+namespace coldstart::cli {
+namespace {
+
+std::string self_exe() { return paths::self_executable(); }
+
+std::string now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+ScenarioSummary summarize(const Scenario& s) {
+  ScenarioSummary sum;
+  sum.name = s.name;
+  sum.file = s.file;
+  const ModelConfig& m = s.model;
+  sum.model = {{"architecture", m.architecture}, {"model_type", m.model_type},
+               {"config", m.config_file}, {"hidden_size", m.hidden_size},
+               {"num_hidden_layers", m.num_hidden_layers},
+               {"num_attention_heads", m.num_attention_heads},
+               {"num_key_value_heads", m.num_key_value_heads}, {"head_dim", m.head_dim},
+               {"intermediate_size", m.intermediate_size}, {"vocab_size", m.vocab_size}};
+  const EngineConfig& e = s.engine;
+  sum.engine = {{"max_num_seqs", e.max_num_seqs},
+                {"max_num_batched_tokens", e.max_num_batched_tokens},
+                {"max_model_len", e.max_model_len}, {"block_size", e.block_size},
+                {"kv_cache_dtype", e.kv_cache_dtype},
+                {"cudagraph_mode", cudagraph_mode_name(e.cudagraph_mode)},
+                {"cudagraph_capture_sizes", e.cudagraph_capture_sizes},
+                {"tensor_parallel_size", e.tensor_parallel_size},
+                {"mamba_ssm_cache_dtype", e.mamba_ssm_cache_dtype},
+                {"num_speculative_tokens", e.num_speculative_tokens}};
+  nlohmann::json req = nlohmann::json::array();
+  for (const auto& r : s.requests)
+    req.push_back({{"prompt_tokens", r.prompt_tokens}, {"decode_steps", r.decode_steps},
+                   {"arrival_step", r.arrival_step}, {"steady", r.steady}});
+  sum.engine["requests"] = req;
+  return sum;
+}
+
+RunMeta make_meta(const std::vector<StrategyResult>& results, const std::string& cmdline,
+                  const std::string& started_at) {
+  RunMeta m;
+  m.coldstart_version = COLDSTART_VERSION;
+  m.git_sha = COLDSTART_GIT_SHA;
+  m.hostname = hostname();
+  m.started_at = started_at;
+  m.command_line = cmdline;
+  m.nvrtc = jit::nvrtc_version();
+  for (const auto& r : results) {
+    auto it = r.extra.find("meta");
+    if (it == r.extra.end() || !it->is_object()) continue;
+    const auto& j = *it;
+    m.mode = j.value("mode", "");
+    m.device_name = j.value("device_name", "");
+    m.sm = j.value("sm", 0);
+    m.sm_count = j.value("sm_count", 0);
+    m.driver = j.value("driver", "");
+    m.cuda = j.value("cuda", "");
+    m.torch = j.value("torch", "");
+    break;
+  }
+  return m;
+}
+
+/// Folds N runs of one strategy: the first run's result, with startup / TTFT / first-decode /
+/// steady figures replaced by their medians and the spread kept as `<field>_min` / `<field>_max`
+/// (what `coldstart compare` uses to tell a regression from noise), plus every run's outcome.
+StrategyResult fold_repeats(std::vector<StrategyResult> runs) {
+  StrategyResult out = runs.front();
+  if (runs.size() == 1) return out;
+  out.extra["repeats"] = runs.size();
+  nlohmann::json outcomes = nlohmann::json::array();
+  for (const auto& r : runs) outcomes.push_back(outcome_name(r.outcome));
+  out.extra["repeat_outcomes"] = outcomes;
+  auto fold = [&](const char* name, std::optional<double> StrategyResult::*field) {
+    std::vector<double> v;
+    for (const auto& r : runs)
+      if (r.*field) v.push_back(*(r.*field));
+    if (v.empty()) return;
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    out.*field = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+    out.extra[std::string(name) + "_min"] = v.front();
+    out.extra[std::string(name) + "_max"] = v.back();
+  };
+  fold("startup_ms", &StrategyResult::startup_ms);
+  fold("ttft_ms", &StrategyResult::ttft_ms);
+  fold("first_decode_ms", &StrategyResult::first_decode_ms);
+  fold("steady_ttft_ms", &StrategyResult::steady_ttft_ms);
+  fold("steady_decode_ms", &StrategyResult::steady_decode_ms);
+  return out;
+}
+
+/// The result of one strategy's repeated runs: fold_repeats of `reps` when all `wanted` runs
+/// finished. Otherwise the run was interrupted: the interrupted run's result (or, when the
+/// interrupt came between two runs, the fold of those that finished), with outcome
+/// `interrupted` and extra["repeats_completed"] saying how many finished.
+StrategyResult interrupted_repeats(std::vector<StrategyResult> reps, int wanted) {
+  const bool stopped = !reps.empty() && reps.back().outcome == Outcome::kInterrupted;
+  if (!stopped && static_cast<int>(reps.size()) == wanted) return fold_repeats(std::move(reps));
+  const int completed = static_cast<int>(reps.size()) - (stopped ? 1 : 0);
+  StrategyResult out = stopped ? reps.back() : fold_repeats(reps);
+  if (!stopped) {
+    const int sig = isolate::interrupt_signal();
+    out.outcome = Outcome::kInterrupted;
+    out.error = fmt::format("interrupted by {} (the run was stopped) after {} of {} runs",
+                            isolate::signal_name(sig), completed, wanted);
+    out.failed_phase = std::nullopt;
+  }
+  if (wanted > 1) out.extra["repeats_completed"] = completed;
+  return out;
+}
+
+/// The live progress line: what runs now, how many done of how many, elapsed time. Only on a
+/// terminal; quiet otherwise.
+class Progress {
+ public:
+  Progress(size_t total, bool enabled) : total_(total), enabled_(enabled) {}
+  void update(size_t index, const std::string& label, const std::string& phase) {
+    if (!enabled_) return;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::cerr << fmt::format("\r\033[K[{}/{}] {}{} ({:.1f} s)", index + 1, total_, label,
+                             phase.empty() ? "" : ": " + phase, s)
+              << std::flush;
+  }
+  void done(size_t index, const std::string& label, const StrategyResult& r) {
+    if (!enabled_) return;
+    std::cerr << fmt::format("\r\033[K[{}/{}] {}: {}{}\n", index + 1, total_, label,
+                             outcome_name(r.outcome),
+                             r.failed_phase ? " in " + *r.failed_phase : std::string());
+  }
+
+ private:
+  size_t total_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+struct Job {
+  size_t scenario;
+  int variant;
+  const StrategySpec* strategy;
+};
+
+/// Runs one (variant, strategy) of `s` in a child, which loads the scenario from `inputs`' copy
+/// (never the user's files); in this process with --no-isolate.
+StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scenario& s,
+                       const Job& job, const std::function<void(const std::string&)>& on_phase) {
+  const StrategySpec& st = *job.strategy;
+  if (a.no_isolate) return run_in_process(a, s, job.variant, st, {});
+  isolate::ChildSpec spec;
+  spec.argv = {self_exe(), "_child", inputs.scenario_path(job.scenario), "--strategy", st.name,
+               "--variant-index", std::to_string(job.variant), "--device", a.device,
+               "--jit-monitor", a.jit_monitor, "--seed", std::to_string(a.seed)};
+  if (!a.arch.empty()) spec.argv.insert(spec.argv.end(), {"--arch", a.arch});
+  if (!a.target.empty()) spec.argv.insert(spec.argv.end(), {"--target", a.target});
+  if (a.sm_count != 0) spec.argv.insert(spec.argv.end(), {"--sm-count", std::to_string(a.sm_count)});
+  if (!a.cache_dir.empty()) spec.argv.insert(spec.argv.end(), {"--cache-dir", a.cache_dir});
+  if (!a.compile_memo.empty()) spec.argv.insert(spec.argv.end(), {"--compile-memo", a.compile_memo});
+  if (a.verbose) spec.argv.push_back("-v");
+  for (const auto& kv : a.sets) spec.argv.insert(spec.argv.end(), {"--set", kv});
+  for (const auto& kv : inputs.child_sets(job.scenario))
+    spec.argv.insert(spec.argv.end(), {"--set", kv});
+  spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
+  // Whatever the child leaves under $TMPDIR (its cold kernel cache, ...) goes with it, also when
+  // the watchdog or an interrupt stops it before it can clean up.
+  spec.private_tmpdir = true;
+  StrategyResult fallback;
+  fallback.strategy = st.name;
+  fallback.variant = s.variants[job.variant].name;
+  fallback.warmers = st.warmers;
+  fallback.extra["allow_hot_path_compiles"] = st.allow_hot_path_compiles;
+  auto on_msg = [&](const std::string& line) {
+    // Each snapshot says which phase runs (a few dozen lines per strategy).
+    if (const auto snap = isolate::parse_snapshot(line); snap && snap->current_phase)
+      on_phase(*snap->current_phase);
+  };
+  // Which strategy a child's line comes from (strategies may run one after another quickly, and
+  // a warn line alone cannot say).
+  const std::string who = s.variants[job.variant].name.empty()
+                              ? st.name
+                              : st.name + " [" + s.variants[job.variant].name + "]";
+  auto on_err = [&](const std::string& line) {
+    // Children's stderr is shown with -v; `--jit-monitor warn` lines always.
+    if (a.verbose || line.rfind("coldstart: hot-path compile", 0) == 0)
+      std::cerr << "  " << who << ": " << line << "\n";
+  };
+  isolate::ChildExit ex = isolate::run_child(spec, on_msg, on_err);
+  return isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
+}
+
+bool selected(const ReplayArgs& a, const Scenario& s, const StrategySpec& st) {
+  if (!a.strategies.empty() &&
+      std::find(a.strategies.begin(), a.strategies.end(), st.name) == a.strategies.end())
+    return false;
+  if (a.filter.empty()) return true;
+  const std::regex re(a.filter);
+  return std::regex_search(s.name, re) || std::regex_search(st.name, re) ||
+         std::regex_search(s.name + "/" + st.name, re);
+}
+
+/// Same file (device and inode) as an existing `input`: an output must never overwrite an input.
+bool same_file(const std::string& out, const std::string& input) {
+  struct stat so {}, si {};
+  return ::stat(out.c_str(), &so) == 0 && ::stat(input.c_str(), &si) == 0 &&
+         so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+}
+
+}  // namespace
+
+int replay_main(ReplayArgs a, const std::string& cmdline) {
+  if (a.repeat < 1) throw InputError("--repeat must be at least 1");
+  const std::vector<std::string> outputs = {a.json, a.junit, a.md, a.html, a.trace};
+  validate_run_options(a, outputs);
+  std::vector<Scenario> scenarios;
+  for (const auto& f : a.scenario_files) {
+    ReplayArgs one = a;
+    one.scenario = f;
+    scenarios.push_back(load(one));
+  }
+  // An output that is one of the run's inputs would be overwritten after the first strategy
+  // (and the children, which read the scenario, would then read results).
+  for (const auto& out : outputs) {
+    if (out.empty()) continue;
+    for (const Scenario& sc : scenarios) {
+      for (const std::string& in : {sc.file, sc.model.config_file}) {
+        if (!in.empty() && same_file(out, in))
+          throw InputError("output '" + out + "': is an input of this run (" + in + ")");
+      }
+    }
+  }
+  for (const auto& name : a.strategies) {
+    bool found = false;
+    for (const auto& s : scenarios)
+      for (const auto& st : s.strategies) found = found || st.name == name;
+    if (!found) throw InputError(fmt::format("--strategy '{}': in none of the scenarios", name));
+  }
+  if (!a.filter.empty()) {
+    check_filter_size(a.filter);
+    try {
+      std::regex check(a.filter);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--filter '{}': not a regular expression: {}", a.filter, e.what()));
+    }
+  }
+  // Fault injection (engine_internal.h stall_if_asked): refuse a name no replay announces, and
+  // say that it is on, so an injected stall never passes for a real hang.
+  if (const char* stall = std::getenv("COLDSTART_STALL_IN_PHASE")) {
+    std::vector<std::string> phases = replay_phase_names();
+    phases.erase(std::remove(phases.begin(), phases.end(), "steady_request"), phases.end());
+    if (std::find(phases.begin(), phases.end(), stall) == phases.end())
+      throw InputError(fmt::format("COLDSTART_STALL_IN_PHASE='{}': not a phase a replay stalls in "
+                                   "({})", stall, fmt::join(phases, ", ")));
+    std::cerr << fmt::format("coldstart: fault injection: COLDSTART_STALL_IN_PHASE={}: every "
+                             "strategy stops in {} until the watchdog (--timeout) stops it\n",
+                             stall, stall);
+  }
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < scenarios.size(); ++i)
+    for (size_t v = 0; v < scenarios[i].variants.size(); ++v)
+      for (const auto& st : scenarios[i].strategies)
+        if (selected(a, scenarios[i], st)) jobs.push_back({i, static_cast<int>(v), &st});
+  if (jobs.empty()) throw InputError("no strategy selected (check --strategy / --filter)");
+
+  // From here on, SIGINT / SIGTERM stop the running strategy's child, keep what finished and end
+  // the run with 128 + the signal (isolate::InterruptScope); every temporary directory below is
+  // removed on the way out. --no-isolate runs strategies in this process: the default action.
+  std::optional<isolate::InterruptScope> interrupts;
+  if (!a.no_isolate) interrupts.emplace();
+  const auto interrupted = [&] { return interrupts && isolate::interrupt_signal() != 0; };
+
+  // The children replay what was validated: copies of the scenarios and the files they name.
+  const RunInputs inputs(scenarios, a.sets,
+                              [&](const std::string& path, const std::vector<std::string>& sets) {
+                                ReplayArgs one = a;
+                                one.scenario = path;
+                                one.sets = sets;
+                                return load(one);
+                              });
+
+  // Compile-only children share one compile memo for this run (JitOptions::compile_memo_dir):
+  // removed when the run ends.
+  std::optional<paths::ScopedTempDir> memo;
+  if (!a.no_compile_memo && a.device != "cuda") {
+    memo.emplace("coldstart-memo-");
+    a.compile_memo = memo->path;
+  }
+  // With a persistent --cache-dir, each strategy run starts from the directory as it was when
+  // this run began (its own view), and what it compiled is merged back when it ends.
+  std::optional<CacheSnapshots> cache_views;
+  if (!a.cache_dir.empty()) cache_views.emplace(a.cache_dir);
+  std::vector<RunResults> runs(scenarios.size());
+  for (size_t i = 0; i < scenarios.size(); ++i) runs[i].scenario = summarize(scenarios[i]);
+  const std::string started_at = now_iso8601();
+  Progress progress(jobs.size(), isatty(STDERR_FILENO) != 0);
+  int harness_errors = 0;
+  std::string write_failed;  // the last results write's error, "" when it succeeded
+  size_t not_run = 0;        // strategies an interrupt kept from starting
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (interrupted()) {
+      not_run = jobs.size() - j;
+      break;
+    }
+    const Job& job = jobs[j];
+    const Scenario& s = scenarios[job.scenario];
+    const std::string label = (scenarios.size() > 1 ? s.name + ": " : std::string()) +
+                              job.strategy->name +
+                              (s.variants[job.variant].name.empty()
+                                   ? ""
+                                   : " [" + s.variants[job.variant].name + "]");
+    std::vector<StrategyResult> reps;
+    for (int k = 0; k < a.repeat; ++k) {
+      if (k > 0 && interrupted()) break;
+      const std::string lab = a.repeat > 1 ? fmt::format("{} (run {}/{})", label, k + 1, a.repeat) : label;
+      progress.update(j, lab, "");
+      ReplayArgs ja = a;
+      if (cache_views) ja.cache_dir = cache_views->begin_job();
+      reps.push_back(run_job(ja, inputs, s, job,
+                             [&](const std::string& phase) { progress.update(j, lab, phase); }));
+      if (cache_views) cache_views->end_job(ja.cache_dir);
+      if (reps.back().outcome == Outcome::kInterrupted) break;
+    }
+    StrategyResult r = interrupted_repeats(std::move(reps), a.repeat);
+    progress.done(j, label, r);
+    if (r.outcome == Outcome::kError) ++harness_errors;
+    RunResults& run = runs[job.scenario];
+    run.results.push_back(std::move(r));
+    run.meta = make_meta(run.results, cmdline, started_at);
+    run.meta.sets = a.sets;
+    run.meta.inputs = inputs.inputs(job.scenario);
+    // Written after every strategy, atomically, so results survive a later failure. A write
+    // that fails (the directory went away or became read-only) does not stop the run: the
+    // results stay in memory and the write is tried again at the end.
+    try {
+      write_outputs(a, runs);
+      write_failed.clear();
+    } catch (const Error& e) {
+      if (write_failed.empty()) std::cerr << "coldstart: writing the results failed (" << e.what()
+                                          << "); continuing, will try again at the end\n";
+      write_failed = e.what();
+    }
+  }
+  if (!write_failed.empty()) {
+    try {
+      write_outputs(a, runs);
+      write_failed.clear();
+    } catch (const Error& e) {
+      write_failed = e.what();
+    }
+  }
+  for (const RunResults& run : runs) {
+    if (!run.results.empty()) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+  }
+  if (!write_failed.empty()) {
+    // The table above is what remains of this run: say so, and fail (a harness error).
+    std::cerr << "coldstart: error: the results could not be written: " << write_failed << "\n";
+    ++harness_errors;
+  }
+  if (interrupted()) {
+    // What finished is in the table and the results; the rules of a partial run are not checked.
+    const int sig = isolate::interrupt_signal();
+    std::cerr << fmt::format("coldstart: interrupted by {}: {} strategy run(s) not started; "
+                             "expect: rules not checked\n",
+                             isolate::signal_name(sig), not_run);
+    return 128 + sig;
+  }
+  // The scenarios' own tests: every `expect:` rule against this run's results.
+  int unmet = 0;
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    if (scenarios[i].expectations.empty() || runs[i].results.empty()) continue;
+    // With --strategy / --filter only some strategies ran: rules about the others are not
+    // failures of this run (check_run_expectations leaves them out).
+    const RunExpectations x = check_run_expectations(scenarios[i], runs[i]);
+    const std::string not_applied =
+        x.not_applicable
+            ? fmt::format("; {} rule(s) for another mode or arch not checked", x.not_applicable)
+            : "";
+    if (x.unmet.empty()) {
+      std::cout << fmt::format("expectations of {}: {} rule(s) met ({}){}\n", scenarios[i].name,
+                               x.checked, x.mode, not_applied);
+    } else {
+      std::cout << fmt::format("expectations of {}: {} unmet ({})\n", scenarios[i].name,
+                               x.unmet.size(), x.mode);
+      for (const auto& l : x.unmet) std::cout << "  UNMET " << l << "\n";
+      unmet += static_cast<int>(x.unmet.size());
+    }
+  }
+  if (harness_errors > 0) return 1;
+  return a.check && unmet > 0 ? 3 : 0;
+}
+
+}  // namespace coldstart::cli

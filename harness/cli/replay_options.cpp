@@ -1,0 +1,187 @@
+// `coldstart replay` / `_child` / `report` options: validation before any child starts, and
+// writing results (see replay_options.h).
+#include "harness/cli/replay_options.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "harness/cli/compare.h"
+#include "harness/common/paths.h"
+#include "harness/jit/driver.h"
+#include "harness/jit/nvrtc_archs.h"
+#include "harness/models/model.h"
+#include "harness/runtime/device.h"
+#include "reports/renderers.h"
+#include "warmers/warmer.h"
+
+namespace coldstart::cli {
+
+jit::MonitorMode parse_monitor(const std::string& s) {
+  if (s == "record") return jit::MonitorMode::kRecord;
+  if (s == "warn") return jit::MonitorMode::kWarn;
+  if (s == "error") return jit::MonitorMode::kError;
+  throw InputError("--jit-monitor '" + s + "': expected record, warn or error");
+}
+
+/// What the loader checks beyond the file format: warmer names, and whether the registered
+/// model families and mixer backends can replay it (so an unsupported scenario exits 2, at the
+/// line of the key, before any strategy runs).
+ScenarioRules replay_rules(std::optional<Target> target) {
+  ScenarioRules rules;
+  rules.known_warmers = warmer_names();
+  rules.check_replayable = [target](const Scenario& s) {
+    // A target the scenario's `archs` exclude skips every strategy: its kernels are not checked.
+    const bool excluded = target && !s.archs.empty() &&
+                          std::find(s.archs.begin(), s.archs.end(), target->arch) == s.archs.end();
+    return check_replayable(s, target && !excluded ? &*target : nullptr);
+  };
+  return rules;
+}
+
+/// The target when it is known without touching a GPU (the parent never initializes CUDA before
+/// it forks children): compile-only mode, or a build without CUDA. On a GPU the child learns the
+/// device, and a kernel the device lacks makes that strategy's outcome `error`.
+std::optional<Target> known_target(const ReplayArgs& a) {
+  if (a.device != "compile-only" && !(a.device == "auto" && !built_with_cuda())) return std::nullopt;
+  Target t = a.target.empty() ? target_for_arch(a.arch.empty() ? "sm_90" : a.arch, a.sm_count)
+                              : target_profile(a.target);
+  if (!a.target.empty() && a.sm_count > 0) t.sm_count = a.sm_count;
+  return t;
+}
+
+Scenario load(const ReplayArgs& a) {
+  return load_scenario(a.scenario, a.sets, replay_rules(known_target(a)));
+}
+
+/// Checks, before any strategy runs, every option a child would otherwise reject one strategy
+/// at a time: device, arch, JIT monitor mode, cache directory, output paths, timeout. Throws
+/// InputError (exit status 2).
+void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& outputs) {
+  parse_monitor(a.jit_monitor);
+  if (a.device != "auto" && a.device != "cuda" && a.device != "compile-only") {
+    throw InputError("--device '" + a.device + "': expected auto, cuda or compile-only");
+  }
+  if (a.device == "cuda") {
+    if (!built_with_cuda()) {
+      throw InputError("--device cuda: this build's libtorch has no CUDA (compile-only build); "
+                       "build against a PyTorch install with CUDA (README)");
+    }
+    if (!jit::driver_available()) {
+      throw InputError("--device cuda: no usable CUDA driver: " + jit::driver_unavailable_reason());
+    }
+  }
+  if (!a.arch.empty() && a.arch != "sm_" + std::to_string(jit::arch_sm(a.arch)))
+    throw InputError("--arch '" + a.arch + "': expected a base arch such as sm_86, sm_90 or sm_100 "
+                     "(kernels that need sm_90a / sm_100a compile for it by themselves)");
+  if (!a.arch.empty() && !jit::nvrtc_can_target(a.arch))
+    throw InputError("--arch '" + a.arch + "': " + jit::nvrtc_cannot_target_text(a.arch));
+  if (!a.target.empty()) {
+    const Target t = target_profile(a.target);  // throws for an unknown name
+    if (!jit::nvrtc_can_target(t.arch))
+      throw InputError("--target " + a.target + ": " + jit::nvrtc_cannot_target_text(t.arch));
+  }
+  if (!a.target.empty() || !a.arch.empty() || a.sm_count != 0) {
+    // Device-independent part of the target: the profile and arch agree, the SM count is sane.
+    if (!a.target.empty() && !a.arch.empty() && parse_sm(a.arch) != target_profile(a.target).sm)
+      throw InputError("--arch " + a.arch + " contradicts --target " + a.target + " (" +
+                       target_profile(a.target).arch + ")");
+    if (a.sm_count < 0 || a.sm_count > 1024)
+      throw InputError("--sm-count " + std::to_string(a.sm_count) + ": expected 1..1024");
+  }
+  if (!(a.timeout_s >= 0) || a.timeout_s > kMaxTimeoutS)  // also refuses NaN and inf
+    throw InputError(fmt::format(
+        "--timeout must be between 0 (the scenario's timeout_s) and {:g} seconds (7 days)",
+        kMaxTimeoutS));
+  if (!a.cache_dir.empty()) {
+    try {
+      paths::make_dirs(a.cache_dir);
+    } catch (const Error& e) {
+      throw InputError(std::string("--cache-dir: ") + e.what());
+    }
+    if (!paths::is_directory(a.cache_dir) || ::access(a.cache_dir.c_str(), R_OK | X_OK) != 0) {
+      throw InputError("--cache-dir '" + a.cache_dir + "': not a readable directory");
+    }
+    // A read-only cache (a shared, pre-built one) is used as it is: its entries load, new
+    // compiles stay in memory (each strategy's result lists that as a JIT warning).
+    if (::access(a.cache_dir.c_str(), W_OK) != 0) {
+      std::fprintf(stderr, "coldstart: --cache-dir '%s' is read-only: its entries are used, new "
+                   "compiles are not saved\n", a.cache_dir.c_str());
+    }
+  }
+  for (const auto& out : outputs) {
+    if (out.empty()) continue;
+    if (paths::is_directory(out)) throw InputError("output '" + out + "': is a directory");
+    const std::string dir = paths::parent(out).empty() ? "." : paths::parent(out);
+    if (!paths::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+      throw InputError("output '" + out + "': directory '" + dir + "' does not exist or is not writable");
+    }
+  }
+}
+
+void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {
+  if (!a.json.empty()) {
+    if (runs.size() == 1) {
+      write_results_json(a.json, runs.front());
+    } else {
+      write_merged_json(a.json, runs);
+    }
+  }
+  reports::ReportFiles files;
+  files.junit = a.junit;
+  files.markdown = a.md;
+  files.html = a.html;
+  files.trace = a.trace;
+  files.hot_path_compiles_fail = a.jit_monitor == "error";
+  reports::write_report_files(runs, files);
+}
+
+/// std::regex compiles and matches by recursion: a --filter of thousands of nested groups
+/// overflows the stack. Names are short, so a filter has no need of either.
+void check_filter_size(const std::string& filter) {
+  int depth = 0, deepest = 0;
+  for (char c : filter) {
+    if (c == '(') deepest = std::max(deepest, ++depth);
+    if (c == ')') --depth;
+  }
+  if (filter.size() > 1024 || deepest > 32) {
+    throw InputError(fmt::format("--filter: {} characters with groups nested {} deep; at most 1024 "
+                                 "characters and 32 levels",
+                                 filter.size(), deepest));
+  }
+}
+
+void add_common_options(CLI::App* cmd, ReplayArgs& a) {
+  cmd->add_option("--device", a.device, "auto | cuda | compile-only")
+      ->envname("COLDSTART_DEVICE")->capture_default_str();
+  cmd->add_option("--arch", a.arch, "compile target in compile-only mode, e.g. sm_86, sm_90, sm_100")
+      ->envname("COLDSTART_ARCH");
+  cmd->add_option("--target", a.target,
+                  "compile-only target GPU: rtx-a4000, a10, h100, h200, b200 (arch, SM count, "
+                  "device name for tuned tables)")
+      ->envname("COLDSTART_TARGET");
+  cmd->add_option("--sm-count", a.sm_count,
+                  "compile-only SM count (with --arch, or replacing the --target profile's)")
+      ->envname("COLDSTART_SM_COUNT");
+  cmd->add_option("--set", a.sets, "override a scenario key, KEY=VALUE (repeatable)");
+  cmd->add_option("--cache-dir", a.cache_dir,
+                  "persistent on-disk kernel cache (default: a fresh, cold one per run)")
+      ->envname("COLDSTART_CACHE_DIR");
+  cmd->add_option("--jit-monitor", a.jit_monitor,
+                  "record | warn | error: error turns the first hot-path compile into a crash")
+      ->envname("COLDSTART_JIT_MONITOR")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "seed of weights and prompts")->capture_default_str();
+  cmd->add_flag("-v,--verbose", a.verbose, "print each phase and the children's stderr");
+}
+
+void add_report_options(CLI::App* cmd, ReplayArgs& a) {
+  cmd->add_option("--junit", a.junit, "write JUnit XML (one test case per scenario and strategy)");
+  cmd->add_option("--md", a.md, "write a Markdown summary (for a pull-request comment)");
+  cmd->add_option("--html", a.html, "write a self-contained HTML report with charts");
+  cmd->add_option("--trace", a.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
+}
+
+}  // namespace coldstart::cli

@@ -1,0 +1,104 @@
+// The `coldstart` subcommands that replay or read scenarios and results (replay, _child, report,
+// list): their shared options, the checks the parent makes before any child starts, and their
+// entry points. main.cpp wires them to the command line; compare, merge and doctor live in
+// compare.h and doctor.h.
+//
+// Files: replay_options.cpp (options, validation, output writing), replay_cmd.cpp (`replay`: the
+// parent, repeats, children, expectations), child_cmd.cpp (`_child` and --no-isolate: one
+// strategy in this process), list_cmd.cpp (`list`, `report`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/common/target.h"
+#include "harness/jit/jit.h"
+#include "harness/replay/result.h"
+#include "harness/replay/scenario.h"
+
+namespace CLI {
+class App;
+}
+
+namespace coldstart::cli {
+
+/// Every option of `replay` and `_child` (a child gets the parent's, plus the one strategy and
+/// variant it runs); `report` uses the output paths and the JIT monitor mode.
+struct ReplayArgs {
+  std::string scenario;                     // the one scenario of a child
+  std::vector<std::string> scenario_files;  // replay: one or more
+  std::string filter;
+  int repeat = 1;
+  std::string junit, md, html, trace;
+  std::vector<std::string> strategies;
+  std::string device = "auto";
+  std::string arch;
+  std::string target;  // compile-only target profile (--target h200)
+  int sm_count = 0;    // compile-only SM count (--sm-count)
+  std::vector<std::string> sets;
+  std::string json;
+  std::string cache_dir;
+  std::string compile_memo;      // the run's compile memo directory (JitOptions::compile_memo_dir)
+  bool no_compile_memo = false;  // --no-compile-memo
+  std::string jit_monitor = "record";
+  double timeout_s = 0;
+  bool no_isolate = false;
+  bool check = false;  // exit 3 when an `expect:` rule is unmet
+  bool verbose = false;
+  uint64_t seed = 1234;
+  // child only
+  int variant_index = 0;
+  std::string strategy_name;
+};
+
+/// --jit-monitor's value as a mode. Throws InputError for anything but record, warn or error.
+jit::MonitorMode parse_monitor(const std::string& s);
+
+/// What the loader checks beyond the file format: warmer names, and whether the registered
+/// model families and mixer backends can replay the scenario for `target` (when known).
+ScenarioRules replay_rules(std::optional<Target> target = std::nullopt);
+
+/// The target when it is known without touching a GPU: compile-only mode, or a build without
+/// CUDA; nullopt on a GPU (the child learns the device).
+std::optional<Target> known_target(const ReplayArgs& a);
+
+/// a.scenario loaded with a.sets and replay_rules(known_target(a)). Throws InputError.
+Scenario load(const ReplayArgs& a);
+
+/// Checks every option a child would otherwise reject one strategy at a time (device, arch,
+/// target, SM count, JIT monitor mode, cache directory, timeout) and that each of `outputs` can
+/// be written. Throws InputError (exit status 2).
+void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& outputs);
+
+/// Refuses a --filter too long or too deeply nested for std::regex (InputError).
+void check_filter_size(const std::string& filter);
+
+/// Writes `runs` to every output a.json / a.junit / a.md / a.html / a.trace names (a merged
+/// file when several scenarios ran). Throws Error when a write fails.
+void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs);
+
+/// Adds the options `replay` and `_child` share (device, arch, target, sets, cache, monitor).
+void add_common_options(CLI::App* cmd, ReplayArgs& a);
+/// Adds the report outputs (--junit, --md, --html, --trace).
+void add_report_options(CLI::App* cmd, ReplayArgs& a);
+
+/// Runs one (variant, strategy) of `base` in this process (the child, and --no-isolate);
+/// `on_snapshot` receives the result as it grows and the phase running ("" when none).
+StrategyResult run_in_process(
+    const ReplayArgs& a, const Scenario& base, int variant_index, const StrategySpec& strategy,
+    std::function<void(const StrategyResult&, const std::string& current_phase)> on_snapshot);
+
+/// `coldstart replay`: exit 0 when every strategy ran, 1 on a harness error, 3 with --check
+/// when an expect: rule is unmet, 128 + signal when interrupted. Throws InputError (exit 2).
+int replay_main(ReplayArgs a, const std::string& cmdline);
+/// `coldstart _child`: one strategy, its snapshots and result on the result channel (fd 3).
+int child_main(const ReplayArgs& a);
+/// `coldstart report`: renders results files (single-run or merged).
+int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a);
+/// `coldstart list`: warmers, model families, mixer backends, targets, scenarios' strategies.
+int list_main(std::vector<std::string> scenarios, const std::string& filter);
+
+}  // namespace coldstart::cli

@@ -1,0 +1,280 @@
+// The replay engine (engine.h), part 1 of 5: construction, the startup phases in order (run,
+// phase), init and weights, the warmers' context (WarmupContext), workspace lock and sampler
+// warmup. The other parts: engine_memory.cpp (profile run, KV cache allocation),
+// engine_graphs.cpp (CUDA graph capture and replay, eager steps, sampling),
+// engine_requests.cpp (batches, the request loop and scheduler glue), engine_results.cpp
+// (result snapshots, first-time costs, the device meta block).
+#include "harness/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "harness/engine/engine_internal.h"
+#include <c10/util/Exception.h>
+
+#include "harness/runtime/nvtx.h"
+#include "warmers/warmer.h"
+
+namespace coldstart {
+
+using engine_detail::Clock;
+using engine_detail::cdiv;
+using engine_detail::ms_since;
+
+namespace {
+/// The text of an exception as a result's `error`: c10 errors without their C++ backtrace.
+std::string error_text(const std::exception& e) {
+  if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
+/// True for the failures the replayed engine itself raises: the workspace-lock assertion, a
+/// hot-path compile refused by the JIT monitor (`--jit-monitor error`, vLLM's strict mode), and
+/// running out of device memory (torch's allocator message, matched by text so libtorch 1.x,
+/// which has no OutOfMemoryError class, builds too). Anything else (a kernel wrapper's argument
+/// check, a CUDA error of one of the harness's kernels, a libtorch shape error) is a harness
+/// fault.
+bool engine_raised(const std::exception& e) {
+  if (dynamic_cast<const WorkspaceLockedError*>(&e) || dynamic_cast<const jit::HotPathCompileError*>(&e))
+    return true;
+  return std::string(e.what()).find("CUDA out of memory") != std::string::npos;
+}
+
+}  // namespace
+
+Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::string variant,
+               EngineOptions options)
+    : scenario_(scenario), strategy_(strategy), variant_(std::move(variant)),
+      options_(std::move(options)) {
+  result_.strategy = strategy_.name;
+  result_.variant = variant_;
+  result_.warmers = strategy_.warmers;
+  result_.outcome = Outcome::kError;
+  result_.extra["allow_hot_path_compiles"] = strategy_.allow_hot_path_compiles;
+  sdpa_spans_ = std::make_unique<GpuSpans>(mode());
+  model_spans_ = std::make_unique<GpuSpans>(mode());
+}
+
+Engine::~Engine() = default;
+
+c10::Device Engine::device() const {
+  return mode() == DeviceMode::kCuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kMeta);
+}
+
+int Engine::max_blocks_per_req() const {
+  return cdiv(scenario_.engine.max_model_len, scenario_.engine.block_size);
+}
+
+std::vector<Mixer*> Engine::mixers(const std::string& backend_or_kind) {
+  std::vector<Mixer*> out;
+  for (auto& m : mixers_) {
+    if (m->backend() == backend_or_kind || m->spec().kind == backend_or_kind) out.push_back(m.get());
+  }
+  return out;
+}
+
+void Engine::build_mixers() {
+  // The engine walks the model's layer plan: one mixer per layer from its registered backend.
+  mixers_.clear();
+  nlohmann::json plan = nlohmann::json::array();
+  for (const MixerSpec& spec : model_->layer_plan()) {
+    mixers_.push_back(make_mixer(spec, mixer_ctx_));
+    plan.push_back(spec.summary() + " " + mixers_.back()->backend());
+  }
+  result_.extra["layer_plan"] = plan;
+}
+
+int64_t Engine::max_mixer_output_width() const {
+  int64_t w = 0;
+  for (const auto& m : mixers_) w = std::max(w, m->spec().output_width);
+  return w;
+}
+
+void Engine::log(const std::string& line) {
+  if (options_.on_log) options_.on_log(line);
+}
+
+void Engine::skip(const std::string& reason) {
+  log(current_warmer_ + ": " + reason);
+  result_.extra["warmers_skipped"][current_warmer_] = reason;
+}
+
+void Engine::report(const std::string& summary, const nlohmann::json& data) {
+  log(current_warmer_ + ": " + summary);
+  nlohmann::json entry = data.is_object() ? data : nlohmann::json::object();
+  entry["summary"] = summary;
+  result_.extra["warmer_reports"][current_warmer_] = entry;
+}
+
+void Engine::phase(const std::string& name, int request, const std::function<void()>& body) {
+  current_phase_ = name;
+  if (jit_) jit_->monitor().set_phase(name);
+  log(request < 0 ? name : fmt::format("request {}: {}", request, name));
+  snapshot();
+  engine_detail::stall_if_asked(name);
+  NvtxRange range(name.c_str());
+  const MemoryStats mem0 = request >= 0 ? memory_stats(mode()) : MemoryStats{};
+  sdpa_spans_->set_active(request >= 0);
+  model_spans_->set_active(request >= 0);
+  const size_t first_record = jit_ ? jit_->monitor().num_records() : 0;  // init creates jit_
+  const auto t0 = Clock::now();
+  body();
+  device_synchronize(mode());
+  // A compile served from the run's compile memo (compile-only mode) took no time here; charge it
+  // what compiling that key measured earlier in this run, so startup times stay comparable across
+  // strategies whether or not the memo was used.
+  const double charged =
+      jit_ ? jit_->monitor().compile_ms_since(first_record, /*reused_only=*/true) : 0.0;
+  result_.phases.push_back(PhaseTiming{name, ms_since(t0) + charged, std::nullopt, request});
+  if (request >= 0 && mode() == DeviceMode::kCuda) {
+    // Caching-allocator growth inside a request phase: new cudaMalloc segments and bytes.
+    const MemoryStats mem1 = memory_stats(mode());
+    const std::string key = std::to_string(request) + "." + name;
+    result_.extra["allocator_growth"][key] = {
+        {"new_segments", mem1.segments_allocated - mem0.segments_allocated},
+        {"reserved_bytes", mem1.reserved - mem0.reserved}};
+  }
+  if (sdpa_spans_ && request >= 0) {
+    // Where a request phase's time went: libtorch prefill attention, the model's own pieces
+    // (GEMMs, norms, RoPE; eager runs only), sampling + copy to host. Same keys for both
+    // requests, so first-minus-steady differences name the first-time costs.
+    const double sdpa = sdpa_spans_->take_total_ms();
+    const double pieces = model_spans_->take_total_ms();
+    if (request >= 0 && mode() == DeviceMode::kCuda) {
+      const std::string key = std::to_string(request) + "." + name;
+      result_.extra["prefill_attention_gpu_ms"][key] = sdpa;
+      result_.extra["model_pieces_gpu_ms"][key] = pieces;
+      result_.extra["sampling_ms"][key] = sampling_ms_;
+    }
+  }
+  sampling_ms_ = 0;
+  snapshot();
+}
+
+StrategyResult Engine::run() {
+  run_start_ = Clock::now();
+  const DeviceInfo& dev = options_.device;
+  result_.extra["device_mode"] = device_mode_name(dev.mode);
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  result_.extra["cuda_module_loading"] = loading ? loading : "LAZY (driver default)";
+  result_.extra["meta"] = device_meta_json(dev);
+  try {
+    double startup = 0;
+    auto timed = [&](const char* name, void (Engine::*fn)()) {
+      phase(name, -1, [&] { (this->*fn)(); });
+      startup += result_.phases.back().ms;
+    };
+    timed("init", &Engine::do_init);
+    timed("load_weights", &Engine::do_load_weights);
+    timed("profile_run", &Engine::do_profile_run);
+    timed("kv_cache_alloc", &Engine::do_kv_cache_alloc);
+    timed("kernel_warmup", &Engine::do_kernel_warmup);
+    timed("graph_capture", &Engine::do_graph_capture);
+    timed("workspace_lock", &Engine::do_workspace_lock);
+    timed("sampler_warmup", &Engine::do_sampler_warmup);
+    result_.startup_ms = startup;
+    // The first wave (every request not marked steady) runs together under the scheduler; the
+    // steady request, if any, runs alone afterwards.
+    std::vector<int> first_wave, steady;
+    for (size_t r = 0; r < scenario_.requests.size(); ++r) {
+      (scenario_.requests[r].steady ? steady : first_wave).push_back(static_cast<int>(r));
+    }
+    if (!first_wave.empty()) do_wave(first_wave, 0);
+    if (!steady.empty()) do_wave(steady, 1);
+    result_.outcome = Outcome::kOk;
+    current_phase_.clear();
+  } catch (const InputError& e) {
+    // Not something the replayed engine raises: this device lacks a kernel the plan needs, or the
+    // requests cannot be replayed with these settings (a harness limit, outcome `error`).
+    result_.outcome = Outcome::kError;
+    result_.error = std::string("not replayable: ") + e.what();
+    result_.failed_phase = current_phase_;
+    log("error in " + current_phase_ + ": " + *result_.error);
+  } catch (const std::exception& e) {
+    const bool crash = engine_raised(e);
+    result_.outcome = crash ? Outcome::kCrash : Outcome::kError;
+    result_.error = crash ? error_text(e) : "harness fault: " + error_text(e);
+    result_.failed_phase = current_phase_;
+    log(std::string(crash ? "crash" : "error") + " in " + current_phase_ + ": " + *result_.error);
+  }
+  snapshot();
+  return result_;
+}
+
+void Engine::do_init() {
+  jit::JitOptions jo = options_.jit;
+  if (jo.arch.empty()) jo.arch = options_.device.arch();
+  jo.launch = mode() == DeviceMode::kCuda;
+  jit_ = std::make_unique<jit::JitRuntime>(jo);
+  jit_->monitor().set_phase("init");
+  workspace_ = std::make_unique<WorkspaceManager>(device());
+  if (mode() == DeviceMode::kCuda) {
+    // Creates the CUDA context and torch's allocator state, as an engine's worker init does.
+    at::empty({1}, at::TensorOptions().device(device())).fill_(0);
+  }
+  // Prefill attention stand-in: libtorch SDPA without its cuDNN backend unless asked
+  // (COLDSTART_SDPA_CUDNN=1), see configure_sdpa_backends().
+  const char* cudnn = std::getenv("COLDSTART_SDPA_CUDNN");
+  result_.extra["sdpa_backends"] =
+      configure_sdpa_backends(mode(), cudnn != nullptr && std::string(cudnn) == "1");
+  MixerContext ctx;
+  ctx.mode = mode();
+  ctx.device = device();
+  ctx.jit = jit_.get();
+  ctx.workspace = workspace_.get();
+  ctx.target = &options_.device.target;
+  ctx.model = &scenario_.model;
+  ctx.engine = &scenario_.engine;
+  ctx.prefill_attention_spans = sdpa_spans_.get();
+  mixer_ctx_ = ctx;
+  model_ = make_model(scenario_.model, ctx);
+  build_mixers();
+  // On the meta device in compile-only mode (device()): made on the CPU first, a long
+  // max_model_len x max_num_seqs table (8 TiB at 2^31 tokens x 1024 sequences) failed there.
+  block_table_ = at::zeros({scenario_.engine.max_num_seqs, max_blocks_per_req()},
+                           at::TensorOptions().dtype(at::kInt).device(device()));
+}
+
+void Engine::do_load_weights() {
+  const int64_t bytes = model_->load_weights(options_.seed);
+  result_.extra["weights_bytes"] = bytes;
+}
+
+void Engine::do_kernel_warmup() {
+  for (const std::string& name : strategy_.warmers) {
+    auto w = make_warmer(name);
+    log("warmer " + name);
+    current_warmer_ = name;
+    const auto t0 = Clock::now();
+    w->run(*this);
+    device_synchronize(mode());
+    result_.extra["warmer_ms"][name] = ms_since(t0);
+  }
+}
+
+void Engine::do_workspace_lock() {
+  const bool lock = scenario_.engine.cudagraph_mode != CudaGraphMode::kNone;
+  if (lock) workspace_->lock();
+  result_.extra["workspace_locked"] = lock;
+  if (!lock) {
+    result_.extra["workspace_lock_note"] =
+        "cudagraph_mode none: vLLM's capture_model returns before lock_workspace()";
+  }
+}
+
+void Engine::do_sampler_warmup() {
+  // vLLM Worker.compile_or_warm_up_model after capture_model (gpu_worker.py at 35d5cda1): an
+  // eager _dummy_run(min(max_num_seqs, max_num_batched_tokens)) without attention metadata, then
+  // _dummy_sampler_run on its last-token hidden states. The workspace is already locked here.
+  const EngineConfig& e = scenario_.engine;
+  const std::vector<SeqStep> seqs = dummy_seqs(std::min(e.max_num_seqs, e.max_num_batched_tokens));
+  ForwardBatch b = make_batch(seqs, /*skip_attention=*/true);
+  sample(model_->compute_logits(last_token_hidden(run_eager(b), b)), b.num_reqs);
+  jit_->monitor().activate();  // startup is over: the JIT monitor watches the hot path
+}
+
+}  // namespace coldstart

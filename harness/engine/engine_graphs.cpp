@@ -1,0 +1,197 @@
+// The replay engine (engine.h), part 3 of 5: CUDA graph capture (piecewise and full, vLLM's
+// CUDAGraphMode) and replay, eager steps, sampling: what one model step runs.
+#include "harness/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "harness/engine/engine_internal.h"
+
+
+namespace coldstart {
+
+using engine_detail::Clock;
+using engine_detail::cdiv;
+using engine_detail::ms_since;
+
+/// Copies a step's inputs into the static batch a graph of `size` rows was captured with, and
+/// pads the rest (token 0 at position 0; with attention metadata, slot -1 and length 0 so the
+/// kernels skip the padding rows). Full graphs hold uniform decode batches only, so their
+/// query_start_loc (0, 1, ..., size) never changes.
+static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, int size,
+                      bool attention_metadata) {
+  const int n = step.num_tokens;
+  captured.input_ids.narrow(0, 0, n).copy_(step.input_ids);
+  captured.positions.narrow(0, 0, n).copy_(step.positions);
+  if (attention_metadata) {
+    captured.slot_mapping.narrow(0, 0, n).copy_(step.slot_mapping);
+    captured.seq_lens.narrow(0, 0, n).copy_(step.seq_lens);
+    captured.state_slots.narrow(0, 0, n).copy_(step.state_slots);
+  }
+  if (size == n) return;
+  captured.input_ids.narrow(0, n, size - n).fill_(0);
+  captured.positions.narrow(0, n, size - n).fill_(0);
+  if (attention_metadata) {
+    captured.slot_mapping.narrow(0, n, size - n).fill_(-1);
+    captured.seq_lens.narrow(0, n, size - n).fill_(0);
+    captured.state_slots.narrow(0, n, size - n).fill_(0);  // the null state slot
+  }
+}
+
+void Engine::do_graph_capture() {
+  const EngineConfig& e = scenario_.engine;
+  const bool piecewise = e.cudagraph_mode == CudaGraphMode::kPiecewise ||
+                         e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise;
+  const bool full_decode = e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise ||
+                           e.cudagraph_mode == CudaGraphMode::kFullDecodeOnly ||
+                           e.cudagraph_mode == CudaGraphMode::kFull;
+  const int L = model_->num_layers();
+  const int64_t out_width = max_mixer_output_width();
+  std::vector<int> sizes = e.cudagraph_capture_sizes;
+  // vLLM's capture order (CudagraphDispatcher.get_capture_descs, vllm/v1/cudagraph_dispatcher.py
+  // at ae2e8e62): every PIECEWISE (mixed) size first, then every FULL uniform-decode size, each
+  // largest first; FULL decode sizes are the capture sizes in [1, max_num_seqs].
+  std::sort(sizes.rbegin(), sizes.rend());
+  auto make_static = [&](int P, bool with_attention) {
+    std::vector<SeqStep> seqs;
+    if (with_attention) {
+      for (int r = 0; r < P; ++r) {  // P decode requests, one token each, in the null block
+        SeqStep s;
+        s.req_slot = r;
+        s.context_len = 0;
+        s.query_len = 1;
+        s.blocks.assign(1, 0);
+        seqs.push_back(s);
+      }
+    } else {
+      seqs = dummy_seqs(P);
+    }
+    return make_batch(seqs, !with_attention);
+  };
+  int captured = 0;
+  CaptureStreamScope capture_stream(mode());
+  if (piecewise) {
+    for (int P : sizes) {
+      auto g = std::make_unique<PiecewiseGraphs>();
+      g->size = P;
+      g->in = make_static(P, /*with_attention=*/false);
+      run_eager(g->in);  // eager warmup; mixers skipped (no metadata)
+      // Zeroed: rows past a step's token count are padding the pieces still read (see execute).
+      g->mixer_out =
+          at::zeros({P, out_width}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
+      ForwardState st;
+      for (int i = 0; i <= L; ++i) {
+        CapturedGraph graph(mode());
+        graph.capture([&] { model_->piece(i, st, g->in); }, pool_);
+        g->graphs.push_back(std::move(graph));
+        g->states.push_back(st);
+        if (i < L) st.mixer_out = g->mixer_out.narrow(1, 0, mixers_[i]->spec().output_width);
+      }
+      piecewise_[P] = std::move(g);
+      ++captured;
+    }
+  }
+  if (full_decode) {
+    for (int P : sizes) {
+      if (P > e.max_num_seqs) continue;
+      auto g = std::make_unique<FullGraph>();
+      g->size = P;
+      g->in = make_static(P, /*with_attention=*/true);
+      run_eager(g->in);  // one eager warmup run per size (cudagraph_num_of_warmups = 1)
+      g->graph = std::make_unique<CapturedGraph>(mode());
+      g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
+      full_[P] = std::move(g);
+      ++captured;
+    }
+  }
+  result_.extra["graphs_captured"] = captured;
+  // vLLM locks the workspace at the end of capture_model; with cudagraph_mode none capture_model
+  // returns early and the workspace is never locked (gpu_model_runner.py at 000fc94b; PR #46883
+  // proposes locking on every path, not merged). do_workspace_lock records it.
+}
+
+at::Tensor Engine::run_eager(const ForwardBatch& batch) {
+  ForwardState st;
+  const int L = model_->num_layers();
+  for (int i = 0; i <= L; ++i) {
+    if (model_spans_) model_spans_->begin();
+    model_->piece(i, st, batch);
+    if (model_spans_) model_spans_->end();
+    if (i == L) break;
+    // Without metadata (profile run, piecewise capture) a mixer leaves its output buffer as it
+    // is, as vLLM's layers return early when attn_metadata is None (forward_no_metadata). The
+    // buffer starts zeroed, as vLLM's GDN layer allocates core_attn_out with torch.zeros (PR
+    // #28182): uninitialized rows would reach the MoE router as garbage (NaN logits pick
+    // expert ids out of range).
+    st.mixer_out = at::zeros({batch.num_tokens, mixers_[i]->spec().output_width},
+                             at::TensorOptions().dtype(at::kBFloat16).device(device()));
+    if (batch.skip_attention) {
+      mixers_[i]->forward_no_metadata(st.mixer_in, st.mixer_out, batch);
+    } else {
+      mixers_[i]->forward(st.mixer_in, st.mixer_out, batch);
+    }
+  }
+  return st.hidden;
+}
+
+at::Tensor Engine::last_token_hidden(const at::Tensor& hidden, const ForwardBatch& batch) const {
+  return hidden.index({last_token_rows(batch)});
+}
+
+std::vector<int64_t> Engine::sample(const at::Tensor& logits, int rows) {
+  std::vector<int64_t> out(rows, 0);
+  if (mode() != DeviceMode::kCuda) return out;  // compile-only: nothing to read
+  // Greedy sampling and the copy to the host. Timed on its own (after the forward pass has
+  // drained) so a first-time cost here shows up by name.
+  device_synchronize(mode());
+  const auto t0 = Clock::now();
+  at::Tensor ids = at::argmax(logits.narrow(0, 0, rows), -1).to(at::kCPU);  // syncs
+  for (int r = 0; r < rows; ++r) out[r] = ids[r].item<int64_t>();
+  sampling_ms_ += ms_since(t0);
+  return out;
+}
+
+std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
+  const int N = batch.num_tokens;
+  // Logits are computed eagerly for the sampled rows only, outside every graph (vLLM V1
+  // execute_model: compute_logits(hidden_states[logits_indices])).
+  auto finish = [&](const at::Tensor& hidden) {
+    return sample(model_->compute_logits(last_token_hidden(hidden, batch)), batch.num_reqs);
+  };
+  // Full decode graph (mixers inside).
+  if (batch.uniform_decode()) {
+    auto it = full_.lower_bound(N);
+    if (it != full_.end()) {
+      FullGraph& g = *it->second;
+      if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, true);
+      g.graph->replay();
+      return finish(g.hidden);
+    }
+  }
+  // Piecewise graphs, mixers eager in between.
+  auto it = piecewise_.lower_bound(N);
+  if (it != piecewise_.end()) {
+    PiecewiseGraphs& g = *it->second;
+    if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, false);
+    // The padding rows of the mixer outputs: the mixers write only the step's N rows, the pieces
+    // read all g.size; keep the padding zero (vLLM's GDN output buffer is zero-filled).
+    if (g.size > N) g.mixer_out.narrow(0, N, g.size - N).zero_();
+    const int L = model_->num_layers();
+    for (int i = 0; i <= L; ++i) {
+      g.graphs[i].replay();
+      if (i == L) break;
+      std::vector<at::Tensor> in;
+      for (const at::Tensor& t : g.states[i].mixer_in) in.push_back(t.narrow(0, 0, N));
+      at::Tensor out = g.mixer_out.narrow(0, 0, N).narrow(1, 0, mixers_[i]->spec().output_width);
+      mixers_[i]->forward(in, out, batch);
+    }
+    return finish(g.states[L].hidden);
+  }
+  return finish(run_eager(batch));
+}
+
+}  // namespace coldstart

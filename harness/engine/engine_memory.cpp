@@ -1,0 +1,133 @@
+// The replay engine (engine.h), part 2 of 5: the profile run and KV cache allocation (memory
+// accounting, vLLM's cache plan, block table, free block queue, binding caches to mixers).
+#include "harness/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "harness/engine/engine_internal.h"
+
+#include "harness/replay/kv_cache_plan.h"
+
+namespace coldstart {
+
+using engine_detail::Clock;
+using engine_detail::cdiv;
+using engine_detail::ms_since;
+
+std::vector<SeqStep> Engine::dummy_seqs(int num_tokens) const {
+  // vLLM V1 GPUModelRunner._dummy_run (gpu_model_runner.py, main of 2026, commit 000fc94b):
+  // num_reqs = min(num_tokens, max_num_seqs) requests of num_tokens // num_reqs tokens, the last
+  // one also taking the remainder; every token in the null block.
+  const int num_reqs = std::max(1, std::min(num_tokens, scenario_.engine.max_num_seqs));
+  std::vector<SeqStep> seqs;
+  for (int r = 0; r < num_reqs; ++r) {
+    SeqStep s;
+    s.req_slot = r;
+    s.query_len = num_tokens / num_reqs + (r == num_reqs - 1 ? num_tokens % num_reqs : 0);
+    s.blocks.assign(1, 0);
+    seqs.push_back(s);
+  }
+  return seqs;
+}
+
+void Engine::do_profile_run() {
+  // vLLM's profile_run: _dummy_run(max_num_batched_tokens, is_profile=True) with no attention
+  // metadata, so every mixer returns early; then _dummy_sampler_run on the last token of each
+  // dummy request. Its peak activation memory sizes the KV cache.
+  reset_peak_memory(mode());
+  const std::vector<SeqStep> seqs = dummy_seqs(scenario_.engine.max_num_batched_tokens);
+  ForwardBatch b = make_batch(seqs, /*skip_attention=*/true);
+  sample(model_->compute_logits(last_token_hidden(run_eager(b), b)), b.num_reqs);
+  const MemoryStats m = memory_stats(mode());
+  result_.extra["profile_peak_bytes"] = m.peak_allocated;
+  result_.extra["profile_run_requests"] = b.num_reqs;
+}
+
+void Engine::do_kv_cache_alloc() {
+  // The layout vLLM's KV cache manager gives (plan_kv_cache, harness/replay/kv_cache_plan.h):
+  // layers grouped by cache spec, group_size shared tensors of num_blocks pages, one layer of
+  // every group in each; for hybrid models the block size is raised until an attention page holds
+  // a state page. Recurrent-state layers keep one page per running request.
+  const EngineConfig& e = scenario_.engine;
+  KvCachePlanInput in;
+  in.block_size = e.block_size;
+  for (auto& m : mixers_) {
+    const CacheSpec c = m->cache_spec();
+    if (c.kind == CacheSpec::Kind::kNone) continue;
+    in.layers.push_back({m->spec().layer, c.group, c.kind == CacheSpec::Kind::kPagedKv,
+                         c.bytes_per_token, c.bytes_per_request});
+  }
+  const bool has_state = std::any_of(in.layers.begin(), in.layers.end(),
+                                     [](const LayerCacheNeed& l) { return !l.paged; });
+  if (in.layers.empty()) return;
+  // Block counts below are in blocks of the size after vLLM's hybrid rule.
+  const int block_size = plan_page(in).block_size;
+  const int64_t blocks_per_req = cdiv(e.max_model_len, block_size);
+  if (e.num_gpu_blocks) {
+    in.num_gpu_blocks = *e.num_gpu_blocks;
+    result_.extra["kv_cache_sizing"] = "num_gpu_blocks from the scenario";
+  } else if (mode() == DeviceMode::kCuda) {
+    const MemoryStats m = memory_stats(mode());
+    const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
+    const double non_kv = static_cast<double>(m.peak_allocated) +
+                          static_cast<double>(m.total_device - m.free_device - m.reserved);
+    in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
+    result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
+  } else {
+    // At most 2^31 - 1 (block ids are 32-bit): a huge max_num_seqs x max_model_len is capped.
+    in.num_gpu_blocks = std::min<int64_t>(
+        static_cast<int64_t>(e.max_num_seqs) * (blocks_per_req + 1) + 1, kMaxKvBlocks);
+    result_.extra["kv_cache_sizing"] =
+        "compile-only: max_num_seqs full-length sequences (+ a state page each) + the null block";
+  }
+  // vLLM's startup check: the cache must hold one max_model_len request (the loader checks a
+  // fixed num_gpu_blocks the same way); a request that needs more blocks than are usable is
+  // refused by the scheduler.
+  in.min_blocks = blocks_per_req;
+  const KvCachePlan plan = plan_kv_cache(in);
+  if (plan.block_size_raised) {
+    // vLLM: "Setting attention block size to N tokens to ensure that attention page size is >=
+    // mamba page size"; every mixer is rebuilt for the new block size.
+    result_.extra["block_size_raised"] = {{"from", e.block_size}, {"to", plan.block_size}};
+    scenario_.engine.block_size = plan.block_size;
+    build_mixers();
+    block_table_ = at::zeros({e.max_num_seqs, max_blocks_per_req()},
+                             block_table_.options().device(block_table_.device()));
+  }
+  num_blocks_ = plan.num_blocks;
+  has_cache_ = true;
+  free_blocks_.reset(1, num_blocks_);
+  // Zero-filled, as vLLM's GPUModelRunner._allocate_kv_cache_tensors allocates each KV cache
+  // tensor (torch.zeros(size, dtype=torch.int8)): the null block's recurrent state, which warmup
+  // and padded batches read, starts at zero rather than at whatever the allocator held.
+  for (int t = 0; t < plan.group_size; ++t) {
+    cache_tensors_.push_back(at::zeros({plan.tensor_bytes()},
+                                       at::TensorOptions().dtype(at::kByte).device(device())));
+  }
+  nlohmann::json groups = nlohmann::json::array();
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    groups.push_back({{"spec", plan.group_specs[g]}, {"layers", plan.groups[g]}});
+  }
+  for (auto& m : mixers_) {
+    const int t = m->spec().layer < static_cast<int>(plan.tensor_of_layer.size())
+                      ? plan.tensor_of_layer[m->spec().layer]
+                      : -1;
+    if (t >= 0) m->bind_cache({cache_tensors_[t], plan.num_blocks, plan.page_bytes, has_state});
+  }
+  result_.extra["cache_groups"] = groups;
+  result_.extra["kv_cache_plan"] = {{"block_size", plan.block_size},
+                                    {"page_bytes", plan.page_bytes},
+                                    {"state_padding_bytes", plan.state_padding_bytes},
+                                    {"tensors", plan.group_size},
+                                    {"tensor_bytes", plan.tensor_bytes()}};
+  result_.extra["num_gpu_blocks"] = num_blocks_;
+  result_.extra["kv_cache_bytes"] = plan.tensor_bytes() * plan.group_size;
+  has_state_ = has_state;
+}
+
+}  // namespace coldstart

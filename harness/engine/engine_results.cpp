@@ -1,0 +1,92 @@
+// The replay engine (engine.h), part 5 of 5: recording the result: the device meta block and
+// the snapshots sent after every phase (compiles, workspace, model report).
+#include "harness/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "harness/engine/engine_internal.h"
+
+namespace coldstart {
+
+using engine_detail::Clock;
+using engine_detail::cdiv;
+using engine_detail::ms_since;
+
+nlohmann::json device_meta_json(const DeviceInfo& dev) {
+  const Target& t = dev.target;
+  return {{"mode", device_mode_name(dev.mode)}, {"device_name", dev.name},
+          {"sm", dev.sm}, {"sm_count", dev.sm_count},
+          {"driver", dev.driver_version}, {"cuda", dev.cuda_runtime_version},
+          {"nvrtc", dev.nvrtc_version}, {"torch", dev.torch_version},
+          {"target", {{"profile", t.profile}, {"device_name", t.device_name}, {"arch", t.arch},
+                      {"sm_count", t.sm_count},
+                      {"shared_memory_per_block", t.shared_memory_per_block}}}};
+}
+
+void Engine::snapshot() {
+  const auto t0 = Clock::now();
+  snapshot_inner();
+  snapshot_ms_ += ms_since(t0);
+}
+
+void Engine::snapshot_inner() {
+  const auto recs = jit_ ? jit_->monitor().records() : std::vector<jit::CompileRecord>{};
+  result_.startup_compiles = 0;
+  result_.hot_path_compiles.clear();
+  result_.startup_compile_list.clear();
+  for (const auto& r : recs) {
+    CompileEvent ev{r.kernel, r.key, r.compile_ms, r.phase, r.source,
+                    r.selector, r.tuning_key, r.config, r.num_candidates, r.reused};
+    if (r.hot_path) {
+      result_.hot_path_compiles.push_back(ev);
+    } else {
+      if (r.source == "nvrtc") ++result_.startup_compiles;
+      result_.startup_compile_list.push_back(ev);
+    }
+  }
+  // Every autotuning (kernel, tuning key, phase, candidates, pick, wall / compile / benchmark
+  // ms, each candidate's median on the GPU; benchmark and candidate times null in compile-only
+  // mode, where nothing runs).
+  nlohmann::json tunes = nlohmann::json::array();
+  if (jit_) {
+    for (const auto& a : jit_->monitor().autotunes()) {
+      nlohmann::json cand = nlohmann::json::object();
+      for (const auto& [name, ms] : a.candidate_ms) cand[name] = ms ? nlohmann::json(*ms) : nullptr;
+      const bool timed = mode() == DeviceMode::kCuda;
+      tunes.push_back({{"kernel", a.kernel},
+                       {"tuning_key", a.tuning_key},
+                       {"phase", a.phase},
+                       {"hot_path", a.hot_path},
+                       {"config", a.config},
+                       {"num_candidates", a.num_candidates},
+                       {"num_failed", a.num_failed},
+                       {"tune_ms", a.tune_ms},
+                       {"compile_ms", a.compile_ms},
+                       {"benchmark_ms", timed ? nlohmann::json(a.tune_ms - a.compile_ms) : nullptr},
+                       {"candidate_ms", cand}});
+    }
+  }
+  if (!tunes.empty()) result_.extra["autotunes"] = std::move(tunes);
+  if (jit_) {
+    const std::vector<std::string> warnings = jit_->monitor().warnings();
+    if (!warnings.empty()) result_.extra["jit_warnings"] = warnings;
+  }
+  if (workspace_) {
+    result_.workspace.locked_bytes = workspace_->locked_bytes();
+    result_.workspace.peak_requested_bytes = workspace_->peak_requested_bytes();
+    result_.workspace.num_slots = workspace_->num_slots();
+    result_.extra["workspace_current_bytes"] = workspace_->current_bytes();
+  }
+  if (model_) {
+    nlohmann::json r = model_->report();
+    if (!r.is_null()) result_.extra["model"] = std::move(r);
+  }
+  if (options_.on_snapshot) options_.on_snapshot(result_, current_phase_);
+}
+
+}  // namespace coldstart
