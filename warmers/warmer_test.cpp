@@ -1,0 +1,211 @@
+// Warmers against a fake warmup context, on the CPU: what each one warms (which mixers it runs,
+// with which sequence shapes), what it reserves, when it skips, and that every mixer backend or
+// kind a warmer asks for exists (a renamed backend would otherwise turn its warmer into a skip).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness/common/target.h"
+#include "harness/models/mixer.h"
+#include "harness/runtime/workspace.h"
+#include "warmers/warmer.h"
+#include "warmers/warmup_context.h"
+
+namespace coldstart {
+namespace {
+
+// A mixer that records the sequences it ran and touches no kernel.
+class FakeMixer final : public Mixer {
+ public:
+  FakeMixer(std::string backend, std::string kind, std::string config, int64_t max_ws,
+            const MixerContext& ctx)
+      : Mixer(spec_of(kind), ctx), backend_(std::move(backend)), config_(std::move(config)),
+        max_ws_(max_ws) {}
+  std::string backend() const override { return backend_; }
+  CacheSpec cache_spec() const override { return {}; }
+  void bind_cache(const CacheBinding&) override {}
+  void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
+               const ForwardBatch& batch) override {
+    ASSERT_EQ(in.size(), spec().input_widths.size());
+    ASSERT_GE(out.size(0), batch.num_tokens);
+    calls.push_back(batch);
+  }
+  std::string compile_config() const override { return config_; }
+  int64_t max_workspace_bytes() const override { return max_ws_; }
+
+  std::vector<ForwardBatch> calls;
+
+ private:
+  static MixerSpec spec_of(const std::string& kind) {
+    MixerSpec s;
+    s.kind = kind;
+    s.num_heads = 4;
+    s.num_kv_heads = 2;
+    s.head_dim = 64;
+    s.output_width = 256;
+    s.input_widths = {256, 128, 128};
+    s.input_row_strides = {512, 512, 512};
+    return s;
+  }
+  std::string backend_, config_;
+  int64_t max_ws_;
+};
+
+// What a warmer may see of the engine, on the CPU in compile-only mode; records what it asked.
+class FakeContext final : public WarmupContext {
+ public:
+  FakeContext() : target_(target_for_arch("sm_90", 132)), workspace_(c10::Device(c10::kCPU)) {
+    scenario_.engine.block_size = 16;
+    scenario_.engine.cudagraph_capture_sizes = {1, 2, 4, 8, 16, 24, 32};
+    mctx_.device = c10::Device(c10::kCPU);
+  }
+  FakeMixer& add(const std::string& backend, const std::string& kind, const std::string& config,
+                 int64_t max_ws = 0) {
+    layers_.push_back(std::make_unique<FakeMixer>(backend, kind, config, max_ws, mctx_));
+    return *layers_.back();
+  }
+
+  const Scenario& scenario() const override { return scenario_; }
+  DeviceMode mode() const override { return DeviceMode::kCompileOnly; }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
+  const Target& target() const override { return target_; }
+  jit::JitRuntime& jit() override {
+    throw std::logic_error("the fake context has no JIT runtime: a warmer with nothing to warm "
+                           "must not reach it");
+  }
+  WorkspaceManager& workspace() override { return workspace_; }
+  std::vector<Mixer*> mixers(const std::string& backend_or_kind) override {
+    asked.insert(backend_or_kind);
+    std::vector<Mixer*> out;
+    for (auto& m : layers_)
+      if (m->backend() == backend_or_kind || m->spec().kind == backend_or_kind) out.push_back(m.get());
+    return out;
+  }
+  ForwardBatch make_batch(const std::vector<SeqStep>& seqs) override {
+    ForwardBatch b;
+    b.num_reqs = static_cast<int>(seqs.size());
+    for (const SeqStep& s : seqs) {
+      b.query_start.push_back(b.num_tokens);
+      b.query_lens.push_back(s.query_len);
+      b.context_lens.push_back(s.context_len);
+      b.num_tokens += s.query_len;
+    }
+    batches.push_back(seqs);
+    return b;
+  }
+  std::vector<int64_t> dummy_run(const std::vector<SeqStep>& seqs) override {
+    dummy_runs.push_back(seqs);
+    return std::vector<int64_t>(seqs.size(), 0);
+  }
+  void log(const std::string&) override {}
+  void skip(const std::string& reason) override { skipped.push_back(reason); }
+  void report(const std::string& summary, const nlohmann::json&) override {
+    reports.push_back(summary);
+  }
+
+  Scenario scenario_;
+  std::set<std::string> asked;
+  std::vector<std::vector<SeqStep>> batches, dummy_runs;
+  std::vector<std::string> skipped, reports;
+
+ private:
+  Target target_;
+  MixerContext mctx_;
+  WorkspaceManager workspace_;
+  std::vector<std::unique_ptr<FakeMixer>> layers_;
+};
+
+TEST(Warmers, EveryWarmerWithNothingToWarmSkipsWithAReason) {
+  for (const std::string& name : warmer_names()) {
+    if (name == "aot-prefill-warmup") continue;  // needs no layer of any kind (below)
+    FakeContext ctx;
+    ASSERT_NO_THROW(make_warmer(name)->run(ctx)) << name;
+    ASSERT_EQ(ctx.skipped.size(), 1u) << name << " neither warmed nor skipped";
+    EXPECT_FALSE(ctx.skipped[0].empty()) << name;
+    EXPECT_TRUE(ctx.dummy_runs.empty() && ctx.batches.empty()) << name;
+    EXPECT_EQ(ctx.workspace().current_bytes(), 0) << name;
+  }
+}
+
+// Every backend or kind a warmer looks its layers up by is one the registry knows: a renamed
+// backend must fail here, not turn the warmer into a silent skip.
+TEST(Warmers, EveryMixerNameAWarmerAsksForIsRegistered) {
+  std::set<std::string> known;
+  for (const MixerBackendInfo& b : mixer_backends()) {
+    known.insert(b.name);
+    known.insert(b.kind);
+  }
+  size_t asked = 0;
+  for (const std::string& name : warmer_names()) {
+    FakeContext ctx;
+    make_warmer(name)->run(ctx);
+    for (const std::string& n : ctx.asked) {
+      ++asked;
+      EXPECT_TRUE(known.count(n)) << name << " asks for mixers '" << n
+                                  << "', which no registered backend has as name or kind";
+    }
+  }
+  EXPECT_GE(asked, 4u) << "the TurboQuant, GDN and Mamba2 warmers look their layers up by name";
+}
+
+TEST(Warmers, AotPrefillRunsOneEagerStepLongerThanTheLargestCaptureSize) {
+  FakeContext ctx;
+  make_warmer("aot-prefill-warmup")->run(ctx);
+  ASSERT_EQ(ctx.dummy_runs.size(), 1u);
+  ASSERT_EQ(ctx.dummy_runs[0].size(), 1u);
+  const SeqStep& s = ctx.dummy_runs[0][0];
+  EXPECT_EQ(s.context_len, 0);
+  EXPECT_EQ(s.query_len, 48) << "whole blocks of 16, past the largest capture size 32";
+  EXPECT_EQ(s.blocks, std::vector<int32_t>(3, 0)) << "the null block only";
+
+  FakeContext small;
+  small.scenario_.engine.cudagraph_capture_sizes = {};
+  make_warmer("aot-prefill-warmup")->run(small);
+  ASSERT_EQ(small.dummy_runs.size(), 1u);
+  EXPECT_EQ(small.dummy_runs[0][0].query_len, 16) << "one block without capture sizes";
+}
+
+TEST(Warmers, TqReserveMaxReservesTheLargestLayerAndRunsNothing) {
+  FakeContext ctx;
+  FakeMixer& a = ctx.add("turboquant_4bit_nc", "attention", "cfg-a", 1 << 20);
+  FakeMixer& b = ctx.add("turboquant_4bit_nc", "attention", "cfg-b", 3 << 20);
+  ctx.add("paged_bf16", "attention", "cfg-c", 64 << 20);  // another backend: not counted
+  make_warmer("tq-reserve-max")->run(ctx);
+  EXPECT_TRUE(ctx.skipped.empty());
+  EXPECT_EQ(ctx.workspace().current_bytes(), int64_t{3} << 20);
+  EXPECT_TRUE(a.calls.empty() && b.calls.empty()) << "reserves, compiles nothing";
+}
+
+TEST(Warmers, TqDecodeWarmupRunsEachDistinctConfigOnceWithDecodeAndContinuation) {
+  FakeContext ctx;
+  FakeMixer& a1 = ctx.add("turboquant_4bit_nc", "attention", "cfg-a");
+  FakeMixer& a2 = ctx.add("turboquant_4bit_nc", "attention", "cfg-a");
+  FakeMixer& b = ctx.add("turboquant_4bit_nc", "attention", "cfg-b");
+  FakeMixer& other = ctx.add("paged_bf16", "attention", "cfg-a");
+  make_warmer("tq-decode-warmup")->run(ctx);
+  EXPECT_TRUE(ctx.skipped.empty());
+  EXPECT_EQ(a1.calls.size(), 2u);
+  EXPECT_TRUE(a2.calls.empty()) << "same compile config as the first layer";
+  EXPECT_EQ(b.calls.size(), 2u);
+  EXPECT_TRUE(other.calls.empty());
+  ASSERT_EQ(ctx.batches.size(), 4u);
+  for (size_t i = 0; i < ctx.batches.size(); i += 2) {
+    const SeqStep& decode = ctx.batches[i].at(0);
+    EXPECT_EQ(decode.query_len, 1);
+    EXPECT_EQ(decode.context_len, 15) << "batch-1 decode inside one block";
+    EXPECT_EQ(decode.blocks, std::vector<int32_t>{0});
+    const SeqStep& cont = ctx.batches[i + 1].at(0);
+    EXPECT_EQ(cont.query_len, 2);
+    EXPECT_EQ(cont.context_len, 16) << "continuation prefill over one cached block";
+    EXPECT_EQ(cont.blocks, std::vector<int32_t>(2, 0));
+  }
+}
+
+}  // namespace
+}  // namespace coldstart
