@@ -41,12 +41,15 @@
 namespace coldstart {
 namespace {
 
+/// The mixers this file's warmers warm (Warmer::mixers_used).
+const MixerRef kMamba2{"mamba2"};
+
 /// The first Mamba2 layer of each distinct compile config (layers with equal configs share every
 /// compiled kernel); `need_cache` skips layers without a bound cache.
 std::vector<Mixer*> distinct_mamba_layers(WarmupContext& ctx, bool need_cache) {
   std::vector<Mixer*> out;
   std::set<std::string> seen;
-  for (Mixer* m : ctx.mixers("mamba2")) {
+  for (Mixer* m : ctx.mixers(kMamba2)) {
     if (need_cache && m->cache_views().empty()) continue;
     if (seen.insert(m->compile_config()).second) out.push_back(m);
   }
@@ -62,6 +65,7 @@ at::Tensor random_like_shape(WarmupContext& ctx, std::vector<int64_t> shape, at:
 class MambaSsdWarmup final : public Warmer {
  public:
   std::string name() const override { return "mamba-ssd-warmup"; }
+  std::vector<std::string> mixers_used() const override { return {kMamba2.name()}; }
   std::string description() const override {
     return "Mamba2 SSD chain on one chunk, with and without initial states (vLLM PR #39822, "
            "MambaMixer2._warmup_ssd_kernels)";
@@ -106,6 +110,7 @@ class MambaSsdWarmup final : public Warmer {
 class MambaConv1dWarmup final : public Warmer {
  public:
   std::string name() const override { return "mamba-conv1d-warmup"; }
+  std::vector<std::string> mixers_used() const override { return {kMamba2.name()}; }
   std::string description() const override {
     return "Mamba2 causal conv1d forward on one null-block token in the 8 pointer-alignment "
            "cases of mixed batches (vLLM PR #48363, hybrid_mamba_triton_warmup; open)";
@@ -146,13 +151,14 @@ class MambaConv1dWarmup final : public Warmer {
 class MambaCachedPrefillWarmup final : public Warmer {
  public:
   std::string name() const override { return "mamba-cached-prefill-warmup"; }
+  std::vector<std::string> mixers_used() const override { return {kMamba2.name()}; }
   std::string description() const override {
     return "one eager step of two prefill sequences, one continuing a cached context, through "
            "every layer (TensorRT-LLM PR #16177)";
   }
 
   void run(WarmupContext& ctx) override {
-    const std::vector<Mixer*> layers = ctx.mixers("mamba2");
+    const std::vector<Mixer*> layers = ctx.mixers(kMamba2);
     if (layers.empty()) {
       ctx.skip("no Mamba2 layer, nothing to warm");
       return;

@@ -35,9 +35,13 @@
 namespace coldstart {
 namespace {
 
+/// The mixers this file's warmers warm (Warmer::mixers_used).
+const MixerRef kGdn{"gdn"};
+
 class QwenGdnWarmup final : public Warmer {
  public:
   std::string name() const override { return "qwen-gdn-warmup"; }
+  std::vector<std::string> mixers_used() const override { return {kGdn.name()}; }
   std::string description() const override {
     return "Qwen3-Next GDN: gated RMSNorm at max tokens, conv1d fwd, post-conv (L 1/2/16), "
            "decode update, state gather/scatter variants, MTP decode tiles with spec decode "
@@ -45,7 +49,7 @@ class QwenGdnWarmup final : public Warmer {
   }
 
   void run(WarmupContext& ctx) override {
-    const std::vector<Mixer*> layers = ctx.mixers("gdn");
+    const std::vector<Mixer*> layers = ctx.mixers(kGdn);
     Mixer* layer = nullptr;
     for (Mixer* m : layers) {
       if (!m->cache_views().empty()) {

@@ -2,6 +2,7 @@
 #include <map>
 
 #include "harness/common/error.h"
+#include "harness/models/mixer.h"
 #include "warmers/warmer.h"
 
 namespace coldstart {
@@ -36,5 +37,12 @@ std::vector<std::string> warmer_names() {
 }
 
 bool warmer_exists(const std::string& name) { return registry().count(name) != 0; }
+
+std::vector<std::string> warmer_unresolved_mixers(const std::string& name) {
+  std::vector<std::string> out;
+  for (const std::string& m : make_warmer(name)->mixers_used())
+    if (!MixerRef(m).registered()) out.push_back(m);
+  return out;
+}
 
 }  // namespace coldstart

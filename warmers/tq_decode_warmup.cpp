@@ -16,16 +16,20 @@
 namespace coldstart {
 namespace {
 
+/// The mixers this file's warmers warm (Warmer::mixers_used).
+const MixerRef kTurboQuant{"turboquant_4bit_nc"};
+
 class TqDecodeWarmup final : public Warmer {
  public:
   std::string name() const override { return "tq-decode-warmup"; }
+  std::vector<std::string> mixers_used() const override { return {kTurboQuant.name()}; }
   std::string description() const override {
     return "TurboQuant: compile store/decode/dequant kernels with small synthetic calls per "
            "distinct layer config (vLLM PR #42215)";
   }
 
   void run(WarmupContext& ctx) override {
-    const std::vector<Mixer*> layers = ctx.mixers("turboquant_4bit_nc");
+    const std::vector<Mixer*> layers = ctx.mixers(kTurboQuant);
     if (layers.empty()) {
       ctx.skip("no TurboQuant attention layers, nothing to warm");
       return;

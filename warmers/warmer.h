@@ -25,6 +25,9 @@ class Warmer {
   /// Runs the warmer. Errors propagate and fail the strategy in kernel_warmup: outcome `crash`
   /// for what the engine raises (e.g. the workspace-lock error), `error` for anything else.
   virtual void run(WarmupContext& ctx) = 0;
+  /// The mixer backend names or kinds run() looks layers up by (WarmupContext::mixers with a
+  /// MixerRef of each); every one must be registered (warmer_unresolved_mixers).
+  virtual std::vector<std::string> mixers_used() const { return {}; }
 };
 
 using WarmerFactory = std::function<std::unique_ptr<Warmer>()>;
@@ -37,6 +40,9 @@ std::unique_ptr<Warmer> make_warmer(const std::string& name);
 /// Every registered name, sorted.
 std::vector<std::string> warmer_names();
 bool warmer_exists(const std::string& name);
+/// The names in `name`'s mixers_used() that no registered mixer backend has as its name or kind;
+/// empty when all resolve. Throws InputError for an unknown warmer.
+std::vector<std::string> warmer_unresolved_mixers(const std::string& name);
 
 #define CS_REGISTER_WARMER(Class)                                           \
   static const bool cs_registered_##Class = ::coldstart::register_warmer(   \

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/error.h"
 #include "harness/common/target.h"
 #include "harness/models/mixer.h"
 #include "harness/runtime/workspace.h"
@@ -80,11 +82,11 @@ class FakeContext final : public WarmupContext {
                            "must not reach it");
   }
   WorkspaceManager& workspace() override { return workspace_; }
-  std::vector<Mixer*> mixers(const std::string& backend_or_kind) override {
-    asked.insert(backend_or_kind);
+  std::vector<Mixer*> mixers(const MixerRef& ref) override {
+    asked.insert(ref.name());
     std::vector<Mixer*> out;
     for (auto& m : layers_)
-      if (m->backend() == backend_or_kind || m->spec().kind == backend_or_kind) out.push_back(m.get());
+      if (ref.matches(*m)) out.push_back(m.get());
     return out;
   }
   ForwardBatch make_batch(const std::vector<SeqStep>& seqs) override {
@@ -124,6 +126,7 @@ class FakeContext final : public WarmupContext {
 TEST(Warmers, EveryWarmerWithNothingToWarmSkipsWithAReason) {
   for (const std::string& name : warmer_names()) {
     if (name == "aot-prefill-warmup") continue;  // needs no layer of any kind (below)
+    if (name == "test-ghost-warmer") continue;   // registered by a test below
     FakeContext ctx;
     ASSERT_NO_THROW(make_warmer(name)->run(ctx)) << name;
     ASSERT_EQ(ctx.skipped.size(), 1u) << name << " neither warmed nor skipped";
@@ -133,25 +136,48 @@ TEST(Warmers, EveryWarmerWithNothingToWarmSkipsWithAReason) {
   }
 }
 
-// Every backend or kind a warmer looks its layers up by is one the registry knows: a renamed
-// backend must fail here, not turn the warmer into a silent skip.
-TEST(Warmers, EveryMixerNameAWarmerAsksForIsRegistered) {
-  std::set<std::string> known;
-  for (const MixerBackendInfo& b : mixer_backends()) {
-    known.insert(b.name);
-    known.insert(b.kind);
-  }
+// Every backend or kind a warmer looks its layers up by is one it declares (mixers_used) and one
+// the registry knows: a renamed backend must fail here and at load, not turn the warmer into a
+// silent skip.
+TEST(Warmers, EveryMixerNameAWarmerAsksForIsDeclaredAndRegistered) {
   size_t asked = 0;
   for (const std::string& name : warmer_names()) {
+    if (name == "test-ghost-warmer") continue;  // registered by a test below
     FakeContext ctx;
-    make_warmer(name)->run(ctx);
+    const std::unique_ptr<Warmer> w = make_warmer(name);
+    w->run(ctx);
+    const std::vector<std::string> declared = w->mixers_used();
     for (const std::string& n : ctx.asked) {
       ++asked;
-      EXPECT_TRUE(known.count(n)) << name << " asks for mixers '" << n
-                                  << "', which no registered backend has as name or kind";
+      EXPECT_NE(std::find(declared.begin(), declared.end(), n), declared.end())
+          << name << " looks up mixers '" << n << "' without declaring it in mixers_used()";
+      EXPECT_TRUE(MixerRef(n).registered()) << name << " asks for mixers '" << n << "'";
     }
+    EXPECT_TRUE(warmer_unresolved_mixers(name).empty()) << name;
   }
   EXPECT_GE(asked, 4u) << "the TurboQuant, GDN and Mamba2 warmers look their layers up by name";
+}
+
+// A warmer declaring a backend nobody registered is reported by name (replay refuses a scenario
+// that lists it, exit 2, at its strategies key).
+class GhostWarmer final : public Warmer {
+ public:
+  std::string name() const override { return "test-ghost-warmer"; }
+  std::string description() const override { return "test only"; }
+  void run(WarmupContext& ctx) override { ctx.mixers(MixerRef("no_such_backend")); }
+  std::vector<std::string> mixers_used() const override { return {"no_such_backend", "gdn"}; }
+};
+
+TEST(Warmers, AnUnregisteredBackendIsNamed) {
+  static const bool registered = register_warmer("test-ghost-warmer", [] {
+    return std::unique_ptr<Warmer>(new GhostWarmer());
+  });
+  ASSERT_TRUE(registered);
+  EXPECT_EQ(warmer_unresolved_mixers("test-ghost-warmer"), std::vector<std::string>{"no_such_backend"});
+  EXPECT_FALSE(MixerRef("no_such_backend").registered());
+  EXPECT_TRUE(MixerRef("turboquant_4bit_nc").registered());
+  EXPECT_TRUE(MixerRef("mamba2").registered()) << "a kind counts as well as a name";
+  EXPECT_THROW(warmer_unresolved_mixers("no-such-warmer"), InputError);
 }
 
 TEST(Warmers, AotPrefillRunsOneEagerStepLongerThanTheLargestCaptureSize) {

@@ -22,9 +22,10 @@ class WarmupContext {
   virtual const Target& target() const = 0;
   virtual jit::JitRuntime& jit() = 0;
   virtual WorkspaceManager& workspace() = 0;
-  /// The layers' mixers whose backend() or spec().kind equals `backend_or_kind`, in layer order
-  /// (empty when the model has none).
-  virtual std::vector<Mixer*> mixers(const std::string& backend_or_kind) = 0;
+  /// The layers' mixers `ref` matches (backend() or spec().kind), in layer order (empty when the
+  /// model has none). Throws Error for a reference no registered backend has (a harness fault:
+  /// the warmer should have declared it in Warmer::mixers_used).
+  virtual std::vector<Mixer*> mixers(const MixerRef& ref) = 0;
   /// A batch on the engine's own input tensors and block table (so strides and alignment, and
   /// with them the kernels' compile keys, match serving). Token ids are synthetic. Request slots
   /// must be 0..B-1 in order; blocks should be the null block 0, which no request uses.

@@ -37,7 +37,17 @@ ScenarioRules replay_rules(std::optional<Target> target) {
     // A target the scenario's `archs` exclude skips every strategy: its kernels are not checked.
     const bool excluded = target && !s.archs.empty() &&
                           std::find(s.archs.begin(), s.archs.end(), target->arch) == s.archs.end();
-    return check_replayable(s, target && !excluded ? &*target : nullptr);
+    std::vector<ScenarioProblem> problems = check_replayable(s, target && !excluded ? &*target : nullptr);
+    // A warmer whose mixer backend is gone (renamed, removed) would find no layers and skip:
+    // refused here, before anything runs.
+    for (const StrategySpec& st : s.strategies)
+      for (const std::string& w : st.warmers)
+        for (const std::string& m : warmer_unresolved_mixers(w))
+          problems.push_back({"strategies", fmt::format("strategy '{}': warmer '{}' looks up mixers "
+                                                        "'{}', which no registered mixer backend "
+                                                        "has as its name or kind",
+                                                        st.name, w, m)});
+    return problems;
   };
   return rules;
 }

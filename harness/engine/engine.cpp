@@ -69,11 +69,13 @@ int Engine::max_blocks_per_req() const {
   return cdiv(scenario_.engine.max_model_len, scenario_.engine.block_size);
 }
 
-std::vector<Mixer*> Engine::mixers(const std::string& backend_or_kind) {
+std::vector<Mixer*> Engine::mixers(const MixerRef& ref) {
+  if (!ref.registered())
+    throw Error("a warmer asked for mixers '" + ref.name() + "', which no registered mixer "
+                "backend has as its name or kind");
   std::vector<Mixer*> out;
-  for (auto& m : mixers_) {
-    if (m->backend() == backend_or_kind || m->spec().kind == backend_or_kind) out.push_back(m.get());
-  }
+  for (auto& m : mixers_)
+    if (ref.matches(*m)) out.push_back(m.get());
   return out;
 }
 

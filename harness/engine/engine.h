@@ -63,7 +63,7 @@ class Engine final : public WarmupContext {
   const Target& target() const override { return options_.device.target; }
   jit::JitRuntime& jit() override { return *jit_; }
   WorkspaceManager& workspace() override { return *workspace_; }
-  std::vector<Mixer*> mixers(const std::string& backend_or_kind) override;
+  std::vector<Mixer*> mixers(const MixerRef& ref) override;
   ForwardBatch make_batch(const std::vector<SeqStep>& seqs) override {
     return make_batch(seqs, /*skip_attention=*/false);
   }

@@ -197,6 +197,22 @@ std::vector<MixerBackendInfo> mixer_backends();
 /// registered ones when none serves it.
 std::unique_ptr<Mixer> make_mixer(const MixerSpec& spec, const MixerContext& ctx);
 
+/// A reference to mixers by backend name ("turboquant_4bit_nc") or by kind ("gdn", "mamba2"), as
+/// warmers hold them (WarmupContext::mixers). registered() says whether some registered backend
+/// has that name or kind: a warmer declares its references (Warmer::mixers_used), so one whose
+/// backend was renamed or removed is refused when a scenario names it, not silently skipped.
+class MixerRef {
+ public:
+  explicit MixerRef(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const { return name_; }
+  bool registered() const;
+  /// True when `m`'s backend or kind is this reference's name.
+  bool matches(const Mixer& m) const { return m.backend() == name_ || m.spec().kind == name_; }
+
+ private:
+  std::string name_;
+};
+
 #define CS_MIXER_CAT2(a, b) a##b
 #define CS_MIXER_CAT(a, b) CS_MIXER_CAT2(a, b)
 /// Registers a MixerBackendInfo built by the expression `info` at static-initialization time.

@@ -102,6 +102,12 @@ std::vector<MixerBackendInfo> mixer_backends() {
   return v;
 }
 
+bool MixerRef::registered() const {
+  for (const MixerBackendInfo& b : backends())
+    if (b.name == name_ || b.kind == name_) return true;
+  return false;
+}
+
 std::unique_ptr<Mixer> make_mixer(const MixerSpec& spec, const MixerContext& ctx) {
   const MixerBackendInfo* b = find_mixer_backend(spec.kind, ctx.engine->kv_cache_dtype);
   if (b == nullptr) {
