@@ -26,14 +26,8 @@
 #include "harness/cli/compare.h"
 #include "harness/cli/doctor.h"
 #include "harness/cli/replay_options.h"
+#include "harness/cli/version.h"
 #include "harness/common/error.h"
-
-#ifndef COLDSTART_GIT_SHA
-#define COLDSTART_GIT_SHA "unknown"
-#endif
-#ifndef COLDSTART_VERSION
-#define COLDSTART_VERSION "0.0.0"
-#endif
 
 int main(int argc, char** argv) {
   using namespace coldstart;
@@ -43,7 +37,7 @@ int main(int argc, char** argv) {
   CLI::App app{"coldstart: replays an LLM server's startup and first request against "
                "runtime-compiled CUDA kernels, per warmup strategy"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(COLDSTART_VERSION) + " (" + COLDSTART_GIT_SHA + ")");
+  app.set_version_flag("--version", std::string(cli::kVersion) + " (" + cli::kGitSha + ")");
 
   ReplayArgs ra;
   CLI::App* replay = app.add_subcommand("replay", "replay scenarios for each strategy");

@@ -16,17 +16,11 @@
 #include "harness/cli/cache_snapshot.h"
 #include "harness/cli/replay_options.h"
 #include "harness/cli/run_inputs.h"
+#include "harness/cli/version.h"
 #include "harness/common/paths.h"
 #include "harness/isolate/isolate.h"
 #include "harness/replay/expect.h"
 #include "reports/table.h"
-
-#ifndef COLDSTART_GIT_SHA
-#define COLDSTART_GIT_SHA "unknown"
-#endif
-#ifndef COLDSTART_VERSION
-#define COLDSTART_VERSION "0.0.0"
-#endif
 
 namespace coldstart::cli {
 namespace {
@@ -78,8 +72,8 @@ ScenarioSummary summarize(const Scenario& s) {
 RunMeta make_meta(const std::vector<StrategyResult>& results, const std::string& cmdline,
                   const std::string& started_at) {
   RunMeta m;
-  m.coldstart_version = COLDSTART_VERSION;
-  m.git_sha = COLDSTART_GIT_SHA;
+  m.coldstart_version = kVersion;
+  m.git_sha = kGitSha;
   m.hostname = hostname();
   m.started_at = started_at;
   m.command_line = cmdline;
