@@ -36,12 +36,12 @@ PRESET=""
 ARCH=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --preset) [ $# -ge 2 ] || die "--preset needs a name (tests, replay, nightly)"; PRESET=$2; shift 2 ;;
-    --preset=*) PRESET=${1#--preset=}; shift ;;
+    --preset) [ $# -ge 2 ] && [ -n "$2" ] || die "--preset needs a name (tests, replay, nightly)"; PRESET=$2; shift 2 ;;
+    --preset=*) PRESET=${1#--preset=}; [ -n "$PRESET" ] || die "--preset needs a name (tests, replay, nightly)"; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option '$1' (see --help)" ;;
     *) [ -z "$ARCH" ] || die "one SM number at most (got '$ARCH' and '$1')"
-       [[ "$1" =~ ^[0-9]+$ ]] || die "'$1' is not an SM number such as 90"
+       [[ "$1" =~ ^[1-9][0-9]{1,2}$ ]] || die "'$1' is not an SM number such as 86, 90 or 100"
        ARCH=$1; shift ;;
   esac
 done
@@ -52,16 +52,22 @@ case "$PRESET" in
   *) die "unknown preset '$PRESET' (tests, replay, nightly)" ;;
 esac
 STEPS=" ${GPU_CI_STEPS:-$steps} "
+[ -n "${STEPS// /}" ] || die "GPU_CI_STEPS names no step (build tests replay compile-only bench)"
 for s in $STEPS; do
   case "$s" in build|tests|replay|compile-only|bench) ;; *) die "unknown step '$s' in GPU_CI_STEPS (build tests replay compile-only bench)" ;; esac
 done
 REPEAT=${COLDSTART_REPEAT:-$repeat}
 REPLAY_JOBS=${GPU_CI_REPLAY_JOBS:-1}
-[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "COLDSTART_REPEAT='$REPEAT' is not a positive integer"
-[[ "$REPLAY_JOBS" =~ ^[1-9][0-9]*$ ]] || die "GPU_CI_REPLAY_JOBS='$REPLAY_JOBS' is not a positive integer"
+[[ "$REPEAT" =~ ^[1-9][0-9]{0,2}$ ]] || die "COLDSTART_REPEAT='$REPEAT' is not an integer in 1..999"
+[[ "$REPLAY_JOBS" =~ ^[1-9][0-9]{0,2}$ ]] || die "GPU_CI_REPLAY_JOBS='$REPLAY_JOBS' is not an integer in 1..999"
+[ -z "${GPU_CI_CTEST_JOBS:-}" ] || [[ "$GPU_CI_CTEST_JOBS" =~ ^[1-9][0-9]{0,2}$ ]] ||
+  die "GPU_CI_CTEST_JOBS='$GPU_CI_CTEST_JOBS' is not an integer in 1..999"
 # Scenario paths: space-separated, globs expanded (relative to the repository root).
 SCENARIOS=()
-for p in ${GPU_CI_SCENARIOS:-scenarios/*.yaml}; do SCENARIOS+=("$p"); done
+for p in ${GPU_CI_SCENARIOS:-scenarios/*.yaml}; do
+  [ -f "$p" ] || die "GPU_CI_SCENARIOS: '$p' is no scenario file (a glob that matched nothing?)"
+  SCENARIOS+=("$p")
+done
 [ ${#SCENARIOS[@]} -gt 0 ] || die "GPU_CI_SCENARIOS names no scenario"
 
 # A GPU CI run needs PyTorch with CUDA and a GPU it can see: without them CMake would take a CPU
@@ -76,11 +82,15 @@ if want build || want tests || want replay; then
   esac
 fi
 
+BUILD=${COLDSTART_BUILD_DIR:-build-gpu}
+if ! want build && [ ! -x "$BUILD/coldstart" ]; then
+  die "no coldstart in $BUILD: add the build step (GPU_CI_STEPS=\"build ...\") or set COLDSTART_BUILD_DIR"
+fi
+
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-ci.log"
 : >"$LOG"
-BUILD=${COLDSTART_BUILD_DIR:-build-gpu}
 rc=0
 summary=()
 t_step=0
@@ -92,7 +102,7 @@ done_step() {
   echo "== $1: $2 in $s s" | tee -a "$LOG"
 }
 finish() {
-  echo "== gpu-ci summary (preset ${PRESET:-all}, steps:$STEPS)" | tee -a "$LOG"
+  echo "== gpu-ci summary (preset ${PRESET:-nightly}, steps:$STEPS)" | tee -a "$LOG"
   printf '   %s\n' "${summary[@]}" | tee -a "$LOG"
   exit "$1"
 }

@@ -60,6 +60,21 @@ void check_size(const CallSite& fn, const char* arg, const at::Tensor& t, int64_
   }
 }
 
+void check_shape(const CallSite& fn, const char* arg, const at::Tensor& t,
+                 std::initializer_list<int64_t> shape) {
+  if (t.dim() != static_cast<int64_t>(shape.size())) {
+    fail(fn, arg, fmt::format("must have {} dimensions, got shape {}", shape.size(), shape_str(t)));
+  }
+  int64_t d = 0;
+  for (int64_t want : shape) check_size(fn, arg, t, d++, want);
+}
+
+void check_aligned(const CallSite& fn, const char* arg, const at::Tensor& t, uint64_t bytes) {
+  if (tensor_arg(t).address % bytes != 0) {
+    fail(fn, arg, fmt::format("must start at a {}-byte aligned address", bytes));
+  }
+}
+
 void check_same_device(const CallSite& fn, const at::Tensor& ref, const char* arg,
                        const at::Tensor& t) {
   if (t.device() != ref.device()) {

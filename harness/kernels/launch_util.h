@@ -45,6 +45,18 @@ void check(const CallSite& fn, const char* arg, const at::Tensor& t, at::ScalarT
 void check_size(const CallSite& fn, const char* arg, const at::Tensor& t, int64_t d,
                 int64_t want);
 
+/// Fails unless `t` has exactly `shape`: its rank and every dimension.
+void check_shape(const CallSite& fn, const char* arg, const at::Tensor& t,
+                 std::initializer_list<int64_t> shape);
+
+/// Fails unless `t`'s data starts at a multiple of `bytes` (kernels that move bf16 pairs as
+/// 32-bit words need 4; a TMA descriptor's base 16; scratch 256).
+void check_aligned(const CallSite& fn, const char* arg, const at::Tensor& t, uint64_t bytes);
+
+/// The largest CUDA grid extents: x, and y or z.
+inline constexpr int64_t kMaxGridX = 2147483647;
+inline constexpr int64_t kMaxGridYZ = 65535;
+
 /// Fails unless `t` is on the device of `ref` (the argument the others are compared with).
 void check_same_device(const CallSite& fn, const at::Tensor& ref, const char* arg,
                        const at::Tensor& t);

@@ -21,23 +21,6 @@ using jit::KernelConfig;
 using namespace kernels;  // launch_util.h: the argument checks and launch helpers
 
 constexpr const char* kFamily = "gdn_chunk";
-constexpr int64_t kMaxGridYZ = 65535;
-constexpr int64_t kMaxGridX = 2147483647;
-
-// The kernels move bf16 pairs as 32-bit words: rows and bases must be 4-byte aligned.
-void check_aligned(const CallSite& fn, const char* arg, const at::Tensor& t, uint64_t bytes) {
-  const uint64_t addr = tensor_arg(t).address;
-  if (addr % bytes != 0) {
-    fail(fn, arg, fmt::format("must start at a {}-byte aligned address", bytes));
-  }
-}
-
-void check_shape(const CallSite& fn, const char* arg, const at::Tensor& t,
-                 std::initializer_list<int64_t> want) {
-  int64_t d = 0;
-  for (int64_t w : want) check_size(fn, arg, t, d++, w);
-}
-
 int sm_of(const jit::JitRuntime& rt) { return jit::arch_sm(rt.arch()); }
 
 // Autotunes `kernel` over `candidates` under `key` (first call only), then launches the pick

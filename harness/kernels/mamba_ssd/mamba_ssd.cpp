@@ -22,18 +22,6 @@ using jit::KernelConfig;
 using namespace kernels;  // launch_util.h: the argument checks and launch helpers
 
 constexpr const char* kFamily = "mamba_ssd";
-constexpr int64_t kMaxGridYZ = 65535;
-constexpr int64_t kMaxGridX = 2147483647;
-
-void check_shape(const CallSite& fn, const char* arg, const at::Tensor& t,
-                 std::initializer_list<int64_t> want) {
-  if (t.dim() != static_cast<int64_t>(want.size())) {
-    fail(fn, arg, fmt::format("must have {} dimensions, got shape {}", want.size(), shape_str(t)));
-  }
-  int64_t d = 0;
-  for (int64_t w : want) check_size(fn, arg, t, d++, w);
-}
-
 // dtype, device kind and an optional layout, any rank (the shape is checked separately).
 void check_dtype(const CallSite& fn, const char* arg, const at::Tensor& t, at::ScalarType dtype) {
   check(fn, arg, t, dtype, t.defined() ? t.dim() : 0, Layout::kAny);
@@ -49,7 +37,7 @@ void check_pairs(const CallSite& fn, const char* arg, const at::Tensor& t) {
                        t.stride(i), i));
     }
   }
-  if (tensor_arg(t).address % 4 != 0) fail(fn, arg, "must start at a 4-byte aligned address");
+  check_aligned(fn, arg, t, 4);
 }
 
 void check_int_vector(const CallSite& fn, const char* arg, const at::Tensor& t, int64_t n) {

@@ -29,13 +29,6 @@ void check_float(const CallSite& fn, const char* arg, const at::Tensor& t, int64
   check(fn, arg, t, st, dim, Layout::kAny);
 }
 
-// `t` has exactly `shape`.
-void check_shape(const CallSite& fn, const char* arg, const at::Tensor& t,
-                 std::initializer_list<int64_t> shape) {
-  int64_t d = 0;
-  for (int64_t want : shape) check_size(fn, arg, t, d++, want);
-}
-
 // int32 [>= rows] or [>= rows, >= 1]; returns the 2-D view (vLLM unsqueezes 1-D indices).
 at::Tensor check_indices(const CallSite& fn, const char* arg, const at::Tensor& t, int64_t rows) {
   check_on_device(fn, arg, t);
