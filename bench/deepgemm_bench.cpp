@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/h200_ceilings.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/deepgemm/deepgemm.h"
@@ -34,7 +35,7 @@ namespace dg = coldstart::deepgemm;
 
 namespace {
 
-constexpr double kPeakFp8Tflops = 1979.0;  // H200 dense FP8 tensor cores
+constexpr double kPeakFp8Tflops = coldstart::bench::kH200.fp8_flops_per_s * 1e-12;
 constexpr int kCalls = 20;
 
 struct Shape {

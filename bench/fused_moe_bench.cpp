@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/h200_ceilings.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/fused_moe/fused_moe.h"
@@ -36,8 +37,8 @@ namespace cj = coldstart::jit;
 
 namespace {
 
-constexpr double kHbmTBs = 4.8;        // H200 HBM3e
-constexpr double kPeakTflops = 989.0;  // H200 dense bf16 tensor cores
+constexpr double kHbmTBs = coldstart::bench::kH200.hbm_bytes_per_s * 1e-12;
+constexpr double kPeakTflops = coldstart::bench::kH200.bf16_flops_per_s * 1e-12;
 
 struct Timer {
   CUevent a = nullptr, b = nullptr;

@@ -5,14 +5,14 @@
 //                             dims (Hk 16, Hv 32, K = V = 128), T tokens in S equal sequences.
 //   BM_GdnPostConv/<T>        fused_post_conv at the same dims.
 //
-// Counters: `TFLOP/s` = matmul FLOPs of the chain / time, and `%peak` against ~790 TFLOP/s dense
-// bf16 (H200); `us/token` = time / T. The FLOPs counted, per 64-token chunk and value head (full
+// Counters: `TFLOP/s` = matmul FLOPs of the chain / time, and `%peak` against the H200's dense bf16
+// peak (bench/h200_ceilings.h); `us/token` = time / T. The FLOPs counted, per 64-token chunk and value head (full
 // 64x64 blocks, as the kernels compute them; solve_tril's triangular solve and elementwise work
 // not counted):
 //   kkt 2*64*64*K + w/u 2*64*64*(K + V) + state 2 * 2*64*K*V + output 2*64*K*V + 2*64*64*(K + V)
 //   = 2*64*(3*64*K + 2*64*V + 3*K*V)   (11.5 MFLOP at K = V = 128).
 // Post-conv: `GB/s` = bytes read + written (conv rows, a, b in; q, k, v, g, beta out) / time, and
-// `%peak` against ~4.3 TB/s HBM3e. Autotuning is warm (one call before timing; with
+// `%peak` against the H200's HBM (h200_ceilings.h). Autotuning is warm (one call before timing; with
 // GDNC_CACHE_DIR set the picks and binaries come from that cache directory). Times are CUDA events
 // around each call on torch's current stream.
 #include <benchmark/benchmark.h>
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/h200_ceilings.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/gdn_chunk/gdn_chunk.h"
@@ -35,8 +36,8 @@ namespace gc = coldstart::gdn_chunk;
 namespace {
 
 const gc::GdnDims kDims{16, 32, 128, 128};
-constexpr double kPeakTflops = 790.0;
-constexpr double kPeakGBs = 4300.0;
+constexpr double kPeakTflops = coldstart::bench::kH200.bf16_flops_per_s * 1e-12;
+constexpr double kPeakGBs = coldstart::bench::kH200.hbm_bytes_per_s * 1e-9;
 
 bool gpu_ok(benchmark::State& state) {
   if (!at::hasCUDA()) {

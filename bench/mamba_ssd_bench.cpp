@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/h200_ceilings.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/launch_util.h"
@@ -38,8 +39,8 @@ namespace ms = coldstart::mamba_ssd;
 
 namespace {
 
-constexpr double kPeakTflops = 989.0;  // H200 dense bf16 tensor
-constexpr double kPeakGBs = 4800.0;    // H200 HBM3e
+constexpr double kPeakTflops = coldstart::bench::kH200.bf16_flops_per_s * 1e-12;
+constexpr double kPeakGBs = coldstart::bench::kH200.hbm_bytes_per_s * 1e-9;
 const ms::SsdDims kModels[] = {{64, 64, 8, 128, 128}, {16, 64, 1, 128, 128}};
 const char* const kModelNames[] = {"nano-tp1", "super-tp8"};
 const char* const kKernelNames[] = {"cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan"};

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bench/h200_ceilings.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/launch_util.h"
@@ -33,7 +34,7 @@ namespace ms = coldstart::mamba_ssu;
 
 namespace {
 
-constexpr double kHbmBytesPerS = 4.8e12;
+constexpr double kHbmBytesPerS = coldstart::bench::kH200.hbm_bytes_per_s;
 constexpr int kLaunches = 200;
 
 struct Model {
