@@ -598,6 +598,7 @@ int merge_main(const std::vector<std::string>& inputs, const std::string& output
   }
   std::vector<RunResults> all;
   try {
+    paths::check_output_paths({output}, inputs);
     for (const std::string& path : inputs) {
       auto runs = read_any_results(path);
       for (auto& r : runs) all.push_back(std::move(r));

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "harness/common/error.h"
@@ -411,6 +412,23 @@ TEST(Merge, UnreadableInputExitsTwo) {
   EXPECT_EQ(rc, 2);
   EXPECT_NE(err.find("bad.json"), std::string::npos);
   EXPECT_NE(::access(dir.file("o.json").c_str(), F_OK), 0);  // nothing written
+}
+
+// merge -o onto one of its inputs would destroy it: refused, the input left as it was.
+TEST(Merge, OutputThatIsAnInputExitsTwoAndKeepsIt) {
+  TempDir dir;
+  const std::string in = dir.file("in.json");
+  ASSERT_EQ(merge_main({data("base.json")}, in), 0);
+  std::ifstream f0(in);
+  const std::string before((std::istreambuf_iterator<char>(f0)), std::istreambuf_iterator<char>());
+  testing::internal::CaptureStderr();
+  const int rc = merge_main({in, data("sm100.json")}, in);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("is an input of this run"), std::string::npos) << err;
+  std::ifstream f1(in);
+  const std::string after((std::istreambuf_iterator<char>(f1)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, before);
 }
 
 }  // namespace

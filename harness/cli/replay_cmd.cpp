@@ -232,13 +232,6 @@ bool selected(const ReplayArgs& a, const Scenario& s, const StrategySpec& st) {
          std::regex_search(s.name + "/" + st.name, re);
 }
 
-/// Same file (device and inode) as an existing `input`: an output must never overwrite an input.
-bool same_file(const std::string& out, const std::string& input) {
-  struct stat so {}, si {};
-  return ::stat(out.c_str(), &so) == 0 && ::stat(input.c_str(), &si) == 0 &&
-         so.st_dev == si.st_dev && so.st_ino == si.st_ino;
-}
-
 }  // namespace
 
 int replay_main(ReplayArgs a, const std::string& cmdline) {
@@ -253,15 +246,9 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   }
   // An output that is one of the run's inputs would be overwritten after the first strategy
   // (and the children, which read the scenario, would then read results).
-  for (const auto& out : outputs) {
-    if (out.empty()) continue;
-    for (const Scenario& sc : scenarios) {
-      for (const std::string& in : {sc.file, sc.model.config_file}) {
-        if (!in.empty() && same_file(out, in))
-          throw InputError("output '" + out + "': is an input of this run (" + in + ")");
-      }
-    }
-  }
+  std::vector<std::string> inputs_read;
+  for (const Scenario& sc : scenarios) inputs_read.insert(inputs_read.end(), {sc.file, sc.model.config_file});
+  paths::check_output_paths(outputs, inputs_read);
   for (const auto& name : a.strategies) {
     bool found = false;
     for (const auto& s : scenarios)
@@ -323,6 +310,16 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   std::optional<CacheSnapshots> cache_views;
   if (!a.cache_dir.empty()) cache_views.emplace(a.cache_dir);
   std::vector<RunResults> runs(scenarios.size());
+  // The outputs hold the scenarios this run replays: one that --strategy / --filter left with
+  // nothing to run is not written as an empty run.
+  std::vector<bool> replayed(scenarios.size(), false);
+  for (const Job& job : jobs) replayed[job.scenario] = true;
+  const auto replayed_runs = [&] {
+    std::vector<RunResults> out;
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (replayed[i]) out.push_back(runs[i]);
+    return out;
+  };
   for (size_t i = 0; i < scenarios.size(); ++i) runs[i].scenario = summarize(scenarios[i]);
   const std::string started_at = now_iso8601();
   Progress progress(jobs.size(), isatty(STDERR_FILENO) != 0);
@@ -365,7 +362,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     // that fails (the directory went away or became read-only) does not stop the run: the
     // results stay in memory and the write is tried again at the end.
     try {
-      write_outputs(a, runs);
+      write_outputs(a, replayed_runs());
       write_failed.clear();
     } catch (const Error& e) {
       if (write_failed.empty()) std::cerr << "coldstart: writing the results failed (" << e.what()
@@ -375,7 +372,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   }
   if (!write_failed.empty()) {
     try {
-      write_outputs(a, runs);
+      write_outputs(a, replayed_runs());
       write_failed.clear();
     } catch (const Error& e) {
       write_failed = e.what();

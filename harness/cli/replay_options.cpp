@@ -122,14 +122,7 @@ void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& o
                    "compiles are not saved\n", a.cache_dir.c_str());
     }
   }
-  for (const auto& out : outputs) {
-    if (out.empty()) continue;
-    if (paths::is_directory(out)) throw InputError("output '" + out + "': is a directory");
-    const std::string dir = paths::parent(out).empty() ? "." : paths::parent(out);
-    if (!paths::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
-      throw InputError("output '" + out + "': directory '" + dir + "' does not exist or is not writable");
-    }
-  }
+  paths::check_output_paths(outputs, {});
 }
 
 void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {

@@ -269,4 +269,33 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+namespace {
+bool same_existing_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+}  // namespace
+
+void check_output_paths(const std::vector<std::string>& outputs,
+                        const std::vector<std::string>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string& out = outputs[i];
+    if (out.empty()) continue;
+    if (is_directory(out)) throw InputError("output '" + out + "': is a directory");
+    const std::string dir = parent(out).empty() ? "." : parent(out);
+    if (!is_directory(dir) || ::access(dir.c_str(), W_OK) != 0)
+      throw InputError("output '" + out + "': directory '" + dir +
+                       "' does not exist or is not writable");
+    for (const std::string& in : inputs)
+      if (!in.empty() && same_existing_file(out, in))
+        throw InputError("output '" + out + "': is an input of this run (" + in + ")");
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].empty() &&
+          (normalize(outputs[j]) == normalize(out) || same_existing_file(outputs[j], out)))
+        throw InputError("output '" + out + "': also given as another output ('" + outputs[j] +
+                         "'); each output needs its own file");
+  }
+}
+
 }  // namespace coldstart::paths

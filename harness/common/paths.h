@@ -74,4 +74,11 @@ std::string size_text(size_t bytes);
 /// The running executable (readlink /proc/self/exe). Throws Error.
 std::string self_executable();
 
+/// Checks, before anything is written, every non-empty path of `outputs` (files a command will
+/// write) against `inputs` (files it reads): each must not be a directory, its directory must
+/// exist and be writable, it must not be one of the inputs (the same file, by device and inode),
+/// and no two outputs may be the same file or path. Throws InputError naming the output.
+void check_output_paths(const std::vector<std::string>& outputs,
+                        const std::vector<std::string>& inputs);
+
 }  // namespace coldstart::paths

@@ -127,6 +127,32 @@ TEST(Paths, ReadInputFileRefusesFifosDevicesDirectoriesAndLargeFiles) {
   remove_tree(root);
 }
 
+// Outputs that would destroy data or cannot be written are refused before anything runs.
+TEST(Paths, CheckOutputPathsRefusesInputsDuplicatesDirectoriesAndMissingDirs) {
+  const std::string root = make_temp_dir("cs-paths-out-");
+  const std::string in = join(root, "in.json");
+  write_file_atomic(in, "{}");
+  const std::string a = join(root, "a.md"), b = join(root, "b.html");
+  EXPECT_NO_THROW(check_output_paths({a, "", b}, {in}));
+  auto message = [&](const std::vector<std::string>& outs) {
+    try {
+      check_output_paths(outs, {in});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message({a, in}).find("is an input of this run"), std::string::npos);
+  EXPECT_NE(message({join(root, "./in.json")}).find("is an input"), std::string::npos) << "by inode";
+  EXPECT_NE(message({a, join(root, ".//a.md")}).find("also given as another output"),
+            std::string::npos)
+      << "the same path spelled twice, file not there yet";
+  EXPECT_NE(message({root}).find("is a directory"), std::string::npos);
+  EXPECT_NE(message({join(root, "missing/a.md")}).find("does not exist or is not writable"),
+            std::string::npos);
+  EXPECT_TRUE(remove_tree(root));
+}
+
 TEST(Paths, SelfExecutableIsThisTest) {
   EXPECT_NE(self_executable().find("paths_test"), std::string::npos);
 }
