@@ -184,6 +184,12 @@ TEST(Table, DisallowedHotPathIsAFailureAndSkippedStaysSkipped) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("elsewhere: skipped\n  scenario archs"), std::string::npos) << text;
+  // Its row shows no counts: nothing ran.
+  const size_t row = text.find("\nelsewhere ");
+  ASSERT_NE(row, std::string::npos) << text;
+  const std::string line = text.substr(row + 1, text.find('\n', row + 1) - row - 1);
+  EXPECT_EQ(line.find("0.00 / 0.00"), std::string::npos) << line;
+  EXPECT_EQ(line.rfind(" -"), line.size() - 2) << line;
   EXPECT_EQ(text.find("elsewhere: error"), std::string::npos) << text;
 }
 

@@ -135,8 +135,11 @@ std::string render_table(const RunResults& run, bool color) {
         ms(r->ttft_ms),
         ms(r->first_decode_ms),
         ms(r->steady_ttft_ms),
-        compiles_cell(hot_path_compiled(*r)) + detail::loaded_suffix(*r),
-        fmt::format("{} / {}", mb(r->workspace.locked_bytes), mb(r->workspace.peak_requested_bytes)),
+        // A skipped strategy measured nothing: no counts to show.
+        skipped(*r) ? "-" : compiles_cell(hot_path_compiled(*r)) + detail::loaded_suffix(*r),
+        skipped(*r) ? "-"
+                    : fmt::format("{} / {}", mb(r->workspace.locked_bytes),
+                                  mb(r->workspace.peak_requested_bytes)),
     };
     for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == "-";
     cells.push_back(std::move(c));

@@ -191,6 +191,10 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
     if (known.count(id) == 0 && reported.insert(id).second) row.new_hot_path_compiles.push_back(e);
   }
 
+  row.fewer_hot_path_compiles = hot_path_compiled(cr).size() < hot_path_compiled(br).size();
+  for (const MetricDelta& m : row.metrics)
+    if (m.compared && !m.gated && std::fabs(m.delta_pct()) > threshold_pct) row.ungated_change = true;
+
   row.regressed = row.new_failure || !row.new_hot_path_compiles.empty() ||
                   std::any_of(row.metrics.begin(), row.metrics.end(),
                               [](const MetricDelta& m) { return m.regressed; });
@@ -249,12 +253,13 @@ std::string verdict(const CompareRow& r) {
   if (r.current_outcome == Outcome::kInterrupted) return "interrupted";
   if (r.baseline_outcome == Outcome::kInterrupted) return "not compared";
   if (r.baseline_outcome != Outcome::kOk && r.current_outcome == Outcome::kOk) return "fixed";
-  if (std::any_of(r.metrics.begin(), r.metrics.end(), [](const MetricDelta& m) {
+  if (r.fewer_hot_path_compiles ||
+      std::any_of(r.metrics.begin(), r.metrics.end(), [](const MetricDelta& m) {
         return m.improved;
       })) {
     return "improved";
   }
-  return "same";
+  return r.ungated_change ? "changed (not gated)" : "same";
 }
 
 // Prefixes an error text with the file unless it already names it.
@@ -302,7 +307,7 @@ std::string CompareRow::label() const {
 CompareReport compare_results(const std::vector<RunResults>& baseline,
                               const std::vector<RunResults>& current,
                               const CompareOptions& options) {
-  if (!(options.max_regression_pct >= 0)) {
+  if (!(options.max_regression_pct >= 0) || !std::isfinite(options.max_regression_pct)) {
     throw InputError(fmt::format("--max-regression {}: must be a percentage >= 0",
                                  options.max_regression_pct));
   }
@@ -502,6 +507,10 @@ int compare_main(const std::string& baseline, const std::string& current,
   CompareReport report;
   try {
     const auto b = read_any_results(baseline);
+    size_t baseline_results = 0;
+    for (const RunResults& r : b) baseline_results += r.results.size();
+    if (baseline_results == 0)
+      throw InputError(baseline + ": holds no strategy results: nothing to compare against");
     const auto c = read_any_results(current);
     CompareOptions options;
     options.max_regression_pct = max_regression_pct;

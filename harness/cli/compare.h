@@ -67,6 +67,10 @@ struct CompareRow {
   bool interrupted = false;
   std::vector<MetricDelta> metrics;                ///< startup_ms, ttft_ms, first_decode_ms
   std::vector<CompileEvent> new_hot_path_compiles; ///< hot-path compiles absent from the baseline
+  bool fewer_hot_path_compiles = false;  ///< current compiled less on the hot path than the baseline
+  /// A compared timing moved by more than the threshold but was not gated (neither side recorded
+  /// a spread): shown as "changed (not gated)", never a regression.
+  bool ungated_change = false;
   bool regressed = false;   ///< any of: new_failure, new hot-path compile, a regressed metric
 
   /// "scenario / strategy [variant] (sm_90)": how reasons and tables name the pair.

@@ -7,10 +7,12 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <iterator>
 #include <string>
 
 #include "harness/common/error.h"
+#include "harness/common/paths.h"
 
 namespace coldstart::cli {
 namespace {
@@ -268,6 +270,44 @@ TEST(Compare, NegativeThresholdIsInputError) {
   CompareOptions o;
   o.max_regression_pct = -1;
   EXPECT_THROW(compare_results(base, base, o), InputError);
+  o.max_regression_pct = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(compare_results(base, base, o), InputError) << "an infinite threshold gates nothing";
+}
+
+// A big single-run change is not a regression, but the verdict must not read "same"; fewer
+// hot-path compiles than the baseline is an improvement.
+TEST(Compare, UngatedChangesAndFewerHotPathCompilesHaveTheirOwnVerdicts) {
+  const RunResults base = load("base.json");
+  RunResults cur = base;
+  for (auto& s : cur.results)
+    if (s.strategy == "both" && s.variant == kFP) *s.ttft_ms *= 10;
+  CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed);
+  const CompareRow* row = find_row(r, "both", kFP);
+  ASSERT_NE(row, nullptr);
+  EXPECT_TRUE(row->ungated_change);
+  EXPECT_NE(r.render().find("changed (not gated)"), std::string::npos) << r.render();
+
+  // hotpath.json has one more hot-path compile than base.json: compared the other way round,
+  // the current run compiles less.
+  r = compare_results(load("hotpath.json"), base, CompareOptions{});
+  row = find_row(r, "both", kPW);
+  ASSERT_NE(row, nullptr);
+  EXPECT_TRUE(row->fewer_hot_path_compiles);
+  EXPECT_FALSE(r.regressed);
+  EXPECT_NE(r.render().find("improved"), std::string::npos) << r.render();
+}
+
+// A baseline without a single strategy result would pass anything: refused.
+TEST(Compare, EmptyBaselineExitsTwo) {
+  TempDir dir;
+  const std::string empty = dir.file("empty.json");
+  paths::write_file_atomic(empty, R"({"schema":"coldstart.merged/1","runs":[]})");
+  testing::internal::CaptureStderr();
+  const int rc = compare_main(empty, data("base.json"), 10.0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("holds no strategy results"), std::string::npos) << err;
 }
 
 TEST(Compare, CompileOnlyNullsAreNotCompared) {

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   compare->add_option("current", cmp_cur, "current results file (single-run or merged)")->required();
   compare->add_option("--max-regression", cmp_pct,
                       "percent a timing may grow (beyond the run-to-run spread) before it fails")
-      ->envname("COLDSTART_MAX_REGRESSION")->capture_default_str();
+      ->envname("COLDSTART_MAX_REGRESSION")->capture_default_str()->check(CLI::Range(0.0, 1e6));
   bool cmp_allow_removed = false;
   compare->add_flag("--allow-removed", cmp_allow_removed,
                     "do not fail when baseline strategy results are missing from the current "
