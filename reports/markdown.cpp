@@ -169,7 +169,8 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     // Full error texts, folded so a long comment stays readable.
     std::vector<const StrategyResult*> errs;
     for (const StrategyResult* r : rows) {
-      if (r->outcome != Outcome::kOk) errs.push_back(r);  // rows with error text
+      // Rows with error text; a skipped strategy did not fail (its reason is in its cell).
+      if (r->outcome != Outcome::kOk && r->outcome != Outcome::kSkipped) errs.push_back(r);
     }
     if (!errs.empty()) {
       out += fmt::format("\n<details><summary>Errors ({})</summary>\n\n", errs.size());

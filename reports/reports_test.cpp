@@ -210,6 +210,7 @@ TEST(Reports, SkippedIsSkippedInTheJsonMarkdownAndHtml) {
   EXPECT_EQ(nlohmann::json(failed).at("outcome"), "error");
   const std::string md = render_markdown({run});
   EXPECT_NE(md.find("skipped (t runs on"), std::string::npos) << md;
+  EXPECT_EQ(md.find("**elsewhere"), std::string::npos) << "not listed under Errors: " << md;
   EXPECT_EQ(md.find("**elsewhere**: error"), std::string::npos) << md;
   EXPECT_EQ(md.find("error (skipped"), std::string::npos) << md;
   const std::string html = render_html({run});
