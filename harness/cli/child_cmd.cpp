@@ -49,10 +49,10 @@ StrategyResult run_in_process(const ReplayArgs& a, const Scenario& base, int var
   return engine.run();
 }
 
-/// On a fatal signal in a child, print a backtrace to stderr (the parent keeps the stderr tail
-/// in the result) and die of the same signal, so the parent classifies it as that signal.
 namespace {
 
+/// On a fatal signal in a child, print a backtrace to stderr (the parent keeps the stderr tail
+/// in the result) and die of the same signal, so the parent classifies it as that signal.
 void install_crash_backtrace() {
   auto handler = [](int sig) {
     void* frames[64];

@@ -186,12 +186,13 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
     known.insert({e.kernel, key_without_target(e.key)});
   }
   std::set<std::pair<std::string, std::string>> reported;
-  for (const CompileEvent& e : hot_path_compiled(cr)) {  // a disk load is not a new compile
+  const std::vector<CompileEvent> current_compiles = hot_path_compiled(cr);  // disk loads excluded
+  for (const CompileEvent& e : current_compiles) {
     const std::pair<std::string, std::string> id{e.kernel, key_without_target(e.key)};
     if (known.count(id) == 0 && reported.insert(id).second) row.new_hot_path_compiles.push_back(e);
   }
 
-  row.fewer_hot_path_compiles = hot_path_compiled(cr).size() < hot_path_compiled(br).size();
+  row.fewer_hot_path_compiles = current_compiles.size() < hot_path_compiled(br).size();
   for (const MetricDelta& m : row.metrics)
     if (m.compared && !m.gated && std::fabs(m.delta_pct()) > threshold_pct) row.ungated_change = true;
 

@@ -237,15 +237,16 @@ bool selected(const ReplayArgs& a, const Scenario& s, const StrategySpec& st) {
 int replay_main(ReplayArgs a, const std::string& cmdline) {
   if (a.repeat < 1) throw InputError("--repeat must be at least 1");
   const std::vector<std::string> outputs = {a.json, a.junit, a.md, a.html, a.trace};
-  validate_run_options(a, outputs);
+  validate_run_options(a);
   std::vector<Scenario> scenarios;
   for (const auto& f : a.scenario_files) {
     ReplayArgs one = a;
     one.scenario = f;
     scenarios.push_back(load(one));
   }
-  // An output that is one of the run's inputs would be overwritten after the first strategy
-  // (and the children, which read the scenario, would then read results).
+  // Every output must be writable, and none may be one of the run's inputs (it would be
+  // overwritten after the first strategy, and the children, which read the scenario, would then
+  // read results).
   std::vector<std::string> inputs_read;
   for (const Scenario& sc : scenarios) inputs_read.insert(inputs_read.end(), {sc.file, sc.model.config_file});
   paths::check_output_paths(outputs, inputs_read);

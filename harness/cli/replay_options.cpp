@@ -67,10 +67,7 @@ Scenario load(const ReplayArgs& a) {
   return load_scenario(a.scenario, a.sets, replay_rules(known_target(a)));
 }
 
-/// Checks, before any strategy runs, every option a child would otherwise reject one strategy
-/// at a time: device, arch, JIT monitor mode, cache directory, output paths, timeout. Throws
-/// InputError (exit status 2).
-void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& outputs) {
+void validate_run_options(const ReplayArgs& a) {
   parse_monitor(a.jit_monitor);
   if (a.device != "auto" && a.device != "cuda" && a.device != "compile-only") {
     throw InputError("--device '" + a.device + "': expected auto, cuda or compile-only");
@@ -122,7 +119,6 @@ void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& o
                    "compiles are not saved\n", a.cache_dir.c_str());
     }
   }
-  paths::check_output_paths(outputs, {});
 }
 
 void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs) {

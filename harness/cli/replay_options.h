@@ -69,9 +69,10 @@ std::optional<Target> known_target(const ReplayArgs& a);
 Scenario load(const ReplayArgs& a);
 
 /// Checks every option a child would otherwise reject one strategy at a time (device, arch,
-/// target, SM count, JIT monitor mode, cache directory, timeout) and that each of `outputs` can
-/// be written. Throws InputError (exit status 2).
-void validate_run_options(const ReplayArgs& a, const std::vector<std::string>& outputs);
+/// target, SM count, JIT monitor mode, cache directory, timeout). The outputs are checked with
+/// the run's inputs once the scenarios are loaded (paths::check_output_paths). Throws
+/// InputError (exit status 2).
+void validate_run_options(const ReplayArgs& a);
 
 /// Refuses a --filter too long or too deeply nested for std::regex (InputError).
 void check_filter_size(const std::string& filter);

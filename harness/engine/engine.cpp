@@ -7,6 +7,7 @@
 #include "harness/engine/engine.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,8 +15,6 @@
 #include <numeric>
 
 #include "harness/engine/engine_internal.h"
-#include <c10/util/Exception.h>
-
 #include "harness/runtime/nvtx.h"
 #include "warmers/warmer.h"
 

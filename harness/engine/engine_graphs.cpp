@@ -11,7 +11,6 @@
 
 #include "harness/engine/engine_internal.h"
 
-
 namespace coldstart {
 
 using engine_detail::Clock;

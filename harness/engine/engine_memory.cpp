@@ -10,7 +10,6 @@
 #include <numeric>
 
 #include "harness/engine/engine_internal.h"
-
 #include "harness/replay/kv_cache_plan.h"
 
 namespace coldstart {
