@@ -198,7 +198,7 @@ class DeepGemmWarmupBase : public Warmer {
 
   void add_moe(jit::JitRuntime& rt, std::vector<Call>& calls, const v4::DeepGemmSites& s, const std::vector<int64_t>& ms) {
     const int64_t E = s.experts;
-    const int64_t max_rows = v4::moe_grouped_rows(ms.back(), s.top_k, E);
+    const int64_t max_rows = dg::m_grouped_contiguous_rows(ms.back(), s.top_k, E);
     for (const auto& [n, k] : {s.moe_w13, s.moe_w2}) {
       const at::Tensor a = zeros({max_rows, k}, at::kByte), b = zeros({E, n, k}, at::kByte);
       const at::Tensor sfb = ones({E, (n + 127) / 128, k / 128});
@@ -207,7 +207,7 @@ class DeepGemmWarmupBase : public Warmer {
       at::Tensor idx = meta_ ? at::empty({max_rows}, device_.dtype(at::kInt)) : at::full({max_rows}, -1, device_.dtype(at::kInt));
       if (!meta_) idx.narrow(0, 0, 128).fill_(0);
       for (int64_t m : ms) {
-        const int64_t rows = v4::moe_grouped_rows(m, s.top_k, E);
+        const int64_t rows = dg::m_grouped_contiguous_rows(m, s.top_k, E);
         const dg::GemmConfig c = dg::select_fp8_gemm_config({dg::GemmType::kMGroupedContiguous, rows, n, k, static_cast<int>(E)},
                                                              target_.sm, target_.num_sms);
         calls.push_back({fmt::format("m_grouped_fp8_gemm_nt_contiguous {}x{} {}", n, k, c.name()), [=, &rt, this] {

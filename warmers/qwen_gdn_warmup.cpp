@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <set>
 
+#include "warmers/qwen_gdn_warmup.engine_keys.h"
 #include "harness/kernels/gdn_chunk/gdn_chunk.h"
 #include "harness/kernels/gdn_decode/gdn_decode.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
@@ -141,7 +142,7 @@ class QwenGdnWarmup final : public Warmer {
       }
     }
     // 6. MTP decode kernel tiles, with speculative decoding configured.
-    const int spec = ctx.scenario().engine.num_speculative_tokens;
+    const int spec = num_speculative_tokens(ctx.scenario().engine);
     int mtp = 0;
     if (spec > 0) mtp = warm_mtp(ctx, g, spec);
     ctx.log(fmt::format("qwen-gdn-warmup: layer {} ({}), {} MTP request count(s)",

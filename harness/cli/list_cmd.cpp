@@ -9,6 +9,7 @@
 #include <optional>
 #include <regex>
 
+#include "harness/replay/engine_keys.h"
 #include "harness/cli/compare.h"
 #include "harness/cli/replay_options.h"
 #include "harness/common/paths.h"
@@ -18,6 +19,13 @@
 #include "warmers/warmer.h"
 
 namespace coldstart::cli {
+namespace {
+std::string names_of(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& n : v) out += (out.empty() ? "" : " | ") + n;
+  return out;
+}
+}  // namespace
 
 int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
   parse_monitor(a.jit_monitor);
@@ -65,6 +73,24 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
     if (shown(text)) lines.push_back("  " + text + "  " + b.description);
   }
   if (!lines.empty()) std::cout << "mixer backends:\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  lines.clear();
+  for (const auto& b : moe_backends()) {
+    const std::string text = b.name + " (experts: " + b.weight_format + ")";
+    if (shown(text)) lines.push_back("  " + text + "  " + b.description);
+  }
+  if (!lines.empty()) std::cout << "MoE backends:\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  lines.clear();
+  for (const EngineKeySpec& k : declared_engine_keys()) {
+    std::string values;
+    if (k.type == EngineKeyType::kInt) values = fmt::format("{}..{}, default {}", k.min, k.max, k.default_value);
+    else if (k.type == EngineKeyType::kChoice) values = names_of(k.choices) + ", default " + k.default_value;
+    else values = "a directory";
+    const std::string text = fmt::format("engine.{} ({}; read by {})", k.name, values, k.owner);
+    if (shown(text)) lines.push_back("  " + text + "  " + k.doc);
+  }
+  if (!lines.empty()) std::cout << "engine keys owned by families, backends and warmers:\n";
   for (const auto& l : lines) std::cout << l << "\n";
   lines.clear();
   for (const Target& t : target_profiles()) {

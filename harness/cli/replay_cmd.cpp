@@ -19,6 +19,7 @@
 #include "harness/cli/version.h"
 #include "harness/common/paths.h"
 #include "harness/isolate/isolate.h"
+#include "harness/replay/engine_keys.h"
 #include "harness/replay/expect.h"
 #include "reports/table.h"
 
@@ -58,9 +59,15 @@ ScenarioSummary summarize(const Scenario& s) {
                 {"kv_cache_dtype", e.kv_cache_dtype},
                 {"cudagraph_mode", cudagraph_mode_name(e.cudagraph_mode)},
                 {"cudagraph_capture_sizes", e.cudagraph_capture_sizes},
-                {"tensor_parallel_size", e.tensor_parallel_size},
-                {"mamba_ssm_cache_dtype", e.mamba_ssm_cache_dtype},
-                {"num_speculative_tokens", e.num_speculative_tokens}};
+                {"tensor_parallel_size", e.tensor_parallel_size}};
+  // The keys their owners declare (engine_keys.h), with their defaults when left out.
+  for (const EngineKeySpec& k : declared_engine_keys()) {
+    if (!k.in_result) continue;
+    if (k.type == EngineKeyType::kInt)
+      sum.engine[k.name] = e.int_key(k.name);
+    else
+      sum.engine[k.name] = e.string_key(k.name);
+  }
   nlohmann::json req = nlohmann::json::array();
   for (const auto& r : s.requests)
     req.push_back({{"prompt_tokens", r.prompt_tokens}, {"decode_steps", r.decode_steps},

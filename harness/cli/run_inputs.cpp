@@ -17,6 +17,7 @@
 
 #include "harness/common/checksum.h"
 #include "harness/common/error.h"
+#include "harness/replay/engine_keys.h"
 #include "harness/common/paths.h"
 
 namespace coldstart::cli {
@@ -126,7 +127,11 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios, const std::vector<s
         ps.inputs.push_back({"config", file, static_cast<long long>(data.size()),
                              checksum::fnv1a64_hex(data), -1});
       };
-      auto add_dir = [&](const std::string& dir) {
+      // Every declared directory key (engine_keys.h) is an input folder; its role is the key.
+      std::vector<std::string> dir_keys;
+      for (const EngineKeySpec& k : declared_engine_keys())
+        if (k.type == EngineKeyType::kDirectory) dir_keys.push_back(k.name);
+      auto add_dir = [&](const std::string& key, const std::string& dir) {
         if (dir.empty() || !done.insert(dir).second) return;
         std::vector<std::string> files;
         list_files(dir, "", files);
@@ -140,14 +145,14 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios, const std::vector<s
           bytes += static_cast<long long>(data.size());
           lines += rel + " " + checksum::fnv1a64_hex(data) + "\n";
         }
-        ps.inputs.push_back({"tuned_config_dir", dir, bytes, checksum::fnv1a64_hex(lines),
+        ps.inputs.push_back({key, dir, bytes, checksum::fnv1a64_hex(lines),
                              static_cast<int>(files.size())});
       };
       add_config(s.model.config_file);
-      add_dir(s.engine.tuned_config_dir);
+      for (const std::string& key : dir_keys) add_dir(key, s.engine.string_key(key));
       for (const Scenario& v : variants) {
         add_config(v.model.config_file);
-        add_dir(v.engine.tuned_config_dir);
+        for (const std::string& key : dir_keys) add_dir(key, v.engine.string_key(key));
       }
 
       // Paths the child must not resolve to the user's files: named outright, after the run's
@@ -161,11 +166,12 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios, const std::vector<s
                            s.model.config_file)) {
         ps.sets.push_back("model.config=" + yaml_quoted(copy_of(s.model.config_file)));
       }
-      if (!s.engine.tuned_config_dir.empty() &&
-          all_variants_use([](const Scenario& v) { return v.engine.tuned_config_dir; },
-                           s.engine.tuned_config_dir)) {
-        ps.sets.push_back("engine.tuned_config_dir=" +
-                          yaml_quoted(copy_of(s.engine.tuned_config_dir)));
+      for (const std::string& key : dir_keys) {
+        const std::string& dir = s.engine.string_key(key);
+        if (!dir.empty() &&
+            all_variants_use([&](const Scenario& v) { return v.engine.string_key(key); }, dir)) {
+          ps.sets.push_back("engine." + key + "=" + yaml_quoted(copy_of(dir)));
+        }
       }
 
       // The copies must be what was validated: validate them again and compare the merged model

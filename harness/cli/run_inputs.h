@@ -12,7 +12,8 @@
 //     what was validated (a file edited in between is an error: run again);
 //   * paths: the copies keep the files' absolute layout under the private directory, so a path
 //     the scenario gives relative to itself resolves to the copy; model.config and
-//     engine.tuned_config_dir are also passed to the child as --set overrides naming the copies
+//     each directory engine key (engine_keys.h: engine.tuned_config_dir) are also passed to the
+//     child as --set overrides naming the copies
 //     (after the run's own), which covers absolute paths and paths given on the command line.
 // The same pass records meta.inputs: each file's role, path, size and FNV-1a 64 checksum.
 //
@@ -51,7 +52,7 @@ class RunInputs {
   /// Where a child loads scenario `i` from: the copy of the text the parent validated.
   const std::string& scenario_path(size_t i) const { return per_scenario_.at(i).path; }
   /// The --set overrides a child passes after the run's own (model.config, and
-  /// engine.tuned_config_dir when the scenario sets one, naming the copies).
+  /// each directory engine key the scenario sets, naming the copies).
   const std::vector<std::string>& child_sets(size_t i) const { return per_scenario_.at(i).sets; }
   /// meta.inputs of scenario `i`: the scenario file, then each config.json and tuned-config
   /// directory its variants read, each once.

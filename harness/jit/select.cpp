@@ -387,40 +387,6 @@ std::string vllm_device_name(const std::string& device_name) {
   return name;
 }
 
-StemFields fused_moe_stem_fields(int64_t E, int64_t N, const std::string& device_name,
-                                 const std::string& dtype,
-                                 const std::vector<int64_t>& block_shape) {
-  StemFields fields = {{"E", std::to_string(E)},
-                       {"N", std::to_string(N)},
-                       {"device_name", vllm_device_name(device_name)}};
-  if (!dtype.empty()) fields.emplace_back("dtype", dtype);
-  const bool all_nonzero =
-      std::all_of(block_shape.begin(), block_shape.end(), [](int64_t v) { return v != 0; });
-  if (!block_shape.empty() && all_nonzero) {
-    std::string list = "[";
-    for (size_t i = 0; i < block_shape.size(); ++i) {
-      list += fmt::format("{}{}", i ? "," : "", block_shape[i]);
-    }
-    fields.emplace_back("block_shape", list + "]");
-  }
-  return fields;
-}
-
-std::string fused_moe_config_file_name(int64_t E, int64_t N, const std::string& device_name,
-                                       const std::string& dtype,
-                                       const std::vector<int64_t>& block_shape) {
-  return tuned_file_name(fused_moe_stem_fields(E, N, device_name, dtype, block_shape));
-}
-
-KernelConfig fused_moe_default_config(int64_t M, int64_t E) {
-  if (M <= E) {
-    return make_config(
-        {{"BLOCK_SIZE_M", 16}, {"BLOCK_SIZE_N", 32}, {"BLOCK_SIZE_K", 64}, {"GROUP_SIZE_M", 1}});
-  }
-  return make_config(
-      {{"BLOCK_SIZE_M", 64}, {"BLOCK_SIZE_N", 64}, {"BLOCK_SIZE_K", 32}, {"GROUP_SIZE_M", 8}});
-}
-
 Selection select_from_table(const TunedTable& table, int64_t M) {
   const TunedEntry& entry = nearest(table, M);
   Selection sel;

@@ -163,30 +163,6 @@ std::optional<std::string> find_tuned_file(const std::string& dir, const StemFie
 /// 13cb3e44373b (the older 000d1458098e only replaced spaces).
 std::string vllm_device_name(const std::string& device_name);
 
-/// vLLM's fused_moe config file name (get_config_file_name in
-/// vllm/model_executor/layers/fused_moe/fused_moe.py, vllm-project/vllm 13cb3e44373b):
-///     f"E={E},N={N},device_name={device_name}{dtype_selector}{block_shape_selector}.json"
-/// with device_name = vllm_device_name(device_name), dtype_selector = ",dtype=<dtype>" unless
-/// `dtype` is empty, block_shape_selector = ",block_shape=[<n>,<k>]" (Python's list repr without
-/// spaces) when `block_shape` is non-empty and has no zero. E.g. (512, 512, "NVIDIA H200") ->
-/// "E=512,N=512,device_name=NVIDIA_H200.json"; (128, 1856, "NVIDIA H200", "fp8_w8a8") ->
-/// "E=128,N=1856,device_name=NVIDIA_H200,dtype=fp8_w8a8.json".
-std::string fused_moe_config_file_name(int64_t E, int64_t N, const std::string& device_name,
-                                       const std::string& dtype = "",
-                                       const std::vector<int64_t>& block_shape = {});
-
-/// The same name as stem fields (for find_tuned_file / select_from_table).
-StemFields fused_moe_stem_fields(int64_t E, int64_t N, const std::string& device_name,
-                                 const std::string& dtype = "",
-                                 const std::vector<int64_t>& block_shape = {});
-
-/// vLLM's default fused_moe config for unquantized weights when no tuned file exists
-/// (get_default_config, vllm-project/vllm 13cb3e44373b): M <= E -> BLOCK_SIZE_M=16,
-/// BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1; else 64, 64, 32, 8. vLLM also sets
-/// SPLIT_K=1 there; it is left out here (the harness's MoE kernel has no split-K). num_warps /
-/// num_stages: KernelConfig's defaults (vLLM leaves them to Triton's launch defaults).
-KernelConfig fused_moe_default_config(int64_t M, int64_t E);
-
 /// Selection "table" from a loaded table: config = nearest(table, M).config(), tuning_key
 /// "M=<M> -> <chosen key>", candidates = every entry's config name in file order, table_file =
 /// table.file.

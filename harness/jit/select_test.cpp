@@ -40,6 +40,17 @@ std::string source_dir() {
 }
 
 std::string fused_moe_fixtures() { return source_dir() + "/fixtures/tuned-configs/fused_moe"; }
+// The stem of one of vLLM's fused_moe tables (the fused-MoE family builds these names itself:
+// fused_moe::table_stem_fields).
+StemFields moe_stem(int E, int N, const std::string& dtype = "") {
+  StemFields f = {{"E", std::to_string(E)}, {"N", std::to_string(N)}, {"device_name", "NVIDIA_H200"}};
+  if (!dtype.empty()) f.emplace_back("dtype", dtype);
+  return f;
+}
+// A config for the default of a missing table.
+KernelConfig fallback_config() {
+  return make_config({{"BLOCK_SIZE_M", 16}, {"BLOCK_SIZE_N", 32}, {"BLOCK_SIZE_K", 64}, {"GROUP_SIZE_M", 1}});
+}
 
 JitOptions compile_only(const std::string& cache_dir = "") {
   JitOptions o;
@@ -237,20 +248,6 @@ TEST(Nearest, EmptyTableIsAnError) { EXPECT_THROW(nearest(table_of({}), 3), Erro
 
 // ---------------------------------------------------------------- vLLM file names
 
-TEST(FileNames, FusedMoeLikeVllm) {
-  EXPECT_EQ(fused_moe_config_file_name(512, 512, "NVIDIA H200"),
-            "E=512,N=512,device_name=NVIDIA_H200.json");
-  EXPECT_EQ(fused_moe_config_file_name(128, 1856, "NVIDIA H200", "fp8_w8a8"),
-            "E=128,N=1856,device_name=NVIDIA_H200,dtype=fp8_w8a8.json");
-  EXPECT_EQ(fused_moe_config_file_name(256, 256, "NVIDIA H200", "fp8_w8a8", {128, 128}),
-            "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json");
-  // `not all(block_shape)`: a zero drops the selector.
-  EXPECT_EQ(fused_moe_config_file_name(256, 256, "NVIDIA H200", "", {0, 128}),
-            "E=256,N=256,device_name=NVIDIA_H200.json");
-  EXPECT_EQ(fused_moe_config_file_name(128, 1856, "NVIDIA H100 80GB HBM3"),
-            "E=128,N=1856,device_name=NVIDIA_H100_80GB_HBM3.json");
-}
-
 TEST(FileNames, DeviceNames) {
   EXPECT_EQ(vllm_device_name("NVIDIA H100 80GB HBM3"), "NVIDIA_H100_80GB_HBM3");
   EXPECT_EQ(vllm_device_name("NVIDIA H200"), "NVIDIA_H200");
@@ -271,15 +268,14 @@ TEST(FileNames, GenericStemFields) {
 TEST(FileNames, FindTunedFile) {
   ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
   const auto found =
-      find_tuned_file(fused_moe_fixtures(), fused_moe_stem_fields(512, 512, "NVIDIA H200"));
+      find_tuned_file(fused_moe_fixtures(), moe_stem(512, 512));
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(*found, fused_moe_fixtures() + "/E=512,N=512,device_name=NVIDIA_H200.json");
   EXPECT_TRUE(
-      find_tuned_file(fused_moe_fixtures(), fused_moe_stem_fields(128, 1856, "NVIDIA H200",
-                                                                  "fp8_w8a8"))
+      find_tuned_file(fused_moe_fixtures(), moe_stem(128, 1856, "fp8_w8a8"))
           .has_value());
   EXPECT_FALSE(
-      find_tuned_file(fused_moe_fixtures(), fused_moe_stem_fields(128, 1856, "NVIDIA H200"))
+      find_tuned_file(fused_moe_fixtures(), moe_stem(128, 1856))
           .has_value());  // no bf16 H200 table for N=1856 in vLLM
 }
 
@@ -287,8 +283,8 @@ TEST(FileNames, FindTunedFile) {
 
 TEST(SelectFromTable, NearestEntryOfRealTable) {
   ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
-  const auto fields = fused_moe_stem_fields(512, 512, "NVIDIA H200");
-  const KernelConfig dflt = fused_moe_default_config(5, 512);
+  const auto fields = moe_stem(512, 512);
+  const KernelConfig dflt = fallback_config();
   Selection s = select_from_table(fused_moe_fixtures(), fields, 5, dflt);
   EXPECT_EQ(s.selector, "table");
   EXPECT_EQ(s.tuning_key, "M=5 -> 4");
@@ -306,25 +302,22 @@ TEST(SelectFromTable, NearestEntryOfRealTable) {
   EXPECT_EQ(big.config.num_warps, 8);
 
   const Selection fp8 = select_from_table(
-      fused_moe_fixtures(), fused_moe_stem_fields(128, 1856, "NVIDIA H200", "fp8_w8a8"), 1, dflt);
+      fused_moe_fixtures(), moe_stem(128, 1856, "fp8_w8a8"), 1, dflt);
   EXPECT_EQ(fp8.selector, "table");
   EXPECT_EQ(fp8.config.num_stages, 5);
 }
 
 TEST(SelectFromTable, DefaultWhenNoFile) {
   ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
-  const auto fields = fused_moe_stem_fields(999, 512, "NVIDIA H200");
+  const auto fields = moe_stem(999, 512);
   const Selection s =
-      select_from_table(fused_moe_fixtures(), fields, 5, fused_moe_default_config(5, 999));
+      select_from_table(fused_moe_fixtures(), fields, 5, fallback_config());
   EXPECT_EQ(s.selector, "default");
   EXPECT_EQ(s.tuning_key, "M=5");
   EXPECT_EQ(s.config.name,
             "BLOCK_SIZE_M=16,BLOCK_SIZE_N=32,BLOCK_SIZE_K=64,GROUP_SIZE_M=1,warps=4,stages=1");
   EXPECT_EQ(s.table_file, fused_moe_fixtures() + "/E=999,N=512,device_name=NVIDIA_H200.json");
   EXPECT_TRUE(s.candidates.empty());
-  // vLLM's default for M > E.
-  EXPECT_EQ(fused_moe_default_config(1000, 8).name,
-            "BLOCK_SIZE_M=64,BLOCK_SIZE_N=64,BLOCK_SIZE_K=32,GROUP_SIZE_M=8,warps=4,stages=1");
 }
 
 TEST(SelectFromTable, BadFileIsAnErrorNotADefault) {

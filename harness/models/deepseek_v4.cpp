@@ -177,11 +177,6 @@ DeepGemmSites deepgemm_sites(const Dims& d) {
   return s;
 }
 
-int64_t moe_grouped_rows(int64_t num_tokens, int64_t top_k, int64_t experts) {
-  const int64_t rows = num_tokens * top_k + experts * (deepgemm::kMkAlignmentForContiguousLayout - 1);
-  return (rows + 127) / 128 * 128;
-}
-
 }  // namespace deepseek_v4
 
 namespace {
@@ -215,6 +210,19 @@ class DeepseekV4Model : public Model {
   }
 
   std::string name() const override { return "deepseek-v4"; }
+
+  std::vector<MoeSpec> moe_specs() const override {
+    MoeSpec s;
+    s.num_experts = d_.experts;
+    s.intermediate = d_.moe_inter;
+    s.hidden = d_.hidden;
+    s.top_k = static_cast<int>(d_.top_k);
+    s.routing = MoeRouting::kByModel;  // sqrt(softplus) scores + bias, or the hash table
+    s.activation = MoeActivation::kClampedSwiglu;
+    s.swiglu_limit = d_.swiglu_limit;
+    s.weight_format = "fp8_block128";
+    return {s};
+  }
 
   std::vector<MixerSpec> layer_plan() const override {
     std::vector<MixerSpec> plan;
@@ -297,6 +305,8 @@ class DeepseekV4Model : public Model {
     hc_head_base_ = m.normal({hc}, 0.1).to(at::kFloat);
     final_norm_ = m.ones(H);
     lm_head_ = m.normal({V, H}, 1.0 / std::sqrt(static_cast<double>(H)));
+    moe_ = make_moe_experts(moe_specs().front(), ctx_);
+    moe_->precompile();
     return m.bytes() + bytes;
   }
 
@@ -419,18 +429,14 @@ class DeepseekV4Model : public Model {
     st.residual = hc_post(st.residual, moe(l, x, batch), m.post, m.comb);
   }
 
-  /// Routed experts (m-grouped contiguous FP8 GEMMs over vLLM's static row bound) + shared expert.
+  /// Routed experts (the fp8_block128 MoE backend over the model's own routing) + shared expert.
   at::Tensor moe(int l, const at::Tensor& x, const ForwardBatch& batch) {
     const LayerWeights& lw = w(l);
-    const int64_t T = x.size(0), E = d_.experts, K = d_.top_k, I = d_.moe_inter;
-    const int64_t rows = deepseek_v4::moe_grouped_rows(T, K, E);
+    const int64_t T = x.size(0), K = d_.top_k;
     const at::TensorOptions opt = x.options();
-    at::Tensor a = at::zeros({rows, d_.hidden}, opt);
-    at::Tensor m_indices = at::full({rows}, -1, opt.dtype(at::kInt));
-    at::Tensor dest, topk_w;
+    at::Tensor ids = at::empty({T, K}, opt.dtype(at::kLong)), topk_w = at::empty({T, K}, opt.dtype(at::kFloat));
     if (!device_.is_meta()) {
       const at::Tensor scores = at::sqrt(at::softplus(at::linear(x.to(at::kFloat), lw.gate)));  // [T, E]
-      at::Tensor ids;
       if (d_.layers[static_cast<size_t>(l)].hash_routed) {
         ids = lw.tid2eid.index({batch.input_ids.narrow(0, 0, T)});
       } else {
@@ -438,49 +444,15 @@ class DeepseekV4Model : public Model {
       }
       topk_w = scores.gather(1, ids);
       topk_w = topk_w / topk_w.sum(1, true) * d_.routed_scaling;
-      // Lay the (token, k) pairs out per expert, each expert's run starting at a 128-row boundary.
-      const at::Tensor flat = ids.reshape({-1});
-      const at::Tensor order = at::argsort(flat);
-      const at::Tensor sorted = flat.index({order});
-      const at::Tensor counts = at::zeros({E}, opt.dtype(at::kLong)).scatter_add_(0, flat, at::ones_like(flat));
-      const at::Tensor padded = (counts + 127).floor_divide(128) * 128;
-      const at::Tensor seg_start = at::cumsum(padded, 0) - padded;
-      const at::Tensor sorted_start = at::cumsum(counts, 0) - counts;
-      const at::Tensor rank = at::arange(T * K, opt.dtype(at::kLong)) - sorted_start.index({sorted});
-      const at::Tensor pos = seg_start.index({sorted}) + rank;  // row of the sorted pair
-      dest = at::empty_like(pos).index_put_({order}, pos);      // row of pair (t, k)
-      a.index_copy_(0, dest, x.repeat_interleave(K, 0));
-      m_indices.index_put_({dest}, flat.to(at::kInt));
     }
-    const dg::Fp8Activation aq = dg::quantize_fp8(a);
-    at::Tensor h = at::empty({rows, 2 * I}, opt);
-    dg::m_grouped_fp8_gemm_nt_contiguous(*ctx_.jit, target_, aq.data, aq.sf, lw.w13, lw.w13_s, h, m_indices);
-    const dg::Fp8Activation hq = dg::quantize_fp8(swiglu(h));
-    at::Tensor y = at::empty({rows, d_.hidden}, opt);
-    dg::m_grouped_fp8_gemm_nt_contiguous(*ctx_.jit, target_, hq.data, hq.sf, lw.w2, lw.w2_s, y, m_indices);
-    at::Tensor out = at::zeros({T, d_.hidden}, opt.dtype(at::kFloat));
-    if (!device_.is_meta()) {
-      const at::Tensor routed = y.index({dest}).to(at::kFloat) * topk_w.reshape({-1, 1});
-      out.index_add_(0, at::arange(T, opt.dtype(at::kLong)).repeat_interleave(K), routed);
-    }
+    at::Tensor out = at::empty({T, d_.hidden}, opt.dtype(at::kFloat));
+    moe_->forward(x, topk_w, ids, {lw.w13, lw.w2, lw.w13_s, lw.w2_s}, out);
     if (d_.shared_experts > 0) {
       const at::Tensor su = linear_fp8(x, lw.shared_up, lw.shared_up_s);
-      const at::Tensor sd = linear_fp8(swiglu(su), lw.shared_down, lw.shared_down_s);
+      const at::Tensor sd = linear_fp8(clamped_swiglu(su, d_.swiglu_limit), lw.shared_down, lw.shared_down_s);
       if (!device_.is_meta()) out += sd.to(at::kFloat);
     }
     return out.to(at::kBFloat16);
-  }
-
-  /// The clamped SwiGLU of V4 (gate <= swiglu_limit, up in [-limit, limit]).
-  at::Tensor swiglu(const at::Tensor& gu) const {
-    const int64_t I = gu.size(1) / 2;
-    if (device_.is_meta()) return at::empty({gu.size(0), I}, gu.options());
-    at::Tensor g = gu.narrow(1, 0, I).to(at::kFloat), u = gu.narrow(1, I, I).to(at::kFloat);
-    if (d_.swiglu_limit > 0) {
-      g = g.clamp_max(d_.swiglu_limit);
-      u = u.clamp(-d_.swiglu_limit, d_.swiglu_limit);
-    }
-    return (at::silu(g) * u).to(at::kBFloat16);
   }
 
   /// hc_head: sigmoid-weighted sum of the streams (weights from hc_head_fn), then the final norm.
@@ -499,6 +471,7 @@ class DeepseekV4Model : public Model {
   MixerContext ctx_;
   c10::Device device_;
   dg::GemmTarget target_;
+  std::unique_ptr<MoeExperts> moe_;
   at::Tensor embed_, final_norm_, lm_head_, hc_head_fn_, hc_head_base_;
   std::vector<LayerWeights> layers_;
 };

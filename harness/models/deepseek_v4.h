@@ -65,9 +65,4 @@ struct DeepGemmSites {
 };
 DeepGemmSites deepgemm_sites(const Dims& d);
 
-/// Rows of the m-grouped contiguous MoE layout for `num_tokens` tokens: an upper bound that keeps
-/// shapes static under graph capture, every expert's run padded to 128 rows:
-/// align(num_tokens * top_k + experts * 127, 128).
-int64_t moe_grouped_rows(int64_t num_tokens, int64_t top_k, int64_t experts);
-
 }  // namespace coldstart::deepseek_v4

@@ -30,6 +30,7 @@
 
 #include <cmath>
 
+#include "harness/models/recurrent_state.engine_keys.h"
 #include "harness/kernels/gdn_chunk/gdn_chunk.h"
 #include "harness/kernels/gdn_decode/gdn_decode.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
@@ -43,7 +44,7 @@ namespace {
 constexpr int64_t kChunk = 64;
 
 at::ScalarType ssm_dtype(const EngineConfig& e) {
-  return e.mamba_ssm_cache_dtype == "float32" ? at::kFloat : at::kBFloat16;
+  return mamba_ssm_cache_dtype(e) == "float32" ? at::kFloat : at::kBFloat16;
 }
 
 class GdnMixer final : public Mixer {

@@ -182,32 +182,15 @@ int64_t shard_evenly(int64_t n, int tp, const std::string& key,
   return n / tp;
 }
 
-void require_tuned_config_dir(const EngineConfig& e, std::vector<ScenarioProblem>& problems) {
-  if (!e.tuned_config_dir.empty()) return;
-  problems.push_back({"engine.tuned_config_dir",
-                      "is empty: the fused-MoE kernels need vLLM's tuned-table directory (or a "
-                      "directory without a table for the default config)"});
-}
-
-void MoeConfigLog::note(int64_t M, const jit::Selection& sel, const std::string& phase) {
-  if (used_.count(M)) return;
-  used_[M] = {sel.selector, sel.tuning_key, sel.config.name, phase};
-  if (table_.empty()) {
-    table_ = sel.table_file;
-    table_found_ = sel.selector == "table";
+at::Tensor clamped_swiglu(const at::Tensor& gu, double limit) {
+  const int64_t I = gu.size(1) / 2;
+  if (gu.is_meta()) return at::empty({gu.size(0), I}, gu.options());
+  at::Tensor g = gu.narrow(1, 0, I).to(at::kFloat), u = gu.narrow(1, I, I).to(at::kFloat);
+  if (limit > 0) {
+    g = g.clamp_max(limit);
+    u = u.clamp(-limit, limit);
   }
-}
-
-nlohmann::json MoeConfigLog::report() const {
-  if (used_.empty()) return nullptr;
-  nlohmann::json used = nlohmann::json::array();
-  for (const auto& [m, u] : used_) {
-    used.push_back({{"M", m}, {"selector", u.selector}, {"tuning_key", u.tuning_key},
-                    {"config", u.config}, {"first_phase", u.first_phase}});
-  }
-  // "default" selections name the file looked for and not found.
-  return {{"fused_moe_configs", used},
-          {table_found_ ? "fused_moe_table" : "fused_moe_table_not_found", table_}};
+  return (at::silu(g) * u).to(at::kBFloat16);
 }
 
 }  // namespace coldstart

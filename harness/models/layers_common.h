@@ -47,6 +47,11 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 /// The zero-centred RMSNorm (vLLM's GemmaRMSNorm, used by Qwen3-Next): x / rms(x) * (1 + weight).
 at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+/// DeepSeek V4's clamped SwiGLU: gu bf16 [T, 2I] = [gate; up] -> bf16 [T, I] =
+/// silu(min(gate, limit)) * clamp(up, -limit, limit), computed in float32 (no clamp when
+/// limit <= 0). On the meta device only the shape.
+at::Tensor clamped_swiglu(const at::Tensor& gu, double limit);
+
 /// RoPE table [max_positions, rot] float32 on `device`: cos of the rot / 2 frequencies
 /// theta^(-2i / rot) in the first half, sin in the second. On the meta device only the shape.
 at::Tensor rope_table(int64_t max_positions, int64_t rot, double theta, c10::Device device);
@@ -95,28 +100,5 @@ AttentionShard shard_attention(int64_t q_heads, int64_t kv_heads, int tp,
 /// asserts). Returns 0 then.
 int64_t shard_evenly(int64_t n, int tp, const std::string& key,
                      std::vector<ScenarioProblem>& problems);
-
-/// The problem of a MoE model whose scenario leaves engine.tuned_config_dir empty (the fused-MoE
-/// kernels look up vLLM's tuned tables there), appended to `problems`; nothing otherwise.
-void require_tuned_config_dir(const EngineConfig& e, std::vector<ScenarioProblem>& problems);
-
-/// Which fused-MoE config each token count M used, for Model::report(): the first selection of
-/// each M with the phase it happened in, and the tuned table looked for (found or not).
-class MoeConfigLog {
- public:
-  /// Records `sel` for M unless M was seen; `phase` is the monitor's phase at the call.
-  void note(int64_t M, const jit::Selection& sel, const std::string& phase);
-  /// {"fused_moe_configs": [{M, selector, tuning_key, config, first_phase}...],
-  ///  "fused_moe_table" | "fused_moe_table_not_found": path}; null when nothing was recorded.
-  nlohmann::json report() const;
-
- private:
-  struct Use {
-    std::string selector, tuning_key, config, first_phase;
-  };
-  std::map<int64_t, Use> used_;
-  std::string table_;
-  bool table_found_ = false;
-};
 
 }  // namespace coldstart

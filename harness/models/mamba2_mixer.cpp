@@ -32,6 +32,7 @@
 #include <limits>
 #include <map>
 
+#include "harness/jit/tuned_tables.engine_keys.h"
 #include "harness/common/paths.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
 #include "harness/kernels/mamba_ssd/mamba_ssd.h"
@@ -65,8 +66,8 @@ class Mamba2Mixer final : public Mixer {
     ssu_src_.device_name = ctx.target ? ctx.target->device_name : std::string();
     // vLLM looks for selective_state_update tables in VLLM_TUNED_CONFIG_FOLDER first, then in its
     // packaged folder; tuned_config_dir stands for both.
-    if (ctx.engine && !ctx.engine->tuned_config_dir.empty())
-      ssu_src_.table_dir = paths::join(ctx.engine->tuned_config_dir, "selective_state_update");
+    if (ctx.engine && !tuned_config_dir(*ctx.engine).empty())
+      ssu_src_.table_dir = paths::join(tuned_config_dir(*ctx.engine), "selective_state_update");
   }
 
   std::string backend() const override { return "mamba2_triton"; }

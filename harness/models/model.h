@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/models/mixer.h"
+#include "harness/models/moe.h"
 
 namespace coldstart {
 
@@ -44,6 +45,11 @@ class Model {
   /// decoder layer's index, so layers without a mixer leave gaps). Available right after
   /// construction (no weights needed), so a scenario can be checked before anything runs.
   virtual std::vector<MixerSpec> layer_plan() const = 0;
+  /// The routed experts of the model's MoE layers, one MoeSpec per distinct spec; empty without
+  /// MoE. Like the plan, available right after construction: check_replayable asks the MoE
+  /// registry for each before anything runs, and the model builds its experts with
+  /// make_moe_experts while loading weights.
+  virtual std::vector<MoeSpec> moe_specs() const { return {}; }
   /// Mixer layers (the plan's length): the forward pass has num_layers() + 1 pieces.
   int num_layers() const { return static_cast<int>(layer_plan().size()); }
   /// Allocates and fills the weights (normal, seeded); on meta only shapes are made. Returns bytes.

@@ -30,8 +30,8 @@
 
 #include <cmath>
 
+#include "harness/models/recurrent_state.engine_keys.h"
 #include "harness/common/paths.h"
-#include "harness/kernels/fused_moe/fused_moe.h"
 #include "harness/models/layers_common.h"
 #include "harness/models/mamba2_layer.h"
 #include "harness/models/model.h"
@@ -68,7 +68,7 @@ struct NemotronDims {
 /// float32 when the config has none.
 std::string resolve_ssm_dtype(const ModelConfig& c, const EngineConfig* e,
                               std::vector<ScenarioProblem>* problems = nullptr) {
-  const std::string engine = e ? e->mamba_ssm_cache_dtype : "auto";
+  const std::string engine = e ? mamba_ssm_cache_dtype(*e) : "auto";
   if (engine != "auto") return engine;
   return config_string(ConfigView{c, problems}, "mamba_ssm_cache_dtype", "float32");
 }
@@ -193,22 +193,27 @@ class NemotronHModel final : public Model {
       : c_(c), d_(nemotron_dims(c, ctx.engine)), ctx_(ctx), device_(ctx.device) {
     for (size_t l = 0; l < d_.pattern.size(); ++l)
       if (d_.pattern[l] == 'M' || d_.pattern[l] == '*') mixer_layers_.push_back(static_cast<int>(l));
-    moe_.num_experts = d_.experts;
-    moe_.intermediate = d_.moe_inter;
-    moe_.hidden = d_.moe_hidden(c.hidden_size);
-    moe_.top_k = static_cast<int>(d_.top_k);
-    moe_.renormalize = d_.norm_topk;
-    moe_.activation = fused_moe::Activation::kRelu2NoMul;
-    moe_.use_grouped_topk = true;
-    moe_.n_group = d_.n_group;
-    moe_.topk_group = d_.topk_group;
-    moe_.routed_scaling_factor = 1.0f;  // NemotronH scales the routed output instead
-    if (ctx.engine && !ctx.engine->tuned_config_dir.empty())
-      moe_src_.table_dir = paths::join(ctx.engine->tuned_config_dir, "fused_moe");
-    moe_src_.device_name = ctx.target ? ctx.target->device_name : std::string();
   }
 
   std::string name() const override { return c_.architecture; }
+
+  // NemotronHMoE's routed experts: bf16, sigmoid grouped top-k with the correction bias, relu2,
+  // on the latent width when the model has latent projections. The routed scaling factor applies
+  // to the output (moe_layer_forward), not inside the router.
+  std::vector<MoeSpec> moe_specs() const override {
+    if (d_.experts <= 0) return {};
+    MoeSpec s;
+    s.num_experts = d_.experts;
+    s.intermediate = d_.moe_inter;
+    s.hidden = d_.moe_hidden(c_.hidden_size);
+    s.top_k = static_cast<int>(d_.top_k);
+    s.renormalize = d_.norm_topk;
+    s.routing = MoeRouting::kSigmoidGroupedTopk;
+    s.n_group = d_.n_group;
+    s.topk_group = d_.topk_group;
+    s.activation = MoeActivation::kRelu2;
+    return {s};
+  }
 
   std::vector<MixerSpec> layer_plan() const override {
     std::vector<MixerSpec> plan;
@@ -290,7 +295,10 @@ class NemotronHModel final : public Model {
     lm_head_ = c_.tie_word_embeddings ? embed_ : m.normal({V, H}, sh);
     // vLLM's routing and align / sum ops are ahead-of-time CUDA ops: their stand-ins compile
     // while the weights load, never on the hot path.
-    if (ctx_.jit && d_.experts > 0) fused_moe::precompile_aot_kernels(*ctx_.jit, moe_);
+    if (d_.experts > 0) {
+      moe_ = make_moe_experts(moe_specs().front(), ctx_);
+      moe_->precompile();
+    }
     return m.bytes();
   }
 
@@ -311,11 +319,11 @@ class NemotronHModel final : public Model {
                         {"ssm_dtype", c10::toString(d_.mamba.ssm_dtype)}};
     if (d_.pattern.find('E') != std::string::npos)
       rank["moe"] = {{"experts", d_.experts},           {"top_k", d_.top_k},
-                     {"intermediate", d_.moe_inter},    {"expert_hidden", moe_.hidden},
+                     {"intermediate", d_.moe_inter},    {"expert_hidden", d_.moe_hidden(c_.hidden_size)},
                      {"shared_intermediate", d_.shared_inter}, {"latent", d_.latent}};
     if (d_.pattern.find('-') != std::string::npos) rank["mlp"] = {{"intermediate", d_.mlp_inter}};
     r["rank_shapes"] = rank;
-    const nlohmann::json moe = moe_log_.report();
+    const nlohmann::json moe = moe_ ? moe_->report() : nlohmann::json();
     if (!moe.is_null()) r.update(moe);
     return r;
   }
@@ -393,24 +401,22 @@ class NemotronHModel final : public Model {
     return at::linear(relu2(at::linear(h, w.up)), w.down);
   }
 
-  // NemotronHMoE: the float32 router (GateLinear), then fused_moe::nemotron_moe: sigmoid +
-  // correction-bias grouped top-k, latent projections around the relu2 routed experts, the
-  // routed output scaled by routed_scaling_factor, plus the relu2 shared expert.
+  // NemotronHMoE (vllm/model_executor/models/nemotron_h.py at vllm-project/vllm 00b08dc44519):
+  // the float32 router (GateLinear), then the MoE layer: sigmoid + correction-bias grouped top-k,
+  // fc1_latent_proj / fc2_latent_proj around the relu2 routed experts, the routed output scaled
+  // by routed_scaling_factor, plus the relu2 shared expert.
   at::Tensor moe(const Weights& w, const at::Tensor& h) {
-    const int64_t M = h.size(0);
     const at::Tensor logits = at::linear(h.to(at::kFloat), w.router);  // [M, E] float32
-    fused_moe::NemotronMoeWeights mw;
-    mw.e_score_correction_bias = w.bias;
-    mw.fc1_latent = w.fc1_latent;
-    mw.fc2_latent = w.fc2_latent;
-    mw.w13 = w.w13;
-    mw.w2 = w.w2;
+    MoeLayerWeights mw;
+    mw.correction_bias = w.bias;
+    mw.input_latent = w.fc1_latent;
+    mw.output_latent = w.fc2_latent;
+    mw.experts = {w.w13, w.w2, {}, {}};
     mw.shared_up = w.shared_up;
     mw.shared_down = w.shared_down;
+    mw.shared_activation = MoeActivation::kRelu2;
     at::Tensor out = at::empty_like(h);
-    const jit::Selection sel = fused_moe::nemotron_moe(*ctx_.jit, moe_, moe_src_, h, logits, mw,
-                                                       d_.routed_scaling, out);
-    moe_log_.note(M, sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
+    moe_layer_forward(*moe_, h, logits, mw, d_.routed_scaling, out);
     return out;
   }
 
@@ -420,9 +426,7 @@ class NemotronHModel final : public Model {
   c10::Device device_;
   std::vector<int> mixer_layers_;
   bool first_layer_ = true;
-  fused_moe::MoeShape moe_;
-  fused_moe::ConfigSource moe_src_;
-  MoeConfigLog moe_log_;
+  std::unique_ptr<MoeExperts> moe_;
   at::Tensor embed_, final_norm_, lm_head_;
   std::vector<Weights> layers_;
 };
@@ -430,7 +434,6 @@ class NemotronHModel final : public Model {
 std::vector<ScenarioProblem> check_nemotron(const ModelConfig& c, const EngineConfig& e) {
   NemotronDims d = nemotron_dims(c, &e);
   std::vector<ScenarioProblem> out = std::move(d.problems);
-  if (d.pattern.find('E') != std::string::npos) require_tuned_config_dir(e, out);
   return out;
 }
 

@@ -25,8 +25,6 @@
 #include <cmath>
 #include <map>
 
-#include "harness/common/paths.h"
-#include "harness/kernels/fused_moe/fused_moe.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
 #include "harness/models/layers_common.h"
 #include "harness/models/model.h"
@@ -82,19 +80,23 @@ struct Weights {
 class Qwen3NextModel final : public Model {
  public:
   Qwen3NextModel(const ModelConfig& c, const MixerContext& ctx)
-      : c_(c), d_(next_dims(c)), ctx_(ctx), device_(ctx.device) {
-    moe_.num_experts = d_.experts;
-    moe_.intermediate = d_.moe_inter;
-    moe_.hidden = c.hidden_size;
-    moe_.top_k = static_cast<int>(d_.top_k);
-    moe_.renormalize = d_.norm_topk;
-    // vLLM keeps fused-MoE tables in a fused_moe/ folder of its config directory.
-    if (ctx.engine && !ctx.engine->tuned_config_dir.empty())
-      moe_src_.table_dir = paths::join(ctx.engine->tuned_config_dir, "fused_moe");
-    moe_src_.device_name = ctx.target ? ctx.target->device_name : std::string();
-  }
+      : c_(c), d_(next_dims(c)), ctx_(ctx), device_(ctx.device) {}
 
   std::string name() const override { return c_.architecture; }
+
+  // Qwen3NextSparseMoeBlock's routed experts: bf16, topk_softmax over the router logits, gated
+  // SiLU.
+  std::vector<MoeSpec> moe_specs() const override {
+    MoeSpec s;
+    s.num_experts = d_.experts;
+    s.intermediate = d_.moe_inter;
+    s.hidden = c_.hidden_size;
+    s.top_k = static_cast<int>(d_.top_k);
+    s.renormalize = d_.norm_topk;
+    s.routing = MoeRouting::kSoftmaxTopk;
+    s.activation = MoeActivation::kSiluGated;
+    return {s};
+  }
 
   std::vector<MixerSpec> layer_plan() const override {
     std::vector<MixerSpec> plan;
@@ -166,9 +168,9 @@ class Qwen3NextModel final : public Model {
     lm_head_ = c_.tie_word_embeddings ? embed_ : m.normal({V, H}, sh);
     // RoPE over the rotary part of each head.
     rope_ = rope_table(c_.max_position_embeddings, rotary_dim(), c_.rope_theta, device_);
-    // vLLM's topk_softmax / moe_align_block_size / silu_and_mul / moe_sum are ahead-of-time CUDA
-    // ops; their stand-ins compile here, while the weights load, never on the hot path.
-    if (ctx_.jit) fused_moe::precompile_aot_kernels(*ctx_.jit, moe_);
+    // The experts' ahead-of-time ops compile here, while the weights load, never on the hot path.
+    moe_ = make_moe_experts(moe_specs().front(), ctx_);
+    moe_->precompile();
     return m.bytes();
   }
 
@@ -176,7 +178,7 @@ class Qwen3NextModel final : public Model {
     return at::linear(hidden, lm_head_).to(at::kFloat);
   }
 
-  nlohmann::json report() const override { return moe_log_.report(); }
+  nlohmann::json report() const override { return moe_ ? moe_->report() : nlohmann::json(); }
 
   void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
     const int L = c_.num_hidden_layers;
@@ -255,7 +257,7 @@ class Qwen3NextModel final : public Model {
     st.carry = {gate};
   }
 
-  // Qwen3NextSparseMoeBlock: routed experts through the fused-MoE kernels plus the gated shared
+  // Qwen3NextSparseMoeBlock: the routed experts (the bf16 MoE backend) plus the gated shared
   // expert.
   at::Tensor moe(const Weights& w, const at::Tensor& h, const ForwardBatch& batch) {
     (void)batch;
@@ -264,11 +266,9 @@ class Qwen3NextModel final : public Model {
     const auto f32 = h.options().dtype(at::kFloat);
     at::Tensor topk_w = at::empty({M, d_.top_k}, f32);
     at::Tensor topk_ids = at::empty({M, d_.top_k}, h.options().dtype(at::kInt));
-    fused_moe::topk_softmax(*ctx_.jit, moe_, logits, topk_w, topk_ids);
+    moe_->route(logits, at::Tensor(), topk_w, topk_ids);
     at::Tensor routed = at::empty_like(h);
-    const jit::Selection sel =
-        fused_moe::fused_experts(*ctx_.jit, moe_, moe_src_, h, w.w13, w.w2, topk_w, topk_ids, routed);
-    moe_log_.note(M, sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
+    moe_->forward(h, topk_w, topk_ids, {w.w13, w.w2, {}, {}}, routed);
     const at::Tensor gu = at::linear(h, w.shared_gate_up);
     const int64_t I = d_.shared_inter;
     const at::Tensor shared =
@@ -280,9 +280,7 @@ class Qwen3NextModel final : public Model {
   NextDims d_;
   MixerContext ctx_;
   c10::Device device_;
-  fused_moe::MoeShape moe_;
-  fused_moe::ConfigSource moe_src_;
-  MoeConfigLog moe_log_;
+  std::unique_ptr<MoeExperts> moe_;
   at::Tensor embed_, final_norm_, lm_head_, rope_;
   std::vector<Weights> layers_;
 };
@@ -298,10 +296,9 @@ std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig
     out.push_back({"model.linear_num_value_heads",
                    fmt::format("{} value heads is not a multiple of {} key heads", d.hv, d.hk)});
   }
-  if (d.experts < 1 || d.experts > 1024 || d.top_k < 1 || d.top_k > d.experts) {
+  if (d.experts < 1 || d.top_k < 1 || d.top_k > d.experts) {
     out.push_back({"model.num_experts_per_tok",
-                   fmt::format("top-{} of {} experts: the fused-MoE kernels take 1..1024 experts "
-                               "and a top-k of 1..num_experts",
+                   fmt::format("top-{} of {} experts: the top-k must be in 1..num_experts",
                                d.top_k, d.experts)});
   }
   const int64_t rot = static_cast<int64_t>(std::llround(c.head_dim * d.partial_rotary));
@@ -314,7 +311,6 @@ std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig
                    fmt::format("{} ranks: qwen3-next is replayed at tensor_parallel_size 1 only",
                                e.tensor_parallel_size)});
   }
-  require_tuned_config_dir(e, out);
   return out;
 }
 

@@ -187,6 +187,26 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
   ctx.engine = &s.engine;
   std::unique_ptr<Model> m = f->make(s.model, ctx);
   std::set<std::string> seen;
+  // Whether every kernel of a backend exists for the target's arch (one problem per backend:
+  // every kernel of it needs the same arch), under `key`.
+  auto check_archs = [&](const std::string& backend, const std::vector<const jit::KernelSource*>& kernels,
+                         const std::string& key) {
+    if (target == nullptr) return;
+    for (const jit::KernelSource* k : kernels) {
+      try {
+        const std::string arch = jit::kernel_arch(*k, target->arch);
+        if (!jit::nvrtc_can_target(arch) && seen.insert("nvrtc:" + backend).second) {
+          out.push_back({key, fmt::format("the {} backend cannot run on {} with this CUDA toolkit: "
+                                          "kernel {}: {}", backend, target->device_name, k->name,
+                                          jit::nvrtc_cannot_target_text(arch))});
+        }
+      } catch (const jit::UnsupportedArchError& err) {
+        const std::string text = fmt::format("the {} backend cannot run on {}: {}", backend,
+                                             target->device_name, err.what());
+        if (seen.insert(text).second) out.push_back({key, text});
+      }
+    }
+  };
   for (const MixerSpec& spec : m->layer_plan()) {
     const MixerBackendInfo* b = find_mixer_backend(spec.kind, e.kv_cache_dtype);
     if (b == nullptr) {
@@ -197,26 +217,22 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
       }
       continue;
     }
-    if (target != nullptr) {
-      for (const jit::KernelSource* k : b->kernels) {
-        try {
-          const std::string arch = jit::kernel_arch(*k, target->arch);
-          if (!jit::nvrtc_can_target(arch)) {
-            const std::string text =
-                fmt::format("the {} backend cannot run on {} with this CUDA toolkit: kernel {}: {}",
-                            b->name, target->device_name, k->name, jit::nvrtc_cannot_target_text(arch));
-            // One problem per backend: every kernel of it needs the same arch.
-            if (seen.insert("nvrtc:" + b->name).second) out.push_back({"engine.kv_cache_dtype", text});
-          }
-        } catch (const jit::UnsupportedArchError& err) {
-          const std::string text = fmt::format("the {} backend cannot run on {}: {}", b->name,
-                                               target->device_name, err.what());
-          if (seen.insert(text).second) out.push_back({"engine.kv_cache_dtype", text});
-        }
-      }
-    }
+    check_archs(b->name, b->kernels, "engine.kv_cache_dtype");
     if (!b->check) continue;
     for (auto& p : b->check(spec, s.model, e)) {
+      if (seen.insert(p.key + ":" + p.message).second) out.push_back(std::move(p));
+    }
+  }
+  for (const MoeSpec& spec : m->moe_specs()) {
+    const MoeBackendInfo* b = find_moe_backend(spec.weight_format);
+    if (b == nullptr) {
+      out.push_back({"model", fmt::format("the model's {} experts have no MoE backend ({})",
+                                          spec.weight_format, spec.summary())});
+      continue;
+    }
+    check_archs(b->name, b->kernels, "model");
+    if (!b->check) continue;
+    for (auto& p : b->check(spec, e)) {
       if (seen.insert(p.key + ":" + p.message).second) out.push_back(std::move(p));
     }
   }

@@ -110,7 +110,7 @@ struct StrategyResult {
 /// One file (or directory) a run read its scenario from, as the run's children used it. JSON:
 /// {role, path, bytes, fnv1a64} for a file, plus `files` for a directory.
 struct InputFile {
-  std::string role;     ///< "scenario" | "config" (the HF config.json) | "tuned_config_dir"
+  std::string role;     ///< "scenario" | "config" (the HF config.json) | a directory engine key ("tuned_config_dir")
   std::string path;     ///< as the scenario or the command line named it (resolved, not canonical)
   long long bytes = 0;  ///< size of the file; of all its files for a directory
   /// FNV-1a 64 of the file's bytes, 16 hex digits. For a directory: FNV-1a 64 of the lines

@@ -21,6 +21,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/paths.h"
+#include "harness/replay/engine_keys.h"
 #include "harness/replay/hf_config.h"
 #include "harness/replay/scenario_internal.h"
 
@@ -33,6 +34,51 @@ using namespace scenario_detail;  // NOLINT: this file is the loader those helpe
 const std::vector<int> kBlockSizes = {1, 8, 16, 32, 64, 128, 256};
 constexpr size_t kMaxRequests = 64;
 constexpr long long kMaxGpuBlocks = std::numeric_limits<int32_t>::max();
+
+// Reads the engine keys their owners declare (engine_keys.h) into e.owned; a key left out stays
+// absent (it reads as its default).
+void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
+  for (const EngineKeySpec& k : declared_engine_keys()) {
+    const Entry* x = ev.get(k.name);
+    if (x == nullptr) continue;
+    switch (k.type) {
+      case EngineKeyType::kInt:
+        if (auto v = read_int_in(c, x->path, x->value, k.min)) {
+          if (*v > k.max)
+            c.fail(x->path, x->value.Mark(), fmt::format("{} is more than {} {}", *v, k.max, k.unit));
+          else
+            e.owned[k.name] = static_cast<int64_t>(*v);
+        }
+        break;
+      case EngineKeyType::kChoice:
+        if (auto v = read_string(c, x->path, x->value)) {
+          if (std::find(k.choices.begin(), k.choices.end(), *v) == k.choices.end())
+            c.fail(x->path, x->value.Mark(), fmt::format("'{}' is not one of {}", *v, names(k.choices)));
+          else
+            e.owned[k.name] = *v;
+        }
+        break;
+      case EngineKeyType::kDirectory:
+        if (auto v = read_string(c, x->path, x->value)) {
+          std::string dir = *v;
+          if (!dir.empty() && dir[0] != '/' && !c.from_command_line(x->path))
+            dir = paths::join(paths::parent(c.file()), dir);
+          dir = paths::normalize(dir);
+          std::string unreadable;
+          if (!paths::is_directory(dir)) {
+            c.fail(x->path, x->value.Mark(), fmt::format("'{}' is not a directory", dir));
+          } else if (!(unreadable = paths::find_unreadable_input(dir, ".json", paths::kMaxTableBytes))
+                          .empty()) {
+            // The files are read whole when a kernel looks one up: a FIFO would hang that read.
+            c.fail(x->path, x->value.Mark(), fmt::format("a tuned table cannot be read: {}", unreadable));
+          } else {
+            e.owned[k.name] = dir;
+          }
+        }
+        break;
+    }
+  }
+}
 
 // Reads `engine:`. `model` is null when the model could not be read (cross checks are skipped).
 void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const LengthLimit& limit,
@@ -116,41 +162,7 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
     }
   }
 
-  if (const Entry* x = ev.get("tuned_config_dir")) {
-    if (auto v = read_string(c, x->path, x->value)) {
-      std::string dir = *v;
-      if (!dir.empty() && dir[0] != '/' && !c.from_command_line(x->path))
-        dir = paths::join(paths::parent(c.file()), dir);
-      dir = paths::normalize(dir);
-      std::string unreadable;
-      if (!paths::is_directory(dir)) {
-        c.fail(x->path, x->value.Mark(), fmt::format("'{}' is not a directory", dir));
-      } else if (!(unreadable = paths::find_unreadable_input(dir, ".json", paths::kMaxTableBytes))
-                      .empty()) {
-        // The tables are read whole when a kernel looks one up: a FIFO would hang that read.
-        c.fail(x->path, x->value.Mark(), fmt::format("a tuned table cannot be read: {}", unreadable));
-      } else {
-        e.tuned_config_dir = dir;
-      }
-    }
-  }
-  if (const Entry* x = ev.get("num_speculative_tokens")) {
-    if (auto v = read_int_in(c, x->path, x->value, 0)) {
-      if (*v > 16)
-        c.fail(x->path, x->value.Mark(), fmt::format("{} is more than 16 draft tokens", *v));
-      else
-        e.num_speculative_tokens = static_cast<int>(*v);
-    }
-  }
-  if (const Entry* x = ev.get("mamba_ssm_cache_dtype")) {
-    if (auto v = read_string(c, x->path, x->value)) {
-      if (*v != "auto" && *v != "float32" && *v != "bfloat16")
-        c.fail(x->path, x->value.Mark(),
-               fmt::format("'{}' is not one of auto, bfloat16, float32", *v));
-      else
-        e.mamba_ssm_cache_dtype = *v;
-    }
-  }
+  load_owned_engine_keys(c, ev, e);
   if (const Entry* x = ev.get("tensor_parallel_size")) {
     if (auto v = read_int_in(c, x->path, x->value, 1)) {
       if (*v > 64)
@@ -441,7 +453,7 @@ Scenario build(Checker& c, const YAML::Node& root, const ScenarioRules& rules,
     if (mv.ok()) model_ok = load_model(c, mv, s.model, limit);
   }
   if (const Entry* x = top.require("engine")) {
-    MapView ev(c, x->value, x->path, x->key_node.Mark(), &kEngineKeys);
+    MapView ev(c, x->value, x->path, x->key_node.Mark(), &engine_key_names());
     if (ev.ok()) load_engine(c, ev, model_ok ? &s.model : nullptr, limit, s.engine);
   }
   if (const Entry* x = top.require("requests"))

@@ -37,22 +37,13 @@
 //     allow_long_max_model_len: false  # default false; the twin of vLLM's
 //                                      # VLLM_ALLOW_LONG_MAX_MODEL_LEN: lets max_model_len exceed
 //                                      # the model's derived limit
-//     tuned_config_dir: ../fixtures/tuned-configs   # vLLM-style tuned kernel-config tables
-//                                      # (fused_moe/E=...,N=...,device_name=....json), relative
-//                                      # to this file; required by MoE models (vLLM reads its
-//                                      # packaged folder, or VLLM_TUNED_CONFIG_FOLDER)
-//     num_speculative_tokens: 0        # default 0; vLLM's speculative_config
-//                                      # .num_speculative_tokens as warmers see it (draft tokens
-//                                      # themselves are not replayed: decode steps carry one
-//                                      # token per request)
-//     mamba_ssm_cache_dtype: auto      # default auto; or bfloat16 / float32: the recurrent SSM
-//                                      # state dtype of GDN / Mamba2 layers (auto: what vLLM
-//                                      # resolves for the model: bf16 for Qwen3-Next, the HF
-//                                      # config's mamba_ssm_cache_dtype, else float32, for NemotronH)
 //     tensor_parallel_size: 1          # default 1; 1..64. The replay runs ONE rank with the
 //                                      # per-rank shapes vLLM's sharding gives (heads, Mamba
 //                                      # heads / groups, expert intermediate; KV heads replicated
 //                                      # when fewer than ranks); no communication is replayed
+//     tuned_config_dir: ../fixtures/tuned-configs   # and the other keys that a family, backend
+//                                      # or warmer reads: declared by their owners
+//                                      # (engine_keys.h; `coldstart list` prints them)
 //   requests:                          # required: 1 to 64 entries (roles: see Requests below)
 //     - {prompt_tokens: 512, decode_steps: 32}   # the first request after startup
 //     - {prompt_tokens: 64, decode_steps: 8, arrival_step: 3}   # joins at scheduler step 3
@@ -214,10 +205,21 @@ struct EngineConfig {
   std::optional<long long> num_gpu_blocks;   ///< explicit KV cache size in blocks, else from memory
   bool enable_chunked_prefill = true;        ///< V1 default: long prompts are split into chunks
   bool allow_long_max_model_len = false;     ///< max_model_len may exceed the model's derived limit
-  std::string tuned_config_dir;              ///< tuned kernel-config tables ("" = none given)
-  int num_speculative_tokens = 0;            ///< speculative tokens per step (warmers only)
-  std::string mamba_ssm_cache_dtype = "auto";  ///< "auto" (the model's) | "bfloat16" | "float32"
   int tensor_parallel_size = 1;  ///< ranks; the replay runs rank 0's shapes (1..64)
+  /// The keys their owners declare (engine_keys.h), by name, as the loader validated them
+  /// (kInt as a number, the others as strings); a key left out is absent and reads as its
+  /// default. Owners read them through their typed accessors.
+  nlohmann::json owned = nlohmann::json::object();
+
+  /// A declared kInt key's value (its default when unset). Throws Error when no owner declared
+  /// `name` as an integer key.
+  int64_t int_key(const std::string& name) const;
+  /// A declared kChoice / kDirectory key's value (its default when unset). Throws Error when no
+  /// owner declared `name` as such a key.
+  const std::string& string_key(const std::string& name) const;
+  /// Sets a declared key (tests, and the loader); throws Error for an undeclared name or a value
+  /// of the wrong JSON type. No range check: the loader's.
+  void set_key(const std::string& name, const nlohmann::json& value);
 };
 
 /// One request replayed after startup.

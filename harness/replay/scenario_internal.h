@@ -19,12 +19,15 @@ inline const std::vector<std::string> kTopKeys = {"name",     "description", "mo
                                                   "requests", "strategies",  "matrix", "timeout_s",
                                                   "expect",   "archs"};
 inline const std::vector<std::string> kModelKeys = {"config", "overrides"};
-inline const std::vector<std::string> kEngineKeys = {
+/// The engine keys every replay reads; the keys a family, backend or warmer reads are declared by
+/// their owners (engine_keys.h).
+inline const std::vector<std::string> kCoreEngineKeys = {
     "max_num_seqs",   "max_num_batched_tokens", "max_model_len",           "block_size",
     "kv_cache_dtype", "cudagraph_mode",         "cudagraph_capture_sizes", "gpu_memory_utilization",
     "num_gpu_blocks", "enable_chunked_prefill", "allow_long_max_model_len",
-    "tuned_config_dir", "num_speculative_tokens", "mamba_ssm_cache_dtype",
     "tensor_parallel_size"};
+/// kCoreEngineKeys, then every declared key (engine_keys.h): what `engine:` accepts.
+const std::vector<std::string>& engine_key_names();
 inline const std::vector<std::string> kRequestKeys = {"prompt_tokens", "decode_steps",
                                                       "arrival_step", "steady"};
 inline const std::vector<std::string> kStrategyKeys = {"warmers", "allow_hot_path_compiles"};

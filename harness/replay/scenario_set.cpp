@@ -43,16 +43,16 @@ Resolved resolve_key(const std::string& key) {
   const std::string& first = parts[0];
   if (parts.size() == 1) {
     if (contains(kTopKeys, first)) return {{first}, ""};
-    if (contains(kEngineKeys, first)) return {{"engine", first}, ""};
+    if (contains(engine_key_names(), first)) return {{"engine", first}, ""};
     std::vector<std::string> all = kTopKeys;
-    all.insert(all.end(), kEngineKeys.begin(), kEngineKeys.end());
+    all.insert(all.end(), engine_key_names().begin(), engine_key_names().end());
     return {{},
             "unknown key" + suggest(first, all) +
                 "; a bare key must be an engine key or a top-level key, else write the dotted "
                 "path (e.g. model.overrides.num_hidden_layers)"};
   }
   if (!contains(kTopKeys, first)) {
-    if (contains(kEngineKeys, first))
+    if (contains(engine_key_names(), first))
       return {{}, fmt::format("unknown key '{}' (did you mean 'engine.{}'?)", first, first)};
     return {{}, fmt::format("unknown key '{}'{}", first, suggest(first, kTopKeys))};
   }
@@ -64,8 +64,8 @@ Resolved resolve_key(const std::string& key) {
     return {{}, fmt::format("'{}' has no sub-keys", first)};
   const std::string& second = parts[1];
   if (first == "engine") {
-    if (!contains(kEngineKeys, second))
-      return {{}, fmt::format("unknown key 'engine.{}'{}", second, suggest(second, kEngineKeys))};
+    if (!contains(engine_key_names(), second))
+      return {{}, fmt::format("unknown key 'engine.{}'{}", second, suggest(second, engine_key_names()))};
     if (parts.size() > 3 ||
         (parts.size() == 3 && (second != "cudagraph_capture_sizes" || !is_index(parts[2]))))
       return {{}, fmt::format("'engine.{}' has no sub-key '{}'", second, parts[2])};

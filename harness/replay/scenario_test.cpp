@@ -1,12 +1,14 @@
 // Tests of the scenario loader: the shipped scenarios, every validation rule (each error must name
 // the file, the line and the key), --set overrides, matrix variants, Infinity in config.json, and
 // vLLM's default capture sizes.
+#include "harness/replay/engine_keys.h"
 #include "harness/replay/scenario.h"
 
 #include <gtest/gtest.h>
 
 #include <cfloat>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -165,7 +167,7 @@ TEST_F(ScenarioFiles, Defaults) {
   EXPECT_TRUE(s.engine.enable_chunked_prefill);
   EXPECT_FALSE(s.engine.allow_long_max_model_len);
   EXPECT_EQ(s.engine.tensor_parallel_size, 1);
-  EXPECT_EQ(s.engine.mamba_ssm_cache_dtype, "auto");
+  EXPECT_EQ(s.engine.string_key("mamba_ssm_cache_dtype"), "auto");
   EXPECT_DOUBLE_EQ(s.timeout_s, 600);
 }
 
@@ -201,6 +203,38 @@ TEST_F(ScenarioFiles, NumGpuBlocks) {
   expect_at(
       error_of(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  num_gpu_blocks: 100\n")),
       9, "engine.num_gpu_blocks", "fewer than max_model_len");
+}
+
+TEST_F(ScenarioFiles, OwnedEngineKeysValidatedWithTheirOwnersRules) {
+  // Every declared key is unique, owned, documented, not a core key, and its default is valid.
+  std::set<std::string> seen;
+  for (const EngineKeySpec& k : declared_engine_keys()) {
+    EXPECT_TRUE(seen.insert(k.name).second) << k.name << " declared twice";
+    EXPECT_FALSE(k.owner.empty() || k.doc.empty()) << k.name;
+    EXPECT_EQ(find_engine_key(k.name), &k);
+    if (k.type == EngineKeyType::kInt) {
+      const long long d = std::stoll(k.default_value);
+      EXPECT_TRUE(d >= k.min && d <= k.max) << k.name;
+    } else if (k.type == EngineKeyType::kChoice) {
+      EXPECT_NE(std::find(k.choices.begin(), k.choices.end(), k.default_value), k.choices.end()) << k.name;
+    }
+  }
+  EXPECT_TRUE(seen.count("num_speculative_tokens") && seen.count("mamba_ssm_cache_dtype") &&
+              seen.count("tuned_config_dir"));
+  // Values reach the typed accessors; bad ones name file, line and key with the owner's rule.
+  Scenario s = load(replace(kBase, "  block_size: 16\n",
+                            "  block_size: 16\n  num_speculative_tokens: 3\n  mamba_ssm_cache_dtype: float32\n"));
+  EXPECT_EQ(s.engine.int_key("num_speculative_tokens"), 3);
+  EXPECT_EQ(s.engine.string_key("mamba_ssm_cache_dtype"), "float32");
+  EXPECT_EQ(s.engine.string_key("tuned_config_dir"), "");
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  num_speculative_tokens: 17\n")),
+            9, "engine.num_speculative_tokens", "17 is more than 16 draft tokens");
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  mamba_ssm_cache_dtype: fp16\n")),
+            9, "engine.mamba_ssm_cache_dtype", "'fp16' is not one of auto, bfloat16, float32");
+  // The accessors refuse a name no owner declared, or one of the other type.
+  EXPECT_THROW(s.engine.int_key("no_such_key"), Error);
+  EXPECT_THROW(s.engine.int_key("mamba_ssm_cache_dtype"), Error);
+  EXPECT_THROW(s.engine.set_key("num_speculative_tokens", "three"), Error);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -192,6 +192,12 @@ jit::Selection fp8_gemm_nt(jit::JitRuntime& rt, const GemmTarget& target, const 
   return launch(rt, fn, picked, call, d, options.mma_sync);
 }
 
+int64_t m_grouped_contiguous_rows(int64_t num_tokens, int64_t top_k, int64_t experts) {
+  constexpr int64_t kAlign = kMkAlignmentForContiguousLayout;
+  const int64_t rows = num_tokens * top_k + experts * (kAlign - 1);
+  return (rows + kAlign - 1) / kAlign * kAlign;
+}
+
 jit::Selection m_grouped_fp8_gemm_nt_contiguous(jit::JitRuntime& rt, const GemmTarget& target,
                                                 const at::Tensor& a, const at::Tensor& sfa,
                                                 const at::Tensor& b, const at::Tensor& sfb,

@@ -68,6 +68,12 @@ jit::Selection fp8_gemm_nt(jit::JitRuntime& rt, const GemmTarget& target, const 
                            const at::Tensor& sfa, const at::Tensor& b, const at::Tensor& sfb,
                            const at::Tensor& d, const GemmOptions& options = {});
 
+/// Rows of the m-grouped contiguous MoE layout for `num_tokens` tokens: vLLM's static upper bound
+/// (compute_aligned_M in vllm/model_executor/layers/fused_moe/deep_gemm_utils.py), which keeps
+/// shapes fixed under graph capture with every expert's run padded to
+/// kMkAlignmentForContiguousLayout rows: align(num_tokens * top_k + experts * 127, 128).
+int64_t m_grouped_contiguous_rows(int64_t num_tokens, int64_t top_k, int64_t experts);
+
 /// MoE experts over rows grouped by expert (DeepGEMM m_grouped_fp8_gemm_nt_contiguous):
 /// D[r] = A[r] x B[m_indices[r]]^T for every row r whose m_indices[r] >= 0; rows of -1 are
 /// padding and are left untouched. Each expert's rows are a run padded to 128

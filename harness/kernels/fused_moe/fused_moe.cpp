@@ -170,8 +170,8 @@ jit::Selection select_config(const ConfigSource& src, const MoeShape& s, int64_t
   const CallSite fn{kFamily, "select_config"};
   check_shape(fn, s);
   return jit::select_from_table(
-      src.table_dir, jit::fused_moe_stem_fields(s.num_experts, s.intermediate, src.device_name),
-      M, jit::fused_moe_default_config(M, s.num_experts));
+      src.table_dir, table_stem_fields(s.num_experts, s.intermediate, src.device_name),
+      M, default_config(M, s.num_experts));
 }
 
 Alignment align_block_size(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& topk_ids,
@@ -381,72 +381,6 @@ jit::Selection fused_experts(jit::JitRuntime& rt, const MoeShape& s, const Confi
                              const at::Tensor& out) {
   jit::Selection sel = select_config(src, s, hidden.defined() ? hidden.size(0) : 0);
   fused_experts_with(rt, s, sel, hidden, w13, w2, topk_weights, topk_ids, out);
-  return sel;
-}
-
-jit::Selection nemotron_moe(jit::JitRuntime& rt, const MoeShape& s, const ConfigSource& src,
-                            const at::Tensor& hidden, const at::Tensor& router_logits,
-                            const NemotronMoeWeights& w, double routed_scaling_factor,
-                            const at::Tensor& out) {
-  const CallSite fn{kFamily, "nemotron_moe"};
-  check_shape(fn, s);
-  if (s.activation != Activation::kRelu2NoMul || !s.use_grouped_topk) {
-    fail(fn, "s", "must have activation kRelu2NoMul and use_grouped_topk (NemotronH's MoE)");
-  }
-  check(fn, "hidden", hidden, at::kBFloat16, 2, Layout::kContiguous);
-  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
-  const int64_t m = hidden.size(0);
-  const int64_t h = hidden.size(1);
-  check_size(fn, "out", out, 0, m);
-  check_size(fn, "out", out, 1, h);
-  check(fn, "router_logits", router_logits, at::kFloat, 2, Layout::kInnerContiguous);
-  check_size(fn, "router_logits", router_logits, 0, m);
-  const bool latent = w.fc1_latent.defined();
-  if (latent != w.fc2_latent.defined()) {
-    fail(fn, "w.fc2_latent", "must be defined exactly when w.fc1_latent is");
-  }
-  if (latent) {
-    check(fn, "w.fc1_latent", w.fc1_latent, at::kBFloat16, 2, Layout::kInnerContiguous);
-    check_size(fn, "w.fc1_latent", w.fc1_latent, 0, s.hidden);
-    check_size(fn, "w.fc1_latent", w.fc1_latent, 1, h);
-    check(fn, "w.fc2_latent", w.fc2_latent, at::kBFloat16, 2, Layout::kInnerContiguous);
-    check_size(fn, "w.fc2_latent", w.fc2_latent, 0, h);
-    check_size(fn, "w.fc2_latent", w.fc2_latent, 1, s.hidden);
-  } else if (h != s.hidden) {
-    fail(fn, "hidden", fmt::format("has {} columns; without latent projections s.hidden ({}) "
-                                   "must equal it", h, s.hidden));
-  }
-  const bool shared = w.shared_up.defined();
-  if (shared != w.shared_down.defined()) {
-    fail(fn, "w.shared_down", "must be defined exactly when w.shared_up is");
-  }
-  if (shared) {
-    check(fn, "w.shared_up", w.shared_up, at::kBFloat16, 2, Layout::kInnerContiguous);
-    check_size(fn, "w.shared_up", w.shared_up, 1, h);
-    check(fn, "w.shared_down", w.shared_down, at::kBFloat16, 2, Layout::kInnerContiguous);
-    check_size(fn, "w.shared_down", w.shared_down, 0, h);
-    check_size(fn, "w.shared_down", w.shared_down, 1, w.shared_up.size(0));
-  }
-  const auto opts = hidden.options();
-  const at::Tensor topk_w = at::empty({m, s.top_k}, opts.dtype(at::kFloat));
-  const at::Tensor topk_ids = at::empty({m, s.top_k}, opts.dtype(at::kInt));
-  grouped_topk(rt, s, router_logits, w.e_score_correction_bias, topk_w, topk_ids);
-  const at::Tensor x = latent ? at::linear(hidden, w.fc1_latent) : hidden;
-  at::Tensor routed = at::empty({m, s.hidden}, opts);
-  const jit::Selection sel = fused_experts(rt, s, src, x, w.w13, w.w2, topk_w, topk_ids, routed);
-  // MoERunner._maybe_apply_routed_scale_to_output: fused_output *= routed_scaling_factor (bf16).
-  if (routed_scaling_factor != 1.0) routed.mul_(routed_scaling_factor);
-  const at::Tensor y = latent ? at::linear(routed, w.fc2_latent) : routed;
-  at::Tensor o = out;
-  if (shared) {
-    const at::Tensor up = at::linear(hidden, w.shared_up);
-    // ReLUSquaredActivation: torch.square(F.relu(x)) (shape only on meta tensors, see
-    // relu2_no_mul).
-    const at::Tensor act = up.is_meta() ? up : at::square(at::relu(up));
-    at::add_out(o, at::linear(act, w.shared_down), y);
-  } else {
-    o.copy_(y);
-  }
   return sel;
 }
 

@@ -148,38 +148,4 @@ void relu2_no_mul(const at::Tensor& out, const at::Tensor& input);
 /// (contiguous).
 void moe_sum(jit::JitRuntime& rt, const at::Tensor& input, const at::Tensor& out);
 
-// ---- NemotronH's MoE block ---------------------------------------------------------------------
-
-/// Weights of one NemotronH MoE layer on one tensor-parallel rank (bf16, innermost contiguous).
-/// H = hidden size, L = moe_latent_size (or H without latent projections), E experts, N = expert
-/// intermediate per rank (moe_intermediate_size / tp), S = shared-expert intermediate per rank.
-struct NemotronMoeWeights {
-  at::Tensor e_score_correction_bias;  ///< float32 [E]
-  at::Tensor fc1_latent;   ///< [L, H] (ReplicatedLinear), or undefined: no latent projections
-  at::Tensor fc2_latent;   ///< [H, L], defined together with fc1_latent
-  at::Tensor w13;          ///< [E, N, L] (non-gated up_proj)
-  at::Tensor w2;           ///< [E, L, N] (down_proj)
-  at::Tensor shared_up;    ///< [S, H] (ColumnParallelLinear), or undefined: no shared expert
-  at::Tensor shared_down;  ///< [H, S] (RowParallelLinear), defined together with shared_up
-};
-
-/// vLLM's NemotronHMoE block after its gate (vllm/model_executor/models/nemotron_h.py at
-/// vllm-project/vllm 00b08dc44519, which builds it with FusedMoEFactory(...,
-/// routed_input_transform=fc1_latent_proj, routed_output_transform=fc2_latent_proj,
-/// apply_routed_scale_to_output=True); MoERunner.forward at 01cb30845063):
-///   shared = shared_down(relu(shared_up(hidden))^2)               (torch ops, bf16)
-///   x = fc1_latent(hidden)                                        (torch op, bf16; or hidden)
-///   topk = grouped_topk(router_logits, bias)   (routed_scaling_factor 1 inside: s's field)
-///   routed = fused_experts(x) [M, L];  routed *= routed_scaling_factor (bf16, in place)
-///   out = shared + fc2_latent(routed)                             (bf16)
-/// hidden bf16 [M, H] contiguous; router_logits float32 [M, E] (vLLM's GateLinear output);
-/// out bf16 [M, H] innermost contiguous. s must have activation kRelu2NoMul, use_grouped_topk,
-/// and s.hidden = L. On a TP rank this is the rank's partial sum: vLLM all-reduces the routed
-/// latent output before fc2_latent and the shared output separately (not replayed here).
-/// Returns the GEMM selection of fused_experts. Throws InputError naming the argument.
-jit::Selection nemotron_moe(jit::JitRuntime& rt, const MoeShape& s, const ConfigSource& src,
-                            const at::Tensor& hidden, const at::Tensor& router_logits,
-                            const NemotronMoeWeights& w, double routed_scaling_factor,
-                            const at::Tensor& out);
-
 }  // namespace coldstart::fused_moe

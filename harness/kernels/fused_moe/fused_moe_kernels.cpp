@@ -309,15 +309,48 @@ std::vector<KernelCompileCase> compile_cases() {
          KernelArg::i32(1)});
   }
 
-  const jit::KernelConfig small = jit::fused_moe_default_config(1, E);
+  const jit::KernelConfig small = default_config(1, E);
   add(gemm_kernel(), gemm_constexprs(small, false, top_k, true),
       gemm_args(false, gemm_em(true, top_k, 0, 1, top_k, 16), top_k));
-  const jit::KernelConfig large = jit::fused_moe_default_config(4096, E);
+  const jit::KernelConfig large = default_config(4096, E);
   const int64_t sorted = max_num_tokens_padded(4096 * top_k, E, 64);
   add(gemm_kernel(), gemm_constexprs(large, true, 1, false),
       gemm_args(true, gemm_em(false, 4096 * top_k, sorted, 4096 * top_k, 1, 64),
                 4096 * top_k));
   return cases;
+}
+
+jit::StemFields table_stem_fields(int64_t E, int64_t N, const std::string& device_name,
+                                  const std::string& dtype,
+                                  const std::vector<int64_t>& block_shape) {
+  jit::StemFields fields = {{"E", std::to_string(E)},
+                            {"N", std::to_string(N)},
+                            {"device_name", jit::vllm_device_name(device_name)}};
+  if (!dtype.empty()) fields.emplace_back("dtype", dtype);
+  const bool all_nonzero =
+      std::all_of(block_shape.begin(), block_shape.end(), [](int64_t v) { return v != 0; });
+  if (!block_shape.empty() && all_nonzero) {
+    std::string list = "[";
+    for (size_t i = 0; i < block_shape.size(); ++i) {
+      list += fmt::format("{}{}", i ? "," : "", block_shape[i]);
+    }
+    fields.emplace_back("block_shape", list + "]");
+  }
+  return fields;
+}
+
+std::string table_file_name(int64_t E, int64_t N, const std::string& device_name,
+                            const std::string& dtype, const std::vector<int64_t>& block_shape) {
+  return jit::tuned_file_name(table_stem_fields(E, N, device_name, dtype, block_shape));
+}
+
+jit::KernelConfig default_config(int64_t M, int64_t E) {
+  if (M <= E) {
+    return jit::make_config(
+        {{"BLOCK_SIZE_M", 16}, {"BLOCK_SIZE_N", 32}, {"BLOCK_SIZE_K", 64}, {"GROUP_SIZE_M", 1}});
+  }
+  return jit::make_config(
+      {{"BLOCK_SIZE_M", 64}, {"BLOCK_SIZE_N", 64}, {"BLOCK_SIZE_K", 32}, {"GROUP_SIZE_M", 8}});
 }
 
 }  // namespace coldstart::fused_moe

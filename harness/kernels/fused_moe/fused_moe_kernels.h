@@ -71,6 +71,32 @@ const jit::KernelSource& sum_kernel();           ///< moe_sum (AOT)
 const jit::KernelSource& gemm_kernel();          ///< fused_moe_gemm (JIT, Triton in vLLM)
 std::vector<const jit::KernelSource*> all_kernels();
 
+// ---- vLLM's tuned tables for these kernels (fused_moe/configs/*.json) and their default ------
+
+/// vLLM's fused_moe config file name (get_config_file_name in
+/// vllm/model_executor/layers/fused_moe/fused_moe.py, vllm-project/vllm 13cb3e44373b):
+///     f"E={E},N={N},device_name={device_name}{dtype_selector}{block_shape_selector}.json"
+/// with device_name = jit::vllm_device_name(device_name), dtype_selector = ",dtype=<dtype>" unless
+/// `dtype` is empty, block_shape_selector = ",block_shape=[<n>,<k>]" (Python's list repr without
+/// spaces) when `block_shape` is non-empty and has no zero. E.g. (512, 512, "NVIDIA H200") ->
+/// "E=512,N=512,device_name=NVIDIA_H200.json"; (128, 1856, "NVIDIA H200", "fp8_w8a8") ->
+/// "E=128,N=1856,device_name=NVIDIA_H200,dtype=fp8_w8a8.json".
+std::string table_file_name(int64_t E, int64_t N, const std::string& device_name,
+                            const std::string& dtype = "",
+                            const std::vector<int64_t>& block_shape = {});
+
+/// The same name as stem fields (for jit::find_tuned_file / jit::select_from_table).
+jit::StemFields table_stem_fields(int64_t E, int64_t N, const std::string& device_name,
+                                  const std::string& dtype = "",
+                                  const std::vector<int64_t>& block_shape = {});
+
+/// vLLM's default fused_moe config for unquantized weights when no tuned file exists
+/// (get_default_config, vllm-project/vllm 13cb3e44373b): M <= E -> BLOCK_SIZE_M=16,
+/// BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1; else 64, 64, 32, 8. vLLM also sets
+/// SPLIT_K=1 there; it is left out here (the harness's MoE kernel has no split-K). num_warps /
+/// num_stages: KernelConfig's defaults (vLLM leaves them to Triton's launch defaults).
+jit::KernelConfig default_config(int64_t M, int64_t E);
+
 /// Constexprs of the AOT kernels. `input_bf16`: gating logits are bf16 (else float32).
 std::vector<jit::Constexpr> topk_softmax_constexprs(int64_t num_experts, int top_k,
                                                     bool renormalize, bool input_bf16);

@@ -1,6 +1,6 @@
 // Fused MoE for NemotronH (Nemotron-3 Nano / Super): the grouped_topk router (sigmoid + score
-// correction bias), the non-gated relu2 experts and the MoE block with latent projections and a
-// shared expert. CPU tests of the reference, of vLLM's table rule for this shape (tuned-table N,
+// correction bias) and the non-gated relu2 experts (the MoE block around them, with latent
+// projections and a shared expert, is tested in harness/models/moe_test.cpp). CPU tests of the reference, of vLLM's table rule for this shape (tuned-table N,
 // the dtype suffix) and of the compile-only path; GPU tests against float64 / float32 references
 // with poisoned outputs (they skip without a CUDA GPU and a CUDA libtorch).
 #include <gtest/gtest.h>
@@ -31,9 +31,6 @@ using namespace kernels::test;  // test_util.h
 const MoeShape kNano{128, 1856, 2688, 6, true, Activation::kRelu2NoMul, true, 1, 1};
 // Nemotron-3 Super at TP8: 512 experts, top-22, moe_intermediate 2688 / 8 = 336, latent 1024.
 const MoeShape kSuperTp8{512, 336, 1024, 22, true, Activation::kRelu2NoMul, true, 1, 1};
-constexpr int64_t kNanoShared = 3712;       // moe_shared_expert_intermediate_size, TP1
-constexpr int64_t kSuperHidden = 4096;
-constexpr int64_t kSuperShared = 5376 / 8;  // per TP8 rank
 
 std::string table_dir() {
   const char* dir = std::getenv("COLDSTART_SOURCE_DIR");
@@ -93,16 +90,16 @@ TEST(FusedMoeNemotronRules, NanoTableOnH100DefaultOnH200) {
             "BLOCK_SIZE_M=16,BLOCK_SIZE_N=32,BLOCK_SIZE_K=256,GROUP_SIZE_M=1,warps=4,stages=5");
   EXPECT_EQ(h100.candidates.size(), 18u);
   EXPECT_EQ(select_config(kH100, kNano, 2000).tuning_key, "M=2000 -> 2048");
-  ASSERT_TRUE(jit::find_tuned_file(table_dir(), jit::fused_moe_stem_fields(128, 1856, "NVIDIA H200",
+  ASSERT_TRUE(jit::find_tuned_file(table_dir(), table_stem_fields(128, 1856, "NVIDIA H200",
                                                                            "fp8_w8a8")));
   for (const char* dev : {"NVIDIA H200", "NVIDIA H200 NVL"}) {
     const jit::Selection h200 = select_config(ConfigSource{table_dir(), dev}, kNano, 64);
     EXPECT_EQ(h200.selector, "default") << dev;
-    EXPECT_EQ(h200.config.name, jit::fused_moe_default_config(64, 128).name);
+    EXPECT_EQ(h200.config.name, default_config(64, 128).name);
     EXPECT_NE(h200.table_file.find("E=128,N=1856,device_name=NVIDIA_H200.json"), std::string::npos)
         << h200.table_file;
   }
-  EXPECT_EQ(select_config(kH200, kNano, 300).config.name, jit::fused_moe_default_config(300, 128).name);
+  EXPECT_EQ(select_config(kH200, kNano, 300).config.name, default_config(300, 128).name);
   // Every config of the H100 file is supported and fits every arch's shared memory.
   const jit::TunedTable t = jit::load_tuned_table(h100.table_file);
   EXPECT_EQ(t.triton_version, "3.5.0");
@@ -141,7 +138,7 @@ TEST(FusedMoeNemotronCompileOnly, AotKernelsForGroupedRelu2Shape) {
   EXPECT_EQ(rt.cached_kernels(), 6u);
 }
 
-TEST(FusedMoeNemotronCompileOnly, Relu2ExpertsAndMoeBlockOnMeta) {
+TEST(FusedMoeNemotronCompileOnly, Relu2ExpertsOnMeta) {
   jit::JitRuntime rt(compile_only_options());
   precompile_aot_kernels(rt, kNano);
   const int64_t E = 128, N = 1856, H = 2688;
@@ -164,23 +161,6 @@ TEST(FusedMoeNemotronCompileOnly, Relu2ExpertsAndMoeBlockOnMeta) {
     }
     EXPECT_LE(gemms, 2u);
   }
-  // The NemotronH block (Super at TP8: latent 1024, shared expert) on meta tensors.
-  const MoeShape& s = kSuperTp8;
-  MoeShape super_routing = s;
-  precompile_aot_kernels(rt, super_routing);
-  NemotronMoeWeights w;
-  w.e_score_correction_bias = at::empty({512}, meta(at::kFloat));
-  w.fc1_latent = at::empty({1024, kSuperHidden}, meta(at::kBFloat16));
-  w.fc2_latent = at::empty({kSuperHidden, 1024}, meta(at::kBFloat16));
-  w.w13 = at::empty({512, 336, 1024}, meta(at::kBFloat16));
-  w.w2 = at::empty({512, 1024, 336}, meta(at::kBFloat16));
-  w.shared_up = at::empty({kSuperShared, kSuperHidden}, meta(at::kBFloat16));
-  w.shared_down = at::empty({kSuperHidden, kSuperShared}, meta(at::kBFloat16));
-  const at::Tensor h = at::empty({7, kSuperHidden}, meta(at::kBFloat16));
-  const at::Tensor logits = at::empty({7, 512}, meta(at::kFloat));
-  const jit::Selection sel =
-      nemotron_moe(rt, s, kH200, h, logits, w, 5.0, at::empty({7, kSuperHidden}, meta(at::kBFloat16)));
-  EXPECT_EQ(sel.selector, "default");  // no E=512,N=336 table for H200
 }
 
 TEST(FusedMoeNemotronCompileOnly, ValidationNamesFunctionAndArgument) {
@@ -214,17 +194,6 @@ TEST(FusedMoeNemotronCompileOnly, ValidationNamesFunctionAndArgument) {
   silu.activation = Activation::kSilu;
   EXPECT_MENTIONS(run(silu, 64), "argument 'w13'");
   run(silu, 128);
-  NemotronMoeWeights w;
-  w.e_score_correction_bias = at::empty({8}, f);
-  w.fc1_latent = at::empty({128, 256}, b);
-  w.w13 = at::empty({8, 64, 128}, b);
-  w.w2 = at::empty({8, 128, 64}, b);
-  EXPECT_MENTIONS(nemotron_moe(rt, small, kH200, at::empty({3, 256}, b), at::empty({3, 8}, f), w,
-                               1.0, at::empty({3, 256}, b)),
-                  "fused_moe::nemotron_moe: argument 'w.fc2_latent'");
-  EXPECT_MENTIONS(nemotron_moe(rt, silu, kH200, at::empty({3, 256}, b), at::empty({3, 8}, f), w,
-                               1.0, at::empty({3, 256}, b)),
-                  "argument 's'");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -450,49 +419,6 @@ TEST(FusedMoeNemotronGpu, Relu2ExpertsEveryConfigFirstHalf) {
 TEST(FusedMoeNemotronGpu, Relu2ExpertsEveryConfigSecondHalfAndDefaults) {
   CS_REQUIRE_GPU();
   check_nano_relu2(7, 15);
-}
-
-// NemotronH's MoE block against the float32 per-expert loop, with the GPU router's ids (checked
-// against float64 above) fed to the reference.
-void check_block(const MoeShape& s, int64_t H, int64_t S, bool latent, double rsf,
-                 const std::vector<int64_t>& ms, uint64_t seed) {
-  jit::JitRuntime& rt = gpu_runtime();
-  const Experts ex = random_experts(s, seed);
-  const auto f = cuda(at::kFloat);
-  at::manual_seed(seed + 1);
-  NemotronMoeWeights w;
-  w.e_score_correction_bias = at::randn({s.num_experts}, f) * 0.3;
-  w.w13 = ex.w13;
-  w.w2 = ex.w2;
-  if (latent) {
-    w.fc1_latent = (at::randn({s.hidden, H}, f) / std::sqrt(static_cast<double>(H))).to(at::kBFloat16);
-    w.fc2_latent = (at::randn({H, s.hidden}, f) / std::sqrt(static_cast<double>(s.hidden))).to(at::kBFloat16);
-  }
-  w.shared_up = (at::randn({S, H}, f) / std::sqrt(static_cast<double>(H))).to(at::kBFloat16);
-  w.shared_down = (at::randn({H, S}, f) / std::sqrt(static_cast<double>(S))).to(at::kBFloat16);
-  for (int64_t m : ms) {
-    const at::Tensor hidden = random_bf16({m, H}, seed + m, 1.0, 0.0);
-    const at::Tensor logits = at::randn({m, s.num_experts}, f) * 2;
-    at::Tensor out = at::full({m, H}, NAN, cuda(at::kBFloat16));
-    nemotron_moe(rt, s, kH200, hidden, logits, w, rsf, out);
-    const Routed r = route(s, logits, w.e_score_correction_bias);
-    const at::Tensor want = ref::nemotron_moe(hidden, r.weights, r.ids, w.fc1_latent, w.fc2_latent,
-                                              w.w13, w.w2, w.shared_up, w.shared_down, rsf);
-    const double scale = want.abs().max().item<double>();
-    expect_close(out, want, 0.03 * scale, 0.03,
-                 "E=" + std::to_string(s.num_experts) + " M=" + std::to_string(m));
-  }
-}
-
-TEST(FusedMoeNemotronGpu, NanoMoeBlockWithSharedExpert) {
-  CS_REQUIRE_GPU();
-  check_block(kNano, 2688, kNanoShared, /*latent=*/false, 2.5, {1, 64, 800}, 70);
-}
-
-TEST(FusedMoeNemotronGpu, SuperTp8LatentMoeBlock) {
-  CS_REQUIRE_GPU();
-  // E * top_k = 11264: M = 11300 exceeds it.
-  check_block(kSuperTp8, kSuperHidden, kSuperShared, /*latent=*/true, 5.0, {1, 13, 11300}, 90);
 }
 
 }  // namespace

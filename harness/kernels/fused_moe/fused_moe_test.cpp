@@ -35,6 +35,28 @@ const ConfigSource kH200{table_dir(), "NVIDIA H200"};
 // ---------------------------------------------------------------------------------------------
 // CPU: vLLM's host-side rules
 
+TEST(FusedMoeTables, FileNamesLikeVllm) {
+  EXPECT_EQ(table_file_name(512, 512, "NVIDIA H200"),
+            "E=512,N=512,device_name=NVIDIA_H200.json");
+  EXPECT_EQ(table_file_name(128, 1856, "NVIDIA H200", "fp8_w8a8"),
+            "E=128,N=1856,device_name=NVIDIA_H200,dtype=fp8_w8a8.json");
+  EXPECT_EQ(table_file_name(256, 256, "NVIDIA H200", "fp8_w8a8", {128, 128}),
+            "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json");
+  // `not all(block_shape)`: a zero drops the selector.
+  EXPECT_EQ(table_file_name(256, 256, "NVIDIA H200", "", {0, 128}),
+            "E=256,N=256,device_name=NVIDIA_H200.json");
+  EXPECT_EQ(table_file_name(128, 1856, "NVIDIA H100 80GB HBM3"),
+            "E=128,N=1856,device_name=NVIDIA_H100_80GB_HBM3.json");
+}
+
+TEST(FusedMoeTables, DefaultConfigLikeVllm) {
+  // get_default_config: M <= E and M > E.
+  EXPECT_EQ(default_config(8, 8).name,
+            "BLOCK_SIZE_M=16,BLOCK_SIZE_N=32,BLOCK_SIZE_K=64,GROUP_SIZE_M=1,warps=4,stages=1");
+  EXPECT_EQ(default_config(1000, 8).name,
+            "BLOCK_SIZE_M=64,BLOCK_SIZE_N=64,BLOCK_SIZE_K=32,GROUP_SIZE_M=8,warps=4,stages=1");
+}
+
 TEST(FusedMoeRules, NaiveAssignmentWhenPairsTimesFourFitExperts) {
   for (int64_t m = 1; m <= 12; ++m) EXPECT_TRUE(uses_naive_block_assignment(m, 10, 512)) << m;
   EXPECT_FALSE(uses_naive_block_assignment(13, 10, 512));  // 13 * 10 * 4 = 520 > 512
@@ -78,7 +100,7 @@ TEST(FusedMoeRules, GemmConstexprsAndSharedMemory) {
 
 TEST(FusedMoeRules, EveryH200TableConfigIsSupportedAndFits) {
   const jit::TunedTable t = jit::load_tuned_table(
-      table_dir() + "/" + jit::fused_moe_config_file_name(512, 512, "NVIDIA H200"));
+      table_dir() + "/" + table_file_name(512, 512, "NVIDIA H200"));
   for (const jit::TunedEntry& e : t.entries) {
     const GemmBlock blk = gemm_block(e.config());
     for (int sm : {80, 86, 89, 90, 100, 120}) {
@@ -222,8 +244,8 @@ TEST(FusedMoeCompileOnly, DefaultConfigWithoutTable) {
   const jit::Selection small = run_meta(rt, kSmall, 3);
   EXPECT_EQ(small.selector, "default");
   EXPECT_EQ(small.tuning_key, "M=3");
-  EXPECT_EQ(small.config.name, jit::fused_moe_default_config(3, 8).name);
-  EXPECT_EQ(run_meta(rt, kSmall, 300).config.name, jit::fused_moe_default_config(300, 8).name);
+  EXPECT_EQ(small.config.name, default_config(3, 8).name);
+  EXPECT_EQ(run_meta(rt, kSmall, 300).config.name, default_config(300, 8).name);
 }
 
 TEST(FusedMoeCompileOnly, ValidationNamesFunctionAndArgument) {
@@ -381,15 +403,15 @@ TEST(FusedMoeGpu, Qwen3NextTableSelectionAndEveryTableConfig) {
   // Force each distinct config of the H200 file at least once, cycling through the Ms (so naive
   // and aligned paths both see several), plus the two default configs.
   const jit::TunedTable t = jit::load_tuned_table(
-      table_dir() + "/" + jit::fused_moe_config_file_name(512, 512, "NVIDIA H200"));
+      table_dir() + "/" + table_file_name(512, 512, "NVIDIA H200"));
   std::vector<jit::Selection> forced;
   std::set<std::string> seen;
   for (const jit::TunedEntry& e : t.entries) {
     if (seen.insert(e.config().name).second) forced.push_back(jit::select_from_table(t, e.batch));
   }
   EXPECT_EQ(forced.size(), 11u);
-  forced.push_back(jit::select_by_heuristic("default M<=E", jit::fused_moe_default_config(1, 512)));
-  forced.push_back(jit::select_by_heuristic("default M>E", jit::fused_moe_default_config(600, 512)));
+  forced.push_back(jit::select_by_heuristic("default M<=E", default_config(1, 512)));
+  forced.push_back(jit::select_by_heuristic("default M>E", default_config(600, 512)));
   for (size_t i = 0; i < forced.size(); ++i) {
     const int64_t m = ms[i % ms.size()];
     check_fused(probs.at(m), refs[m], &forced[i], false,

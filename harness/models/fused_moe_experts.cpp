@@ -1,0 +1,148 @@
+// MoE backend "fused_moe_triton": bf16 experts through the fused-MoE kernels
+// (harness/kernels/fused_moe), vLLM's unquantized Triton fused_experts path: the router op
+// (topk_softmax, or grouped_topk with sigmoid scores), the grouped GEMMs under the config vLLM's
+// tuned table (<tuned_config_dir>/fused_moe/E=..,N=..,device_name=...json) gives for the token
+// count, and the activation between them. It owns the engine key the tables need
+// (tuned_config_dir) and records which config each token count used.
+#include <fmt/format.h>
+
+#include <map>
+
+#include "harness/common/paths.h"
+#include "harness/jit/tuned_tables.engine_keys.h"
+#include "harness/kernels/fused_moe/fused_moe.h"
+#include "harness/models/moe.h"
+
+namespace coldstart {
+namespace {
+
+/// Which config each token count M used: the first selection of each M with the phase it
+/// happened in, and the tuned table looked for (found or not).
+class ConfigLog {
+ public:
+  void note(int64_t M, const jit::Selection& sel, const std::string& phase) {
+    if (used_.count(M)) return;
+    used_[M] = {sel.selector, sel.tuning_key, sel.config.name, phase};
+    if (table_.empty()) {
+      table_ = sel.table_file;
+      table_found_ = sel.selector == "table";
+    }
+  }
+  /// {"fused_moe_configs": [{M, selector, tuning_key, config, first_phase}...],
+  ///  "fused_moe_table" | "fused_moe_table_not_found": path}; null when nothing was recorded.
+  nlohmann::json report() const {
+    if (used_.empty()) return nullptr;
+    nlohmann::json used = nlohmann::json::array();
+    for (const auto& [m, u] : used_) {
+      used.push_back({{"M", m}, {"selector", u.selector}, {"tuning_key", u.tuning_key},
+                      {"config", u.config}, {"first_phase", u.first_phase}});
+    }
+    // "default" selections name the file looked for and not found.
+    return {{"fused_moe_configs", used},
+            {table_found_ ? "fused_moe_table" : "fused_moe_table_not_found", table_}};
+  }
+
+ private:
+  struct Use {
+    std::string selector, tuning_key, config, first_phase;
+  };
+  std::map<int64_t, Use> used_;
+  std::string table_;
+  bool table_found_ = false;
+};
+
+fused_moe::MoeShape shape_of(const MoeSpec& s) {
+  fused_moe::MoeShape m{s.num_experts, s.intermediate, s.hidden, s.top_k, s.renormalize};
+  m.activation = s.activation == MoeActivation::kRelu2 ? fused_moe::Activation::kRelu2NoMul
+                                                       : fused_moe::Activation::kSilu;
+  m.use_grouped_topk = s.routing == MoeRouting::kSigmoidGroupedTopk;
+  m.n_group = s.n_group;
+  m.topk_group = s.topk_group;
+  m.routed_scaling_factor = 1.0f;  // a routed scale applies to the output (moe_layer_forward)
+  return m;
+}
+
+class FusedMoeExperts final : public MoeExperts {
+ public:
+  FusedMoeExperts(const MoeSpec& spec, const MixerContext& ctx)
+      : MoeExperts(spec, ctx), shape_(shape_of(spec)) {
+    // vLLM keeps fused-MoE tables in a fused_moe/ folder of its config directory.
+    if (ctx.engine && !tuned_config_dir(*ctx.engine).empty())
+      src_.table_dir = paths::join(tuned_config_dir(*ctx.engine), "fused_moe");
+    src_.device_name = ctx.target ? ctx.target->device_name : std::string();
+  }
+
+  std::string backend() const override { return "fused_moe_triton"; }
+
+  // vLLM's topk_softmax / grouped_topk / moe_align_block_size / silu_and_mul / moe_sum are
+  // ahead-of-time CUDA ops: their stand-ins compile while the weights load.
+  void precompile() override {
+    if (ctx_.jit) fused_moe::precompile_aot_kernels(*ctx_.jit, shape_);
+  }
+
+  void route(const at::Tensor& router_logits, const at::Tensor& correction_bias,
+             const at::Tensor& topk_weights, const at::Tensor& topk_ids) override {
+    if (spec_.routing == MoeRouting::kSigmoidGroupedTopk) {
+      fused_moe::grouped_topk(*ctx_.jit, shape_, router_logits, correction_bias, topk_weights, topk_ids);
+    } else if (spec_.routing == MoeRouting::kSoftmaxTopk) {
+      fused_moe::topk_softmax(*ctx_.jit, shape_, router_logits, topk_weights, topk_ids);
+    } else {
+      throw Error("fused_moe_triton: route() called for experts the model routes itself");
+    }
+  }
+
+  void forward(const at::Tensor& hidden, const at::Tensor& topk_weights, const at::Tensor& topk_ids,
+               const MoeWeights& w, const at::Tensor& out) override {
+    const jit::Selection sel = fused_moe::fused_experts(*ctx_.jit, shape_, src_, hidden, w.w13, w.w2,
+                                                        topk_weights, topk_ids, out);
+    log_.note(hidden.size(0), sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
+  }
+
+  nlohmann::json report() const override { return log_.report(); }
+
+ private:
+  fused_moe::MoeShape shape_;
+  fused_moe::ConfigSource src_;
+  ConfigLog log_;
+};
+
+std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig& e) {
+  std::vector<ScenarioProblem> out;
+  if (s.num_experts > fused_moe::kMaxExperts) {
+    out.push_back({"model.num_experts", fmt::format("{} experts: the fused-MoE kernels take 1..{}",
+                                                    s.num_experts, fused_moe::kMaxExperts)});
+  }
+  if (s.routing == MoeRouting::kByModel) {
+    out.push_back({"model", "fused_moe_triton routes with topk_softmax or grouped_topk; this "
+                            "model's experts are routed by the model"});
+  }
+  if (s.activation == MoeActivation::kClampedSwiglu) {
+    out.push_back({"model", "fused_moe_triton has no clamped SwiGLU activation"});
+  }
+  if (tuned_config_dir(e).empty()) {
+    out.push_back({"engine.tuned_config_dir",
+                   "is empty: the fused-MoE kernels need vLLM's tuned-table directory (or a "
+                   "directory without a table for the default config)"});
+  }
+  return out;
+}
+
+MoeBackendInfo fused_moe_backend() {
+  MoeBackendInfo b;
+  b.name = "fused_moe_triton";
+  b.weight_format = "bf16";
+  b.description = "bf16 experts: topk_softmax / grouped_topk router, grouped GEMMs with vLLM's "
+                  "tuned fused_moe tables (engine.tuned_config_dir)";
+  b.make = [](const MoeSpec& s, const MixerContext& ctx) -> std::unique_ptr<MoeExperts> {
+    return std::make_unique<FusedMoeExperts>(s, ctx);
+  };
+  b.kernels = fused_moe::all_kernels();
+  b.check = check;
+  return b;
+}
+
+}  // namespace
+
+CS_REGISTER_MOE_BACKEND(fused_moe_backend());
+
+}  // namespace coldstart

@@ -1,0 +1,155 @@
+// The MoE backend registry and the MoE layer around the routed experts (moe.h).
+#include "harness/models/moe.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "harness/common/error.h"
+
+namespace coldstart {
+namespace {
+
+std::vector<MoeBackendInfo>& registry() {
+  static std::vector<MoeBackendInfo> r;
+  return r;
+}
+
+std::string formats() {
+  std::string out;
+  for (const MoeBackendInfo& b : moe_backends())
+    out += fmt::format("{}{} ({})", out.empty() ? "" : ", ", b.weight_format, b.name);
+  return out.empty() ? "none" : out;
+}
+
+const char* routing_name(MoeRouting r) {
+  switch (r) {
+    case MoeRouting::kSoftmaxTopk: return "softmax_topk";
+    case MoeRouting::kSigmoidGroupedTopk: return "sigmoid_grouped_topk";
+    case MoeRouting::kByModel: return "by_model";
+  }
+  return "?";
+}
+
+[[noreturn]] void fail(const char* arg, const std::string& what) {
+  throw InputError(fmt::format("moe::layer_forward: argument '{}' {}", arg, what));
+}
+
+// A bf16 matrix [rows, cols] with a contiguous innermost dimension (rows / cols < 0: any).
+void check_matrix(const char* arg, const at::Tensor& t, int64_t rows, int64_t cols) {
+  if (!t.defined()) fail(arg, "is undefined");
+  if (t.scalar_type() != at::kBFloat16 || t.dim() != 2) {
+    fail(arg, fmt::format("must be a BFloat16 matrix, got {} with {} dimensions",
+                          c10::toString(t.scalar_type()), t.dim()));
+  }
+  if (t.size(1) > 1 && t.stride(1) != 1) fail(arg, "must have a contiguous innermost dimension");
+  if ((rows >= 0 && t.size(0) != rows) || (cols >= 0 && t.size(1) != cols)) {
+    fail(arg, fmt::format("has shape [{}, {}], expected [{}, {}]", t.size(0), t.size(1),
+                          rows >= 0 ? std::to_string(rows) : "*", cols >= 0 ? std::to_string(cols) : "*"));
+  }
+}
+
+}  // namespace
+
+std::string MoeSpec::summary() const {
+  return fmt::format("moe(E={},N={},H={},top_k={},{},{})", num_experts, intermediate, hidden, top_k,
+                     routing_name(routing), weight_format);
+}
+
+bool register_moe_backend(MoeBackendInfo info) {
+  for (const MoeBackendInfo& b : registry()) {
+    if (b.weight_format == info.weight_format) {
+      throw Error(fmt::format("MoE backends '{}' and '{}' both serve weight format {}", b.name,
+                              info.name, info.weight_format));
+    }
+  }
+  registry().push_back(std::move(info));
+  return true;
+}
+
+const MoeBackendInfo* find_moe_backend(const std::string& weight_format) {
+  for (const MoeBackendInfo& b : registry())
+    if (b.weight_format == weight_format) return &b;
+  return nullptr;
+}
+
+std::vector<MoeBackendInfo> moe_backends() {
+  std::vector<MoeBackendInfo> v = registry();
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return v;
+}
+
+std::unique_ptr<MoeExperts> make_moe_experts(const MoeSpec& spec, const MixerContext& ctx) {
+  const MoeBackendInfo* b = find_moe_backend(spec.weight_format);
+  if (b == nullptr) {
+    throw InputError(fmt::format("no MoE backend for {} experts (registered: {})",
+                                 spec.weight_format, formats()));
+  }
+  return b->make(spec, ctx);
+}
+
+void moe_layer_forward(MoeExperts& experts, const at::Tensor& hidden,
+                       const at::Tensor& router_logits, const MoeLayerWeights& w,
+                       double routed_scale, const at::Tensor& out) {
+  const MoeSpec& s = experts.spec();
+  check_matrix("hidden", hidden, -1, -1);
+  if (!hidden.is_contiguous()) fail("hidden", "must be contiguous");
+  const int64_t m = hidden.size(0), h = hidden.size(1);
+  check_matrix("out", out, m, h);
+  const bool latent = w.input_latent.defined();
+  if (latent != w.output_latent.defined()) {
+    fail("w.output_latent", "must be defined exactly when w.input_latent is");
+  }
+  if (latent) {
+    check_matrix("w.input_latent", w.input_latent, s.hidden, h);
+    check_matrix("w.output_latent", w.output_latent, h, s.hidden);
+  } else if (h != s.hidden) {
+    fail("hidden", fmt::format("has {} columns; without latent projections the experts' width "
+                               "({}) must equal it", h, s.hidden));
+  }
+  const bool shared = w.shared_up.defined();
+  if (shared != w.shared_down.defined()) {
+    fail("w.shared_down", "must be defined exactly when w.shared_up is");
+  }
+  const bool gated = w.shared_activation == MoeActivation::kSiluGated;
+  if (shared) {
+    if (!gated && w.shared_activation != MoeActivation::kRelu2) {
+      fail("w.shared_activation", "must be kRelu2 or kSiluGated");
+    }
+    check_matrix("w.shared_up", w.shared_up, -1, h);
+    const int64_t width = gated ? w.shared_up.size(0) / 2 : w.shared_up.size(0);
+    if (gated && w.shared_up.size(0) % 2 != 0) fail("w.shared_up", "must have an even row count (gated)");
+    check_matrix("w.shared_down", w.shared_down, h, width);
+  }
+  const auto opts = hidden.options();
+  const at::Tensor topk_w = at::empty({m, s.top_k}, opts.dtype(at::kFloat));
+  const at::Tensor topk_ids = at::empty({m, s.top_k}, opts.dtype(at::kInt));
+  experts.route(router_logits, w.correction_bias, topk_w, topk_ids);
+  const at::Tensor x = latent ? at::linear(hidden, w.input_latent) : hidden;
+  at::Tensor routed = at::empty({m, s.hidden}, opts);
+  experts.forward(x, topk_w, topk_ids, w.experts, routed);
+  // MoERunner._maybe_apply_routed_scale_to_output (vLLM 01cb30845063): fused_output *=
+  // routed_scaling_factor, in the activations' dtype.
+  if (routed_scale != 1.0) routed.mul_(routed_scale);
+  const at::Tensor y = latent ? at::linear(routed, w.output_latent) : routed;
+  at::Tensor o = out;
+  if (!shared) {
+    o.copy_(y);
+    return;
+  }
+  const at::Tensor up = at::linear(hidden, w.shared_up);
+  at::Tensor act;
+  if (up.is_meta()) {
+    // libtorch 1.13 has no meta kernels for relu / silu; only shapes matter there.
+    act = gated ? up.narrow(1, 0, up.size(1) / 2) : up;
+  } else if (gated) {
+    const int64_t half = up.size(1) / 2;
+    act = at::silu(up.narrow(1, 0, half)) * up.narrow(1, half, half);
+  } else {
+    act = at::square(at::relu(up));  // ReLUSquaredActivation: torch.square(F.relu(x))
+  }
+  at::add_out(o, at::linear(act, w.shared_down), y);
+}
+
+}  // namespace coldstart

@@ -1,0 +1,54 @@
+// Engine keys owned by whoever reads them. The scenario loader knows the engine settings every
+// replay uses (max_num_seqs, block_size, cudagraph_mode, ...); a setting that only one model
+// family, backend or warmer reads is declared by that owner instead, in a file next to it named
+// `<owner>.engine_keys.h` that defines
+//
+//     inline std::vector<coldstart::EngineKeySpec> engine_keys_<owner>() { return {...}; }
+//
+// (<owner> is the file name before ".engine_keys.h"). CMake collects every such file under
+// harness/ and warmers/ into the registry declared_engine_keys() returns, so adding a key edits
+// no shared file, and the registry is complete in every binary that links the scenario loader
+// (no static initializers to lose). The loader validates each declared key with the file, line
+// and key of a bad value, fills in defaults, and the owner reads it with the typed accessor its
+// file defines on top of EngineConfig::int_key / string_key.
+//
+// No torch, no CUDA: these files are compiled into the scenario loader.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace coldstart {
+
+/// The value types an owned engine key can have.
+enum class EngineKeyType {
+  kInt,        ///< an integer in [min, max]
+  kChoice,     ///< one of `choices`
+  kDirectory,  ///< a directory of input files (*.json) the replay reads: relative to the scenario
+               ///< file, checked readable at load, copied into the run's inputs snapshot
+};
+
+/// One declared engine key.
+struct EngineKeySpec {
+  std::string name;                  ///< the key under `engine:`
+  std::string owner;                 ///< who reads it ("nemotron-h", "fused_moe_triton", ...)
+  EngineKeyType type = EngineKeyType::kInt;
+  int64_t min = 0;                   ///< kInt: the smallest value
+  int64_t max = 0;                   ///< kInt: the largest value
+  std::string unit;                  ///< kInt: what the number counts, for messages ("draft tokens")
+  std::vector<std::string> choices;  ///< kChoice: the accepted values
+  std::string default_value;         ///< the value when the scenario leaves the key out ("" for a
+                                     ///< kDirectory means none given); kInt as decimal text
+  std::string doc;                   ///< one line for `coldstart list` and the README
+  bool in_result = true;             ///< listed in a result's scenario.engine summary
+};
+
+/// Every declared key, in the order of the declaring files' names, then as declared. Generated
+/// (engine_keys_declared.cpp); throws nothing.
+const std::vector<EngineKeySpec>& declared_engine_keys();
+
+/// The declared key `name`, or nullptr.
+const EngineKeySpec* find_engine_key(const std::string& name);
+
+}  // namespace coldstart
