@@ -6,10 +6,12 @@
 // (tuned_config_dir) and records which config each token count used.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "harness/common/paths.h"
 #include "harness/jit/tuned_tables.engine_keys.h"
+#include "harness/models/fused_moe_experts.engine_keys.h"
 #include "harness/kernels/fused_moe/fused_moe.h"
 #include "harness/models/moe.h"
 
@@ -70,6 +72,7 @@ class FusedMoeExperts final : public MoeExperts {
     if (ctx.engine && !tuned_config_dir(*ctx.engine).empty())
       src_.table_dir = paths::join(tuned_config_dir(*ctx.engine), "fused_moe");
     src_.device_name = ctx.target ? ctx.target->device_name : std::string();
+    if (ctx.engine) chunk_ = fused_moe_chunk_size(*ctx.engine);
   }
 
   std::string backend() const override { return "fused_moe_triton"; }
@@ -91,11 +94,19 @@ class FusedMoeExperts final : public MoeExperts {
     }
   }
 
+  // fused_experts_impl runs at most VLLM_FUSED_MOE_CHUNK_SIZE tokens at a time, each chunk with
+  // the config for its own token count (vllm/model_executor/layers/fused_moe/fused_moe.py).
   void forward(const at::Tensor& hidden, const at::Tensor& topk_weights, const at::Tensor& topk_ids,
                const MoeWeights& w, const at::Tensor& out) override {
-    const jit::Selection sel = fused_moe::fused_experts(*ctx_.jit, shape_, src_, hidden, w.w13, w.w2,
-                                                        topk_weights, topk_ids, out);
-    log_.note(hidden.size(0), sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
+    const int64_t M = hidden.size(0);
+    for (int64_t begin = 0; begin < M || begin == 0; begin += chunk_) {
+      const int64_t n = std::min(chunk_, M - begin);
+      const jit::Selection sel = fused_moe::fused_experts(
+          *ctx_.jit, shape_, src_, hidden.narrow(0, begin, n), w.w13, w.w2,
+          topk_weights.narrow(0, begin, n), topk_ids.narrow(0, begin, n), out.narrow(0, begin, n));
+      log_.note(n, sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
+      if (M == 0) break;
+    }
   }
 
   nlohmann::json report() const override { return log_.report(); }
@@ -103,6 +114,7 @@ class FusedMoeExperts final : public MoeExperts {
  private:
   fused_moe::MoeShape shape_;
   fused_moe::ConfigSource src_;
+  int64_t chunk_ = 16 * 1024;  // engine.fused_moe_chunk_size
   ConfigLog log_;
 };
 
