@@ -30,9 +30,9 @@ class DeepGemmExperts final : public MoeExperts {
     throw Error("deepgemm_m_grouped: the model routes its experts (MoeRouting::kByModel)");
   }
 
-  // out float32 [T, H]; topk_weights already carry the model's scaling.
-  void forward(const at::Tensor& x, const at::Tensor& topk_w, const at::Tensor& ids,
-               const MoeWeights& w, const at::Tensor& out) override {
+  // Returns float32 [T, H]; topk_weights already carry the model's scaling.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& topk_w, const at::Tensor& ids,
+                     const MoeWeights& w) override {
     const int64_t T = x.size(0), E = spec_.num_experts, K = spec_.top_k, I = spec_.intermediate;
     const int64_t H = spec_.hidden;
     const int64_t rows = dg::m_grouped_contiguous_rows(T, K, E);
@@ -61,12 +61,12 @@ class DeepGemmExperts final : public MoeExperts {
     const dg::Fp8Activation hq = dg::quantize_fp8(clamped_swiglu(h, spec_.swiglu_limit));
     at::Tensor y = at::empty({rows, H}, opt);
     dg::m_grouped_fp8_gemm_nt_contiguous(*ctx_.jit, target_, hq.data, hq.sf, w.w2, w.w2_scale, y, m_indices);
-    at::Tensor o = out;
-    o.zero_();
+    at::Tensor out = at::zeros({T, H}, opt.dtype(at::kFloat));
     if (!meta_) {
       const at::Tensor routed = y.index({dest}).to(at::kFloat) * topk_w.reshape({-1, 1});
-      o.index_add_(0, at::arange(T, opt.dtype(at::kLong)).repeat_interleave(K), routed.to(o.scalar_type()));
+      out.index_add_(0, at::arange(T, opt.dtype(at::kLong)).repeat_interleave(K), routed);
     }
+    return out;
   }
 
  private:

@@ -445,8 +445,7 @@ class DeepseekV4Model : public Model {
       topk_w = scores.gather(1, ids);
       topk_w = topk_w / topk_w.sum(1, true) * d_.routed_scaling;
     }
-    at::Tensor out = at::empty({T, d_.hidden}, opt.dtype(at::kFloat));
-    moe_->forward(x, topk_w, ids, {lw.w13, lw.w2, lw.w13_s, lw.w2_s}, out);
+    at::Tensor out = moe_->forward(x, topk_w, ids, {lw.w13, lw.w2, lw.w13_s, lw.w2_s});
     if (d_.shared_experts > 0) {
       const at::Tensor su = linear_fp8(x, lw.shared_up, lw.shared_up_s);
       const at::Tensor sd = linear_fp8(clamped_swiglu(su, d_.swiglu_limit), lw.shared_down, lw.shared_down_s);

@@ -4,6 +4,7 @@
 // tuned table (<tuned_config_dir>/fused_moe/E=..,N=..,device_name=...json) gives for the token
 // count, and the activation between them. It owns the engine key the tables need
 // (tuned_config_dir) and records which config each token count used.
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -96,8 +97,10 @@ class FusedMoeExperts final : public MoeExperts {
 
   // fused_experts_impl runs at most VLLM_FUSED_MOE_CHUNK_SIZE tokens at a time, each chunk with
   // the config for its own token count (vllm/model_executor/layers/fused_moe/fused_moe.py).
-  void forward(const at::Tensor& hidden, const at::Tensor& topk_weights, const at::Tensor& topk_ids,
-               const MoeWeights& w, const at::Tensor& out) override {
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
+                     const at::Tensor& topk_ids, const MoeWeights& w) override {
+    // vLLM's callers hand fused_experts an output of the input's shape (torch.empty_like).
+    const at::Tensor out = at::empty({hidden.size(0), spec_.hidden}, hidden.options());
     const int64_t M = hidden.size(0);
     for (int64_t begin = 0; begin < M || begin == 0; begin += chunk_) {
       const int64_t n = std::min(chunk_, M - begin);
@@ -107,6 +110,7 @@ class FusedMoeExperts final : public MoeExperts {
       log_.note(n, sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
       if (M == 0) break;
     }
+    return out;
   }
 
   nlohmann::json report() const override { return log_.report(); }

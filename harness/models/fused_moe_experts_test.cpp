@@ -36,7 +36,7 @@ struct Nano {
     const MoeWeights w{at::empty({128, 1856, 2688}, meta(at::kBFloat16)),
                        at::empty({128, 2688, 1856}, meta(at::kBFloat16)), {}, {}};
     experts->forward(at::empty({m, 2688}, meta(at::kBFloat16)), at::empty({m, 6}, meta(at::kFloat)),
-                     at::empty({m, 6}, meta(at::kInt)), w, at::empty({m, 2688}, meta(at::kBFloat16)));
+                     at::empty({m, 6}, meta(at::kInt)), w);
     const nlohmann::json report = experts->report();
     std::vector<int64_t> ms;
     for (const auto& c : report.at("fused_moe_configs")) ms.push_back(c.at("M").get<int64_t>());

@@ -127,8 +127,7 @@ void moe_layer_forward(MoeExperts& experts, const at::Tensor& hidden,
   const at::Tensor topk_ids = at::empty({m, s.top_k}, opts.dtype(at::kInt));
   experts.route(router_logits, w.correction_bias, topk_w, topk_ids);
   const at::Tensor x = latent ? at::linear(hidden, w.input_latent) : hidden;
-  at::Tensor routed = at::empty({m, s.hidden}, opts);
-  experts.forward(x, topk_w, topk_ids, w.experts, routed);
+  at::Tensor routed = experts.forward(x, topk_w, topk_ids, w.experts);
   // MoERunner._maybe_apply_routed_scale_to_output (vLLM 01cb30845063): fused_output *=
   // routed_scaling_factor, in the activations' dtype.
   if (routed_scale != 1.0) routed.mul_(routed_scale);

@@ -83,12 +83,13 @@ class MoeExperts {
   /// topk_ids int32 [M, top_k] (both contiguous). Throws Error for MoeRouting::kByModel.
   virtual void route(const at::Tensor& router_logits, const at::Tensor& correction_bias,
                      const at::Tensor& topk_weights, const at::Tensor& topk_ids) = 0;
-  /// out [M, hidden] = sum over k of topk_weights[:, k] * expert_{topk_ids[:, k]}(hidden).
-  /// hidden bf16 [M, hidden] contiguous; out bf16 (or float32 where the backend accumulates in
-  /// float32: fp8_block128) [M, hidden], innermost contiguous, fully written. May JIT-compile
-  /// and select tuned configs; throws InputError naming the argument on a bad shape.
-  virtual void forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
-                       const at::Tensor& topk_ids, const MoeWeights& w, const at::Tensor& out) = 0;
+  /// Returns [M, hidden] = sum over k of topk_weights[:, k] * expert_{topk_ids[:, k]}(hidden):
+  /// bf16, or float32 where the backend accumulates in float32 (fp8_block128). hidden bf16
+  /// [M, hidden] contiguous; topk_ids int32 or int64. The backend allocates the output where the
+  /// engine's code does (so a profile run's memory peak is the engine's). May JIT-compile and
+  /// select tuned configs; throws InputError naming the argument on a bad shape.
+  virtual at::Tensor forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
+                             const at::Tensor& topk_ids, const MoeWeights& w) = 0;
   /// What the backend records for the result (e.g. which tuned config each token count used);
   /// null when nothing.
   virtual nlohmann::json report() const { return nullptr; }

@@ -267,8 +267,7 @@ class Qwen3NextModel final : public Model {
     at::Tensor topk_w = at::empty({M, d_.top_k}, f32);
     at::Tensor topk_ids = at::empty({M, d_.top_k}, h.options().dtype(at::kInt));
     moe_->route(logits, at::Tensor(), topk_w, topk_ids);
-    at::Tensor routed = at::empty_like(h);
-    moe_->forward(h, topk_w, topk_ids, {w.w13, w.w2, {}, {}}, routed);
+    const at::Tensor routed = moe_->forward(h, topk_w, topk_ids, {w.w13, w.w2, {}, {}});
     const at::Tensor gu = at::linear(h, w.shared_gate_up);
     const int64_t I = d_.shared_inter;
     const at::Tensor shared =
