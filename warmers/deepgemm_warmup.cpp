@@ -65,7 +65,7 @@ class DeepGemmWarmupBase : public Warmer {
     const v4::Dims d = v4::dims(s.model, &s.engine);
     const v4::DeepGemmSites sites = v4::deepgemm_sites(d);
     const Target& t = ctx.target();
-    target_ = {t.sm >= 100 ? 100 : 90, t.sm_count};
+    target_ = dg::gemm_target(&t);
     device_ = at::TensorOptions().device(ctx.device());
     meta_ = ctx.device().is_meta();
     const int64_t max_tokens = s.engine.max_num_batched_tokens;

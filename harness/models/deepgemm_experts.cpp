@@ -21,7 +21,7 @@ class DeepGemmExperts final : public MoeExperts {
  public:
   DeepGemmExperts(const MoeSpec& spec, const MixerContext& ctx)
       : MoeExperts(spec, ctx), meta_(ctx.device.is_meta()) {
-    if (ctx.target != nullptr) target_ = {ctx.target->sm >= 100 ? 100 : 90, ctx.target->sm_count};
+    target_ = dg::gemm_target(ctx.target);
   }
 
   std::string backend() const override { return "deepgemm_m_grouped"; }

@@ -206,7 +206,7 @@ class DeepseekV4Model : public Model {
  public:
   DeepseekV4Model(const ModelConfig& c, const MixerContext& ctx)
       : c_(c), d_(deepseek_v4::dims(c, ctx.engine)), ctx_(ctx), device_(ctx.device) {
-    if (ctx.target != nullptr) target_ = {ctx.target->sm >= 100 ? 100 : 90, ctx.target->sm_count};
+    target_ = dg::gemm_target(ctx.target);
   }
 
   std::string name() const override { return "deepseek-v4"; }

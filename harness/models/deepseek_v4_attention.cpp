@@ -47,7 +47,7 @@ class DeepseekV4Attention final : public Mixer {
         index_heads_(spec.params.value("index_heads", int64_t{64})),
         index_dim_(spec.params.value("index_head_dim", int64_t{128})),
         bytes_per_token_(spec.params.value("bytes_per_token", int64_t{0})) {
-    if (ctx.target != nullptr) target_ = {ctx.target->sm >= 100 ? 100 : 90, ctx.target->sm_count};
+    target_ = dg::gemm_target(ctx.target);
   }
 
   std::string backend() const override { return "deepseek_v4"; }

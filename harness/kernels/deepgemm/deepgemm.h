@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "harness/common/target.h"
 #include "harness/jit/jit.h"
 #include "harness/jit/select.h"
 #include "harness/kernels/deepgemm/dg_kernels.h"
@@ -24,6 +25,13 @@ struct GemmTarget {
   int sm = 90;
   int num_sms = 132;
 };
+
+/// The GemmTarget of a replay target: SM100 kernels from compute capability 10.x on, SM90 below
+/// (the kernels exist for those two); the defaults (H200) when `t` is null.
+inline GemmTarget gemm_target(const Target* t) {
+  if (t == nullptr) return {};
+  return {t->sm >= 100 ? 100 : 90, t->sm_count};
+}
 
 /// Options of one call; `mma_sync` takes the warp-level MMA path on sm_90a (the path sm_100a
 /// compiles) so tests can run it on an H100/H200.
