@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <regex>
@@ -307,11 +308,19 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
                               });
 
   // Compile-only children share one compile memo for this run (JitOptions::compile_memo_dir):
-  // removed when the run ends.
+  // removed when the run ends. COLDSTART_COMPILE_MEMO_DIR names a memo kept across runs instead
+  // (the test suite's compile-only replays share one): a key an earlier run compiled is then
+  // `reused` from the first strategy on, with the compile time measured when it was compiled.
   std::optional<paths::ScopedTempDir> memo;
   if (!a.no_compile_memo && a.device != "cuda") {
-    memo.emplace("coldstart-memo-");
-    a.compile_memo = memo->path;
+    const char* shared = std::getenv("COLDSTART_COMPILE_MEMO_DIR");
+    if (shared != nullptr && *shared != '\0') {
+      paths::make_dirs(shared);
+      a.compile_memo = shared;
+    } else {
+      memo.emplace("coldstart-memo-");
+      a.compile_memo = memo->path;
+    }
   }
   // With a persistent --cache-dir, each strategy run starts from the directory as it was when
   // this run began (its own view), and what it compiled is merged back when it ends.

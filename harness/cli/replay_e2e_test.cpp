@@ -520,6 +520,8 @@ TEST_F(ReplayE2E, NemotronSuperRankShapesBlockSizeAndTurboQuantWorkspace) {
 /// (HAS_INITSTATES), the conv1d warmer's one-token call never reaches the prefill's keys, and the
 /// run's compile memo serves the second strategy's compiles with the first's measured times.
 TEST_F(ReplayE2E, NemotronNanoSsdSpecializationsConvWarmerAndCompileMemo) {
+  // This run's own memo: the suite's shared one would serve the first strategy too.
+  unsetenv("COLDSTART_COMPILE_MEMO_DIR");
   auto by = replay("scenarios/nemotron-3-nano.yaml",
                    "--strategy none --strategy mamba-conv1d-warmup");
   ASSERT_EQ(by.size(), 2u);
