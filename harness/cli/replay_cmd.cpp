@@ -63,7 +63,9 @@ ScenarioSummary summarize(const Scenario& s) {
                 {"tensor_parallel_size", e.tensor_parallel_size}};
   // The keys their owners declare (engine_keys.h), with their defaults when left out.
   for (const EngineKeySpec& k : declared_engine_keys()) {
-    if (!k.in_result) continue;
+    if (k.in_result == EngineKeyInResult::kNever ||
+        (k.in_result == EngineKeyInResult::kWhenSet && !e.owned.contains(k.name)))
+      continue;
     if (k.type == EngineKeyType::kInt)
       sum.engine[k.name] = e.int_key(k.name);
     else

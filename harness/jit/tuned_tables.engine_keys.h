@@ -19,7 +19,7 @@ inline std::vector<EngineKeySpec> engine_keys_tuned_tables() {
   k.doc = "vLLM-style tuned kernel-config tables (fused_moe/E=..,N=..,device_name=...json), "
           "relative to the scenario file; needed by MoE models (vLLM reads its packaged folder "
           "or VLLM_TUNED_CONFIG_FOLDER)";
-  k.in_result = false;  // the run's inputs record it (with a checksum)
+  k.in_result = EngineKeyInResult::kNever;  // the run's inputs record it (with a checksum)
   return {k};
 }
 

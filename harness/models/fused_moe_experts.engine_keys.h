@@ -22,7 +22,7 @@ inline std::vector<EngineKeySpec> engine_keys_fused_moe_experts() {
   k.default_value = "16384";
   k.doc = "vLLM's VLLM_FUSED_MOE_CHUNK_SIZE: the fused-MoE experts run over at most this many "
           "tokens at a time, each chunk with the tuned config for its own token count";
-  k.in_result = false;  // an environment variable in vLLM; a scenario sets it only to study it
+  k.in_result = EngineKeyInResult::kWhenSet;  // added after results existed
   return {k};
 }
 

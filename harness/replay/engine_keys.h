@@ -29,6 +29,14 @@ enum class EngineKeyType {
                ///< file, checked readable at load, copied into the run's inputs snapshot
 };
 
+/// When a result's scenario.engine summary lists a declared key.
+enum class EngineKeyInResult {
+  kAlways,   ///< always, its default when the scenario leaves it out
+  kWhenSet,  ///< only when the scenario (or --set) gives it: results of runs at the default
+             ///< stay comparable with files written before the key existed
+  kNever,    ///< never (e.g. a directory: the run's inputs record it with a checksum)
+};
+
 /// One declared engine key.
 struct EngineKeySpec {
   std::string name;                  ///< the key under `engine:`
@@ -41,7 +49,7 @@ struct EngineKeySpec {
   std::string default_value;         ///< the value when the scenario leaves the key out ("" for a
                                      ///< kDirectory means none given); kInt as decimal text
   std::string doc;                   ///< one line for `coldstart list` and the README
-  bool in_result = true;             ///< listed in a result's scenario.engine summary
+  EngineKeyInResult in_result = EngineKeyInResult::kAlways;  ///< in scenario.engine of results
 };
 
 /// Every declared key, in the order of the declaring files' names, then as declared. Generated
