@@ -38,6 +38,11 @@ function(cs_add_test name)
   cmake_parse_arguments(T "E2E" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  # Test code itself at -O1 in optimized builds (the harness libraries stay at the build type's
+  # level): the test translation units compile ~20-45% faster on the 2-core CI machine, and what
+  # they spend their time in (libtorch, NVRTC, the harness) is unaffected. -O1, not -O0, so the
+  # precompiled ATen header (built optimized) still applies.
+  target_compile_options(${name} PRIVATE $<$<OR:$<CONFIG:Release>,$<CONFIG:RelWithDebInfo>>:-O1>)
 
   set(common_env "COLDSTART_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
   set(extra_labels "")
