@@ -2,6 +2,7 @@
 // report` (render results files); see replay_options.h.
 #include <dirent.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,13 +20,6 @@
 #include "warmers/warmer.h"
 
 namespace coldstart::cli {
-namespace {
-std::string names_of(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& n : v) out += (out.empty() ? "" : " | ") + n;
-  return out;
-}
-}  // namespace
 
 int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
   parse_monitor(a.jit_monitor);
@@ -85,7 +79,7 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
   for (const EngineKeySpec& k : declared_engine_keys()) {
     std::string values;
     if (k.type == EngineKeyType::kInt) values = fmt::format("{}..{}, default {}", k.min, k.max, k.default_value);
-    else if (k.type == EngineKeyType::kChoice) values = names_of(k.choices) + ", default " + k.default_value;
+    else if (k.type == EngineKeyType::kChoice) values = fmt::format("{}, default {}", fmt::join(k.choices, " | "), k.default_value);
     else values = "a directory";
     const std::string text = fmt::format("engine.{} ({}; read by {})", k.name, values, k.owner);
     if (shown(text)) lines.push_back("  " + text + "  " + k.doc);

@@ -102,14 +102,15 @@ class FusedMoeExperts final : public MoeExperts {
     // vLLM's callers hand fused_experts an output of the input's shape (torch.empty_like).
     const at::Tensor out = at::empty({hidden.size(0), spec_.hidden}, hidden.options());
     const int64_t M = hidden.size(0);
-    for (int64_t begin = 0; begin < M || begin == 0; begin += chunk_) {
+    int64_t begin = 0;
+    do {  // at least once: M == 0 still looks its config up, as an unchunked call does
       const int64_t n = std::min(chunk_, M - begin);
       const jit::Selection sel = fused_moe::fused_experts(
           *ctx_.jit, shape_, src_, hidden.narrow(0, begin, n), w.w13, w.w2,
           topk_weights.narrow(0, begin, n), topk_ids.narrow(0, begin, n), out.narrow(0, begin, n));
       log_.note(n, sel, ctx_.jit ? ctx_.jit->monitor().phase() : "");
-      if (M == 0) break;
-    }
+      begin += n;
+    } while (begin < M);
     return out;
   }
 

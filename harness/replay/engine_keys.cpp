@@ -11,14 +11,19 @@
 namespace coldstart {
 namespace {
 
-const EngineKeySpec& declared(const std::string& name, bool want_int) {
+const EngineKeySpec& declared(const std::string& name) {
   const EngineKeySpec* k = find_engine_key(name);
   if (k == nullptr) throw Error(fmt::format("engine key '{}' is declared by no owner", name));
-  if ((k->type == EngineKeyType::kInt) != want_int) {
-    throw Error(fmt::format("engine key '{}' (owner {}) is {}an integer key", name, k->owner,
+  return *k;
+}
+
+const EngineKeySpec& declared(const std::string& name, bool want_int) {
+  const EngineKeySpec& k = declared(name);
+  if ((k.type == EngineKeyType::kInt) != want_int) {
+    throw Error(fmt::format("engine key '{}' (owner {}) is {}an integer key", name, k.owner,
                             want_int ? "not " : ""));
   }
-  return *k;
+  return k;
 }
 
 }  // namespace
@@ -42,9 +47,7 @@ const std::string& EngineConfig::string_key(const std::string& name) const {
 }
 
 void EngineConfig::set_key(const std::string& name, const nlohmann::json& value) {
-  const EngineKeySpec* k = find_engine_key(name);
-  if (k == nullptr) throw Error(fmt::format("engine key '{}' is declared by no owner", name));
-  const bool is_int = k->type == EngineKeyType::kInt;
+  const bool is_int = declared(name).type == EngineKeyType::kInt;
   if (is_int ? !value.is_number_integer() : !value.is_string()) {
     throw Error(fmt::format("engine key '{}' takes {}, got {}", name, is_int ? "an integer" : "a string",
                             value.dump()));
