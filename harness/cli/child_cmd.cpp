@@ -1,5 +1,6 @@
-// `coldstart _child`: one (variant, strategy) in this process, reporting snapshots and its
-// result to the parent on the result channel; also what --no-isolate runs (replay_options.h).
+// `coldstart _child --job FILE`: one (variant, strategy) in this process, reporting snapshots and
+// its result to the parent on the result channel; also what --no-isolate runs; and `_job`, which
+// prints the job the parent would write (replay_options.h, child_job.h).
 #include <execinfo.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -8,27 +9,26 @@
 #include <csignal>
 #include <iostream>
 
+#include "harness/cli/child_job.h"
 #include "harness/cli/replay_options.h"
 #include "harness/isolate/isolate.h"
 #include "harness/engine/engine.h"
 
 namespace coldstart::cli {
 
-/// Runs one (variant, strategy) in this process. Used by the child and by --no-isolate.
-StrategyResult run_in_process(const ReplayArgs& a, const Scenario& base, int variant_index,
-                              const StrategySpec& strategy,
+StrategyResult run_in_process(const ChildJob& job,
                               std::function<void(const StrategyResult&, const std::string&)> on_snapshot) {
-  const Variant& v = base.variants.at(variant_index);
-  Scenario s = apply_variant(base, v);
+  const Scenario& s = job.scenario;
+  const std::string& variant = s.variants.at(0).name;
   EngineOptions o;
-  o.device = select_device(a.device, a.arch, a.target, a.sm_count);
+  o.device = select_device(job.device, job.arch, job.target, job.sm_count);
   if (!s.archs.empty() &&
       std::find(s.archs.begin(), s.archs.end(), o.device.arch()) == s.archs.end()) {
     // The scenario excludes this device: nothing runs; the result says why (JUnit: skipped).
     StrategyResult r;
-    r.strategy = strategy.name;
-    r.variant = v.name;
-    r.warmers = strategy.warmers;
+    r.strategy = job.strategy.name;
+    r.variant = variant;
+    r.warmers = job.strategy.warmers;
     r.outcome = Outcome::kSkipped;
     std::string list;
     for (const auto& x : s.archs) list += (list.empty() ? "" : ", ") + x;
@@ -39,14 +39,31 @@ StrategyResult run_in_process(const ReplayArgs& a, const Scenario& base, int var
     return r;
   }
   o.jit.arch = o.device.arch();
-  o.jit.cache_dir = a.cache_dir;
-  o.jit.compile_memo_dir = a.compile_memo;
-  o.jit.monitor = parse_monitor(a.jit_monitor);
-  o.seed = a.seed;
+  o.jit.cache_dir = job.cache_dir;
+  o.jit.compile_memo_dir = job.compile_memo;
+  o.jit.monitor = parse_monitor(job.jit_monitor);
+  o.seed = job.seed;
   o.on_snapshot = std::move(on_snapshot);
-  if (a.verbose) o.on_log = [](const std::string& l) { std::cerr << "  | " << l << "\n"; };
-  Engine engine(s, strategy, v.name, o);
+  if (job.verbose) o.on_log = [](const std::string& l) { std::cerr << "  | " << l << "\n"; };
+  Engine engine(s, job.strategy, variant, o);
   return engine.run();
+}
+
+ChildJob make_child_job(const ReplayArgs& a, const Scenario& variant_scenario,
+                        const StrategySpec& strategy) {
+  ChildJob job;
+  job.scenario = variant_scenario;
+  job.strategy = strategy;
+  job.device = a.device;
+  job.arch = a.arch;
+  job.target = a.target;
+  job.sm_count = a.sm_count;
+  job.cache_dir = a.cache_dir;
+  job.compile_memo = a.compile_memo;
+  job.jit_monitor = a.jit_monitor;
+  job.seed = a.seed;
+  job.verbose = a.verbose;
+  return job;
 }
 
 namespace {
@@ -68,14 +85,10 @@ void install_crash_backtrace() {
 
 }  // namespace
 
-int child_main(const ReplayArgs& a) {
+int child_main(const std::string& job_file) {
   std::signal(SIGPIPE, SIG_IGN);
   install_crash_backtrace();
-  const Scenario s = load(a);
-  const StrategySpec* strategy = nullptr;
-  for (const auto& st : s.strategies)
-    if (st.name == a.strategy_name) strategy = &st;
-  if (strategy == nullptr) throw InputError("no strategy '" + a.strategy_name + "'");
+  const ChildJob job = read_child_job(job_file);
   const auto channel = isolate::ResultChannel::from_env();
   // The phase of the engine's last snapshot (it sends one as it ends) goes with the final result:
   // empty after a complete run, the failing phase after a caught error.
@@ -85,12 +98,28 @@ int child_main(const ReplayArgs& a) {
                            last_phase.empty() ? std::nullopt : std::optional<std::string>(last_phase),
                            final);
   };
-  StrategyResult r = run_in_process(a, s, a.variant_index, *strategy,
-                                    [&](const StrategyResult& snap, const std::string& phase) {
-                                      last_phase = phase;
-                                      send(snap, false);
-                                    });
+  StrategyResult r = run_in_process(job, [&](const StrategyResult& snap, const std::string& phase) {
+    last_phase = phase;
+    send(snap, false);
+  });
   send(r, true);
+  return 0;
+}
+
+int job_main(const ReplayArgs& a) {
+  const int variant_index = a.variant_index;
+  const Scenario s = load(a);
+  const StrategySpec* strategy = nullptr;
+  for (const auto& st : s.strategies)
+    if (st.name == a.strategy_name) strategy = &st;
+  if (strategy == nullptr)
+    throw InputError(fmt::format("{}: no strategy '{}'", a.scenario, a.strategy_name));
+  if (variant_index < 0 || static_cast<size_t>(variant_index) >= s.variants.size())
+    throw InputError(fmt::format("{}: --variant-index {}: the scenario has {} variant(s)",
+                                 a.scenario, variant_index, s.variants.size()));
+  std::cout << nlohmann::json(make_child_job(a, apply_variant(s, s.variants[variant_index]), *strategy))
+                   .dump(2)
+            << "\n";
   return 0;
 }
 

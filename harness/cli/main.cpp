@@ -12,9 +12,10 @@
 //   coldstart doctor
 //
 // The parent process never touches the GPU: it validates the scenario, then starts one child per
-// (variant, strategy) (`coldstart _child ...`, the same binary), collects what each child
-// reports (harness/isolate), and renders the results. The children read the scenario and the
-// files it names from copies the parent made when it validated them (harness/cli/run_inputs.h).
+// (variant, strategy) (`coldstart _child --job FILE`, the same binary) with the job it validated
+// (harness/cli/child_job.h: the variant's scenario, the strategy, the options), collects what
+// each child reports (harness/isolate), and renders the results. The tuned-config directories the
+// children read are copies the parent made when it validated them (harness/cli/run_inputs.h).
 // Exit status: 0 when every strategy ran (a reproduced crash or timeout is a result), 1 when the
 // harness failed for some strategy (outcome "error"), 2 on bad input, 128 + the signal (130 for
 #include <CLI/CLI.hpp>
@@ -64,14 +65,21 @@ int main(int argc, char** argv) {
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
 
-  ReplayArgs ca;
-  CLI::App* child = app.add_subcommand("_child", "internal: one strategy, reporting on fd 3");
+  std::string child_job_file;
+  CLI::App* child = app.add_subcommand("_child", "internal: one strategy's job, reporting on fd 3");
   child->group("");  // hidden
-  child->add_option("scenario", ca.scenario)->required();
-  cli::add_common_options(child, ca);
-  child->add_option("--strategy", ca.strategy_name)->required();
-  child->add_option("--variant-index", ca.variant_index)->required();
-  child->add_option("--compile-memo", ca.compile_memo);
+  child->add_option("--job", child_job_file, "the job file the parent wrote")->required();
+
+  ReplayArgs ja;
+  CLI::App* job = app.add_subcommand(
+      "_job", "debugging: print the job a replay would hand one strategy's child (JSON), to run "
+              "it alone with `_child --job FILE`");
+  job->group("");  // hidden
+  job->add_option("scenario", ja.scenario)->required();
+  cli::add_common_options(job, ja);
+  job->add_option("--strategy", ja.strategy_name)->required();
+  job->add_option("--variant-index", ja.variant_index)->capture_default_str();
+  job->add_option("--compile-memo", ja.compile_memo);
 
   ReplayArgs rep;
   std::vector<std::string> report_inputs;
@@ -117,7 +125,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (*replay) return cli::replay_main(ra, cmdline);
-    if (*child) return cli::child_main(ca);
+    if (*child) return cli::child_main(child_job_file);
+    if (*job) return cli::job_main(ja);
     if (*report) return cli::report_main(report_inputs, rep);
     if (*list) return cli::list_main(list_files, list_filter);
     if (*compare) return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed);

@@ -185,25 +185,20 @@ struct Job {
   const StrategySpec* strategy;
 };
 
-/// Runs one (variant, strategy) of `s` in a child, which loads the scenario from `inputs`' copy
-/// (never the user's files); in this process with --no-isolate.
+/// Runs one (variant, strategy) of `s` in a child, handing it the job the parent validated
+/// (child_job.h; the scenario of that variant from `inputs`, naming the private copies); in this
+/// process with --no-isolate. `n` numbers the job file.
 StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scenario& s,
-                       const Job& job, const std::function<void(const std::string&)>& on_phase) {
+                       const Job& job, size_t n,
+                       const std::function<void(const std::string&)>& on_phase) {
   const StrategySpec& st = *job.strategy;
-  if (a.no_isolate) return run_in_process(a, s, job.variant, st, {});
+  const ChildJob child_job =
+      make_child_job(a, inputs.child_scenario(job.scenario, job.variant), st);
+  if (a.no_isolate) return run_in_process(child_job, {});
+  const std::string job_file = paths::join(inputs.dir(), fmt::format("job-{}.json", n));
+  write_child_job(job_file, child_job);
   isolate::ChildSpec spec;
-  spec.argv = {self_exe(), "_child", inputs.scenario_path(job.scenario), "--strategy", st.name,
-               "--variant-index", std::to_string(job.variant), "--device", a.device,
-               "--jit-monitor", a.jit_monitor, "--seed", std::to_string(a.seed)};
-  if (!a.arch.empty()) spec.argv.insert(spec.argv.end(), {"--arch", a.arch});
-  if (!a.target.empty()) spec.argv.insert(spec.argv.end(), {"--target", a.target});
-  if (a.sm_count != 0) spec.argv.insert(spec.argv.end(), {"--sm-count", std::to_string(a.sm_count)});
-  if (!a.cache_dir.empty()) spec.argv.insert(spec.argv.end(), {"--cache-dir", a.cache_dir});
-  if (!a.compile_memo.empty()) spec.argv.insert(spec.argv.end(), {"--compile-memo", a.compile_memo});
-  if (a.verbose) spec.argv.push_back("-v");
-  for (const auto& kv : a.sets) spec.argv.insert(spec.argv.end(), {"--set", kv});
-  for (const auto& kv : inputs.child_sets(job.scenario))
-    spec.argv.insert(spec.argv.end(), {"--set", kv});
+  spec.argv = {self_exe(), "_child", "--job", job_file};
   spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
   // Whatever the child leaves under $TMPDIR (its cold kernel cache, ...) goes with it, also when
   // the watchdog or an interrupt stops it before it can clean up.
@@ -300,14 +295,9 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   if (!a.no_isolate) interrupts.emplace();
   const auto interrupted = [&] { return interrupts && isolate::interrupt_signal() != 0; };
 
-  // The children replay what was validated: copies of the scenarios and the files they name.
-  const RunInputs inputs(scenarios, a.sets,
-                              [&](const std::string& path, const std::vector<std::string>& sets) {
-                                ReplayArgs one = a;
-                                one.scenario = path;
-                                one.sets = sets;
-                                return load(one);
-                              });
+  // The children replay what was validated: the parsed scenarios, and copies of the tuned-config
+  // directories they read.
+  const RunInputs inputs(scenarios);
 
   // Compile-only children share one compile memo for this run (JitOptions::compile_memo_dir):
   // removed when the run ends. COLDSTART_COMPILE_MEMO_DIR names a memo kept across runs instead
@@ -364,7 +354,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
       progress.update(j, lab, "");
       ReplayArgs ja = a;
       if (cache_views) ja.cache_dir = cache_views->begin_job();
-      reps.push_back(run_job(ja, inputs, s, job,
+      reps.push_back(run_job(ja, inputs, s, job, j * a.repeat + k,
                              [&](const std::string& phase) { progress.update(j, lab, phase); }));
       if (cache_views) cache_views->end_job(ja.cache_dir);
       if (reps.back().outcome == Outcome::kInterrupted) break;

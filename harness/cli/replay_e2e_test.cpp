@@ -846,10 +846,13 @@ TEST_F(ReplayE2E, InputsEditedDuringTheRunChangeNoLaterStrategy) {
 /// there (which reports nothing itself) is a crash in `decode`, not in the phase before.
 TEST_F(ReplayE2E, ChildAnnouncesEveryPhaseItEnters) {
   const std::string lines = paths::join(dir_, "lines.txt"), out = paths::join(dir_, "out.txt");
-  const std::string cmd = "cd '" + source_dir() + "' && COLDSTART_RESULT_FD=3 '" CS_COLDSTART_BIN
-                          "' _child scenarios/qwen3-8b-turboquant.yaml --strategy none "
-                          "--variant-index 1 --device compile-only --arch sm_90 3>'" + lines +
-                          "' >'" + out + "' 2>&1";
+  const std::string job = paths::join(dir_, "job.json");
+  // The job a replay would hand this strategy's child, then the child alone.
+  const std::string cmd = "cd '" + source_dir() + "' && '" CS_COLDSTART_BIN
+                          "' _job scenarios/qwen3-8b-turboquant.yaml --strategy none "
+                          "--variant-index 1 --device compile-only --arch sm_90 >'" + job +
+                          "' 2>'" + out + "' && COLDSTART_RESULT_FD=3 '" CS_COLDSTART_BIN
+                          "' _child --job '" + job + "' 3>'" + lines + "' >'" + out + "' 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(out);
   // The first request's decode steps are announced before they run: a snapshot says "decode"
   // while its phase list has no decode entry of request 0 yet (the wave's last snapshot, sent

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/child_job.h"
 #include "harness/common/target.h"
 #include "harness/jit/jit.h"
 #include "harness/replay/result.h"
@@ -49,7 +50,7 @@ struct ReplayArgs {
   bool check = false;  // exit 3 when an `expect:` rule is unmet
   bool verbose = false;
   uint64_t seed = 1234;
-  // child only
+  // `_job` only: the strategy and variant whose job it prints
   int variant_index = 0;
   std::string strategy_name;
 };
@@ -86,17 +87,30 @@ void add_common_options(CLI::App* cmd, ReplayArgs& a);
 /// Adds the report outputs (--junit, --md, --html, --trace).
 void add_report_options(CLI::App* cmd, ReplayArgs& a);
 
-/// Runs one (variant, strategy) of `base` in this process (the child, and --no-isolate);
-/// `on_snapshot` receives the result as it grows and the phase running ("" when none).
+/// Runs `job` in this process (the child, and --no-isolate); `on_snapshot` receives the result
+/// as it grows and the phase running ("" when none). A device the scenario's `archs` exclude
+/// gives a kSkipped result without running anything.
 StrategyResult run_in_process(
-    const ReplayArgs& a, const Scenario& base, int variant_index, const StrategySpec& strategy,
+    const ChildJob& job,
     std::function<void(const StrategyResult&, const std::string& current_phase)> on_snapshot);
+
+/// The job of one (variant, strategy): `variant_scenario` (apply_variant, paths as the child
+/// must read them) and the run's options from `a` (device, arch, target, SM count, cache, compile
+/// memo, JIT monitor, seed, verbosity).
+ChildJob make_child_job(const ReplayArgs& a, const Scenario& variant_scenario,
+                        const StrategySpec& strategy);
 
 /// `coldstart replay`: exit 0 when every strategy ran, 1 on a harness error, 3 with --check
 /// when an expect: rule is unmet, 128 + signal when interrupted. Throws InputError (exit 2).
 int replay_main(ReplayArgs a, const std::string& cmdline);
-/// `coldstart _child`: one strategy, its snapshots and result on the result channel (fd 3).
-int child_main(const ReplayArgs& a);
+/// `coldstart _child --job FILE`: runs the job the parent wrote (child_job.h), its snapshots and
+/// result on the result channel (fd 3). Throws Error when the job file is unreadable.
+int child_main(const std::string& job_file);
+/// `coldstart _job SCENARIO --strategy S --variant-index N ...`: prints (stdout, JSON) the job a
+/// replay with these options would hand that strategy's child, naming the user's files (a replay
+/// names its private copies): to rerun one child alone, e.g. under compute-sanitizer, with
+/// `_child --job`. Throws InputError for a bad scenario, strategy or variant index.
+int job_main(const ReplayArgs& a);
 /// `coldstart report`: renders results files (single-run or merged).
 int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a);
 /// `coldstart list`: warmers, model families, mixer backends, targets, scenarios' strategies.

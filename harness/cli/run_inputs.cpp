@@ -81,16 +81,6 @@ void list_files(const std::string& dir, const std::string& rel, std::vector<std:
   }
 }
 
-// A YAML double-quoted scalar holding `s` exactly (paths may hold ": ", "#", quotes).
-std::string yaml_quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 std::string absolute_path(const std::string& path) {
@@ -102,35 +92,42 @@ std::string absolute_path(const std::string& path) {
   return paths::normalize(paths::join(cwd, path));
 }
 
-RunInputs::RunInputs(const std::vector<Scenario>& scenarios, const std::vector<std::string>& sets,
-                     const Loader& load) {
+RunInputs::RunInputs(const std::vector<Scenario>& scenarios) {
   dir_ = paths::make_temp_dir("coldstart-inputs-");
   const std::string root = paths::join(dir_, "root");
   auto copy_of = [&](const std::string& path) { return root + absolute_path(path); };
+  // Every declared directory key (engine_keys.h) is an input folder; its role is the key.
+  std::vector<std::string> dir_keys;
+  for (const EngineKeySpec& k : declared_engine_keys())
+    if (k.type == EngineKeyType::kDirectory) dir_keys.push_back(k.name);
   try {
     for (const Scenario& s : scenarios) {
       PerScenario ps;
-      // The scenario: the text that was validated, byte for byte.
+      // The scenario itself: recorded, not copied (the children get the parsed scenario).
       const std::string& text = s.source.text;
-      ps.path = copy_of(s.file);
-      write_copy(ps.path, text);
       ps.inputs.push_back({"scenario", s.file, static_cast<long long>(text.size()),
                            checksum::fnv1a64_hex(text), -1});
 
-      std::vector<Scenario> variants;
-      for (const Variant& v : s.variants) variants.push_back(apply_variant(s, v));
+      for (const Variant& v : s.variants) ps.variants.push_back(apply_variant(s, v));
       std::set<std::string> done;
-      auto add_config = [&](const std::string& file) {
-        if (file.empty() || !done.insert(file).second) return;
-        const std::string data = read_bytes(file);
-        write_copy(copy_of(file), data);
-        ps.inputs.push_back({"config", file, static_cast<long long>(data.size()),
-                             checksum::fnv1a64_hex(data), -1});
+      // config.json: travels parsed in the job, so it is not copied; its bytes are read again to
+      // record them and to refuse a file edited since the loader parsed it (meta.inputs must
+      // describe what the run replays).
+      auto add_config = [&](const ModelConfig& m) {
+        if (m.config_file.empty()) return;
+        const bool first = done.insert(m.config_file).second;
+        const std::string data = read_bytes(m.config_file);
+        const std::string sum = checksum::fnv1a64_hex(data);
+        if (sum != m.config_fnv1a64) {
+          throw InputError(fmt::format(
+              "{}: changed while the run was starting (its config.json {} was edited after it "
+              "was validated); run again",
+              s.file, m.config_file));
+        }
+        if (!first) return;
+        ps.inputs.push_back(
+            {"config", m.config_file, static_cast<long long>(data.size()), sum, -1});
       };
-      // Every declared directory key (engine_keys.h) is an input folder; its role is the key.
-      std::vector<std::string> dir_keys;
-      for (const EngineKeySpec& k : declared_engine_keys())
-        if (k.type == EngineKeyType::kDirectory) dir_keys.push_back(k.name);
       auto add_dir = [&](const std::string& key, const std::string& dir) {
         if (dir.empty() || !done.insert(dir).second) return;
         std::vector<std::string> files;
@@ -148,52 +145,17 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios, const std::vector<s
         ps.inputs.push_back({key, dir, bytes, checksum::fnv1a64_hex(lines),
                              static_cast<int>(files.size())});
       };
-      add_config(s.model.config_file);
+      add_config(s.model);
       for (const std::string& key : dir_keys) add_dir(key, s.engine.string_key(key));
-      for (const Scenario& v : variants) {
-        add_config(v.model.config_file);
+      for (Scenario& v : ps.variants) {
+        add_config(v.model);
         for (const std::string& key : dir_keys) add_dir(key, v.engine.string_key(key));
-      }
-
-      // Paths the child must not resolve to the user's files: named outright, after the run's
-      // own --set overrides (a matrix axis over them still applies last, relative to the copy).
-      auto all_variants_use = [&](auto field, const std::string& value) {
-        return std::all_of(variants.begin(), variants.end(),
-                           [&](const Scenario& v) { return field(v) == value; });
-      };
-      if (!s.model.config_file.empty() &&
-          all_variants_use([](const Scenario& v) { return v.model.config_file; },
-                           s.model.config_file)) {
-        ps.sets.push_back("model.config=" + yaml_quoted(copy_of(s.model.config_file)));
-      }
-      for (const std::string& key : dir_keys) {
-        const std::string& dir = s.engine.string_key(key);
-        if (!dir.empty() &&
-            all_variants_use([&](const Scenario& v) { return v.engine.string_key(key); }, dir)) {
-          ps.sets.push_back("engine." + key + "=" + yaml_quoted(copy_of(dir)));
+        // The children read the copies, never the user's files.
+        for (const std::string& key : dir_keys) {
+          const std::string dir = v.engine.string_key(key);
+          if (!dir.empty()) v.engine.set_key(key, copy_of(dir));
         }
       }
-
-      // The copies must be what was validated: validate them again and compare the merged model
-      // config of every variant (the scenario text is the same by construction; config.json was
-      // read again to be copied, and may have been edited in between).
-      std::vector<std::string> child_sets = sets;
-      child_sets.insert(child_sets.end(), ps.sets.begin(), ps.sets.end());
-      const std::string changed = fmt::format(
-          "{}: changed while the run was starting (a file it reads, e.g. its config.json {}, was "
-          "edited after it was validated); run again",
-          s.file, s.model.config_file);
-      bool same = false;
-      try {
-        const Scenario copy = load(ps.path, child_sets);
-        same = copy.variants.size() == s.variants.size() && copy.model.raw == s.model.raw;
-        for (size_t k = 0; same && k < copy.variants.size(); ++k) {
-          same = apply_variant(copy, copy.variants[k]).model.raw == variants[k].model.raw;
-        }
-      } catch (const InputError& e) {
-        throw InputError(changed + ": " + e.what());
-      }
-      if (!same) throw InputError(changed);
       per_scenario_.push_back(std::move(ps));
     }
   } catch (...) {

@@ -2,6 +2,7 @@
 #include "harness/replay/hf_config.h"
 
 #include "harness/common/error.h"
+#include "harness/common/checksum.h"
 
 #include <fmt/format.h>
 
@@ -319,6 +320,8 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
     c.fail(cfg_key, cfg_mark, fmt::format("cannot read HF config '{}': {}", m.config_file, why));
     return false;
   }
+  // What a replay's parent compares its private copy of the file with (cli/run_inputs.h).
+  m.config_fnv1a64 = checksum::fnv1a64_hex(original);
   const JsonSource src = prepare_json(original);
   if (!src.problems.empty()) {
     for (const auto& pr : src.problems) {

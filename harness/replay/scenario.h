@@ -183,6 +183,7 @@ struct ModelConfig {
   bool tie_word_embeddings = true;  ///< lm_head shares the embedding matrix
   nlohmann::json raw;               ///< the whole merged config, for keys other families read
   std::string config_file;          ///< the config.json path as resolved (not canonicalized)
+  std::string config_fnv1a64;       ///< FNV-1a 64 (hex) of the config.json bytes parsed, "" if none
 };
 
 /// vLLM V1's CUDA graph modes (CompilationConfig.cudagraph_mode).
@@ -321,6 +322,25 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 /// (check_replayable included). Throws InputError when the result is invalid (only possible for a
 /// variant that load_scenario did not produce).
 Scenario apply_variant(const Scenario& s, const Variant& v);
+
+/// JSON form of a loaded scenario (scenario_json.cpp): every field the replay reads, so that a
+/// replay's parent can hand a child the scenario it validated (harness/cli/child_job.h) and the
+/// child parses no YAML or config.json again. Not carried: `expect` / `expectations` (the parent
+/// checks them) and `source` (the loader's inputs); from_json leaves them empty. from_json
+/// validates nothing beyond the JSON types: it throws nlohmann::json::exception for a missing
+/// field or a wrong type, Error for an unknown cudagraph_mode.
+void to_json(nlohmann::json& j, const ModelConfig& m);
+void from_json(const nlohmann::json& j, ModelConfig& m);
+void to_json(nlohmann::json& j, const EngineConfig& e);
+void from_json(const nlohmann::json& j, EngineConfig& e);
+void to_json(nlohmann::json& j, const RequestSpec& r);
+void from_json(const nlohmann::json& j, RequestSpec& r);
+void to_json(nlohmann::json& j, const StrategySpec& s);
+void from_json(const nlohmann::json& j, StrategySpec& s);
+void to_json(nlohmann::json& j, const Variant& v);
+void from_json(const nlohmann::json& j, Variant& v);
+void to_json(nlohmann::json& j, const Scenario& s);
+void from_json(const nlohmann::json& j, Scenario& s);
 
 /// The phases a replay reports, in order: startup (init ... sampler_warmup), then the request
 /// steps (prefill, continuation_prefill, first_decode, decode, prefill_others, steady_request).
