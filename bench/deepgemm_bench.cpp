@@ -1,4 +1,4 @@
-// deepgemm benchmark (Google Benchmark, GPU only; skips without a CUDA GPU): our fp8_gemm_nt
+// deepgemm benchmark (Google Benchmark through bench_util.h; GPU only, skips without one): our fp8_gemm_nt
 // (harness/kernels/deepgemm, DeepGEMM's SM90 heuristic picks the tile) side by side with
 // libtorch's FP8 scaled matmul (at::_scaled_mm, cuBLASLt) in one run, for DeepSeek V4-Flash's
 // FP8 linear shapes (hf-configs/deepseek-v4-flash.json):
@@ -13,8 +13,9 @@
 //                                   M = 128, 1024, 4096
 //
 // Time: CUDA events around 20 back-to-back calls, queued behind large matmuls so host launch cost
-// does not idle the GPU. Counters: `TFLOP/s` (2 M N K per call), `%peak` of the H200's dense FP8
-// tensor peak (1979 TFLOP/s), `us/call`. The label names the config the heuristic picked.
+// does not idle the GPU; the reported time is per call. Counters (bench_util.h): `TFLOP/s`
+// (2 M N K per call) against the device's dense FP8 tensor peak. The label names the config the
+// heuristic picked.
 #include <benchmark/benchmark.h>
 
 #include <ATen/ATen.h>
@@ -24,18 +25,17 @@
 #include <string>
 #include <vector>
 
-#include "bench/h200_ceilings.h"
-#include "harness/jit/driver.h"
+#include "bench/bench_util.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/deepgemm/deepgemm.h"
 #include "harness/kernels/launch_util.h"
 
 namespace cj = coldstart::jit;
 namespace dg = coldstart::deepgemm;
+namespace cb = coldstart::bench;
 
 namespace {
 
-constexpr double kPeakFp8Tflops = coldstart::bench::kH200.fp8_flops_per_s * 1e-12;
 constexpr int kCalls = 20;
 
 struct Shape {
@@ -52,37 +52,7 @@ cj::JitRuntime& runtime() {
 
 at::TensorOptions on_gpu(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
 
-template <class F>
-double time_ms(void* stream, const at::Tensor& big, F&& fn) {
-  const cj::DriverApi& d = cj::driver();
-  CUevent a = nullptr, b = nullptr;
-  CS_CU_CHECK(d.cuEventCreate(&a, 0));
-  CS_CU_CHECK(d.cuEventCreate(&b, 0));
-  for (int i = 0; i < 4; ++i) (void)at::mm(big, big);
-  CS_CU_CHECK(d.cuEventRecord(a, static_cast<CUstream>(stream)));
-  for (int i = 0; i < kCalls; ++i) fn();
-  CS_CU_CHECK(d.cuEventRecord(b, static_cast<CUstream>(stream)));
-  CS_CU_CHECK(d.cuEventSynchronize(b));
-  float ms = 0;
-  CS_CU_CHECK(d.cuEventElapsedTime(&ms, a, b));
-  d.cuEventDestroy(a);
-  d.cuEventDestroy(b);
-  return ms;
-}
-
-int sm_count() {
-  int sms = 0;
-  CUdevice dev = 0;
-  CS_CU_CHECK(cj::driver().cuDeviceGet(&dev, 0));
-  CS_CU_CHECK(cj::driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-  return sms;
-}
-
 void BM_Fp8Gemm(benchmark::State& state) {
-  if (!at::hasCUDA() || !cj::driver_available()) {
-    state.SkipWithError("needs a CUDA GPU and a CUDA libtorch");
-    return;
-  }
   const int impl = static_cast<int>(state.range(0));
   const Shape& s = kShapes[state.range(1)];
   const int64_t m = state.range(2), n = s.n, k = s.k;
@@ -99,7 +69,7 @@ void BM_Fp8Gemm(benchmark::State& state) {
   std::string label = std::string(kImpls[impl]) + " " + s.name;
   if (impl <= 1) {
     const at::Tensor sfa = dg::mn_major_scales(sfa_rows);
-    const dg::GemmTarget target{90, sm_count()};
+    const dg::GemmTarget target{90, cb::device_info().sm_count};
     const dg::GemmOptions opt{impl == 1};
     call = [&, sfa, target, opt] { dg::fp8_gemm_nt(runtime(), target, a, sfa, b, sfb, d, opt); };
     label += " " + dg::select_fp8_gemm_config({dg::GemmType::kNormal, m, n, k, 1}, 90, target.num_sms).name();
@@ -125,7 +95,7 @@ void BM_Fp8Gemm(benchmark::State& state) {
     for (auto& t : tries) {
       try {
         t();
-        CS_CU_CHECK(cj::driver().cuStreamSynchronize(static_cast<CUstream>(stream)));
+        cb::synchronize(stream);
         call = t;
         break;
       } catch (const std::exception& e) {
@@ -141,18 +111,14 @@ void BM_Fp8Gemm(benchmark::State& state) {
     return;
 #endif
   }
-  call();  // compile / warm up
-  double total_ms = 0;
-  for (auto _ : state) {
-    const double ms = time_ms(stream, big, call);
-    total_ms += ms;
-    state.SetIterationTime(ms * 1e-3 / kCalls);
-  }
-  const double sec = total_ms * 1e-3 / (static_cast<double>(state.iterations()) * kCalls);
-  const double flops = 2.0 * m * n * k;
-  state.counters["TFLOP/s"] = flops / sec * 1e-12;
-  state.counters["%peak"] = 100.0 * flops / sec * 1e-12 / kPeakFp8Tflops;
-  state.counters["us/call"] = sec * 1e6;
+  cb::TimingOptions o;
+  o.warmup = 1;  // compile / warm up
+  o.calls = kCalls;
+  o.before = [&] {
+    for (int i = 0; i < 4; ++i) (void)at::mm(big, big);
+  };
+  const double sec = cb::run_timed_loop(state, stream, o, call);
+  cb::set_flops_counters(state, 2.0 * m * n * k, sec, cb::Peak::kFp8);
   state.SetLabel(label);
 }
 
@@ -164,4 +130,4 @@ BENCHMARK(BM_Fp8Gemm)
     ->Iterations(3)
     ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return cb::bench_main("deepgemm_bench", argc, argv); }

@@ -1,4 +1,4 @@
-// mamba_ssd benchmarks (Google Benchmark, GPU only; they skip without a CUDA GPU):
+// mamba_ssd benchmarks (Google Benchmark through bench_util.h; GPU only, they skip without one):
 //
 //   BM_SsdChain/<model>/<T>           chunk_scan_combined_varlen, the whole Mamba2 SSD prefill
 //                                     chain, one sequence of T tokens, no initial state, float32
@@ -10,9 +10,9 @@
 // MambaMixer2 passes them (x / B / C column views of the conv output, dt a column slice of the
 // in_proj output).
 //
-// Counters: `TFLOP/s` = the matmul FLOPs of the step / time and `%bf16` against the H200's dense
-// bf16 tensor peak (~989 TFLOP/s); `GB/s` = the bytes the step must move at least (every input
-// read once, every output written once) / time and `%hbm` against 4.8 TB/s; `us/token`.
+// Counters (bench_util.h): `TFLOP/s` = the matmul FLOPs of the step / time, against the device's
+// dense bf16 tensor peak; `GB/s` = the bytes the step must move at least (every input read once,
+// every output written once) / time, against its HBM bandwidth; `us/token`.
 // FLOPs per sequence of T tokens (nch chunks): chunk_state 2 T H P N; bmm 2 nch G cs^2 N (full
 // square, vLLM computes it all); chunk_scan 2 T H P N (C h_prev) + H P nch cs (cs + 1) (the
 // causal half of CB x); cumsum and state passing none. Autotuning is warm (one call before
@@ -28,30 +28,20 @@
 #include <string>
 #include <vector>
 
-#include "bench/h200_ceilings.h"
-#include "harness/jit/driver.h"
+#include "bench/bench_util.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/launch_util.h"
 #include "harness/kernels/mamba_ssd/mamba_ssd.h"
 
 namespace cj = coldstart::jit;
 namespace ms = coldstart::mamba_ssd;
+namespace cb = coldstart::bench;
 
 namespace {
 
-constexpr double kPeakTflops = coldstart::bench::kH200.bf16_flops_per_s * 1e-12;
-constexpr double kPeakGBs = coldstart::bench::kH200.hbm_bytes_per_s * 1e-9;
 const ms::SsdDims kModels[] = {{64, 64, 8, 128, 128}, {16, 64, 1, 128, 128}};
 const char* const kModelNames[] = {"nano-tp1", "super-tp8"};
 const char* const kKernelNames[] = {"cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan"};
-
-bool gpu_ok(benchmark::State& state) {
-  if (!at::hasCUDA()) {
-    state.SkipWithError("needs a CUDA GPU and a CUDA libtorch");
-    return false;
-  }
-  return true;
-}
 
 cj::JitRuntime& runtime() {
   static cj::JitRuntime* rt = [] {
@@ -60,24 +50,6 @@ cj::JitRuntime& runtime() {
     return new cj::JitRuntime(o);
   }();
   return *rt;
-}
-
-// Milliseconds of fn() between two events on `stream`.
-template <class F>
-double time_ms(void* stream, F&& fn) {
-  const cj::DriverApi& d = cj::driver();
-  CUevent a = nullptr, b = nullptr;
-  d.cuEventCreate(&a, 0);
-  d.cuEventCreate(&b, 0);
-  d.cuEventRecord(a, static_cast<CUstream>(stream));
-  fn();
-  d.cuEventRecord(b, static_cast<CUstream>(stream));
-  d.cuEventSynchronize(b);
-  float ms = 0;
-  d.cuEventElapsedTime(&ms, a, b);
-  d.cuEventDestroy(a);
-  d.cuEventDestroy(b);
-  return ms;
 }
 
 at::TensorOptions on_gpu(at::ScalarType t) {
@@ -186,45 +158,33 @@ Cost cost_of(const Problem& p, int k) {
   return c;
 }
 
-void report(benchmark::State& state, const Problem& p, const Cost& c, double total_ms) {
-  const double sec = total_ms * 1e-3 / static_cast<double>(state.iterations());
-  state.counters["TFLOP/s"] = c.flops / sec * 1e-12;
-  state.counters["%bf16"] = 100.0 * c.flops / sec * 1e-12 / kPeakTflops;
-  state.counters["GB/s"] = c.bytes / sec * 1e-9;
-  state.counters["%hbm"] = 100.0 * c.bytes / sec * 1e-9 / kPeakGBs;
+// The counters of one step (or the chain) taking `sec` seconds per call.
+void report(benchmark::State& state, const Problem& p, const Cost& c, double sec) {
+  cb::set_flops_counters(state, c.flops, sec, cb::Peak::kBf16);
+  cb::set_bytes_counters(state, c.bytes, sec);
   state.counters["us/token"] = sec * 1e6 / static_cast<double>(p.T);
 }
 
 void BM_SsdChain(benchmark::State& state) {
-  if (!gpu_ok(state)) return;
   const int model = static_cast<int>(state.range(0));
   Problem p = make_problem(kModels[model], state.range(1));
   state.SetLabel(kModelNames[model]);
-  run_chain(p);  // warm: autotune and compile
-  void* stream = coldstart::kernels::stream_for(p.out);
-  double total_ms = 0;
-  for (auto _ : state) {
-    const double ms = time_ms(stream, [&] { run_chain(p); });
-    total_ms += ms;
-    state.SetIterationTime(ms * 1e-3);
-  }
-  report(state, p, cost_of(p, -1), total_ms);
+  // Default options: one warm-up call (autotune, compile), then one call per measurement.
+  const double sec =
+      cb::run_timed_loop(state, coldstart::kernels::stream_for(p.out), {}, [&] { run_chain(p); });
+  report(state, p, cost_of(p, -1), sec);
 }
 
 void BM_SsdKernel(benchmark::State& state) {
-  if (!gpu_ok(state)) return;
   const int k = static_cast<int>(state.range(0)), model = static_cast<int>(state.range(1));
   Problem p = make_problem(kModels[model], state.range(2));
   state.SetLabel(std::string(kKernelNames[k]) + " " + kModelNames[model]);
   for (int i = 0; i < 5; ++i) run_kernel(p, i);  // intermediates, warm picks
-  void* stream = coldstart::kernels::stream_for(p.out);
-  double total_ms = 0;
-  for (auto _ : state) {
-    const double ms = time_ms(stream, [&] { run_kernel(p, k); });
-    total_ms += ms;
-    state.SetIterationTime(ms * 1e-3);
-  }
-  report(state, p, cost_of(p, k), total_ms);
+  cb::TimingOptions o;
+  o.warmup = 0;  // the chain above was the warm-up
+  const double sec =
+      cb::run_timed_loop(state, coldstart::kernels::stream_for(p.out), o, [&] { run_kernel(p, k); });
+  report(state, p, cost_of(p, k), sec);
 }
 
 void ChainArgs(benchmark::internal::Benchmark* b) {
@@ -251,4 +211,4 @@ BENCHMARK(BM_SsdKernel)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return cb::bench_main("mamba_ssd_bench", argc, argv); }

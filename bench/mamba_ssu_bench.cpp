@@ -1,4 +1,4 @@
-// mamba_ssu benchmark (Google Benchmark, GPU only; it skips without a CUDA GPU): vLLM's
+// mamba_ssu benchmark (Google Benchmark through bench_util.h; GPU only, it skips without one): vLLM's
 // selective_state_update (harness/kernels/mamba_ssu) for the Mamba2 decode of Nemotron-3 shapes,
 // with float32 SSM states and MambaMixer2's expanded views:
 //
@@ -13,7 +13,8 @@
 // set of state slots, cycled so that the state touched between two uses of a slot exceeds
 // 256 MiB (more than the L2), so the state comes from HBM. Launches are queued behind large
 // matmuls so that host launch cost does not leave the GPU idle; the time is CUDA events around
-// 200 launches. Counters: `TB/s` (1e12 B/s), `%HBM` of the H200's 4.8 TB/s, `us/launch`, `MiB`.
+// 200 launches, and the reported time is per launch. Counters (bench_util.h): `GB/s` against the
+// device's HBM bandwidth, and `MiB` moved per launch.
 #include <benchmark/benchmark.h>
 
 #include <ATen/ATen.h>
@@ -23,18 +24,17 @@
 #include <cstdlib>
 #include <string>
 
-#include "bench/h200_ceilings.h"
-#include "harness/jit/driver.h"
+#include "bench/bench_util.h"
 #include "harness/jit/jit.h"
 #include "harness/kernels/launch_util.h"
 #include "harness/kernels/mamba_ssu/mamba_ssu.h"
 
 namespace cj = coldstart::jit;
 namespace ms = coldstart::mamba_ssu;
+namespace cb = coldstart::bench;
 
 namespace {
 
-constexpr double kHbmBytesPerS = coldstart::bench::kH200.hbm_bytes_per_s;
 constexpr int kLaunches = 200;
 
 struct Model {
@@ -48,43 +48,9 @@ cj::JitRuntime& runtime() {
   return *rt;
 }
 
-std::string device_name() {
-  const cj::DriverApi& d = cj::driver();
-  CUdevice dev = 0;
-  char name[256] = {0};
-  if (d.cuDeviceGet(&dev, 0) != CUDA_SUCCESS || d.cuDeviceGetName(name, sizeof(name), dev) != CUDA_SUCCESS) {
-    return "";
-  }
-  return name;
-}
-
 at::TensorOptions on_gpu(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
 
-// Milliseconds of `launches` calls of fn(i) between two events on `stream`, queued behind work
-// that keeps the GPU busy while the host enqueues them.
-template <class F>
-double time_ms(void* stream, const at::Tensor& big, F&& fn) {
-  const cj::DriverApi& d = cj::driver();
-  CUevent a = nullptr, b = nullptr;
-  d.cuEventCreate(&a, 0);
-  d.cuEventCreate(&b, 0);
-  for (int i = 0; i < 6; ++i) (void)at::mm(big, big);
-  d.cuEventRecord(a, static_cast<CUstream>(stream));
-  for (int i = 0; i < kLaunches; ++i) fn(i);
-  d.cuEventRecord(b, static_cast<CUstream>(stream));
-  d.cuEventSynchronize(b);
-  float ms = 0;
-  d.cuEventElapsedTime(&ms, a, b);
-  d.cuEventDestroy(a);
-  d.cuEventDestroy(b);
-  return ms;
-}
-
 void BM_SsuDecode(benchmark::State& state) {
-  if (!at::hasCUDA()) {
-    state.SkipWithError("needs a CUDA GPU and a CUDA libtorch");
-    return;
-  }
   const Model& m = kModels[state.range(0)];
   const int64_t B = state.range(1), H = m.H, P = m.P, G = m.G, N = m.N;
   const int64_t conv_dim = H * P + 2 * G * N;
@@ -119,27 +85,23 @@ void BM_SsuDecode(benchmark::State& state) {
   const char* root = std::getenv("COLDSTART_SOURCE_DIR");
   const ms::ConfigSource src{std::string(root ? root : ".") +
                                  "/fixtures/tuned-configs/selective_state_update",
-                             device_name(), ""};
+                             cb::device_info().name, ""};
   cj::Selection sel;
-  auto call = [&](int i) {
+  auto call = [&](int64_t i) {
     const at::Tensor s = idx[i % sets].narrow(0, 0, B);
     sel = ms::selective_state_update(runtime(), src, st, x, dt, A_e, Bm, Cm, D_e, db_e, true, s, s,
                                      out);
   };
-  call(0);  // compile
   const at::Tensor big = at::randn({8192, 8192}, on_gpu(at::kBFloat16));
-  void* stream = coldstart::kernels::stream_for(out);
-  double total_ms = 0;
-  for (auto _ : state) {
-    const double ms_all = time_ms(stream, big, call);
-    total_ms += ms_all;
-    state.SetIterationTime(ms_all * 1e-3 / kLaunches);
-  }
-  const double sec = total_ms * 1e-3 / (static_cast<double>(state.iterations()) * kLaunches);
+  cb::TimingOptions o;
+  o.warmup = 1;  // compile
+  o.calls = kLaunches;
+  o.before = [&] {
+    for (int i = 0; i < 6; ++i) (void)at::mm(big, big);
+  };
+  const double sec = cb::run_timed_loop(state, coldstart::kernels::stream_for(out), o, call);
   const double bytes = state_bytes + io_bytes;
-  state.counters["TB/s"] = bytes / sec * 1e-12;
-  state.counters["%HBM"] = 100.0 * bytes / sec / kHbmBytesPerS;
-  state.counters["us/launch"] = sec * 1e6;
+  cb::set_bytes_counters(state, bytes, sec);
   state.counters["MiB"] = bytes / (1 << 20);
   state.SetLabel(std::string(m.name) + " " + sel.selector + " " + sel.tuning_key + " " +
                  sel.config.name);
@@ -153,4 +115,4 @@ BENCHMARK(BM_SsuDecode)
     ->Iterations(5)
     ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return cb::bench_main("mamba_ssu_bench", argc, argv); }
