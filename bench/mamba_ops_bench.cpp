@@ -1,107 +1,176 @@
-// mamba_ops_bench: time of each mamba-ops kernel at Qwen3-Next-80B GDN shapes (TP 1: conv dim
-// 8192, width 4, 32 value heads of 128, SSM state 32 x 128 x 128 fp32) on the current GPU, and
-// the NVRTC compile time of each compile key. Prints a Markdown table; without a CUDA GPU (or a
-// CUDA libtorch) it says so and exits 0.
+// mamba_ops benchmarks (Google Benchmark through bench_util.h; GPU only, they skip without one):
+// each mamba-ops kernel at Qwen3-Next-80B GDN shapes (TP 1: conv dim 8192, width 4, 32 value
+// heads of 128, SSM state 32 x 128 x 128 fp32), and the NVRTC compile time of its keys.
 //
-// Timing: 3 warm-up calls (the first compiles), then `iters` calls between two device
-// synchronizations; the mean per call (launch included). Bytes = the bytes each call must move
-// (reads + writes), for an effective bandwidth.
+//   BM_CausalConv1dFwd/<T>         T = 512 (4 sequences), 8192 (1 sequence), silu
+//   BM_CausalConv1dUpdate/<B>      B = 1, 64, 256 decode rows
+//   BM_GatedRmsNorm/<T>            M = 32 T rows of 128 (T = 1, 16, 8192), silu gate
+//   BM_GatherInitialStates/<n>     n = 1, 16 SSM state rows gathered
+//   BM_ScatterStates/<n>           n = 1, 16 SSM state rows scattered back
+//
+// Time: 3 warm-up calls (the first compiles), then CUDA events around 50 back-to-back calls on
+// torch's current stream; the reported time is per call (launch gaps included when the kernel is
+// shorter than a launch). Counters (bench_util.h): `GB/s` = the bytes each call must move (reads
+// + writes) / time, against the device's HBM bandwidth; `compile_ms` = NVRTC + load time of the
+// compile keys this row compiled (0 when an earlier row already compiled its key) and `compiles`
+// their number. The label gives the shape and the names of the keys compiled.
+#include <benchmark/benchmark.h>
+
 #include <ATen/ATen.h>
 
-#include <chrono>
-#include <cstdio>
-#include <functional>
+#include <cstddef>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "bench/bench_util.h"
 #include "harness/jit/jit.h"
+#include "harness/kernels/launch_util.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
 
-#ifdef COLDSTART_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
+namespace cj = coldstart::jit;
+namespace cb = coldstart::bench;
+namespace mo = coldstart::mamba_ops;
 
 namespace {
 
-using namespace coldstart;
-using namespace coldstart::mamba_ops;
+constexpr int64_t kDim = 8192, kSlots = 257, kPage = 3 * kDim + 32 * 128 * 128 * 2;
 
-#ifdef COLDSTART_WITH_CUDA
-void row(const char* name, const std::string& shape, double bytes, const std::function<void()>& fn,
-         int iters = 50) {
-  for (int i = 0; i < 3; ++i) fn();
-  c10::cuda::device_synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) fn();
-  c10::cuda::device_synchronize();
-  const double us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-      iters;
-  std::printf("| %s | %s | %.1f | %.0f |\n", name, shape.c_str(), us, bytes / us / 1e3);
+// What the rows share: the runtime and the paged conv / SSM state caches.
+struct Shared {
+  cj::JitRuntime rt{cj::JitOptions{}};
+  at::Tensor pages, conv, w, ssm;
+};
+
+at::TensorOptions on_gpu(at::ScalarType t) {
+  return at::TensorOptions().device(at::kCUDA).dtype(t);
 }
-#endif
+
+Shared& shared() {
+  static Shared* s = [] {
+    auto* p = new Shared;
+    p->pages = at::randn({kSlots, kPage}, on_gpu(at::kBFloat16));
+    p->conv = p->pages.as_strided({kSlots, 3, kDim}, {kPage, kDim, 1}, 0);
+    p->w = at::randn({kDim, 4}, on_gpu(at::kBFloat16));
+    p->ssm = at::randn({kSlots, 32, 128, 128}, on_gpu(at::kFloat));
+    return p;
+  }();
+  return *s;
+}
+
+// What a row compiled. Google Benchmark runs a row's function more than once; only the first
+// run compiles, so this is kept across runs, by row label.
+struct RowCompiles {
+  double ms = 0;     // NVRTC + load, summed
+  int count = 0;     // compile keys
+  std::string keys;  // their names (the key up to its argument list), comma-separated
+};
+std::map<std::string, RowCompiles> g_compiled;
+
+// Times `fn` as the header says and sets the row's counters and label (`row`, followed by the
+// keys it compiled).
+template <class F>
+void run_row(benchmark::State& state, const std::string& row, const at::Tensor& on_stream,
+             double bytes, F&& fn) {
+  Shared& s = shared();
+  const size_t before = s.rt.monitor().num_records();
+  cb::TimingOptions o;
+  o.warmup = 3;
+  o.calls = 50;
+  const double sec = cb::run_timed_loop(state, coldstart::kernels::stream_for(on_stream), o, fn);
+  RowCompiles& c = g_compiled[row];
+  const std::vector<cj::CompileRecord> records = s.rt.monitor().records();
+  for (size_t i = before; i < records.size(); ++i) {
+    c.ms += records[i].compile_ms;
+    c.count += 1;
+    c.keys += (c.keys.empty() ? "" : ", ") + records[i].key.substr(0, records[i].key.find('('));
+  }
+  cb::set_bytes_counters(state, bytes, sec);
+  state.counters["compile_ms"] = c.ms;
+  state.counters["compiles"] = c.count;
+  state.SetLabel(c.keys.empty() ? row : row + "; compiled: " + c.keys);
+}
+
+void BM_CausalConv1dFwd(benchmark::State& state) {
+  Shared& s = shared();
+  const int64_t t = state.range(0), b = t == 512 ? 4 : 1;
+  const at::Tensor x = at::randn({t, kDim + 4096}, on_gpu(at::kBFloat16)).narrow(1, 0, kDim);
+  const at::Tensor out = at::empty({t, kDim}, on_gpu(at::kBFloat16));
+  const at::Tensor qsl = at::arange(0, t + 1, t / b, on_gpu(at::kInt));
+  const at::Tensor ci = at::arange(1, b + 1, on_gpu(at::kInt));
+  const at::Tensor has = at::ones({b}, on_gpu(at::kBool));
+  run_row(state,
+          "causal_conv1d_fwd T=" + std::to_string(t) + " B=" + std::to_string(b) +
+              " dim=8192 w=4",
+          out, 4.0 * t * kDim, [&] {
+            mo::causal_conv1d_fwd(s.rt, x, s.w, at::Tensor(), s.conv, qsl, ci, has,
+                                  mo::Activation::kSilu, out);
+          });
+}
+
+void BM_CausalConv1dUpdate(benchmark::State& state) {
+  Shared& s = shared();
+  const int64_t b = state.range(0);
+  const at::Tensor x = at::randn({b, kDim}, on_gpu(at::kBFloat16));
+  const at::Tensor idx = at::arange(0, b, on_gpu(at::kInt));
+  run_row(state, "causal_conv1d_update B=" + std::to_string(b) + " dim=8192 w=4", x,
+          2.0 * b * kDim * 8.0, [&] {
+            mo::causal_conv1d_update(s.rt, x, s.conv, s.w, at::Tensor(), mo::Activation::kSilu,
+                                     idx, x);
+          });
+}
+
+void BM_GatedRmsNorm(benchmark::State& state) {
+  Shared& s = shared();
+  const int64_t m = 32 * state.range(0);
+  const at::Tensor nw = at::randn({128}, on_gpu(at::kBFloat16));
+  const at::Tensor x = at::randn({m, 128}, on_gpu(at::kBFloat16));
+  const at::Tensor z = at::randn({m, 128}, on_gpu(at::kBFloat16));
+  const at::Tensor out = at::empty({m, 128}, on_gpu(at::kBFloat16));
+  run_row(state, "gated_rms_norm M=" + std::to_string(m) + " N=128 silu", out,
+          3.0 * m * 128 * 2, [&] {
+            mo::gated_rms_norm(s.rt, x, z, nw, 1e-6, true, mo::Activation::kSilu, 128, 132, out);
+          });
+}
+
+// n SSM state rows (32 x 128 x 128 fp32), read once and written once.
+double state_bytes(int64_t n) { return 2.0 * n * 32 * 128 * 128 * 4; }
+
+void BM_GatherInitialStates(benchmark::State& state) {
+  Shared& s = shared();
+  const int64_t n = state.range(0);
+  const at::Tensor idx = at::arange(3, 3 + n, on_gpu(at::kInt));
+  const at::Tensor has = at::ones({n}, on_gpu(at::kBool));
+  const at::Tensor g = at::empty({n, 32, 128, 128}, s.ssm.options());
+  run_row(state, "gather_initial_states n=" + std::to_string(n) + " row=32x128x128 fp32", g,
+          state_bytes(n), [&] { mo::gather_initial_states(s.rt, s.ssm, idx, has, g); });
+}
+
+void BM_ScatterStates(benchmark::State& state) {
+  Shared& s = shared();
+  const int64_t n = state.range(0);
+  const at::Tensor idx = at::arange(3, 3 + n, on_gpu(at::kInt));
+  const at::Tensor g = at::randn({n, 32, 128, 128}, s.ssm.options());
+  run_row(state, "scatter_states n=" + std::to_string(n) + " row=32x128x128 fp32", g,
+          state_bytes(n), [&] { mo::scatter_states(s.rt, s.ssm, g, idx); });
+}
 
 }  // namespace
 
-int main() {
-#ifndef COLDSTART_WITH_CUDA
-  std::printf("mamba_ops_bench: skipped (this build's libtorch has no CUDA backend)\n");
-  return 0;
-#else
-  if (!at::hasCUDA()) {
-    std::printf("mamba_ops_bench: skipped (no CUDA device)\n");
-    return 0;
-  }
-  jit::JitRuntime rt(jit::JitOptions{});
-  const auto bf = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
-  const auto i32 = at::TensorOptions().device(at::kCUDA).dtype(at::kInt);
-  const int64_t dim = 8192, slots = 257, page = 3 * dim + 32 * 128 * 128 * 2;
-  const at::Tensor pages = at::randn({slots, page}, bf);
-  const at::Tensor conv = pages.as_strided({slots, 3, dim}, {page, dim, 1}, 0);
-  const at::Tensor w = at::randn({dim, 4}, bf);
-  std::printf("| kernel | shape | us / call | GB/s |\n|---|---|---|---|\n");
-  for (int64_t t : {512, 8192}) {
-    const int64_t b = t == 512 ? 4 : 1;
-    const at::Tensor x = at::randn({t, dim + 4096}, bf).narrow(1, 0, dim);
-    const at::Tensor out = at::empty({t, dim}, bf);
-    const at::Tensor qsl = at::arange(0, t + 1, t / b, i32);
-    const at::Tensor ci = at::arange(1, b + 1, i32);
-    const at::Tensor has = at::ones({b}, at::TensorOptions().device(at::kCUDA).dtype(at::kBool));
-    row("causal_conv1d_fwd", "T=" + std::to_string(t) + " B=" + std::to_string(b) + " dim=8192 w=4",
-        4.0 * t * dim, [&] {
-          causal_conv1d_fwd(rt, x, w, at::Tensor(), conv, qsl, ci, has, Activation::kSilu, out);
-        });
-  }
-  for (int64_t b : {1, 64, 256}) {
-    const at::Tensor x = at::randn({b, dim}, bf);
-    const at::Tensor idx = at::arange(0, b, i32);
-    row("causal_conv1d_update", "B=" + std::to_string(b) + " dim=8192 w=4", 2.0 * b * dim * 8.0,
-        [&] { causal_conv1d_update(rt, x, conv, w, at::Tensor(), Activation::kSilu, idx, x); });
-  }
-  const at::Tensor nw = at::randn({128}, bf);
-  for (int64_t t : {1, 16, 8192}) {
-    const int64_t m = 32 * t;
-    const at::Tensor x = at::randn({m, 128}, bf), z = at::randn({m, 128}, bf);
-    const at::Tensor out = at::empty({m, 128}, bf);
-    row("gated_rms_norm", "M=" + std::to_string(m) + " N=128 silu", 3.0 * m * 128 * 2, [&] {
-      gated_rms_norm(rt, x, z, nw, 1e-6, true, Activation::kSilu, 128, 132, out);
-    });
-  }
-  const at::Tensor ssm =
-      at::randn({slots, 32, 128, 128}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat));
-  for (int64_t n : {1, 16}) {
-    const at::Tensor idx = at::arange(3, 3 + n, i32);
-    const at::Tensor has = at::ones({n}, at::TensorOptions().device(at::kCUDA).dtype(at::kBool));
-    const at::Tensor g = at::empty({n, 32, 128, 128}, ssm.options());
-    const double bytes = 2.0 * n * 32 * 128 * 128 * 4;
-    row("gather_initial_states", "n=" + std::to_string(n) + " row=32x128x128 fp32", bytes,
-        [&] { gather_initial_states(rt, ssm, idx, has, g); });
-    row("scatter_states", "n=" + std::to_string(n) + " row=32x128x128 fp32", bytes,
-        [&] { scatter_states(rt, ssm, g, idx); });
-  }
-  std::printf("\n| compile key | NVRTC + load ms |\n|---|---|\n");
-  for (const jit::CompileRecord& r : rt.monitor().records()) {
-    std::printf("| %s | %.0f |\n", r.key.substr(0, r.key.find('(')).c_str(), r.compile_ms);
-  }
-  return 0;
-#endif
-}
+BENCHMARK(BM_CausalConv1dFwd)->Arg(512)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CausalConv1dUpdate)
+    ->Arg(1)
+    ->Arg(64)
+    ->Arg(256)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GatedRmsNorm)
+    ->Arg(1)
+    ->Arg(16)
+    ->Arg(8192)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GatherInitialStates)->Arg(1)->Arg(16)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ScatterStates)->Arg(1)->Arg(16)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+int main(int argc, char** argv) { return cb::bench_main("mamba_ops_bench", argc, argv); }
