@@ -19,6 +19,11 @@
 // defers uploading a function's code to its first launch. The runtime calls cuFuncLoad (driver
 // 12.4+) right after cuModuleGetFunction, so that cost lands in the compile record (compile_ms)
 // when the kernel is compiled or loaded, not silently in the first launch afterwards.
+//
+// Why one file of ~740 lines: the hit path, the miss path, the disk cache and module loading share
+// one locking protocol (the shared lock, the per-key compile slots); split apart, each part would
+// have to restate it. The compiler (compiler.cpp), driver (driver.cpp), keys (compile_key.cpp)
+// and monitor (monitor.cpp) are already their own files.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>

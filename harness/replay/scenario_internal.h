@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/replay/hf_config.h"
 #include "harness/replay/scenario.h"
 #include "harness/replay/yaml_check.h"
 
@@ -64,6 +65,16 @@ void load_matrix(Checker& c, const Entry& mx, std::vector<Variant>& out);
 /// `variants` times the scenario's `bytes` or its expanded values (root, after --set) is more
 /// than loading may cost (64 MiB, 1,000,000 values: a few seconds).
 void check_variant_work(Checker& c, const YAML::Node& root, size_t bytes, size_t variants);
+
+// ------------------------------------------------------------------------------------------
+// engine: (scenario_engine.cpp)
+
+/// Reads `engine:` into `e`: vLLM's engine arguments (max_num_seqs, block_size, cudagraph mode
+/// and capture sizes, ...) checked against their ranges and the model (`model` is null when the
+/// model could not be read: its cross checks are skipped; `limit` is the model's longest length),
+/// and the keys their owners declare (engine_keys.h) into e.owned. Problems go to `c`.
+void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const LengthLimit& limit,
+                 EngineConfig& e);
 
 // ------------------------------------------------------------------------------------------
 // expect: rules (scenario_expect.cpp)

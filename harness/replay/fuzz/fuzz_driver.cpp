@@ -22,6 +22,10 @@
 // seconds or a resident size past -rss_limit_mb is saved and ends the run. Inputs are saved as
 // <artifact_prefix><crash|timeout|oom|exception>-<fnv64 of the input><.yaml|.json|.set>. Exit
 // status: 0 without findings, 1 with.
+//
+// Why one file of ~780 lines: it is a self-contained program (its own main, command line,
+// mutators, watchdog and artifact writer) that mirrors libFuzzer's interface; nothing else links
+// it, and it is replaced by libFuzzer where that exists.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
