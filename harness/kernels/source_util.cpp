@@ -6,14 +6,20 @@
 
 #include "harness/common/error.h"
 
+// Embedded by cs_embed_sources (harness/kernels/CMakeLists.txt).
+extern const char* const kSource_device_common;
+
 namespace coldstart::kernels {
+
+const char* device_common_source() { return kSource_device_common; }
 
 jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,
                                      std::vector<std::string> arg_names, std::string& storage) {
   jit::KernelSource k;
   k.name = name;
   k.entry = name;
-  storage = std::string(common) + "\n#line 1 \"" + name + ".cu\"\n" + text;
+  storage = std::string(kSource_device_common) + "\n" + common + "\n#line 1 \"" + name + ".cu\"\n" +
+            text;
   k.source = storage.c_str();
   k.arg_names = std::move(arg_names);
   return k;

@@ -11,8 +11,14 @@
 
 namespace coldstart::kernels {
 
+/// The text of device_common.cuh: the integer typedefs, number-format conversions and warp
+/// reductions (cs_ names) every family's program starts with. make_kernel_source prepends it; a
+/// family that assembles a program by hand must put it first too.
+const char* device_common_source();
+
 /// The KernelSource of kernel `name` (also its extern "C" entry): one NVRTC program made of the
-/// family's shared device helpers `common` followed by the kernel file `text`, behind a
+/// helpers all families share (device_common_source()), the family's shared device helpers
+/// `common`, then the kernel file `text`, behind a
 /// `#line 1 "<name>.cu"` so NVRTC's messages point into the kernel file. The program text is
 /// kept in `storage`, which must outlive the returned source (a function-local static).
 jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,

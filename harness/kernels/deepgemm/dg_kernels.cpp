@@ -217,7 +217,8 @@ bool sm100_better(const GemmConfig& a, const GemmConfig& b) {
 
 const jit::KernelSource& gemm_source(const char* name) {
   // One program text for the three API names (the entry is the same symbol).
-  static const std::string text = std::string(kSource_dg_common) + "\n" + kSource_dg_wgmma +
+  static const std::string text = std::string(kernels::device_common_source()) + "\n" +
+                                  kSource_dg_common + "\n" + kSource_dg_wgmma +
                                   "\n#line 1 \"dg_fp8_gemm.cu\"\n" + kSource_dg_fp8_gemm;
   auto* k = new jit::KernelSource;  // one per name, alive for the process (function-local statics)
   k->name = name;
