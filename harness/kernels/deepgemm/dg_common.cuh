@@ -1,67 +1,42 @@
-// Device helpers of the DeepGEMM-style family (NVRTC, no includes): FP8 e4m3 decoding, bf16
-// packing, mbarriers, TMA tile loads through by-value tensor maps, WGMMA shared-memory
+// Device helpers of the DeepGEMM-style family (NVRTC, no includes; the integer types and number
+// formats are device_common.cuh's, which every program starts with): bf16 output rounding, mbarriers, TMA tile loads through by-value tensor maps, WGMMA shared-memory
 // descriptors and fences (SM90), and the warp-level FP8 mma.sync (SM89+) the SM100 variants use.
 #pragma once
 
-typedef unsigned char u8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 /// CUtensorMap as the driver encodes it: 128 opaque bytes, 64-byte aligned, passed by value.
 struct __align__(64) TensorMap {
-  u64 opaque[16];
+  cs_u64 opaque[16];
 };
 
-/// OCP FP8 e4m3 (finite only: 0x7f / 0xff are NaN) to float.
-__device__ __forceinline__ float fp8_e4m3_to_float(u8 v) {
-  const u32 sign = (v & 0x80u) << 24;
-  const u32 exp = (v >> 3) & 0xfu;
-  const u32 man = v & 0x7u;
-  if (exp == 0xfu && man == 0x7u) return __int_as_float(0x7fc00000);
-  float mag;
-  if (exp == 0) {
-    mag = static_cast<float>(man) * 0.001953125f;  // subnormal: man * 2^-9
-  } else {
-    mag = __int_as_float(static_cast<int>(((exp + 120u) << 23) | (man << 20)));
-  }
-  return __int_as_float(__float_as_int(mag) | static_cast<int>(sign));
-}
-
-/// Round-to-nearest-even float -> bf16 bits.
-__device__ __forceinline__ u16 float_to_bf16_bits(float f) {
-  u32 x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<u16>(x >> 16);
-}
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-  return static_cast<u32>(__cvta_generic_to_shared(p));
+/// float -> bf16 bits, rounded to nearest even (cs_f32_to_bf16), except that every NaN becomes
+/// the canonical 0x7fc0: the GEMM's output format, kept as it was before the shared helpers.
+__device__ __forceinline__ cs_u16 float_to_bf16_bits(float f) {
+  if ((__float_as_uint(f) & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return cs_f32_to_bf16(f);
 }
 
 // ---------------------------------------------------------------- mbarrier
 
-__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+__device__ __forceinline__ void mbar_init(cs_u64* bar, cs_u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(cs_smem_addr(bar)), "r"(count));
 }
 
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+__device__ __forceinline__ void mbar_expect_tx(cs_u64* bar, cs_u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(cs_smem_addr(bar)), "r"(bytes)
                : "memory");
 }
 
-__device__ __forceinline__ void mbar_arrive(u64* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+__device__ __forceinline__ void mbar_arrive(cs_u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(cs_smem_addr(bar)) : "memory");
 }
 
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-  u32 done = 0;
-  const u32 addr = smem_addr(bar);
+__device__ __forceinline__ void mbar_wait(cs_u64* bar, cs_u32 parity) {
+  cs_u32 done = 0;
+  const cs_u32 addr = cs_smem_addr(bar);
   while (!done) {
     asm volatile(
         "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
@@ -77,19 +52,19 @@ __device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
-__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, u64* bar, int c0, int c1) {
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, cs_u64* bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+          cs_smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(cs_smem_addr(bar))
       : "memory");
 }
 
-__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, u64* bar, int c0, int c1, int c2) {
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, cs_u64* bar, int c0, int c1, int c2) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-          smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+          cs_smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(cs_smem_addr(bar))
       : "memory");
 }
 
@@ -97,7 +72,7 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, u64
 
 /// Byte offset of (row, byte column) in a tile of 128-byte rows stored with the 128-byte TMA
 /// swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
-__device__ __forceinline__ u32 swizzle128_offset(u32 row, u32 byte_col) {
+__device__ __forceinline__ cs_u32 swizzle128_offset(cs_u32 row, cs_u32 byte_col) {
   return row * 128u + ((((byte_col >> 4) ^ (row & 7u)) << 4) | (byte_col & 15u));
 }
 
@@ -107,12 +82,12 @@ __device__ __forceinline__ u32 swizzle128_offset(u32 row, u32 byte_col) {
 
 /// Shared-memory matrix descriptor of a K-major tile of 128-byte rows with the 128-byte swizzle:
 /// 8-row core groups 1024 bytes apart (stride byte offset), layout type 1 (128B swizzle).
-__device__ __forceinline__ u64 wgmma_desc_sw128(const void* tile) {
-  const u64 addr = smem_addr(tile);
-  u64 desc = (addr & 0x3ffffull) >> 4;
-  desc |= static_cast<u64>(1) << 16;             // leading byte offset (unused when swizzled)
-  desc |= static_cast<u64>(1024 >> 4) << 32;     // stride byte offset
-  desc |= static_cast<u64>(1) << 62;             // 128-byte swizzle
+__device__ __forceinline__ cs_u64 wgmma_desc_sw128(const void* tile) {
+  const cs_u64 addr = cs_smem_addr(tile);
+  cs_u64 desc = (addr & 0x3ffffull) >> 4;
+  desc |= static_cast<cs_u64>(1) << 16;             // leading byte offset (unused when swizzled)
+  desc |= static_cast<cs_u64>(1024 >> 4) << 32;     // stride byte offset
+  desc |= static_cast<cs_u64>(1) << 62;             // 128-byte swizzle
   return desc;
 }
 
@@ -127,18 +102,18 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
 // ---------------------------------------------------------------- mma.sync FP8 (sm_89+)
 
 /// ldmatrix of four 8x8 b16 matrices (each lane passes one row address).
-__device__ __forceinline__ void ldmatrix_x4(u32& r0, u32& r1, u32& r2, u32& r3, u32 addr) {
+__device__ __forceinline__ void ldmatrix_x4(cs_u32& r0, cs_u32& r1, cs_u32& r2, cs_u32& r3, cs_u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
 }
 
-__device__ __forceinline__ void ldmatrix_x2(u32& r0, u32& r1, u32 addr) {
+__device__ __forceinline__ void ldmatrix_x2(cs_u32& r0, cs_u32& r1, cs_u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
 }
 
 /// D += A (16x32 e4m3, row) * B (32x8 e4m3, col), f32 accumulators in the m16n8 C layout.
-__device__ __forceinline__ void mma_fp8_m16n8k32(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+__device__ __forceinline__ void mma_fp8_m16n8k32(float* d, cs_u32 a0, cs_u32 a1, cs_u32 a2, cs_u32 a3, cs_u32 b0, cs_u32 b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
@@ -151,8 +126,8 @@ __device__ __forceinline__ void mma_fp8_m16n8k32(float* d, u32 a0, u32 a1, u32 a
 /// Byte offset of (row, byte column) in a tile of kRowBytes-byte rows stored with TMA's
 /// kRowBytes-byte swizzle (32, 64 or 128): 16-byte chunk bits XORed with address bits 7 and up.
 template <int kRowBytes>
-__device__ __forceinline__ u32 swizzled_row_offset(u32 row, u32 col) {
-  const u32 off = row * kRowBytes + col;
+__device__ __forceinline__ cs_u32 swizzled_row_offset(cs_u32 row, cs_u32 col) {
+  const cs_u32 off = row * kRowBytes + col;
   return off ^ (((off >> 7) & (kRowBytes / 16 - 1)) << 4);
 }
 
@@ -164,7 +139,7 @@ __device__ __forceinline__ u32 swizzled_row_offset(u32 row, u32 col) {
 /// Lane `lane` gets, for token t = lane % 4 (when t < kNq), the sums of KV rows rbase + lane / 4
 /// (v0) and rbase + lane / 4 + 8 (v1). Shared by fp8_mqa_logits and fp8_paged_mqa_logits.
 template <int kHeadDim, int kNumHeads, int kNt, int kQHalves, int kNq>
-__device__ __forceinline__ void mqa_subtile_scores(u32 kv_base, u32 q_base, int rbase, int lane,
+__device__ __forceinline__ void mqa_subtile_scores(cs_u32 kv_base, cs_u32 q_base, int rbase, int lane,
                                                    const float (*wts)[2], float& v0, float& v1) {
   constexpr int kNtHalf = kNt / kQHalves;
   constexpr int kKSteps = kHeadDim / 32;
@@ -180,14 +155,14 @@ __device__ __forceinline__ void mqa_subtile_scores(u32 kv_base, u32 q_base, int 
       for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
 #pragma unroll 1  // unrolled, the loads of every k step are hoisted past the 168-register budget of 9 warps
     for (int kk = 0; kk < kKSteps; ++kk) {
-      u32 a0, a1, a2, a3;
+      cs_u32 a0, a1, a2, a3;
       ldmatrix_x4(a0, a1, a2, a3,
                   kv_base + swizzled_row_offset<kHeadDim>(rbase + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                           kk * 32 + (lane >> 4) * 16));
 #pragma unroll
       for (int jj = 0; jj < kNtHalf / 2; ++jj) {
         const int n8 = half * kNtHalf + 2 * jj;
-        u32 b0, b1, b2, b3;
+        cs_u32 b0, b1, b2, b3;
         ldmatrix_x4(b0, b1, b2, b3,
                     q_base + swizzled_row_offset<kHeadDim>((n8 + (lane >> 4)) * 8 + (lane & 7),
                                                            kk * 32 + ((lane >> 3) & 1) * 16));

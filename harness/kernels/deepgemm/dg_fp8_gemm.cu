@@ -71,15 +71,15 @@ __device__ __forceinline__ bool tile_of(int t, int m, const int* grouped_layout,
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
 dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,
             const __grid_constant__ TensorMap tmap_sfa, const float* __restrict__ sfb,
-            const int* __restrict__ grouped_layout, u16* __restrict__ out, int m, long long ldo,
+            const int* __restrict__ grouped_layout, cs_u16* __restrict__ out, int m, long long ldo,
             long long gso) {
-  extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-  u8* a_tiles = smem;
-  u8* b_tiles = a_tiles + NUM_STAGES * A_STAGE_BYTES;
+  extern __shared__ cs_u8 smem_raw[];
+  cs_u8* smem = reinterpret_cast<cs_u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+  cs_u8* a_tiles = smem;
+  cs_u8* b_tiles = a_tiles + NUM_STAGES * A_STAGE_BYTES;
   float* sfa_tiles = reinterpret_cast<float*>(b_tiles + NUM_STAGES * B_STAGE_BYTES);
-  u64* full_bar = reinterpret_cast<u64*>(reinterpret_cast<u8*>(sfa_tiles) + NUM_STAGES * SFA_STAGE_BYTES);
-  u64* empty_bar = full_bar + NUM_STAGES;
+  cs_u64* full_bar = reinterpret_cast<cs_u64*>(reinterpret_cast<cs_u8*>(sfa_tiles) + NUM_STAGES * SFA_STAGE_BYTES);
+  cs_u64* empty_bar = full_bar + NUM_STAGES;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -159,8 +159,8 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
         sb[j] = nb < N_SCALE_BLOCKS ? __ldg(&sfb_g[nb * KB_COUNT + kb]) : 0.f;
       }
       mbar_wait(&full_bar[s], (it / NUM_STAGES) & 1);
-      const u8* a_tile = a_tiles + s * A_STAGE_BYTES;
-      const u8* b_tile = b_tiles + s * B_STAGE_BYTES;
+      const cs_u8* a_tile = a_tiles + s * A_STAGE_BYTES;
+      const cs_u8* b_tile = b_tiles + s * B_STAGE_BYTES;
       const float* sfa_s = sfa_tiles + s * (SFA_STAGE_BYTES / 4);
 #pragma unroll
       for (int sub = 0; sub < SUBS; ++sub) {
@@ -169,8 +169,8 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
 #pragma unroll
         for (int i = 0; i < ACC; ++i) fence_operand(acc[i]);
         wgmma_fence();
-        const u64 da = wgmma_desc_sw128(a_tile + row_base * 128);
-        const u64 db = wgmma_desc_sw128(b_tile);
+        const cs_u64 da = wgmma_desc_sw128(a_tile + row_base * 128);
+        const cs_u64 db = wgmma_desc_sw128(b_tile);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           WgmmaFp8<BLOCK_N>::mma(da + (k * 32 >> 4), db + (k * 32 >> 4), acc, k > 0);
@@ -183,21 +183,21 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
 #pragma unroll
         for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
         if (row_base + warp_in_wg * 16 < BLOCK_M) {  // warps wholly past the tile have no rows
-        const u32 a_base = smem_addr(a_tile);
-        const u32 b_base = smem_addr(b_tile);
+        const cs_u32 a_base = cs_smem_addr(a_tile);
+        const cs_u32 b_base = cs_smem_addr(b_tile);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           // A fragment 16 x 32 bytes: lanes 0-7 rows 0-7 bytes 0-15, 8-15 rows 8-15, 16-23 rows
           // 0-7 bytes 16-31, 24-31 rows 8-15 bytes 16-31.
-          const u32 a_row = row_base + warp_in_wg * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          const u32 a_col = k * 32 + (lane >> 4) * 16;
-          u32 a0, a1, a2, a3;
+          const cs_u32 a_row = row_base + warp_in_wg * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          const cs_u32 a_col = k * 32 + (lane >> 4) * 16;
+          cs_u32 a0, a1, a2, a3;
           ldmatrix_x4(a0, a1, a2, a3, a_base + swizzle128_offset(a_row, a_col));
 #pragma unroll
           for (int n8 = 0; n8 < BLOCK_N / 8; ++n8) {
-            const u32 b_row = n8 * 8 + (lane & 7);
-            const u32 b_col = k * 32 + ((lane >> 3) & 1) * 16;
-            u32 b0, b1;
+            const cs_u32 b_row = n8 * 8 + (lane & 7);
+            const cs_u32 b_col = k * 32 + ((lane >> 3) & 1) * 16;
+            cs_u32 b0, b1;
             ldmatrix_x2(b0, b1, b_base + swizzle128_offset(b_row, b_col));
             mma_fp8_m16n8k32(&acc[n8 * 4], a0, a1, a2, a3, b0, b1);
           }
@@ -232,15 +232,15 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
         const int tile_row = r0 + half * 8;
         const int row = c.m_block * BLOCK_M + tile_row;
         if (tile_row >= BLOCK_M || row >= m_limit) continue;
-        u16* out_row = out + static_cast<long long>(row) * ldo + static_cast<long long>(c.group) * gso *
+        cs_u16* out_row = out + static_cast<long long>(row) * ldo + static_cast<long long>(c.group) * gso *
                                                                     (GEMM_TYPE == 4 ? 1 : 0);
 #pragma unroll
         for (int n8 = 0; n8 < BLOCK_N / 8; ++n8) {
           const int col = n0 + n8 * 8 + (lane % 4) * 2;
           if (col >= SHAPE_N) continue;
-          const u32 lo = float_to_bf16_bits(fin[sub][n8 * 4 + half * 2 + 0]);
-          const u32 hi = float_to_bf16_bits(fin[sub][n8 * 4 + half * 2 + 1]);
-          *reinterpret_cast<u32*>(out_row + col) = lo | (hi << 16);
+          const cs_u32 lo = float_to_bf16_bits(fin[sub][n8 * 4 + half * 2 + 0]);
+          const cs_u32 hi = float_to_bf16_bits(fin[sub][n8 * 4 + half * 2 + 1]);
+          *reinterpret_cast<cs_u32*>(out_row + col) = lo | (hi << 16);
         }
       }
     }

@@ -41,14 +41,14 @@
 #error "the hc pre-norm kernel is written for 64 x 64 x-tiles"
 #endif
 
-__device__ __forceinline__ u32 to_tf32(float f) {
-  u32 r;
+__device__ __forceinline__ cs_u32 to_tf32(float f) {
+  cs_u32 r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
   return r;
 }
 
 /// D += A (16x8 tf32, row) * B (8x8 tf32, col), fp32 accumulators in the m16n8 C layout.
-__device__ __forceinline__ void mma_tf32_m16n8k8(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+__device__ __forceinline__ void mma_tf32_m16n8k8(float* d, cs_u32 a0, cs_u32 a1, cs_u32 a2, cs_u32 a3, cs_u32 b0, cs_u32 b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
@@ -67,12 +67,12 @@ extern "C" __global__ void __launch_bounds__(HC_THREADS, 1)
 dg_hc_prenorm(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_fn,
               float* __restrict__ out_mul, float* __restrict__ sqrsum, int m, long long ld_out_m,
               long long ld_out_s) {
-  extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-  u8* a_tiles = smem;
-  u8* b_tiles = a_tiles + NUM_STAGES * A_STAGE_BYTES;
-  u64* full_bar = reinterpret_cast<u64*>(b_tiles + NUM_STAGES * B_STAGE_BYTES);
-  u64* empty_bar = full_bar + NUM_STAGES;
+  extern __shared__ cs_u8 smem_raw[];
+  cs_u8* smem = reinterpret_cast<cs_u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+  cs_u8* a_tiles = smem;
+  cs_u8* b_tiles = a_tiles + NUM_STAGES * A_STAGE_BYTES;
+  cs_u64* full_bar = reinterpret_cast<cs_u64*>(b_tiles + NUM_STAGES * B_STAGE_BYTES);
+  cs_u64* empty_bar = full_bar + NUM_STAGES;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -101,7 +101,7 @@ dg_hc_prenorm(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ 
       mbar_wait(&empty_bar[s], ((i / NUM_STAGES) & 1) ^ 1);
       mbar_expect_tx(&full_bar[s], A_STAGE_BYTES + B_STAGE_BYTES);
       const int k0 = (kb_first + i) * BLOCK_K;
-      u8* b = b_tiles + s * B_STAGE_BYTES;
+      cs_u8* b = b_tiles + s * B_STAGE_BYTES;
       tma_load_2d(a_tiles + s * A_STAGE_BYTES, &tmap_x, &full_bar[s], k0, m_block * BLOCK_M);
       tma_load_2d(b, &tmap_fn, &full_bar[s], k0, 0);
       tma_load_2d(b + B_HALF_BYTES, &tmap_fn, &full_bar[s], k0 + 32, 0);
@@ -123,8 +123,8 @@ dg_hc_prenorm(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ 
   for (int i = 0; i < num_kb; ++i) {
     const int s = i % NUM_STAGES;
     mbar_wait(&full_bar[s], (i / NUM_STAGES) & 1);
-    const u8* a_tile = a_tiles + s * A_STAGE_BYTES;
-    const u8* b_tile = b_tiles + s * B_STAGE_BYTES;
+    const cs_u8* a_tile = a_tiles + s * A_STAGE_BYTES;
+    const cs_u8* b_tile = b_tiles + s * B_STAGE_BYTES;
     float bsq0 = 0.f, bsq1 = 0.f;
     // Wide N (sm_100's N up to 128) goes in two column halves, each over the whole K block, so
     // that only half the block accumulators are live next to the running sums.
@@ -142,8 +142,8 @@ dg_hc_prenorm(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ 
         const uint2 xa = *reinterpret_cast<const uint2*>(a_tile + swizzle128_offset(row0, kx * 2));
         const uint2 xb = *reinterpret_cast<const uint2*>(a_tile + swizzle128_offset(row0 + 8, kx * 2));
         // bf16 pairs -> fp32 bit patterns (exact in TF32): low half is the lower k.
-        const u32 a_lo[4] = {xa.x << 16, xa.x & 0xffff0000u, xa.y << 16, xa.y & 0xffff0000u};
-        const u32 a_hi[4] = {xb.x << 16, xb.x & 0xffff0000u, xb.y << 16, xb.y & 0xffff0000u};
+        const cs_u32 a_lo[4] = {xa.x << 16, xa.x & 0xffff0000u, xa.y << 16, xa.y & 0xffff0000u};
+        const cs_u32 a_hi[4] = {xb.x << 16, xb.x & 0xffff0000u, xb.y << 16, xb.y & 0xffff0000u};
         if (half == 0) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -152,14 +152,14 @@ dg_hc_prenorm(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ 
             bsq1 = fmaf(v1, v1, bsq1);
           }
         }
-        const u8* b_half = b_tile + (kk / 2) * B_HALF_BYTES;  // 32 k per TMA half-tile
+        const cs_u8* b_half = b_tile + (kk / 2) * B_HALF_BYTES;  // 32 k per TMA half-tile
         const int kb_col = ((kk % 2) * 16 + 4 * t) * 4;       // byte column inside it
 #pragma unroll
         for (int j = 0; j < NT_HALF; ++j) {
           const int n8 = half * NT_HALF + j;
           const float4 fv = *reinterpret_cast<const float4*>(b_half + swizzle128_offset(n8 * 8 + colB_of(g), kb_col));
           const float f[4] = {fv.x, fv.y, fv.z, fv.w};
-          u32 head[4], tail[4];
+          cs_u32 head[4], tail[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             head[e] = to_tf32(f[e]);
@@ -168,8 +168,8 @@ dg_hc_prenorm(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ 
 #pragma unroll
           for (int step = 0; step < 2; ++step) {
             // Slots t and t + 4 of this MMA are k0 + 4t + 2 step and + 1.
-            const u32 a0 = a_lo[2 * step], a2 = a_lo[2 * step + 1];
-            const u32 a1 = a_hi[2 * step], a3 = a_hi[2 * step + 1];
+            const cs_u32 a0 = a_lo[2 * step], a2 = a_lo[2 * step + 1];
+            const cs_u32 a1 = a_hi[2 * step], a3 = a_hi[2 * step + 1];
             mma_tf32_m16n8k8(acc[j], a0, a1, a2, a3, head[2 * step], head[2 * step + 1]);
             mma_tf32_m16n8k8(acc[j], a0, a1, a2, a3, tail[2 * step], tail[2 * step + 1]);
           }

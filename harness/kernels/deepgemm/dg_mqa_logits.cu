@@ -69,14 +69,14 @@ dg_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_constant__ 
               const float* __restrict__ kv_sf, const float* __restrict__ weights, const int* __restrict__ ks,
               const int* __restrict__ ke, float* __restrict__ logits, int seq_len, int seq_len_kv,
               long long ld_w, long long ld_logits) {
-  extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-  u8* q_tiles = smem;
-  u8* kv_tiles = q_tiles + NUM_Q_STAGES * Q_STAGE_BYTES;
-  u64* q_full = reinterpret_cast<u64*>(kv_tiles + NUM_KV_STAGES * KV_STAGE_BYTES);
-  u64* q_empty = q_full + NUM_Q_STAGES;
-  u64* kv_full = q_empty + NUM_Q_STAGES;
-  u64* kv_empty = kv_full + NUM_KV_STAGES;
+  extern __shared__ cs_u8 smem_raw[];
+  cs_u8* smem = reinterpret_cast<cs_u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+  cs_u8* q_tiles = smem;
+  cs_u8* kv_tiles = q_tiles + NUM_Q_STAGES * Q_STAGE_BYTES;
+  cs_u64* q_full = reinterpret_cast<cs_u64*>(kv_tiles + NUM_KV_STAGES * KV_STAGE_BYTES);
+  cs_u64* q_empty = q_full + NUM_Q_STAGES;
+  cs_u64* kv_full = q_empty + NUM_Q_STAGES;
+  cs_u64* kv_empty = kv_full + NUM_KV_STAGES;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -143,12 +143,12 @@ dg_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_constant__ 
     }
     const int qs = qi % NUM_Q_STAGES;
     mbar_wait(&q_full[qs], (qi / NUM_Q_STAGES) & 1);
-    const u32 q_base = smem_addr(q_tiles + qs * Q_STAGE_BYTES);
+    const cs_u32 q_base = cs_smem_addr(q_tiles + qs * Q_STAGE_BYTES);
 
     for (int kv0 = lo; kv0 < hi; kv0 += BLOCK_KV, ++kvi) {
       const int s = kvi % NUM_KV_STAGES;
       mbar_wait(&kv_full[s], (kvi / NUM_KV_STAGES) & 1);
-      const u32 kv_base = smem_addr(kv_tiles + s * KV_STAGE_BYTES);
+      const cs_u32 kv_base = cs_smem_addr(kv_tiles + s * KV_STAGE_BYTES);
 #pragma unroll 1
       for (int sub = 0; sub < 2; ++sub) {
         const int rbase = warp * 32 + sub * 16;

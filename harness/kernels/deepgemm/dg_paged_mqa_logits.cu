@@ -78,18 +78,18 @@ struct TaskWalk {
 
 extern "C" __global__ void __launch_bounds__(PAGED_THREADS, 1)
 dg_paged_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_constant__ TensorMap tmap_kv,
-                    const u8* __restrict__ kv_cache, const float* __restrict__ weights,
+                    const cs_u8* __restrict__ kv_cache, const float* __restrict__ weights,
                     const int* __restrict__ context_lens, const int* __restrict__ block_table,
                     const int* __restrict__ schedule, float* __restrict__ logits, int batch_size,
                     long long ld_block_table, long long ld_logits, int logits_cols, long long kv_block_bytes) {
-  extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-  u8* q_tiles = smem;
-  u8* kv_tiles = q_tiles + NUM_Q_STAGES * Q_STAGE_BYTES;  // [ring][stage]
-  u64* q_full = reinterpret_cast<u64*>(kv_tiles + BLOCKS_PER_SPLIT * NUM_KV_STAGES * KV_STAGE_BYTES);
-  u64* q_empty = q_full + NUM_Q_STAGES;
-  u64* kv_full = q_empty + NUM_Q_STAGES;                     // [ring][stage]
-  u64* kv_empty = kv_full + BLOCKS_PER_SPLIT * NUM_KV_STAGES;
+  extern __shared__ cs_u8 smem_raw[];
+  cs_u8* smem = reinterpret_cast<cs_u8*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+  cs_u8* q_tiles = smem;
+  cs_u8* kv_tiles = q_tiles + NUM_Q_STAGES * Q_STAGE_BYTES;  // [ring][stage]
+  cs_u64* q_full = reinterpret_cast<cs_u64*>(kv_tiles + BLOCKS_PER_SPLIT * NUM_KV_STAGES * KV_STAGE_BYTES);
+  cs_u64* q_empty = q_full + NUM_Q_STAGES;
+  cs_u64* kv_full = q_empty + NUM_Q_STAGES;                     // [ring][stage]
+  cs_u64* kv_empty = kv_full + BLOCKS_PER_SPLIT * NUM_KV_STAGES;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -178,8 +178,8 @@ dg_paged_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_const
     const int phys = __ldg(&block_table[b * ld_block_table + blk]);
     const float* scales = reinterpret_cast<const float*>(kv_cache + phys * kv_block_bytes + BLOCK_KV * HEAD_DIM);
     const int limit = min(ctx, logits_cols);
-    const u32 q_base = smem_addr(q_tiles + qs * Q_STAGE_BYTES);
-    const u32 kv_base = smem_addr(kv_tiles + s * KV_STAGE_BYTES);
+    const cs_u32 q_base = cs_smem_addr(q_tiles + qs * Q_STAGE_BYTES);
+    const cs_u32 kv_base = cs_smem_addr(kv_tiles + s * KV_STAGE_BYTES);
 #pragma unroll 1
     for (int sub = 0; sub < 2; ++sub) {
       const int rbase = rows0 + sub * 16;

@@ -6,44 +6,13 @@
 // need neither cuda_bf16.h nor any other header. Tensor-core and async-copy instructions are
 // inline PTX (mma.sync m16n8k16 bf16 and cp.async exist on sm_80 and every later arch).
 
-typedef unsigned char fm_u8;
-typedef unsigned short fm_u16;
-typedef unsigned int fm_u32;
-typedef int fm_i32;
-typedef long long fm_i64;
-typedef unsigned long long fm_u64;
-
-constexpr unsigned kFmFullMask = 0xffffffffu;
-
-// ---- number formats ---------------------------------------------------------------------------
-
-__device__ __forceinline__ float fm_bf16_to_f32(fm_u16 b) {
-  return __uint_as_float(static_cast<fm_u32>(b) << 16);
-}
-
-// Round to nearest even; NaN stays NaN.
-__device__ __forceinline__ fm_u16 fm_f32_to_bf16(float f) {
-  fm_u32 x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<fm_u16>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<fm_u16>(x >> 16);
-}
-
-__device__ __forceinline__ float fm_round_bf16(float f) { return fm_bf16_to_f32(fm_f32_to_bf16(f)); }
-
-__device__ __forceinline__ float fm_neg_inf() { return __int_as_float(0xff800000); }
-
 // ---- async copies (sm_80+) --------------------------------------------------------------------
-
-__device__ __forceinline__ fm_u32 fm_smem_addr(const void* p) {
-  return static_cast<fm_u32>(__cvta_generic_to_shared(p));
-}
 
 // 16-byte global -> shared copy; `valid` false writes 16 zero bytes (src-size 0), `src` must
 // still be a mapped address.
 __device__ __forceinline__ void fm_cp_async16(void* smem, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fm_smem_addr(smem)),
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cs_smem_addr(smem)),
                "l"(src), "r"(n));
 }
 
@@ -57,36 +26,24 @@ __device__ __forceinline__ void fm_cp_async_wait() {
 // ---- tensor cores -----------------------------------------------------------------------------
 
 // Four 8x8 b16 matrices from shared memory (row addresses given per lane).
-__device__ __forceinline__ void fm_ldmatrix_x4(fm_u32 (&r)[4], const void* p) {
+__device__ __forceinline__ void fm_ldmatrix_x4(cs_u32 (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(fm_smem_addr(p)));
+               : "r"(cs_smem_addr(p)));
 }
 
-__device__ __forceinline__ void fm_ldmatrix_x2(fm_u32 (&r)[2], const void* p) {
+__device__ __forceinline__ void fm_ldmatrix_x2(cs_u32 (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
-               : "r"(fm_smem_addr(p)));
+               : "r"(cs_smem_addr(p)));
 }
 
 // D = A (16x16 bf16, row) * B (16x8 bf16, col) + D, fp32 accumulate.
-__device__ __forceinline__ void fm_mma_bf16(float (&d)[4], const fm_u32 (&a)[4],
-                                            const fm_u32 (&b)[2]) {
+__device__ __forceinline__ void fm_mma_bf16(float (&d)[4], const cs_u32 (&a)[4],
+                                            const cs_u32 (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// ---- warp reductions --------------------------------------------------------------------------
-
-__device__ __forceinline__ float fm_warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFmFullMask, v, o));
-  return v;
-}
-
-__device__ __forceinline__ float fm_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFmFullMask, v, o);
-  return v;
 }

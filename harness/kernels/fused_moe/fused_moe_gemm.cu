@@ -96,7 +96,7 @@ constexpr int kNt = kTn / 8;    // n8 tiles per warp
 constexpr int kPitch = kBK + 8;  // elements; +16 bytes keeps ldmatrix rows on distinct banks
 constexpr int kStageElems = (kBM + kBN) * kPitch;
 constexpr int kStageBytes = kStageElems * 2;
-constexpr int kRowBytes = kBM * 16;  // fm_i64 s_tok[kBM], fm_i64 s_arow[kBM]
+constexpr int kRowBytes = kBM * 16;  // cs_i64 s_tok[kBM], cs_i64 s_arow[kBM]
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
 constexpr int kSmemLimit = 166912;
 #elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1030)
@@ -125,16 +125,16 @@ constexpr bool kVecB = false;
 #endif
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u16* __restrict__ c,
-               const float* __restrict__ topk_weights, const fm_i32* __restrict__ sorted_token_ids,
-               const fm_i32* __restrict__ expert_ids,
-               const fm_i32* __restrict__ num_tokens_post_padded, fm_i32 N, fm_i32 K, fm_i32 EM,
-               fm_i32 num_valid_tokens, fm_i32 stride_am, fm_i32 stride_ak, fm_i32 stride_be,
-               fm_i32 stride_bk, fm_i32 stride_bn, fm_i32 stride_cm, fm_i32 stride_cn) {
-  extern __shared__ __align__(16) fm_u8 fm_smem[];
-  fm_u16* s_ring = reinterpret_cast<fm_u16*>(fm_smem);
-  fm_i64* s_tok = reinterpret_cast<fm_i64*>(fm_smem + kStages * kStageBytes);
-  fm_i64* s_arow = s_tok + kBM;
+fused_moe_gemm(const cs_u16* __restrict__ a, const cs_u16* __restrict__ b, cs_u16* __restrict__ c,
+               const float* __restrict__ topk_weights, const cs_i32* __restrict__ sorted_token_ids,
+               const cs_i32* __restrict__ expert_ids,
+               const cs_i32* __restrict__ num_tokens_post_padded, cs_i32 N, cs_i32 K, cs_i32 EM,
+               cs_i32 num_valid_tokens, cs_i32 stride_am, cs_i32 stride_ak, cs_i32 stride_be,
+               cs_i32 stride_bk, cs_i32 stride_bn, cs_i32 stride_cm, cs_i32 stride_cn) {
+  extern __shared__ __align__(16) cs_u8 fm_smem[];
+  cs_u16* s_ring = reinterpret_cast<cs_u16*>(fm_smem);
+  cs_i64* s_tok = reinterpret_cast<cs_i64*>(fm_smem + kStages * kStageBytes);
+  cs_i64* s_arow = s_tok + kBM;
 
   // -- program id -> (pid_m, pid_n), grouped as vLLM does
   const int pid = blockIdx.x;
@@ -147,19 +147,19 @@ fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u1
   const int pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m);
   const int pid_n = (pid % num_pid_in_group) / group_size_m;
 
-  if (static_cast<fm_i64>(pid_m) * kBM >= num_tokens_post_padded[0]) return;
+  if (static_cast<cs_i64>(pid_m) * kBM >= num_tokens_post_padded[0]) return;
   const int tid = threadIdx.x;
 
   for (int r = tid; r < kBM; r += kThreads) {
 #if NAIVE_BLOCK_ASSIGNMENT
-    const fm_i64 tok = r == 0 ? static_cast<fm_i64>(pid_m) : static_cast<fm_i64>(num_valid_tokens);
+    const cs_i64 tok = r == 0 ? static_cast<cs_i64>(pid_m) : static_cast<cs_i64>(num_valid_tokens);
 #else
-    const fm_i64 tok = sorted_token_ids[static_cast<fm_i64>(pid_m) * kBM + r];
+    const cs_i64 tok = sorted_token_ids[static_cast<cs_i64>(pid_m) * kBM + r];
 #endif
     s_tok[r] = tok;
-    s_arow[r] = tok < num_valid_tokens ? (tok / TOP_K) * static_cast<fm_i64>(stride_am) : -1;
+    s_arow[r] = tok < num_valid_tokens ? (tok / TOP_K) * static_cast<cs_i64>(stride_am) : -1;
   }
-  const fm_i64 expert = expert_ids[pid_m];
+  const cs_i64 expert = expert_ids[pid_m];
   __syncthreads();
 
   const int n0 = pid_n * kBN;
@@ -168,24 +168,24 @@ fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u1
       const int r = i / kBN;
       const int n = n0 + i % kBN;
       if (s_tok[r] < num_valid_tokens && n < N) {
-        c[s_tok[r] * stride_cm + static_cast<fm_i64>(n) * stride_cn] = 0;
+        c[s_tok[r] * stride_cm + static_cast<cs_i64>(n) * stride_cn] = 0;
       }
     }
     return;
   }
-  const fm_u16* b_e = b + expert * static_cast<fm_i64>(stride_be);
+  const cs_u16* b_e = b + expert * static_cast<cs_i64>(stride_be);
 
   // -- one k tile (k0 .. k0 + kBK) of A and B into ring stage `st`
   auto load_tile = [&](int st, int kt) {
-    fm_u16* sa = s_ring + st * kStageElems;
-    fm_u16* sb = sa + kBM * kPitch;
+    cs_u16* sa = s_ring + st * kStageElems;
+    cs_u16* sb = sa + kBM * kPitch;
     const int k0 = kt * kBK;
     constexpr int kChunks = kBK / 8;
     if constexpr (kVecA) {
       for (int i = tid; i < kBM * kChunks; i += kThreads) {
         const int r = i / kChunks;
         const int kc = (i % kChunks) * 8;
-        const fm_i64 off = s_arow[r];
+        const cs_i64 off = s_arow[r];
         const bool ok = off >= 0 && k0 + kc < K;
         fm_cp_async16(sa + r * kPitch + kc, ok ? a + off + k0 + kc : a, ok);
       }
@@ -193,9 +193,9 @@ fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u1
       for (int i = tid; i < kBM * kBK; i += kThreads) {
         const int r = i / kBK;
         const int kk = i % kBK;
-        const fm_i64 off = s_arow[r];
-        fm_u16 v = 0;
-        if (off >= 0 && k0 + kk < K) v = a[off + static_cast<fm_i64>(k0 + kk) * stride_ak];
+        const cs_i64 off = s_arow[r];
+        cs_u16 v = 0;
+        if (off >= 0 && k0 + kk < K) v = a[off + static_cast<cs_i64>(k0 + kk) * stride_ak];
         sa[r * kPitch + kk] = v;
       }
     }
@@ -205,7 +205,7 @@ fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u1
         const int kc = (i % kChunks) * 8;
         const int gn = n0 + n < N ? n0 + n : (n0 + n) % N;
         const bool ok = k0 + kc < K;
-        const fm_u16* src = b_e + static_cast<fm_i64>(gn) * stride_bn + (ok ? k0 + kc : 0);
+        const cs_u16* src = b_e + static_cast<cs_i64>(gn) * stride_bn + (ok ? k0 + kc : 0);
         fm_cp_async16(sb + n * kPitch + kc, src, ok);
       }
     } else {
@@ -213,9 +213,9 @@ fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u1
         const int n = i / kBK;
         const int kk = i % kBK;
         const int gn = n0 + n < N ? n0 + n : (n0 + n) % N;
-        fm_u16 v = 0;
+        cs_u16 v = 0;
         if (k0 + kk < K) {
-          v = b_e[static_cast<fm_i64>(gn) * stride_bn + static_cast<fm_i64>(k0 + kk) * stride_bk];
+          v = b_e[static_cast<cs_i64>(gn) * stride_bn + static_cast<cs_i64>(k0 + kk) * stride_bk];
         }
         sb[n * kPitch + kk] = v;
       }
@@ -237,12 +237,12 @@ fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u1
 
   auto compute_tile = [&](int st) {
     if (!mma_warp) return;
-    const fm_u16* sa = s_ring + st * kStageElems;
-    const fm_u16* sb = sa + kBM * kPitch;
+    const cs_u16* sa = s_ring + st * kStageElems;
+    const cs_u16* sb = sa + kBM * kPitch;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
-      fm_u32 af[kMt][4];
-      fm_u32 bf[kNt][2];
+      cs_u32 af[kMt][4];
+      cs_u32 bf[kNt][2];
 #pragma unroll
       for (int i = 0; i < kMt; ++i) {
         const int row = wrow + i * 16 + (lane & 15);
@@ -294,19 +294,19 @@ fused_moe_gemm(const fm_u16* __restrict__ a, const fm_u16* __restrict__ b, fm_u1
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = wrow + i * 16 + (lane >> 2) + h * 8;
-      const fm_i64 tok = s_tok[r];
+      const cs_i64 tok = s_tok[r];
       if (tok >= num_valid_tokens) continue;
       float w = 1.0f;
 #if MUL_ROUTED_WEIGHT
       w = topk_weights[tok];
 #endif
-      fm_u16* crow = c + tok * stride_cm;
+      cs_u16* crow = c + tok * stride_cm;
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
         const int n = n0 + wcol + j * 8 + (lane & 3) * 2;
-        if (n < N) crow[static_cast<fm_i64>(n) * stride_cn] = fm_f32_to_bf16(acc[i][j][2 * h] * w);
+        if (n < N) crow[static_cast<cs_i64>(n) * stride_cn] = cs_f32_to_bf16(acc[i][j][2 * h] * w);
         if (n + 1 < N) {
-          crow[static_cast<fm_i64>(n + 1) * stride_cn] = fm_f32_to_bf16(acc[i][j][2 * h + 1] * w);
+          crow[static_cast<cs_i64>(n + 1) * stride_cn] = cs_f32_to_bf16(acc[i][j][2 * h + 1] * w);
         }
       }
     }

@@ -32,12 +32,12 @@
 constexpr int kAlignThreads = 1024;
 
 extern "C" __global__ void __launch_bounds__(kAlignThreads)
-moe_align_block_size(const fm_i32* __restrict__ topk_ids, fm_i32* __restrict__ sorted_token_ids,
-                     fm_i32* __restrict__ expert_ids, fm_i32* __restrict__ num_tokens_post_padded,
-                     fm_i32 numel, fm_i32 block_size, fm_i32 max_num_tokens_padded) {
-  __shared__ fm_i32 s_count[NUM_EXPERTS];       // counts, then the scatter cursors
-  __shared__ fm_i32 s_start[NUM_EXPERTS + 1];   // exclusive prefix sum of padded counts
-  __shared__ fm_i32 s_warp[32];
+moe_align_block_size(const cs_i32* __restrict__ topk_ids, cs_i32* __restrict__ sorted_token_ids,
+                     cs_i32* __restrict__ expert_ids, cs_i32* __restrict__ num_tokens_post_padded,
+                     cs_i32 numel, cs_i32 block_size, cs_i32 max_num_tokens_padded) {
+  __shared__ cs_i32 s_count[NUM_EXPERTS];       // counts, then the scatter cursors
+  __shared__ cs_i32 s_start[NUM_EXPERTS + 1];   // exclusive prefix sum of padded counts
+  __shared__ cs_i32 s_warp[32];
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -57,7 +57,7 @@ moe_align_block_size(const fm_i32* __restrict__ topk_ids, fm_i32* __restrict__ s
       tid < NUM_EXPERTS ? (s_count[tid] + block_size - 1) / block_size * block_size : 0;
   int incl = padded;
   for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(kFmFullMask, incl, o);
+    const int n = __shfl_up_sync(cs_full_mask, incl, o);
     if (lane >= o) incl += n;
   }
   if (lane == 31) s_warp[warp] = incl;
@@ -65,7 +65,7 @@ moe_align_block_size(const fm_i32* __restrict__ topk_ids, fm_i32* __restrict__ s
   if (warp == 0) {
     int w = s_warp[lane];
     for (int o = 1; o < 32; o <<= 1) {
-      const int n = __shfl_up_sync(kFmFullMask, w, o);
+      const int n = __shfl_up_sync(cs_full_mask, w, o);
       if (lane >= o) w += n;
     }
     s_warp[lane] = w;  // inclusive over warps

@@ -73,10 +73,10 @@ __device__ __forceinline__ void gt_top2_merge(float& a1, float& a2, float b1, fl
 
 extern "C" __global__ void __launch_bounds__(kGtWarps * 32)
 moe_grouped_topk(const float* __restrict__ logits, const float* __restrict__ bias,
-                 float* __restrict__ topk_weights, fm_i32* __restrict__ topk_ids,
-                 fm_i32 num_tokens, fm_i64 logits_stride, float routed_scaling_factor) {
+                 float* __restrict__ topk_weights, cs_i32* __restrict__ topk_ids,
+                 cs_i32 num_tokens, cs_i64 logits_stride, float routed_scaling_factor) {
   const int lane = threadIdx.x & 31;
-  const fm_i64 row = static_cast<fm_i64>(blockIdx.x) * kGtWarps + (threadIdx.x >> 5);
+  const cs_i64 row = static_cast<cs_i64>(blockIdx.x) * kGtWarps + (threadIdx.x >> 5);
   if (row >= num_tokens) return;
 
   float score[kGtPerLane];   // unbiased sigmoid scores
@@ -85,7 +85,7 @@ moe_grouped_topk(const float* __restrict__ logits, const float* __restrict__ bia
   for (int i = 0; i < kGtPerLane; ++i) {
     const int e = lane + 32 * i;
     score[i] = 0.0f;
-    biased[i] = fm_neg_inf();
+    biased[i] = cs_neg_inf();
     if (e < NUM_EXPERTS) {
       const float x = logits[row * logits_stride + e];
       score[i] = 0.5f * tanhf(0.5f * x) + 0.5f;
@@ -104,16 +104,16 @@ moe_grouped_topk(const float* __restrict__ logits, const float* __restrict__ bia
   float gscore[N_GROUP];
 #pragma unroll
   for (int g = 0; g < N_GROUP; ++g) {
-    float t1 = fm_neg_inf();
-    float t2 = fm_neg_inf();
+    float t1 = cs_neg_inf();
+    float t2 = cs_neg_inf();
 #pragma unroll
     for (int i = 0; i < kGtPerLane; ++i) {
       const int e = lane + 32 * i;
-      if (e < NUM_EXPERTS && e / kGtPerGroup == g) gt_top2_merge(t1, t2, biased[i], fm_neg_inf());
+      if (e < NUM_EXPERTS && e / kGtPerGroup == g) gt_top2_merge(t1, t2, biased[i], cs_neg_inf());
     }
     for (int o = 16; o > 0; o >>= 1) {
-      const float o1 = __shfl_xor_sync(kFmFullMask, t1, o);
-      const float o2 = __shfl_xor_sync(kFmFullMask, t2, o);
+      const float o1 = __shfl_xor_sync(cs_full_mask, t1, o);
+      const float o2 = __shfl_xor_sync(cs_full_mask, t2, o);
       gt_top2_merge(t1, t2, o1, o2);
     }
     gscore[g] = t1 + t2;
@@ -121,7 +121,7 @@ moe_grouped_topk(const float* __restrict__ logits, const float* __restrict__ bia
   unsigned chosen_groups = 0u;
   for (int r = 0; r < TOPK_GROUP; ++r) {
     int best_g = -1;
-    float best = fm_neg_inf();
+    float best = cs_neg_inf();
 #pragma unroll
     for (int g = 0; g < N_GROUP; ++g) {
       if (!(chosen_groups & (1u << g)) && (best_g < 0 || gscore[g] > best)) {
@@ -143,7 +143,7 @@ moe_grouped_topk(const float* __restrict__ logits, const float* __restrict__ bia
   int my_id = 0;
   float picked_sum = 0.0f;
   for (int k = 0; k < TOP_K; ++k) {
-    float best = fm_neg_inf();
+    float best = cs_neg_inf();
     int best_e = 0x7fffffff;
     float best_score = 0.0f;
 #pragma unroll
@@ -156,9 +156,9 @@ moe_grouped_topk(const float* __restrict__ logits, const float* __restrict__ bia
       }
     }
     for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(kFmFullMask, best, o);
-      const int oe = __shfl_xor_sync(kFmFullMask, best_e, o);
-      const float os = __shfl_xor_sync(kFmFullMask, best_score, o);
+      const float ob = __shfl_xor_sync(cs_full_mask, best, o);
+      const int oe = __shfl_xor_sync(cs_full_mask, best_e, o);
+      const float os = __shfl_xor_sync(cs_full_mask, best_score, o);
       if (gt_better(ob, oe, best, best_e)) {
         best = ob;
         best_e = oe;

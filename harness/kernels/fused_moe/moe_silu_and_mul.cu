@@ -15,15 +15,15 @@
 constexpr int kActThreads = 256;
 
 extern "C" __global__ void __launch_bounds__(kActThreads)
-moe_silu_and_mul(fm_u16* __restrict__ out, const fm_u16* __restrict__ input, fm_i32 d,
-                 fm_i64 out_stride, fm_i64 in_stride) {
-  const fm_i64 t = blockIdx.x;
-  const fm_u16* x = input + t * in_stride;
-  fm_u16* o = out + t * out_stride;
+moe_silu_and_mul(cs_u16* __restrict__ out, const cs_u16* __restrict__ input, cs_i32 d,
+                 cs_i64 out_stride, cs_i64 in_stride) {
+  const cs_i64 t = blockIdx.x;
+  const cs_u16* x = input + t * in_stride;
+  cs_u16* o = out + t * out_stride;
   for (int j = threadIdx.x; j < d; j += kActThreads) {
-    const float g = fm_bf16_to_f32(x[j]);
-    const float u = fm_bf16_to_f32(x[d + j]);
-    const float act = fm_round_bf16(g / (1.0f + expf(-g)));
-    o[j] = fm_f32_to_bf16(act * u);
+    const float g = cs_bf16_to_f32(x[j]);
+    const float u = cs_bf16_to_f32(x[d + j]);
+    const float act = cs_round_bf16(g / (1.0f + expf(-g)));
+    o[j] = cs_f32_to_bf16(act * u);
   }
 }

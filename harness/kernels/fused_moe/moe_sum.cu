@@ -22,18 +22,18 @@
 constexpr int kSumThreads = 256;
 
 extern "C" __global__ void __launch_bounds__(kSumThreads)
-moe_sum(fm_u16* __restrict__ out, const fm_u16* __restrict__ input, fm_i32 d, fm_i64 out_stride) {
-  const fm_i64 m = blockIdx.x;
-  const fm_u16* in = input + m * TOP_K * static_cast<fm_i64>(d);
+moe_sum(cs_u16* __restrict__ out, const cs_u16* __restrict__ input, cs_i32 d, cs_i64 out_stride) {
+  const cs_i64 m = blockIdx.x;
+  const cs_u16* in = input + m * TOP_K * static_cast<cs_i64>(d);
   for (int j = threadIdx.x; j < d; j += kSumThreads) {
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < TOP_K; ++k) {
-      acc += fm_bf16_to_f32(in[static_cast<fm_i64>(k) * d + j]);
+      acc += cs_bf16_to_f32(in[static_cast<cs_i64>(k) * d + j]);
 #if TOP_K >= 2 && TOP_K <= 4
-      acc = fm_round_bf16(acc);  // vLLM's moe_sum_kernel adds in bf16
+      acc = cs_round_bf16(acc);  // vLLM's moe_sum_kernel adds in bf16
 #endif
     }
-    out[m * out_stride + j] = fm_f32_to_bf16(acc);
+    out[m * out_stride + j] = cs_f32_to_bf16(acc);
   }
 }

@@ -27,20 +27,20 @@ constexpr int kTsPerLane = (NUM_EXPERTS + 31) / 32;
 
 extern "C" __global__ void __launch_bounds__(kTsWarps * 32)
 moe_topk_softmax(const void* __restrict__ gating, float* __restrict__ topk_weights,
-                 fm_i32* __restrict__ topk_ids, fm_i32 num_tokens, fm_i64 gating_stride) {
+                 cs_i32* __restrict__ topk_ids, cs_i32 num_tokens, cs_i64 gating_stride) {
   const int lane = threadIdx.x & 31;
-  const fm_i64 row = static_cast<fm_i64>(blockIdx.x) * kTsWarps + (threadIdx.x >> 5);
+  const cs_i64 row = static_cast<cs_i64>(blockIdx.x) * kTsWarps + (threadIdx.x >> 5);
   if (row >= num_tokens) return;
 
   float v[kTsPerLane];
-  float mx = fm_neg_inf();
+  float mx = cs_neg_inf();
 #pragma unroll
   for (int i = 0; i < kTsPerLane; ++i) {
     const int e = lane + 32 * i;
-    float x = fm_neg_inf();
+    float x = cs_neg_inf();
     if (e < NUM_EXPERTS) {
 #if INPUT_DTYPE == 1
-      x = fm_bf16_to_f32(static_cast<const fm_u16*>(gating)[row * gating_stride + e]);
+      x = cs_bf16_to_f32(static_cast<const cs_u16*>(gating)[row * gating_stride + e]);
 #else
       x = static_cast<const float*>(gating)[row * gating_stride + e];
 #endif
@@ -48,7 +48,7 @@ moe_topk_softmax(const void* __restrict__ gating, float* __restrict__ topk_weigh
     v[i] = x;
     mx = fmaxf(mx, x);
   }
-  mx = fm_warp_max(mx);
+  mx = cs_warp_max(mx);
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kTsPerLane; ++i) {
@@ -56,7 +56,7 @@ moe_topk_softmax(const void* __restrict__ gating, float* __restrict__ topk_weigh
     v[i] = e < NUM_EXPERTS ? expf(v[i] - mx) : 0.0f;
     sum += v[i];
   }
-  sum = fm_warp_sum(sum);
+  sum = cs_warp_sum(sum);
   const float inv = 1.0f / sum;
 #pragma unroll
   for (int i = 0; i < kTsPerLane; ++i) {
@@ -78,8 +78,8 @@ moe_topk_softmax(const void* __restrict__ gating, float* __restrict__ topk_weigh
       }
     }
     for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(kFmFullMask, best, o);
-      const int oe = __shfl_xor_sync(kFmFullMask, best_e, o);
+      const float ob = __shfl_xor_sync(cs_full_mask, best, o);
+      const int oe = __shfl_xor_sync(cs_full_mask, best_e, o);
       if (ob > best || (ob == best && oe < best_e)) {
         best = ob;
         best_e = oe;

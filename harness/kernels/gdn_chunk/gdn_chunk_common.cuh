@@ -14,12 +14,6 @@
 // "reduction-dimension contiguous" layout: A as [M][KD] and B as [N][KD] (row stride padded by 8
 // elements against bank conflicts), so each fragment register is one aligned 32-bit load.
 
-typedef unsigned short gd_u16;
-typedef unsigned int gd_u32;
-typedef long long gd_i64;
-
-constexpr unsigned kGdFullMask = 0xffffffffu;
-
 #ifndef NUM_WARPS
 #define NUM_WARPS 4
 #endif
@@ -27,20 +21,6 @@ constexpr unsigned kGdFullMask = 0xffffffffu;
 #define NUM_STAGES 1
 #endif
 constexpr int kThreads = NUM_WARPS * 32;
-
-// ---- number formats (bit level) ------------------------------------------------------------
-
-__device__ __forceinline__ float gd_bf16_to_f32(gd_u16 b) {
-  return __uint_as_float(static_cast<gd_u32>(b) << 16);
-}
-
-// Round to nearest even; NaN stays NaN.
-__device__ __forceinline__ gd_u16 gd_f32_to_bf16(float f) {
-  gd_u32 x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<gd_u16>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<gd_u16>(x >> 16);
-}
 
 // ---- tensor-core tiles -----------------------------------------------------------------------
 
@@ -50,21 +30,21 @@ __device__ __forceinline__ gd_u16 gd_f32_to_bf16(float f) {
 //   acc[0], acc[1] at row m0 + l/4,     cols n0 + 2*(l%4) + {0, 1}
 //   acc[2], acc[3] at row m0 + l/4 + 8, the same cols.
 // (Operands are named sa / sb: single capitals such as B, H, K are constexpr macros.)
-__device__ __forceinline__ void gd_mma_tile(float* acc, const gd_u16* sa, int lda, const gd_u16* sb,
+__device__ __forceinline__ void gd_mma_tile(float* acc, const cs_u16* sa, int lda, const cs_u16* sb,
                                             int ldb, int m0, int n0, int kd) {
   const int lane = threadIdx.x & 31;
   const int r = lane >> 2;
   const int c = (lane & 3) * 2;
-  const gd_u16* a_lo = sa + (m0 + r) * lda + c;
-  const gd_u16* a_hi = a_lo + 8 * lda;
-  const gd_u16* b_p = sb + (n0 + r) * ldb + c;
+  const cs_u16* a_lo = sa + (m0 + r) * lda + c;
+  const cs_u16* a_hi = a_lo + 8 * lda;
+  const cs_u16* b_p = sb + (n0 + r) * ldb + c;
   for (int k0 = 0; k0 < kd; k0 += 16) {
-    const gd_u32 a0 = *reinterpret_cast<const gd_u32*>(a_lo + k0);
-    const gd_u32 a1 = *reinterpret_cast<const gd_u32*>(a_hi + k0);
-    const gd_u32 a2 = *reinterpret_cast<const gd_u32*>(a_lo + k0 + 8);
-    const gd_u32 a3 = *reinterpret_cast<const gd_u32*>(a_hi + k0 + 8);
-    const gd_u32 b0 = *reinterpret_cast<const gd_u32*>(b_p + k0);
-    const gd_u32 b1 = *reinterpret_cast<const gd_u32*>(b_p + k0 + 8);
+    const cs_u32 a0 = *reinterpret_cast<const cs_u32*>(a_lo + k0);
+    const cs_u32 a1 = *reinterpret_cast<const cs_u32*>(a_hi + k0);
+    const cs_u32 a2 = *reinterpret_cast<const cs_u32*>(a_lo + k0 + 8);
+    const cs_u32 a3 = *reinterpret_cast<const cs_u32*>(a_hi + k0 + 8);
+    const cs_u32 b0 = *reinterpret_cast<const cs_u32*>(b_p + k0);
+    const cs_u32 b1 = *reinterpret_cast<const cs_u32*>(b_p + k0 + 8);
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -76,24 +56,24 @@ __device__ __forceinline__ void gd_mma_tile(float* acc, const gd_u16* sa, int ld
 // The same product with sb given k-major: sbk[0:kd, n0:n0+8] stored [kd][N] (row stride ldb),
 // i.e. B in its natural [reduction][column] layout (a token-major tile of k or v); each B
 // register packs two 16-bit loads from consecutive rows, so no transposed staging is needed.
-__device__ __forceinline__ void gd_mma_tile_kn(float* acc, const gd_u16* sa, int lda,
-                                               const gd_u16* sbk, int ldb, int m0, int n0,
+__device__ __forceinline__ void gd_mma_tile_kn(float* acc, const cs_u16* sa, int lda,
+                                               const cs_u16* sbk, int ldb, int m0, int n0,
                                                int kd) {
   const int lane = threadIdx.x & 31;
   const int r = lane >> 2;
   const int c = (lane & 3) * 2;
-  const gd_u16* a_lo = sa + (m0 + r) * lda + c;
-  const gd_u16* a_hi = a_lo + 8 * lda;
-  const gd_u16* b_p = sbk + c * ldb + n0 + r;
+  const cs_u16* a_lo = sa + (m0 + r) * lda + c;
+  const cs_u16* a_hi = a_lo + 8 * lda;
+  const cs_u16* b_p = sbk + c * ldb + n0 + r;
   for (int k0 = 0; k0 < kd; k0 += 16) {
-    const gd_u32 a0 = *reinterpret_cast<const gd_u32*>(a_lo + k0);
-    const gd_u32 a1 = *reinterpret_cast<const gd_u32*>(a_hi + k0);
-    const gd_u32 a2 = *reinterpret_cast<const gd_u32*>(a_lo + k0 + 8);
-    const gd_u32 a3 = *reinterpret_cast<const gd_u32*>(a_hi + k0 + 8);
-    const gd_u16* bk = b_p + k0 * ldb;
-    const gd_u32 b0 = static_cast<gd_u32>(bk[0]) | (static_cast<gd_u32>(bk[ldb]) << 16);
-    const gd_u32 b1 =
-        static_cast<gd_u32>(bk[8 * ldb]) | (static_cast<gd_u32>(bk[9 * ldb]) << 16);
+    const cs_u32 a0 = *reinterpret_cast<const cs_u32*>(a_lo + k0);
+    const cs_u32 a1 = *reinterpret_cast<const cs_u32*>(a_hi + k0);
+    const cs_u32 a2 = *reinterpret_cast<const cs_u32*>(a_lo + k0 + 8);
+    const cs_u32 a3 = *reinterpret_cast<const cs_u32*>(a_hi + k0 + 8);
+    const cs_u16* bk = b_p + k0 * ldb;
+    const cs_u32 b0 = static_cast<cs_u32>(bk[0]) | (static_cast<cs_u32>(bk[ldb]) << 16);
+    const cs_u32 b1 =
+        static_cast<cs_u32>(bk[8 * ldb]) | (static_cast<cs_u32>(bk[9 * ldb]) << 16);
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"

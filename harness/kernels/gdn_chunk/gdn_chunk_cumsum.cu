@@ -26,22 +26,22 @@ gdn_chunk_cumsum(const float* __restrict__ s, float* __restrict__ o, const int* 
   float run = 0.f;
   for (int e = 0; e < kPer; ++e) {
     const int t = c.t0 + lane * kPer + e;
-    v[e] = t < c.len ? s[static_cast<gd_i64>(c.bos + t) * H + i_h] : 0.f;
+    v[e] = t < c.len ? s[static_cast<cs_i64>(c.bos + t) * H + i_h] : 0.f;
     run += v[e];
   }
   // inclusive scan of the per-lane totals
   float incl = run;
   for (int d = 1; d < 32; d <<= 1) {
-    const float up = __shfl_up_sync(kGdFullMask, incl, d);
+    const float up = __shfl_up_sync(cs_full_mask, incl, d);
     if (lane >= d) incl += up;
   }
-  const float total = __shfl_sync(kGdFullMask, incl, 31);
+  const float total = __shfl_sync(cs_full_mask, incl, 31);
   float acc = incl - run;  // exclusive prefix of this lane
   for (int e = 0; e < kPer; ++e) {
     acc += v[e];
     const int t = c.t0 + lane * kPer + e;
     // REVERSE: the suffix sum total - prefix + own
     const float out = REVERSE ? total - acc + v[e] : acc;
-    if (t < c.len) o[static_cast<gd_i64>(c.bos + t) * H + i_h] = out;
+    if (t < c.len) o[static_cast<cs_i64>(c.bos + t) * H + i_h] = out;
   }
 }

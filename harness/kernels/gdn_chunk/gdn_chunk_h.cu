@@ -31,15 +31,15 @@ constexpr int kVTiles = (BT / 16) * (kBV / 8);
 constexpr int kTpwV = (kVTiles + NUM_WARPS - 1) / NUM_WARPS;
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd_u16* __restrict__ w,
-      gd_u16* __restrict__ v_new, const float* __restrict__ g, const float* __restrict__ gk,
-      gd_u16* __restrict__ h, const float* __restrict__ h0, float* __restrict__ ht,
+gdn_chunk_h(const cs_u16* __restrict__ k, const cs_u16* __restrict__ v, const cs_u16* __restrict__ w,
+      cs_u16* __restrict__ v_new, const float* __restrict__ g, const float* __restrict__ gk,
+      cs_u16* __restrict__ h, const float* __restrict__ h0, float* __restrict__ ht,
       const int* __restrict__ cu_seqlens, const int* __restrict__ chunk_offsets, int T) {
   extern __shared__ __align__(16) unsigned char gd_smem[];
-  gd_u16* sW = reinterpret_cast<gd_u16*>(gd_smem);  // [BT][K]
-  gd_u16* sK = sW + BT * kLdK;                       // [BT][K]
-  gd_u16* sS = sK + BT * kLdK;                       // [BV][K]
-  gd_u16* sVT = sS + kBV * kLdK;                      // [BV][BT]
+  cs_u16* sW = reinterpret_cast<cs_u16*>(gd_smem);  // [BT][K]
+  cs_u16* sK = sW + BT * kLdK;                       // [BT][K]
+  cs_u16* sS = sK + BT * kLdK;                       // [BV][K]
+  cs_u16* sVT = sS + kBV * kLdK;                      // [BV][BT]
   float* sg = reinterpret_cast<float*>(sVT + kBV * kLdT);
   (void)gk;
 
@@ -60,7 +60,7 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
   const int nt = (len + BT - 1) / BT;
   const int v0 = i_v * kBV;
   const int warp = threadIdx.x >> 5;
-  const gd_i64 state_off = static_cast<gd_i64>(i_nh) * V * K;
+  const cs_i64 state_off = static_cast<cs_i64>(i_nh) * V * K;
 
   float S[kTpwS][4];
   for (int j = 0; j < kTpwS; ++j) {
@@ -69,7 +69,7 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
       float x = 0.f;
       if (USE_INITIAL_STATE && i < kStateTiles) {
         const int r = gd_frag_row(GD_TILE_M0(i, K), e), col = gd_frag_col(GD_TILE_N0(i, K), e);
-        x = h0[state_off + static_cast<gd_i64>(v0 + r) * K + col];
+        x = h0[state_off + static_cast<cs_i64>(v0 + r) * K + col];
       }
       S[j][e] = x;
     }
@@ -77,7 +77,7 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
 
   for (int c = 0; c < nt; ++c) {
     const int rows = min(BT, len - c * BT);
-    const gd_i64 row0 = static_cast<gd_i64>(bos) + c * BT;
+    const cs_i64 row0 = static_cast<cs_i64>(bos) + c * BT;
     // (a) bf16(S) -> shared; stage w, k and g of the chunk.
     for (int j = 0; j < kTpwS; ++j) {
       const int i = warp + j * NUM_WARPS;
@@ -85,19 +85,19 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
       const int m0 = GD_TILE_M0(i, K), n0 = GD_TILE_N0(i, K);
       for (int e = 0; e < 4; e += 2) {
         const int r = gd_frag_row(m0, e), col = gd_frag_col(n0, e);
-        const gd_u32 lo = gd_f32_to_bf16(S[j][e]), hi = gd_f32_to_bf16(S[j][e + 1]);
-        *reinterpret_cast<gd_u32*>(&sS[r * kLdK + col]) = lo | (hi << 16);
+        const cs_u32 lo = cs_f32_to_bf16(S[j][e]), hi = cs_f32_to_bf16(S[j][e + 1]);
+        *reinterpret_cast<cs_u32*>(&sS[r * kLdK + col]) = lo | (hi << 16);
       }
     }
     for (int idx = threadIdx.x; idx < BT * (K / 2); idx += kThreads) {
       const int t = idx / (K / 2), col = (idx % (K / 2)) * 2;
-      gd_u32 wv = 0, kv = 0;
+      cs_u32 wv = 0, kv = 0;
       if (t < rows) {
-        wv = *reinterpret_cast<const gd_u32*>(w + ((row0 + t) * H + i_h) * K + col);
-        kv = *reinterpret_cast<const gd_u32*>(k + ((row0 + t) * Hg + i_hk) * K + col);
+        wv = *reinterpret_cast<const cs_u32*>(w + ((row0 + t) * H + i_h) * K + col);
+        kv = *reinterpret_cast<const cs_u32*>(k + ((row0 + t) * Hg + i_hk) * K + col);
       }
-      *reinterpret_cast<gd_u32*>(&sW[t * kLdK + col]) = wv;
-      *reinterpret_cast<gd_u32*>(&sK[t * kLdK + col]) = kv;
+      *reinterpret_cast<cs_u32*>(&sW[t * kLdK + col]) = wv;
+      *reinterpret_cast<cs_u32*>(&sK[t * kLdK + col]) = kv;
     }
     for (int t = threadIdx.x; t < BT; t += kThreads) {
       sg[t] = t < rows ? g[(row0 + t) * H + i_h] : 0.f;
@@ -105,11 +105,11 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
     __syncthreads();
     // (b) h[c] = bf16(S), coalesced from shared memory.
     {
-      gd_u16* hc = h + (static_cast<gd_i64>(boh + c) * H + i_h) * V * K;
+      cs_u16* hc = h + (static_cast<cs_i64>(boh + c) * H + i_h) * V * K;
       for (int idx = threadIdx.x; idx < kBV * (K / 2); idx += kThreads) {
         const int r = idx / (K / 2), col = (idx % (K / 2)) * 2;
-        *reinterpret_cast<gd_u32*>(hc + static_cast<gd_i64>(v0 + r) * K + col) =
-            *reinterpret_cast<const gd_u32*>(&sS[r * kLdK + col]);
+        *reinterpret_cast<cs_u32*>(hc + static_cast<cs_i64>(v0 + r) * K + col) =
+            *reinterpret_cast<const cs_u32*>(&sS[r * kLdK + col]);
       }
     }
     const float gl = sg[rows - 1];
@@ -124,21 +124,21 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
         const int t = gd_frag_row(m0, e), col = gd_frag_col(n0, e);
         float x0 = 0.f, x1 = 0.f;
         if (t < rows) {
-          const gd_i64 off = ((row0 + t) * H + i_h) * V + v0 + col;
-          const gd_u32 uu = *reinterpret_cast<const gd_u32*>(v + off);
-          x0 = gd_bf16_to_f32(static_cast<gd_u16>(uu & 0xffffu)) - acc[e];
-          x1 = gd_bf16_to_f32(static_cast<gd_u16>(uu >> 16)) - acc[e + 1];
+          const cs_i64 off = ((row0 + t) * H + i_h) * V + v0 + col;
+          const cs_u32 uu = *reinterpret_cast<const cs_u32*>(v + off);
+          x0 = cs_bf16_to_f32(static_cast<cs_u16>(uu & 0xffffu)) - acc[e];
+          x1 = cs_bf16_to_f32(static_cast<cs_u16>(uu >> 16)) - acc[e + 1];
           if (SAVE_NEW_VALUE) {
-            *reinterpret_cast<gd_u32*>(v_new + off) =
-                static_cast<gd_u32>(gd_f32_to_bf16(x0)) |
-                (static_cast<gd_u32>(gd_f32_to_bf16(x1)) << 16);
+            *reinterpret_cast<cs_u32*>(v_new + off) =
+                static_cast<cs_u32>(cs_f32_to_bf16(x0)) |
+                (static_cast<cs_u32>(cs_f32_to_bf16(x1)) << 16);
           }
           const float dec = expf(gl - sg[t]);
           x0 *= dec;
           x1 *= dec;
         }
-        sVT[col * kLdT + t] = gd_f32_to_bf16(x0);
-        sVT[(col + 1) * kLdT + t] = gd_f32_to_bf16(x1);
+        sVT[col * kLdT + t] = cs_f32_to_bf16(x0);
+        sVT[(col + 1) * kLdT + t] = cs_f32_to_bf16(x1);
       }
     }
     const float eg = expf(gl);
@@ -161,7 +161,7 @@ gdn_chunk_h(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const gd
       const int m0 = GD_TILE_M0(i, K), n0 = GD_TILE_N0(i, K);
       for (int e = 0; e < 4; ++e) {
         const int r = gd_frag_row(m0, e), col = gd_frag_col(n0, e);
-        ht[state_off + static_cast<gd_i64>(v0 + r) * K + col] = S[j][e];
+        ht[state_off + static_cast<cs_i64>(v0 + r) * K + col] = S[j][e];
       }
     }
   }

@@ -21,10 +21,10 @@ constexpr int kTiles = (BT / 16) * (BT / 8);
 constexpr int kTpw = (kTiles + NUM_WARPS - 1) / NUM_WARPS;
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-gdn_chunk_kkt(const gd_u16* __restrict__ k, const float* __restrict__ beta, const float* __restrict__ g,
+gdn_chunk_kkt(const cs_u16* __restrict__ k, const float* __restrict__ beta, const float* __restrict__ g,
         float* __restrict__ A, const int* __restrict__ cu_seqlens,
         const int* __restrict__ chunk_indices, int T) {
-  __shared__ __align__(16) gd_u16 sk[BT * kLd];
+  __shared__ __align__(16) cs_u16 sk[BT * kLd];
   __shared__ float sb[BT];
   __shared__ float sg[BT];
   const int i_t = blockIdx.x;
@@ -34,7 +34,7 @@ gdn_chunk_kkt(const gd_u16* __restrict__ k, const float* __restrict__ beta, cons
   const GdChunk c = gd_chunk(cu_seqlens, chunk_indices, i_t, i_b, T, IS_VARLEN, BT);
   const int rows = min(BT, c.len - c.t0);
   const int warp = threadIdx.x >> 5;
-  const gd_i64 row0 = static_cast<gd_i64>(c.bos) + c.t0;
+  const cs_i64 row0 = static_cast<cs_i64>(c.bos) + c.t0;
 
   for (int i = threadIdx.x; i < BT; i += kThreads) {
     sb[i] = i < rows ? beta[(row0 + i) * H + i_h] : 0.f;
@@ -49,11 +49,11 @@ gdn_chunk_kkt(const gd_u16* __restrict__ k, const float* __restrict__ beta, cons
     for (int idx = threadIdx.x; idx < BT * (kBK / 2); idx += kThreads) {
       const int r = idx / (kBK / 2);
       const int cc = (idx % (kBK / 2)) * 2;
-      gd_u32 val = 0;
+      cs_u32 val = 0;
       if (r < rows) {
-        val = *reinterpret_cast<const gd_u32*>(k + ((row0 + r) * Hg + i_hk) * K + kb + cc);
+        val = *reinterpret_cast<const cs_u32*>(k + ((row0 + r) * Hg + i_hk) * K + kb + cc);
       }
-      *reinterpret_cast<gd_u32*>(&sk[r * kLd + cc]) = val;
+      *reinterpret_cast<cs_u32*>(&sk[r * kLd + cc]) = val;
     }
     __syncthreads();
     for (int j = 0; j < kTpw; ++j) {

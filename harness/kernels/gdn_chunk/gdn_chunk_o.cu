@@ -29,16 +29,16 @@ constexpr int kSTiles = (BT / 16) * (BT / 8);
 constexpr int kTpwS = (kSTiles + NUM_WARPS - 1) / NUM_WARPS;
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd_u16* __restrict__ v,
-      const gd_u16* __restrict__ h, const float* __restrict__ g, gd_u16* __restrict__ o,
+gdn_chunk_o(const cs_u16* __restrict__ q, const cs_u16* __restrict__ k, const cs_u16* __restrict__ v,
+      const cs_u16* __restrict__ h, const float* __restrict__ g, cs_u16* __restrict__ o,
       const int* __restrict__ cu_seqlens, const int* __restrict__ chunk_indices, float scale,
       int T, long long o_stride_t) {
   extern __shared__ __align__(16) unsigned char gd_smem[];
-  gd_u16* sQ = reinterpret_cast<gd_u16*>(gd_smem);  // [BT][BK]
-  gd_u16* sK = sQ + BT * kLdB;                       // [BT][BK]
-  gd_u16* sH = sK + BT * kLdB;                       // [BV][BK]
-  gd_u16* sP = sH + kBV * kLdB;                       // [BT][BT]
-  gd_u16* sV = sP + BT * kLdT;                       // [BT][BV]
+  cs_u16* sQ = reinterpret_cast<cs_u16*>(gd_smem);  // [BT][BK]
+  cs_u16* sK = sQ + BT * kLdB;                       // [BT][BK]
+  cs_u16* sH = sK + BT * kLdB;                       // [BV][BK]
+  cs_u16* sP = sH + kBV * kLdB;                       // [BT][BT]
+  cs_u16* sV = sP + BT * kLdT;                       // [BT][BV]
   float* sg = reinterpret_cast<float*>(sV + BT * kLdV);
 
   const int i_v = blockIdx.x, i_t = blockIdx.y;
@@ -48,10 +48,10 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
   // the global chunk number that indexes h
   const int i_tg = IS_VARLEN ? i_t : i_b * ((T + BT - 1) / BT) + i_t;
   const int rows = min(BT, c.len - c.t0);
-  const gd_i64 row0 = static_cast<gd_i64>(c.bos) + c.t0;
+  const cs_i64 row0 = static_cast<cs_i64>(c.bos) + c.t0;
   const int v0 = i_v * kBV;
   const int warp = threadIdx.x >> 5;
-  const gd_u16* hc = h + (static_cast<gd_i64>(i_tg) * H + i_h) * V * K;
+  const cs_u16* hc = h + (static_cast<cs_i64>(i_tg) * H + i_h) * V * K;
 
   for (int t = threadIdx.x; t < BT; t += kThreads) sg[t] = t < rows ? g[(row0 + t) * H + i_h] : 0.f;
   float acc_o[kTpwO][4];
@@ -65,19 +65,19 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
     __syncthreads();
     for (int idx = threadIdx.x; idx < BT * (kBK / 2); idx += kThreads) {
       const int t = idx / (kBK / 2), col = (idx % (kBK / 2)) * 2;
-      gd_u32 qv = 0, kv = 0;
+      cs_u32 qv = 0, kv = 0;
       if (t < rows) {
-        const gd_i64 off = ((row0 + t) * Hg + i_hk) * K + kb + col;
-        qv = *reinterpret_cast<const gd_u32*>(q + off);
-        kv = *reinterpret_cast<const gd_u32*>(k + off);
+        const cs_i64 off = ((row0 + t) * Hg + i_hk) * K + kb + col;
+        qv = *reinterpret_cast<const cs_u32*>(q + off);
+        kv = *reinterpret_cast<const cs_u32*>(k + off);
       }
-      *reinterpret_cast<gd_u32*>(&sQ[t * kLdB + col]) = qv;
-      *reinterpret_cast<gd_u32*>(&sK[t * kLdB + col]) = kv;
+      *reinterpret_cast<cs_u32*>(&sQ[t * kLdB + col]) = qv;
+      *reinterpret_cast<cs_u32*>(&sK[t * kLdB + col]) = kv;
     }
     for (int idx = threadIdx.x; idx < kBV * (kBK / 2); idx += kThreads) {
       const int r = idx / (kBK / 2), col = (idx % (kBK / 2)) * 2;
-      *reinterpret_cast<gd_u32*>(&sH[r * kLdB + col]) =
-          *reinterpret_cast<const gd_u32*>(hc + static_cast<gd_i64>(v0 + r) * K + kb + col);
+      *reinterpret_cast<cs_u32*>(&sH[r * kLdB + col]) =
+          *reinterpret_cast<const cs_u32*>(hc + static_cast<cs_i64>(v0 + r) * K + kb + col);
     }
     __syncthreads();
     for (int j = 0; j < kTpwO; ++j) {
@@ -104,15 +104,15 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
       float p0 = 0.f, p1 = 0.f;
       if (r < rows && col <= r) p0 = acc_s[j][e] * expf(sg[r] - sg[col]);
       if (r < rows && col + 1 <= r) p1 = acc_s[j][e + 1] * expf(sg[r] - sg[col + 1]);
-      *reinterpret_cast<gd_u32*>(&sP[r * kLdT + col]) =
-          static_cast<gd_u32>(gd_f32_to_bf16(p0)) | (static_cast<gd_u32>(gd_f32_to_bf16(p1)) << 16);
+      *reinterpret_cast<cs_u32*>(&sP[r * kLdT + col]) =
+          static_cast<cs_u32>(cs_f32_to_bf16(p0)) | (static_cast<cs_u32>(cs_f32_to_bf16(p1)) << 16);
     }
   }
   for (int idx = threadIdx.x; idx < BT * (kBV / 2); idx += kThreads) {
     const int t = idx / (kBV / 2), col = (idx % (kBV / 2)) * 2;
-    gd_u32 vv = 0;
-    if (t < rows) vv = *reinterpret_cast<const gd_u32*>(v + ((row0 + t) * H + i_h) * V + v0 + col);
-    *reinterpret_cast<gd_u32*>(&sV[t * kLdV + col]) = vv;
+    cs_u32 vv = 0;
+    if (t < rows) vv = *reinterpret_cast<const cs_u32*>(v + ((row0 + t) * H + i_h) * V + v0 + col);
+    *reinterpret_cast<cs_u32*>(&sV[t * kLdV + col]) = vv;
   }
   __syncthreads();
   for (int j = 0; j < kTpwO; ++j) {
@@ -124,10 +124,10 @@ gdn_chunk_o(const gd_u16* __restrict__ q, const gd_u16* __restrict__ k, const gd
     for (int e = 0; e < 4; e += 2) {
       const int r = gd_frag_row(m0, e), col = gd_frag_col(n0, e);
       if (r >= rows) continue;
-      *reinterpret_cast<gd_u32*>(o + (row0 + r) * o_stride_t + static_cast<gd_i64>(i_h) * V + v0 +
+      *reinterpret_cast<cs_u32*>(o + (row0 + r) * o_stride_t + static_cast<cs_i64>(i_h) * V + v0 +
                                  col) =
-          static_cast<gd_u32>(gd_f32_to_bf16(acc_o[j][e] * scale)) |
-          (static_cast<gd_u32>(gd_f32_to_bf16(acc_o[j][e + 1] * scale)) << 16);
+          static_cast<cs_u32>(cs_f32_to_bf16(acc_o[j][e] * scale)) |
+          (static_cast<cs_u32>(cs_f32_to_bf16(acc_o[j][e + 1] * scale)) << 16);
     }
   }
 }

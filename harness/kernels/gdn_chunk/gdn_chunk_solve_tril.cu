@@ -17,7 +17,7 @@
 constexpr int kLd = BT + 1;
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-gdn_chunk_solve_tril(const float* __restrict__ A, gd_u16* __restrict__ Ai,
+gdn_chunk_solve_tril(const float* __restrict__ A, cs_u16* __restrict__ Ai,
                const int* __restrict__ cu_seqlens, const int* __restrict__ chunk_indices, int T) {
   __shared__ float sa[BT * kLd];
   __shared__ float sx[BT * kLd];
@@ -26,7 +26,7 @@ gdn_chunk_solve_tril(const float* __restrict__ A, gd_u16* __restrict__ Ai,
   const int i_h = blockIdx.y % H;
   const GdChunk c = gd_chunk(cu_seqlens, chunk_indices, i_t, i_b, T, IS_VARLEN, BT);
   const int rows = min(BT, c.len - c.t0);
-  const gd_i64 row0 = static_cast<gd_i64>(c.bos) + c.t0;
+  const cs_i64 row0 = static_cast<cs_i64>(c.bos) + c.t0;
 
   for (int idx = threadIdx.x; idx < BT * BT; idx += kThreads) {
     const int r = idx / BT, col = idx % BT;
@@ -56,8 +56,8 @@ gdn_chunk_solve_tril(const float* __restrict__ A, gd_u16* __restrict__ Ai,
   __syncthreads();
   for (int idx = threadIdx.x; idx < rows * (BT / 2); idx += kThreads) {
     const int r = idx / (BT / 2), col = (idx % (BT / 2)) * 2;
-    const gd_u32 lo = gd_f32_to_bf16(sx[r * kLd + col]);
-    const gd_u32 hi = gd_f32_to_bf16(sx[r * kLd + col + 1]);
-    *reinterpret_cast<gd_u32*>(Ai + ((row0 + r) * H + i_h) * BT + col) = lo | (hi << 16);
+    const cs_u32 lo = cs_f32_to_bf16(sx[r * kLd + col]);
+    const cs_u32 hi = cs_f32_to_bf16(sx[r * kLd + col + 1]);
+    *reinterpret_cast<cs_u32*>(Ai + ((row0 + r) * H + i_h) * BT + col) = lo | (hi << 16);
   }
 }

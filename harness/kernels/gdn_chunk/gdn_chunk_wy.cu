@@ -21,8 +21,8 @@ constexpr int kTpwMax = ((BT / 16) * (kBN / 8) + NUM_WARPS - 1) / NUM_WARPS;
 
 // out[r, n] = sum_t sa[r][t] * sb[t][n] for r < rows, n < bn, stored bf16 at
 // out + (row0 + r) * row_stride + n.
-__device__ __forceinline__ void gd_wy_product(const gd_u16* sa, const gd_u16* sb, int bn,
-                                              gd_u16* out, gd_i64 row_stride, int rows) {
+__device__ __forceinline__ void gd_wy_product(const cs_u16* sa, const cs_u16* sb, int bn,
+                                              cs_u16* out, cs_i64 row_stride, int rows) {
   const int warp = threadIdx.x >> 5;
   const int tiles = (BT / 16) * (bn / 8);
   for (int j = 0; j < kTpwMax; ++j) {
@@ -34,19 +34,19 @@ __device__ __forceinline__ void gd_wy_product(const gd_u16* sa, const gd_u16* sb
     for (int e = 0; e < 4; e += 2) {
       const int r = gd_frag_row(m0, e), col = gd_frag_col(n0, e);
       if (r >= rows) continue;
-      const gd_u32 lo = gd_f32_to_bf16(acc[e]), hi = gd_f32_to_bf16(acc[e + 1]);
-      *reinterpret_cast<gd_u32*>(out + r * row_stride + col) = lo | (hi << 16);
+      const cs_u32 lo = cs_f32_to_bf16(acc[e]), hi = cs_f32_to_bf16(acc[e + 1]);
+      *reinterpret_cast<cs_u32*>(out + r * row_stride + col) = lo | (hi << 16);
     }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const float* __restrict__ beta,
-       gd_u16* __restrict__ w, gd_u16* __restrict__ u, const gd_u16* __restrict__ A,
+gdn_chunk_wy(const cs_u16* __restrict__ k, const cs_u16* __restrict__ v, const float* __restrict__ beta,
+       cs_u16* __restrict__ w, cs_u16* __restrict__ u, const cs_u16* __restrict__ A,
        const float* __restrict__ g, const int* __restrict__ cu_seqlens,
        const int* __restrict__ chunk_indices, int T) {
-  __shared__ __align__(16) gd_u16 sa[BT * kLd];
-  __shared__ __align__(16) gd_u16 sb[BT * kLdN];
+  __shared__ __align__(16) cs_u16 sa[BT * kLd];
+  __shared__ __align__(16) cs_u16 sb[BT * kLdN];
   __shared__ float sbeta[BT];
   __shared__ float sgate[BT];
   const int i_t = blockIdx.x;
@@ -55,7 +55,7 @@ gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const f
   const int i_hk = i_h / (H / Hg);
   const GdChunk c = gd_chunk(cu_seqlens, chunk_indices, i_t, i_b, T, IS_VARLEN, BT);
   const int rows = min(BT, c.len - c.t0);
-  const gd_i64 row0 = static_cast<gd_i64>(c.bos) + c.t0;
+  const cs_i64 row0 = static_cast<cs_i64>(c.bos) + c.t0;
 
   for (int i = threadIdx.x; i < BT; i += kThreads) {
     sbeta[i] = i < rows ? beta[(row0 + i) * H + i_h] : 0.f;
@@ -63,9 +63,9 @@ gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const f
   }
   for (int idx = threadIdx.x; idx < BT * (BT / 2); idx += kThreads) {
     const int r = idx / (BT / 2), col = (idx % (BT / 2)) * 2;
-    gd_u32 val = 0;
-    if (r < rows) val = *reinterpret_cast<const gd_u32*>(A + ((row0 + r) * H + i_h) * BT + col);
-    *reinterpret_cast<gd_u32*>(&sa[r * kLd + col]) = val;
+    cs_u32 val = 0;
+    if (r < rows) val = *reinterpret_cast<const cs_u32*>(A + ((row0 + r) * H + i_h) * BT + col);
+    *reinterpret_cast<cs_u32*>(&sa[r * kLd + col]) = val;
   }
 
   for (int vb = 0; vb < V; vb += BV) {
@@ -73,11 +73,11 @@ gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const f
     for (int idx = threadIdx.x; idx < BT * BV; idx += kThreads) {
       const int t = idx / BV, col = idx % BV;
       float x = 0.f;
-      if (t < rows) x = gd_bf16_to_f32(v[((row0 + t) * H + i_h) * V + vb + col]) * sbeta[t];
-      sb[t * kLdN + col] = gd_f32_to_bf16(x);
+      if (t < rows) x = cs_bf16_to_f32(v[((row0 + t) * H + i_h) * V + vb + col]) * sbeta[t];
+      sb[t * kLdN + col] = cs_f32_to_bf16(x);
     }
     __syncthreads();
-    gd_wy_product(sa, sb, BV, u + (row0 * H + i_h) * V + vb, static_cast<gd_i64>(H) * V, rows);
+    gd_wy_product(sa, sb, BV, u + (row0 * H + i_h) * V + vb, static_cast<cs_i64>(H) * V, rows);
   }
   for (int kb = 0; kb < K; kb += BK) {
     __syncthreads();
@@ -85,11 +85,11 @@ gdn_chunk_wy(const gd_u16* __restrict__ k, const gd_u16* __restrict__ v, const f
       const int t = idx / BK, col = idx % BK;
       float x = 0.f;
       if (t < rows) {
-        x = gd_bf16_to_f32(k[((row0 + t) * Hg + i_hk) * K + kb + col]) * sbeta[t] * sgate[t];
+        x = cs_bf16_to_f32(k[((row0 + t) * Hg + i_hk) * K + kb + col]) * sbeta[t] * sgate[t];
       }
-      sb[t * kLdN + col] = gd_f32_to_bf16(x);
+      sb[t * kLdN + col] = cs_f32_to_bf16(x);
     }
     __syncthreads();
-    gd_wy_product(sa, sb, BK, w + (row0 * H + i_h) * K + kb, static_cast<gd_i64>(H) * K, rows);
+    gd_wy_product(sa, sb, BK, w + (row0 * H + i_h) * K + kb, static_cast<cs_i64>(H) * K, rows);
   }
 }

@@ -33,37 +33,31 @@ constexpr float kSoftplusThreshold = 20.f;
 
 // Copies EPL contiguous features starting at src (bf16) to registers as float.
 template <int EPL>
-__device__ __forceinline__ void gd_load_feats(const gd_u16* src, float* x) {
+__device__ __forceinline__ void gd_load_feats(const cs_u16* src, float* x) {
   if (GD_PAIRS) {
     for (int e = 0; e < EPL; e += 2) {
-      const gd_u32 p = *reinterpret_cast<const gd_u32*>(src + e);
-      x[e] = gd_bf16_to_f32(static_cast<gd_u16>(p & 0xffffu));
-      x[e + 1] = gd_bf16_to_f32(static_cast<gd_u16>(p >> 16));
+      const cs_u32 p = *reinterpret_cast<const cs_u32*>(src + e);
+      x[e] = cs_bf16_to_f32(static_cast<cs_u16>(p & 0xffffu));
+      x[e + 1] = cs_bf16_to_f32(static_cast<cs_u16>(p >> 16));
     }
   } else {
-    for (int e = 0; e < EPL; ++e) x[e] = gd_bf16_to_f32(src[e]);
+    for (int e = 0; e < EPL; ++e) x[e] = cs_bf16_to_f32(src[e]);
   }
 }
 
 // Outputs are contiguous and 4-byte aligned (checked by the wrapper).
 template <int EPL>
-__device__ __forceinline__ void gd_store_feats(gd_u16* dst, const float* x) {
+__device__ __forceinline__ void gd_store_feats(cs_u16* dst, const float* x) {
   for (int e = 0; e < EPL; e += 2) {
-    *reinterpret_cast<gd_u32*>(dst + e) = static_cast<gd_u32>(gd_f32_to_bf16(x[e])) |
-                                          (static_cast<gd_u32>(gd_f32_to_bf16(x[e + 1])) << 16);
+    *reinterpret_cast<cs_u32*>(dst + e) = cs_pack_bf16x2(x[e], x[e + 1]);
   }
 }
 
-__device__ __forceinline__ float gd_warp_sum(float x) {
-  for (int d = 16; d > 0; d >>= 1) x += __shfl_xor_sync(kGdFullMask, x, d);
-  return x;
-}
-
 extern "C" __global__ void __launch_bounds__(kThreads)
-gdn_post_conv(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ a,
-              const gd_u16* __restrict__ b, const float* __restrict__ A_log,
-              const gd_u16* __restrict__ dt_bias, gd_u16* __restrict__ q, gd_u16* __restrict__ k,
-              gd_u16* __restrict__ v, float* __restrict__ g, float* __restrict__ beta,
+gdn_post_conv(const cs_u16* __restrict__ mixed_qkv, const cs_u16* __restrict__ a,
+              const cs_u16* __restrict__ b, const float* __restrict__ A_log,
+              const cs_u16* __restrict__ dt_bias, cs_u16* __restrict__ q, cs_u16* __restrict__ k,
+              cs_u16* __restrict__ v, float* __restrict__ g, float* __restrict__ beta,
               long long stride_x_tok, long long stride_a_tok, long long stride_b_tok,
               long long stride_q_tok, long long stride_k_tok, long long stride_v_tok, int L) {
   const int i_head = blockIdx.y;
@@ -74,7 +68,7 @@ gdn_post_conv(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ a
     for (int tt = warp; tt < BLOCK_T; tt += NUM_WARPS) {
       const int t = t_begin + tt;
       if (t >= L) break;
-      const gd_u16* row = mixed_qkv + static_cast<gd_i64>(t) * stride_x_tok;
+      const cs_u16* row = mixed_qkv + static_cast<cs_i64>(t) * stride_x_tok;
       float xq[kE], xk[kE];
       gd_load_feats<kE>(row + i_head * K + lane * kE, xq);
       gd_load_feats<kE>(row + H * K + i_head * K + lane * kE, xk);
@@ -84,15 +78,15 @@ gdn_post_conv(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ a
           sq += xq[e] * xq[e];
           sk += xk[e] * xk[e];
         }
-        const float iq = 1.f / sqrtf(gd_warp_sum(sq) + kL2Eps);
-        const float ik = 1.f / sqrtf(gd_warp_sum(sk) + kL2Eps);
+        const float iq = 1.f / sqrtf(cs_warp_sum(sq) + kL2Eps);
+        const float ik = 1.f / sqrtf(cs_warp_sum(sk) + kL2Eps);
         for (int e = 0; e < kE; ++e) {
           xq[e] *= iq;
           xk[e] *= ik;
         }
       }
-      gd_store_feats<kE>(q + static_cast<gd_i64>(t) * stride_q_tok + i_head * K + lane * kE, xq);
-      gd_store_feats<kE>(k + static_cast<gd_i64>(t) * stride_k_tok + i_head * K + lane * kE, xk);
+      gd_store_feats<kE>(q + static_cast<cs_i64>(t) * stride_q_tok + i_head * K + lane * kE, xq);
+      gd_store_feats<kE>(k + static_cast<cs_i64>(t) * stride_k_tok + i_head * K + lane * kE, xk);
     }
   } else {
     const int i_hv = i_head - H;
@@ -102,21 +96,21 @@ gdn_post_conv(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ a
       if (t >= L) break;
       float xv[kE];
       gd_load_feats<kE>(
-          mixed_qkv + static_cast<gd_i64>(t) * stride_x_tok + 2 * H * K + i_hv * V + lane * kE, xv);
-      gd_store_feats<kE>(v + static_cast<gd_i64>(t) * stride_v_tok + i_hv * V + lane * kE, xv);
+          mixed_qkv + static_cast<cs_i64>(t) * stride_x_tok + 2 * H * K + i_hv * V + lane * kE, xv);
+      gd_store_feats<kE>(v + static_cast<cs_i64>(t) * stride_v_tok + i_hv * V + lane * kE, xv);
     }
     if (threadIdx.x < BLOCK_T) {
       const int t = t_begin + threadIdx.x;
       if (t < L) {
         const float a_log = A_log[i_hv];
-        const float bias = gd_bf16_to_f32(dt_bias[i_hv]);
-        const float av = gd_bf16_to_f32(a[static_cast<gd_i64>(t) * stride_a_tok + i_hv]);
-        const float bv = gd_bf16_to_f32(b[static_cast<gd_i64>(t) * stride_b_tok + i_hv]);
+        const float bias = cs_bf16_to_f32(dt_bias[i_hv]);
+        const float av = cs_bf16_to_f32(a[static_cast<cs_i64>(t) * stride_a_tok + i_hv]);
+        const float bv = cs_bf16_to_f32(b[static_cast<cs_i64>(t) * stride_b_tok + i_hv]);
         const float x = av + bias;
         float sp = x > 0.f ? x + logf(1.f + expf(-x)) : logf(1.f + expf(x));
         if (!(x <= kSoftplusThreshold)) sp = x;
-        g[static_cast<gd_i64>(t) * HV + i_hv] = -expf(a_log) * sp;
-        beta[static_cast<gd_i64>(t) * HV + i_hv] = 1.f / (1.f + expf(-bv));
+        g[static_cast<cs_i64>(t) * HV + i_hv] = -expf(a_log) * sp;
+        beta[static_cast<cs_i64>(t) * HV + i_hv] = 1.f / (1.f + expf(-bv));
       }
     }
   }

@@ -14,42 +14,13 @@
 // once with a halving butterfly (a "reduce-scatter": log2(kRows) + the remaining steps shuffles
 // instead of 5 * kRows).
 
-typedef unsigned short gd_u16;
-typedef unsigned int gd_u32;
-typedef long long gd_i64;
-
-constexpr unsigned kGdFullMask = 0xffffffffu;
-
-// ---- number formats (bit-level, no CUDA headers) ---------------------------------------------
-
-__device__ __forceinline__ float gd_bf16_to_f32(gd_u16 b) {
-  return __uint_as_float(static_cast<gd_u32>(b) << 16);
-}
-
-// Round to nearest even; NaN stays NaN.
-__device__ __forceinline__ gd_u16 gd_f32_to_bf16(float f) {
-  gd_u32 x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<gd_u16>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<gd_u16>(x >> 16);
-}
-
-// Two floats as a bf16 pair (lo in the low half), rounded to nearest even by the sm_80+
-// conversion instruction (one instruction instead of gd_f32_to_bf16's six per value; the same
-// result for every non-NaN input).
-__device__ __forceinline__ gd_u32 gd_pack_bf16x2(float lo, float hi) {
-  gd_u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // ---- the state element type ------------------------------------------------------------------
 
 #ifndef STATE_DTYPE
 #error "STATE_DTYPE must be defined (0 = bf16, 1 = float32)"
 #endif
 #if STATE_DTYPE == 0
-typedef gd_u16 gd_state_t;
+typedef cs_u16 gd_state_t;
 #elif STATE_DTYPE == 1
 typedef float gd_state_t;
 #else
@@ -85,7 +56,7 @@ __device__ __forceinline__ void gd_load_state(const gd_state_t* p, float (&out)[
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = gd_bf16_to_f32(p[i]);
+    for (int i = 0; i < N; ++i) out[i] = cs_bf16_to_f32(p[i]);
   }
 #endif
 }
@@ -107,20 +78,20 @@ __device__ __forceinline__ void gd_store_state(gd_state_t* p, const float (&in)[
 #pragma unroll
     for (int i = 0; i < N; i += 4) {
       uint2 v;
-      v.x = gd_pack_bf16x2(in[i], in[i + 1]);
-      v.y = gd_pack_bf16x2(in[i + 2], in[i + 3]);
+      v.x = cs_pack_bf16x2_cvt(in[i], in[i + 1]);
+      v.y = cs_pack_bf16x2_cvt(in[i + 2], in[i + 3]);
       *reinterpret_cast<uint2*>(p + i) = v;
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < N; ++i) p[i] = gd_f32_to_bf16(in[i]);
+    for (int i = 0; i < N; ++i) p[i] = cs_f32_to_bf16(in[i]);
   }
 #endif
 }
 
 // N consecutive bf16 values as floats (N = 4: one 8-byte load; the caller guarantees alignment).
 template <int N>
-__device__ __forceinline__ void gd_load_bf16(const gd_u16* p, float (&out)[N]) {
+__device__ __forceinline__ void gd_load_bf16(const cs_u16* p, float (&out)[N]) {
   if constexpr (N % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < N; i += 4) {
@@ -132,17 +103,11 @@ __device__ __forceinline__ void gd_load_bf16(const gd_u16* p, float (&out)[N]) {
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = gd_bf16_to_f32(p[i]);
+    for (int i = 0; i < N; ++i) out[i] = cs_bf16_to_f32(p[i]);
   }
 }
 
 // ---- reductions --------------------------------------------------------------------------------
-
-__device__ __forceinline__ float gd_warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kGdFullMask, x, o);
-  return x;
-}
 
 // Warp-wide sums of R per-lane values x[0..R) (R a power of two, 1..32). On return, lane l holds
 // in x[0] the full sum of value gd_reduced_row<R>(l); every value's sum is held by 32 / R lanes.
@@ -160,11 +125,11 @@ __device__ __forceinline__ void gd_reduce_rows(float (&x)[R]) {
     for (int i = 0; i < half; ++i) {
       const float give = upper ? x[i] : x[i + half];
       const float keep = upper ? x[i + half] : x[i];
-      x[i] = keep + __shfl_xor_sync(kGdFullMask, give, offset);
+      x[i] = keep + __shfl_xor_sync(cs_full_mask, give, offset);
     }
     offset >>= 1;
   }
-  for (; offset > 0; offset >>= 1) x[0] += __shfl_xor_sync(kGdFullMask, x[0], offset);
+  for (; offset > 0; offset >>= 1) x[0] += __shfl_xor_sync(cs_full_mask, x[0], offset);
 }
 
 // The value index whose sum lane `lane` holds after gd_reduce_rows<R>.

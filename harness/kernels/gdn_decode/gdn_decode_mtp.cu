@@ -64,20 +64,20 @@ constexpr int kArrivalSlots = 65536;
 #if DT_BIAS_DTYPE == 0
 typedef float gd_dt_bias_t;
 #elif DT_BIAS_DTYPE == 1
-typedef gd_u16 gd_dt_bias_t;
+typedef cs_u16 gd_dt_bias_t;
 #else
 #error "DT_BIAS_DTYPE must be 0 (float32) or 1 (bf16)"
 #endif
 #if NORM_WEIGHT_DTYPE == 0
 typedef float gd_norm_w_t;
 #elif NORM_WEIGHT_DTYPE == 1
-typedef gd_u16 gd_norm_w_t;
+typedef cs_u16 gd_norm_w_t;
 #else
 #error "NORM_WEIGHT_DTYPE must be 0 (float32) or 1 (bf16)"
 #endif
 
 __device__ __forceinline__ float gd_to_f32(float x) { return x; }
-__device__ __forceinline__ float gd_to_f32(gd_u16 x) { return gd_bf16_to_f32(x); }
+__device__ __forceinline__ float gd_to_f32(cs_u16 x) { return cs_bf16_to_f32(x); }
 
 #if BV < V
 __device__ unsigned int gdn_mtp_arrivals[kArrivalSlots];
@@ -85,9 +85,9 @@ __device__ unsigned int gdn_mtp_arrivals[kArrivalSlots];
 
 // out[row] = o * rstd * w * gate for one (token, head) row of V raw outputs, by one warp.
 template <typename LoadRaw>
-__device__ __forceinline__ void gd_mtp_norm_row(LoadRaw raw, const gd_u16* __restrict__ gate_row,
+__device__ __forceinline__ void gd_mtp_norm_row(LoadRaw raw, const cs_u16* __restrict__ gate_row,
                                                 const gd_norm_w_t* __restrict__ norm_weight,
-                                                gd_u16* out_row, float norm_eps) {
+                                                cs_u16* out_row, float norm_eps) {
   const int lane = threadIdx.x & 31;
   float ov[V / 32];
   float ss = 0.0f;
@@ -96,42 +96,42 @@ __device__ __forceinline__ void gd_mtp_norm_row(LoadRaw raw, const gd_u16* __res
     ov[i] = raw(lane + 32 * i);
     ss += ov[i] * ov[i];
   }
-  ss = gd_warp_sum(ss);
+  ss = cs_warp_sum(ss);
   const float rstd = rsqrtf(ss / static_cast<float>(V) + norm_eps);
 #pragma unroll
   for (int i = 0; i < V / 32; ++i) {
     const int c = lane + 32 * i;
-    const float z = gd_bf16_to_f32(gate_row[c]);
+    const float z = cs_bf16_to_f32(gate_row[c]);
 #if SIGMOID_GATE
     const float gate = 1.0f / (1.0f + expf(-z));
 #else
     const float gate = z / (1.0f + expf(-z));
 #endif
-    out_row[c] = gd_f32_to_bf16(ov[i] * rstd * gd_to_f32(norm_weight[c]) * gate);
+    out_row[c] = cs_f32_to_bf16(ov[i] * rstd * gd_to_f32(norm_weight[c]) * gate);
   }
 }
 
 extern "C" __global__ void __launch_bounds__(kMtpThreads)
-gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ a,
-               const gd_u16* __restrict__ b, const float* __restrict__ A_log,
+gdn_decode_mtp(const cs_u16* __restrict__ mixed_qkv, const cs_u16* __restrict__ a,
+               const cs_u16* __restrict__ b, const float* __restrict__ A_log,
                const gd_dt_bias_t* __restrict__ dt_bias, const int* __restrict__ state_indices,
                const int* __restrict__ cu_seqlens, const int* __restrict__ num_accepted_tokens,
-               gd_state_t* state, const gd_u16* __restrict__ output_gate,
-               const gd_norm_w_t* __restrict__ norm_weight, gd_u16* out,
-               int state_indices_width, gd_i64 mixed_stride, gd_i64 a_stride, gd_i64 b_stride,
-               gd_i64 gate_stride, gd_i64 state_stride, float scale, float norm_eps) {
+               gd_state_t* state, const cs_u16* __restrict__ output_gate,
+               const gd_norm_w_t* __restrict__ norm_weight, cs_u16* out,
+               int state_indices_width, cs_i64 mixed_stride, cs_i64 a_stride, cs_i64 b_stride,
+               cs_i64 gate_stride, cs_i64 state_stride, float scale, float norm_eps) {
   const int req = blockIdx.x;
   const int hv = blockIdx.y;
   const int tile = blockIdx.z;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const gd_i64 bos = cu_seqlens[req];
+  const cs_i64 bos = cu_seqlens[req];
   const int n = static_cast<int>(cu_seqlens[req + 1] - bos);
   if (n <= 0) return;
 
   const int width = state_indices_width;
-  const int* idx = state_indices + static_cast<gd_i64>(req) * width;
+  const int* idx = state_indices + static_cast<cs_i64>(req) * width;
   const int accepted = num_accepted_tokens[req];
   const int src = (accepted > 0 && accepted <= width) ? idx[accepted - 1] : 0;
   if (src <= 0 || n > kMtpMaxTokens) {
@@ -148,15 +148,15 @@ gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ 
   __shared__ float s_decay[kMtpMaxTokens];
   __shared__ float s_beta[kMtpMaxTokens];
 #if BV == V
-  __shared__ gd_u16 s_out[kMtpMaxTokens][V];
+  __shared__ cs_u16 s_out[kMtpMaxTokens][V];
 #else
   __shared__ int s_last;
 #endif
 
   // Post-conv split: warp t prepares token t (normalized q, k; v of this tile; decay, beta).
   if (warp < n) {
-    const gd_i64 tok = bos + warp;
-    const gd_u16* row = mixed_qkv + tok * mixed_stride;
+    const cs_i64 tok = bos + warp;
+    const cs_u16* row = mixed_qkv + tok * mixed_stride;
     float qv[kKpl], kv[kKpl];
     gd_load_bf16<kKpl>(row + key_head * K + lane * kKpl, qv);
     gd_load_bf16<kKpl>(row + H * K + key_head * K + lane * kKpl, kv);
@@ -167,7 +167,7 @@ gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ 
       s[1] += kv[j] * kv[j];
     }
     gd_reduce_rows<2>(s);
-    const float other = __shfl_xor_sync(kGdFullMask, s[0], 16);
+    const float other = __shfl_xor_sync(cs_full_mask, s[0], 16);
     const float rq = rsqrtf((lane < 16 ? s[0] : other) + 1e-6f) * scale;
     const float rk = rsqrtf((lane < 16 ? other : s[0]) + 1e-6f);
 #pragma unroll
@@ -175,23 +175,23 @@ gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ 
       s_q[warp][lane * kKpl + j] = qv[j] * rq;
       s_k[warp][lane * kKpl + j] = kv[j] * rk;
     }
-    const gd_u16* vrow = row + 2 * H * K + hv * V + tile * BV;
-    for (int i = lane; i < BV; i += 32) s_v[warp][i] = gd_bf16_to_f32(vrow[i]);
+    const cs_u16* vrow = row + 2 * H * K + hv * V + tile * BV;
+    for (int i = lane; i < BV; i += 32) s_v[warp][i] = cs_bf16_to_f32(vrow[i]);
     if (lane == 0) {
-      const float x = gd_bf16_to_f32(a[tok * a_stride + hv]) + gd_to_f32(dt_bias[hv]);
+      const float x = cs_bf16_to_f32(a[tok * a_stride + hv]) + gd_to_f32(dt_bias[hv]);
       const float softplus = x > 20.0f ? x : log1pf(expf(x));
       s_decay[warp] = expf(-expf(A_log[hv]) * softplus);
-      s_beta[warp] = 1.0f / (1.0f + expf(-gd_bf16_to_f32(b[tok * b_stride + hv])));
+      s_beta[warp] = 1.0f / (1.0f + expf(-cs_bf16_to_f32(b[tok * b_stride + hv])));
     }
   }
   __syncthreads();
 
   const int row_in_tile = warp * kRows;
   const int row0 = tile * BV + row_in_tile;
-  const gd_i64 head_off = static_cast<gd_i64>(hv) * V * K + static_cast<gd_i64>(row0) * K + lane * kKpl;
+  const cs_i64 head_off = static_cast<cs_i64>(hv) * V * K + static_cast<cs_i64>(row0) * K + lane * kKpl;
   float h[kRows][kKpl];
   {
-    const gd_state_t* p = state + static_cast<gd_i64>(src) * state_stride + head_off;
+    const gd_state_t* p = state + static_cast<cs_i64>(src) * state_stride + head_off;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) gd_load_state<kKpl>(p + r * K, h[r]);
   }
@@ -221,7 +221,7 @@ gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ 
     const float delta_mine = (s_v[t][row_in_tile + my_row] - dot[0]) * s_beta[t];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const float delta = __shfl_sync(kGdFullMask, delta_mine, gd_lane_of_row<kRows>(r));
+      const float delta = __shfl_sync(cs_full_mask, delta_mine, gd_lane_of_row<kRows>(r));
       float acc = 0.0f;
 #pragma unroll
       for (int j = 0; j < kKpl; ++j) {
@@ -233,14 +233,14 @@ gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ 
     gd_reduce_rows<kRows>(dot);
     if (row_owner) {
 #if BV == V
-      s_out[t][row0 + my_row] = gd_f32_to_bf16(dot[0]);
+      s_out[t][row0 + my_row] = cs_f32_to_bf16(dot[0]);
 #else
-      out[((bos + t) * HV + hv) * V + row0 + my_row] = gd_f32_to_bf16(dot[0]);
+      out[((bos + t) * HV + hv) * V + row0 + my_row] = cs_f32_to_bf16(dot[0]);
 #endif
     }
     const int dst = idx[t];
     if (dst > 0) {
-      gd_state_t* p = state + static_cast<gd_i64>(dst) * state_stride + head_off;
+      gd_state_t* p = state + static_cast<cs_i64>(dst) * state_stride + head_off;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) gd_store_state<kKpl>(p + r * K, h[r]);
     }
@@ -249,8 +249,8 @@ gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ 
 #if BV == V
   __syncthreads();
   if (warp < n) {
-    const gd_i64 tok = bos + warp;
-    gd_mtp_norm_row([&](int c) { return gd_bf16_to_f32(s_out[warp][c]); },
+    const cs_i64 tok = bos + warp;
+    gd_mtp_norm_row([&](int c) { return cs_bf16_to_f32(s_out[warp][c]); },
                     output_gate + tok * gate_stride + hv * V, norm_weight,
                     out + (tok * HV + hv) * V, norm_eps);
   }
@@ -266,9 +266,9 @@ gdn_decode_mtp(const gd_u16* __restrict__ mixed_qkv, const gd_u16* __restrict__ 
   if (tid == 0) atomicExch(counter, 0u);  // ready for the next launch
   __threadfence();
   if (warp < n) {
-    const gd_i64 tok = bos + warp;
-    gd_u16* orow = out + (tok * HV + hv) * V;
-    gd_mtp_norm_row([&](int c) { return gd_bf16_to_f32(__ldcg(orow + c)); },
+    const cs_i64 tok = bos + warp;
+    cs_u16* orow = out + (tok * HV + hv) * V;
+    gd_mtp_norm_row([&](int c) { return cs_bf16_to_f32(__ldcg(orow + c)); },
                     output_gate + tok * gate_stride + hv * V, norm_weight, orow, norm_eps);
   }
 #endif

@@ -62,36 +62,36 @@ static_assert((kRows & (kRows - 1)) == 0 && kRows <= 32, "BV / 4 must be a power
 typedef float gd_dt_bias_t;
 __device__ __forceinline__ float gd_load_dt_bias(const gd_dt_bias_t* p) { return *p; }
 #elif DT_BIAS_DTYPE == 1
-typedef gd_u16 gd_dt_bias_t;
-__device__ __forceinline__ float gd_load_dt_bias(const gd_dt_bias_t* p) { return gd_bf16_to_f32(*p); }
+typedef cs_u16 gd_dt_bias_t;
+__device__ __forceinline__ float gd_load_dt_bias(const gd_dt_bias_t* p) { return cs_bf16_to_f32(*p); }
 #else
 #error "DT_BIAS_DTYPE must be 0 (float32) or 1 (bf16)"
 #endif
 
 extern "C" __global__ void __launch_bounds__(kUpdThreads)
-gdn_decode_update(const float* __restrict__ A_log, const gd_u16* __restrict__ a,
-                  const gd_u16* __restrict__ b, const gd_dt_bias_t* __restrict__ dt_bias,
-                  float beta, float threshold, const gd_u16* __restrict__ q,
-                  const gd_u16* __restrict__ k, const gd_u16* __restrict__ v,
-                  gd_u16* __restrict__ o, const gd_state_t* h0, gd_state_t* ht,
+gdn_decode_update(const float* __restrict__ A_log, const cs_u16* __restrict__ a,
+                  const cs_u16* __restrict__ b, const gd_dt_bias_t* __restrict__ dt_bias,
+                  float beta, float threshold, const cs_u16* __restrict__ q,
+                  const cs_u16* __restrict__ k, const cs_u16* __restrict__ v,
+                  cs_u16* __restrict__ o, const gd_state_t* h0, gd_state_t* ht,
                   const int* __restrict__ cu_seqlens, const int* __restrict__ ssm_state_indices,
-                  const int* __restrict__ num_accepted_tokens, float scale, gd_i64 N, gd_i64 T,
-                  gd_i64 q_stride_t, gd_i64 k_stride_t, gd_i64 v_stride_t, gd_i64 a_stride_t,
-                  gd_i64 b_stride_t) {
+                  const int* __restrict__ num_accepted_tokens, float scale, cs_i64 N, cs_i64 T,
+                  cs_i64 q_stride_t, cs_i64 k_stride_t, cs_i64 v_stride_t, cs_i64 a_stride_t,
+                  cs_i64 b_stride_t) {
   (void)N;
   const int i_v = blockIdx.y;
-  const gd_i64 i_nh = blockIdx.z;
-  const gd_i64 i_n = i_nh / HV;
+  const cs_i64 i_nh = blockIdx.z;
+  const cs_i64 i_n = i_nh / HV;
   const int i_hv = static_cast<int>(i_nh % HV);
   const int i_h = i_hv / (HV / H);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
-  gd_i64 bos;
-  gd_i64 len;
+  cs_i64 bos;
+  cs_i64 len;
 #if IS_VARLEN
   bos = cu_seqlens[i_n];
-  len = static_cast<gd_i64>(cu_seqlens[i_n + 1]) - bos;
+  len = static_cast<cs_i64>(cu_seqlens[i_n + 1]) - bos;
 #else
   bos = i_n * T;
   len = T;
@@ -99,18 +99,18 @@ gdn_decode_update(const float* __restrict__ A_log, const gd_u16* __restrict__ a,
   if (len <= 0) return;  // no tokens for this sequence
 
 #if IS_SPEC_DECODING
-  const gd_i64 i0 = static_cast<gd_i64>(num_accepted_tokens[i_n]) - 1;
+  const cs_i64 i0 = static_cast<cs_i64>(num_accepted_tokens[i_n]) - 1;
 #else
-  const gd_i64 i0 = 0;
+  const cs_i64 i0 = 0;
 #endif
   const int* idx_row = ssm_state_indices + i_n * STRIDE_INDICES_SEQ;
-  const gd_i64 slot0 = idx_row[i0];
+  const cs_i64 slot0 = idx_row[i0];
   if (slot0 < 0) return;  // PAD_SLOT_ID: nothing is read or written
 
   // This warp's rows of the tile: row0 + r, r < kRows; this lane's key coordinates kk0 + j.
   const int row0 = i_v * BV + warp * kRows;
   const int kk0 = lane * kKpl;
-  const gd_i64 head_off = static_cast<gd_i64>(i_hv) * V * K + static_cast<gd_i64>(row0) * K + kk0;
+  const cs_i64 head_off = static_cast<cs_i64>(i_hv) * V * K + static_cast<cs_i64>(row0) * K + kk0;
 
   float h[kRows][kKpl];
   {
@@ -121,18 +121,18 @@ gdn_decode_update(const float* __restrict__ A_log, const gd_u16* __restrict__ a,
   const float a_log = A_log[i_hv];
   const float dtb = gd_load_dt_bias(dt_bias + i_hv);
 
-  for (gd_i64 t = 0; t < len; ++t) {
-    const gd_i64 tok = bos + t;
+  for (cs_i64 t = 0; t < len; ++t) {
+    const cs_i64 tok = bos + t;
     float qv[kKpl], kv[kKpl];
     gd_load_bf16<kKpl>(q + tok * q_stride_t + i_h * K + kk0, qv);
     gd_load_bf16<kKpl>(k + tok * k_stride_t + i_h * K + kk0, kv);
     float vv[kRows];
-    const gd_u16* vp = v + tok * v_stride_t + static_cast<gd_i64>(i_hv) * V + row0;
+    const cs_u16* vp = v + tok * v_stride_t + static_cast<cs_i64>(i_hv) * V + row0;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) vv[r] = gd_bf16_to_f32(vp[r]);
-    const float decay = gd_decay(a_log, gd_bf16_to_f32(a[tok * a_stride_t + i_hv]) + dtb, beta,
+    for (int r = 0; r < kRows; ++r) vv[r] = cs_bf16_to_f32(vp[r]);
+    const float decay = gd_decay(a_log, cs_bf16_to_f32(a[tok * a_stride_t + i_hv]) + dtb, beta,
                                  threshold);
-    const float b_beta = gd_sigmoid(gd_bf16_to_f32(b[tok * b_stride_t + i_hv]));
+    const float b_beta = gd_sigmoid(cs_bf16_to_f32(b[tok * b_stride_t + i_hv]));
 
 #if USE_QK_L2NORM_IN_KERNEL
     {
@@ -144,7 +144,7 @@ gdn_decode_update(const float* __restrict__ A_log, const gd_u16* __restrict__ a,
       }
       float s[2] = {qq, kk};
       gd_reduce_rows<2>(s);  // lanes < 16 hold sum(q^2), the others sum(k^2)
-      const float other = __shfl_xor_sync(kGdFullMask, s[0], 16);
+      const float other = __shfl_xor_sync(cs_full_mask, s[0], 16);
       const float q_sum = lane < 16 ? s[0] : other;
       const float k_sum = lane < 16 ? other : s[0];
       const float rq = rsqrtf(q_sum + 1e-6f);
@@ -180,7 +180,7 @@ gdn_decode_update(const float* __restrict__ A_log, const gd_u16* __restrict__ a,
     const float delta_mine = (vv_mine - dot[0]) * b_beta;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const float delta = __shfl_sync(kGdFullMask, delta_mine, gd_lane_of_row<kRows>(r));
+      const float delta = __shfl_sync(cs_full_mask, delta_mine, gd_lane_of_row<kRows>(r));
       float acc = 0.0f;
 #pragma unroll
       for (int j = 0; j < kKpl; ++j) {
@@ -191,11 +191,11 @@ gdn_decode_update(const float* __restrict__ A_log, const gd_u16* __restrict__ a,
     }
     gd_reduce_rows<kRows>(dot);  // o = S q
     if ((lane & (32 / kRows - 1)) == 0) {
-      o[(tok * HV + i_hv) * V + row0 + my_row] = gd_f32_to_bf16(dot[0]);
+      o[(tok * HV + i_hv) * V + row0 + my_row] = cs_f32_to_bf16(dot[0]);
     }
 
     // keep the state of every token (multi-query / spec decode), in place
-    const gd_i64 slot = idx_row[t];
+    const cs_i64 slot = idx_row[t];
     if (slot >= 0) {
       gd_state_t* p = ht + slot * STRIDE_FINAL_STATE_TOKEN + head_off;
 #pragma unroll

@@ -41,11 +41,11 @@
 constexpr int kStateLen = KERNEL_WIDTH - 1;
 
 extern "C" __global__ void __launch_bounds__(BLOCK_N)
-mamba_causal_conv1d_fwd(const mo_u16* __restrict__ x, const mo_u16* __restrict__ weight,
-                        const mo_u16* __restrict__ bias, mo_u16* __restrict__ conv_states,
+mamba_causal_conv1d_fwd(const cs_u16* __restrict__ x, const cs_u16* __restrict__ weight,
+                        const cs_u16* __restrict__ bias, cs_u16* __restrict__ conv_states,
                         const int* __restrict__ cache_indices,
                         const unsigned char* __restrict__ has_initial_state,
-                        const int* __restrict__ query_start_loc, mo_u16* __restrict__ out,
+                        const int* __restrict__ query_start_loc, cs_u16* __restrict__ out,
                         int seqlen, int num_seqs) {
   (void)seqlen;
   __shared__ int s_seq;
@@ -93,61 +93,61 @@ mamba_causal_conv1d_fwd(const mo_u16* __restrict__ x, const mo_u16* __restrict__
   const int token_offset = BLOCK_M * chunk;
   const int segment_len = min(BLOCK_M, len - token_offset);
 
-  const mo_i64 slot = static_cast<mo_i64>(cache_indices[static_cast<mo_i64>(seq) * STRIDE_CACHE_INDICES]);
+  const cs_i64 slot = static_cast<cs_i64>(cache_indices[static_cast<cs_i64>(seq) * STRIDE_CACHE_INDICES]);
 #if USE_PAD_SLOT
   if (slot == PAD_SLOT_ID) return;
 #endif
-  const mo_u16* xs = x + static_cast<mo_i64>(start) * STRIDE_X_TOKEN +
-                     static_cast<mo_i64>(feat) * STRIDE_X_DIM;
-  mo_u16* st = conv_states + slot * STRIDE_ISTATE_SEQ + static_cast<mo_i64>(feat) * STRIDE_ISTATE_DIM;
+  const cs_u16* xs = x + static_cast<cs_i64>(start) * STRIDE_X_TOKEN +
+                     static_cast<cs_i64>(feat) * STRIDE_X_DIM;
+  cs_u16* st = conv_states + slot * STRIDE_ISTATE_SEQ + static_cast<cs_i64>(feat) * STRIDE_ISTATE_DIM;
 
   // History of the chunk: col[j] is token (chunk start - kStateLen + j); bf16 values held in float.
   float col[kStateLen];
   if (chunk == 0) {
     const bool load_init = has_initial_state[seq] != 0;
     for (int j = 0; j < kStateLen; ++j) {
-      col[j] = load_init ? mo_bf16_to_f32(st[static_cast<mo_i64>(j) * STRIDE_ISTATE_TOKEN]) : 0.f;
+      col[j] = load_init ? cs_bf16_to_f32(st[static_cast<cs_i64>(j) * STRIDE_ISTATE_TOKEN]) : 0.f;
     }
     // The sequence's final conv state: the last kStateLen tokens of (history ++ x).
-    mo_u16 next[kStateLen];
+    cs_u16 next[kStateLen];
     if (kStateLen <= len) {
       for (int i = 0; i < kStateLen; ++i) {
-        next[i] = xs[static_cast<mo_i64>(len - kStateLen + i) * STRIDE_X_TOKEN];
+        next[i] = xs[static_cast<cs_i64>(len - kStateLen + i) * STRIDE_X_TOKEN];
       }
     } else {
       const int shift = kStateLen - len;  // rows kept from the old state (vLLM's VAL)
       for (int i = 0; i < kStateLen; ++i) {
         if (i < shift) {
           next[i] = (load_init && slot < NUM_CACHE_LINES)
-                        ? st[static_cast<mo_i64>(i + len) * STRIDE_ISTATE_TOKEN]
-                        : static_cast<mo_u16>(0);
+                        ? st[static_cast<cs_i64>(i + len) * STRIDE_ISTATE_TOKEN]
+                        : static_cast<cs_u16>(0);
         } else {
-          next[i] = xs[static_cast<mo_i64>(i - shift) * STRIDE_X_TOKEN];
+          next[i] = xs[static_cast<cs_i64>(i - shift) * STRIDE_X_TOKEN];
         }
       }
     }
-    for (int i = 0; i < kStateLen; ++i) st[static_cast<mo_i64>(i) * STRIDE_ISTATE_TOKEN] = next[i];
+    for (int i = 0; i < kStateLen; ++i) st[static_cast<cs_i64>(i) * STRIDE_ISTATE_TOKEN] = next[i];
   } else {
     for (int j = 0; j < kStateLen; ++j) {
-      col[j] = mo_bf16_to_f32(xs[static_cast<mo_i64>(token_offset - kStateLen + j) * STRIDE_X_TOKEN]);
+      col[j] = cs_bf16_to_f32(xs[static_cast<cs_i64>(token_offset - kStateLen + j) * STRIDE_X_TOKEN]);
     }
   }
 
   float w[KERNEL_WIDTH];
   for (int j = 0; j < KERNEL_WIDTH; ++j) {
-    w[j] = mo_bf16_to_f32(weight[static_cast<mo_i64>(feat) * STRIDE_W_DIM + j * STRIDE_W_WIDTH]);
+    w[j] = cs_bf16_to_f32(weight[static_cast<cs_i64>(feat) * STRIDE_W_DIM + j * STRIDE_W_WIDTH]);
   }
-  const float acc0 = HAS_BIAS ? mo_bf16_to_f32(bias[feat]) : 0.f;
-  mo_u16* os = out + static_cast<mo_i64>(start + token_offset) * STRIDE_O_TOKEN +
-               static_cast<mo_i64>(feat) * STRIDE_O_DIM;
+  const float acc0 = HAS_BIAS ? cs_bf16_to_f32(bias[feat]) : 0.f;
+  cs_u16* os = out + static_cast<cs_i64>(start + token_offset) * STRIDE_O_TOKEN +
+               static_cast<cs_i64>(feat) * STRIDE_O_DIM;
   for (int t = 0; t < segment_len; ++t) {
-    const float xv = mo_bf16_to_f32(xs[static_cast<mo_i64>(token_offset + t) * STRIDE_X_TOKEN]);
+    const float xv = cs_bf16_to_f32(xs[static_cast<cs_i64>(token_offset + t) * STRIDE_X_TOKEN]);
     float acc = acc0;
     for (int j = 0; j < kStateLen; ++j) acc += mo_bf16_mul(col[j], w[j]);
     acc += mo_bf16_mul(xv, w[KERNEL_WIDTH - 1]);
     for (int j = 0; j + 1 < kStateLen; ++j) col[j] = col[j + 1];
     col[kStateLen - 1] = xv;
     if (SILU_ACTIVATION) acc = mo_silu(acc);
-    os[static_cast<mo_i64>(t) * STRIDE_O_TOKEN] = mo_f32_to_bf16(acc);
+    os[static_cast<cs_i64>(t) * STRIDE_O_TOKEN] = cs_f32_to_bf16(acc);
   }
 }

@@ -30,48 +30,48 @@
 #endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK_N)
-mamba_causal_conv1d_update(const mo_u16* x, const mo_u16* __restrict__ weight,
-                           const mo_u16* __restrict__ bias, mo_u16* __restrict__ conv_state,
-                           const int* __restrict__ conv_state_indices, mo_u16* out, int batch) {
+mamba_causal_conv1d_update(const cs_u16* x, const cs_u16* __restrict__ weight,
+                           const cs_u16* __restrict__ bias, cs_u16* __restrict__ conv_state,
+                           const int* __restrict__ conv_state_indices, cs_u16* out, int batch) {
   const int b = blockIdx.x;
   if (b >= batch) return;
   const int feat = blockIdx.y * BLOCK_N + threadIdx.x;
   if (feat >= DIM) return;
-  const mo_i64 slot =
-      static_cast<mo_i64>(conv_state_indices[static_cast<mo_i64>(b) * STRIDE_STATE_INDICES]);
+  const cs_i64 slot =
+      static_cast<cs_i64>(conv_state_indices[static_cast<cs_i64>(b) * STRIDE_STATE_INDICES]);
 #if USE_PAD_SLOT
   if (slot == PAD_SLOT_ID) return;
 #endif
-  mo_u16* st = conv_state + slot * STRIDE_CONV_STATE_SEQ +
-               static_cast<mo_i64>(feat) * STRIDE_CONV_STATE_DIM;
-  const mo_u16* xs = x + static_cast<mo_i64>(b) * STRIDE_X_SEQ + static_cast<mo_i64>(feat) * STRIDE_X_DIM;
+  cs_u16* st = conv_state + slot * STRIDE_CONV_STATE_SEQ +
+               static_cast<cs_i64>(feat) * STRIDE_CONV_STATE_DIM;
+  const cs_u16* xs = x + static_cast<cs_i64>(b) * STRIDE_X_SEQ + static_cast<cs_i64>(feat) * STRIDE_X_DIM;
 
   // History: the first width - 1 rows of the state (oldest first).
   float col[KERNEL_WIDTH - 1];
   for (int j = 0; j < KERNEL_WIDTH - 1; ++j) {
-    col[j] = mo_bf16_to_f32(st[static_cast<mo_i64>(j) * STRIDE_CONV_STATE_TOK]);
+    col[j] = cs_bf16_to_f32(st[static_cast<cs_i64>(j) * STRIDE_CONV_STATE_TOK]);
   }
   // New state: rows shifted left by SEQLEN, the new tokens appended.
-  mo_u16 next[STATE_LEN];
+  cs_u16 next[STATE_LEN];
   for (int i = 0; i < STATE_LEN; ++i) {
     if (i + SEQLEN < STATE_LEN) {
-      next[i] = slot < NUM_CACHE_LINES ? st[static_cast<mo_i64>(i + SEQLEN) * STRIDE_CONV_STATE_TOK]
-                                       : static_cast<mo_u16>(0);
+      next[i] = slot < NUM_CACHE_LINES ? st[static_cast<cs_i64>(i + SEQLEN) * STRIDE_CONV_STATE_TOK]
+                                       : static_cast<cs_u16>(0);
     } else {
       const int t = i - (STATE_LEN - SEQLEN);
-      next[i] = t >= 0 ? xs[static_cast<mo_i64>(t) * STRIDE_X_TOKEN] : static_cast<mo_u16>(0);
+      next[i] = t >= 0 ? xs[static_cast<cs_i64>(t) * STRIDE_X_TOKEN] : static_cast<cs_u16>(0);
     }
   }
   float xin[SEQLEN];
-  for (int t = 0; t < SEQLEN; ++t) xin[t] = mo_bf16_to_f32(xs[static_cast<mo_i64>(t) * STRIDE_X_TOKEN]);
-  for (int i = 0; i < STATE_LEN; ++i) st[static_cast<mo_i64>(i) * STRIDE_CONV_STATE_TOK] = next[i];
+  for (int t = 0; t < SEQLEN; ++t) xin[t] = cs_bf16_to_f32(xs[static_cast<cs_i64>(t) * STRIDE_X_TOKEN]);
+  for (int i = 0; i < STATE_LEN; ++i) st[static_cast<cs_i64>(i) * STRIDE_CONV_STATE_TOK] = next[i];
 
   float w[KERNEL_WIDTH];
   for (int j = 0; j < KERNEL_WIDTH; ++j) {
-    w[j] = mo_bf16_to_f32(weight[static_cast<mo_i64>(feat) * STRIDE_W_DIM + j * STRIDE_W_WIDTH]);
+    w[j] = cs_bf16_to_f32(weight[static_cast<cs_i64>(feat) * STRIDE_W_DIM + j * STRIDE_W_WIDTH]);
   }
-  const float acc0 = HAS_BIAS ? mo_bf16_to_f32(bias[feat]) : 0.f;
-  mo_u16* os = out + static_cast<mo_i64>(b) * STRIDE_O_SEQ + static_cast<mo_i64>(feat) * STRIDE_O_DIM;
+  const float acc0 = HAS_BIAS ? cs_bf16_to_f32(bias[feat]) : 0.f;
+  cs_u16* os = out + static_cast<cs_i64>(b) * STRIDE_O_SEQ + static_cast<cs_i64>(feat) * STRIDE_O_DIM;
   for (int t = 0; t < SEQLEN; ++t) {
     float acc = acc0;
     for (int j = 0; j < KERNEL_WIDTH - 1; ++j) acc += mo_bf16_mul(col[j], w[j]);
@@ -79,6 +79,6 @@ mamba_causal_conv1d_update(const mo_u16* x, const mo_u16* __restrict__ weight,
     for (int j = 0; j + 1 < KERNEL_WIDTH - 1; ++j) col[j] = col[j + 1];
     col[KERNEL_WIDTH - 2] = xin[t];
     if (SILU_ACTIVATION) acc = mo_silu(acc);
-    os[static_cast<mo_i64>(t) * STRIDE_O_TOKEN] = mo_f32_to_bf16(acc);
+    os[static_cast<cs_i64>(t) * STRIDE_O_TOKEN] = cs_f32_to_bf16(acc);
   }
 }

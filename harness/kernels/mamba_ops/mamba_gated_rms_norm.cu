@@ -37,20 +37,20 @@ __device__ __forceinline__ float mo_gate(float z) {
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-mamba_gated_rms_norm(const mo_u16* __restrict__ x, mo_u16* __restrict__ y,
-                     const typename MoType<W_DTYPE>::T* __restrict__ weight,
-                     const mo_u16* __restrict__ z, float* __restrict__ rstd_out,
-                     mo_i64 stride_x_row, mo_i64 stride_y_row, mo_i64 stride_z_row, int M,
+mamba_gated_rms_norm(const cs_u16* __restrict__ x, cs_u16* __restrict__ y,
+                     const typename CsType<W_DTYPE>::T* __restrict__ weight,
+                     const cs_u16* __restrict__ z, float* __restrict__ rstd_out,
+                     cs_i64 stride_x_row, cs_i64 stride_y_row, cs_i64 stride_z_row, int M,
                      float eps) {
   __shared__ float red[kNumWarps];
   const int group = blockIdx.y;
   const int row0 = blockIdx.x * ROWS_PER_BLOCK;
   const int tid = threadIdx.x;
-  const mo_i64 col_base = static_cast<mo_i64>(group) * N;
+  const cs_i64 col_base = static_cast<cs_i64>(group) * N;
   float w[kPerThread];
   for (int i = 0; i < kPerThread; ++i) {
     const int c = tid + i * kThreads;
-    w[i] = c < N ? MoType<W_DTYPE>::load(weight[col_base + c]) : 0.f;
+    w[i] = c < N ? CsType<W_DTYPE>::load(weight[col_base + c]) : 0.f;
   }
   for (int r = 0; r < ROWS_PER_BLOCK; ++r) {
     const int row = row0 + r;
@@ -63,13 +63,13 @@ mamba_gated_rms_norm(const mo_u16* __restrict__ x, mo_u16* __restrict__ y,
       v[i] = 0.f;
       g[i] = 1.f;
       if (c < N) {
-        v[i] = mo_bf16_to_f32(x[row * stride_x_row + col_base + c]);
-        if (HAS_Z) g[i] = mo_gate(mo_bf16_to_f32(z[row * stride_z_row + col_base + c]));
+        v[i] = cs_bf16_to_f32(x[row * stride_x_row + col_base + c]);
+        if (HAS_Z) g[i] = mo_gate(cs_bf16_to_f32(z[row * stride_z_row + col_base + c]));
         if (HAS_Z && !NORM_BEFORE_GATE) v[i] *= g[i];
       }
       ss += v[i] * v[i];
     }
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    ss = cs_warp_sum(ss);
     if (kNumWarps > 1) {
       if ((tid & 31) == 0) red[tid >> 5] = ss;
       __syncthreads();
@@ -78,13 +78,13 @@ mamba_gated_rms_norm(const mo_u16* __restrict__ x, mo_u16* __restrict__ y,
       __syncthreads();  // red is reused by the next row
     }
     const float rstd = rsqrtf(ss / N + eps);
-    if (rstd_out != nullptr && tid == 0) rstd_out[static_cast<mo_i64>(group) * M + row] = rstd;
+    if (rstd_out != nullptr && tid == 0) rstd_out[static_cast<cs_i64>(group) * M + row] = rstd;
     for (int i = 0; i < kPerThread; ++i) {
       const int c = tid + i * kThreads;
       if (c >= N) continue;
       float o = v[i] * rstd * w[i];
       if (HAS_Z && NORM_BEFORE_GATE) o *= g[i];
-      y[row * stride_y_row + col_base + c] = mo_f32_to_bf16(o);
+      y[row * stride_y_row + col_base + c] = cs_f32_to_bf16(o);
     }
   }
 }

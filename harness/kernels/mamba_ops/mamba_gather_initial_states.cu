@@ -20,26 +20,26 @@ typedef long long mo_index_t;
 #else
 typedef int mo_index_t;
 #endif
-typedef typename MoType<STATE_DTYPE>::T mo_state_t;
+typedef typename CsType<STATE_DTYPE>::T mo_state_t;
 
 extern "C" __global__ void __launch_bounds__(kThreads)
 mamba_gather_initial_states(const mo_state_t* __restrict__ state,
                             const mo_index_t* __restrict__ indices,
                             const unsigned char* __restrict__ has_initial_state,
-                            mo_state_t* __restrict__ out, mo_i64 stride_state_batch,
-                            mo_i64 stride_indices, mo_i64 stride_has_initial_state) {
+                            mo_state_t* __restrict__ out, cs_i64 stride_state_batch,
+                            cs_i64 stride_indices, cs_i64 stride_has_initial_state) {
   const int block = blockIdx.x;
-  const mo_i64 b = blockIdx.y;
+  const cs_i64 b = blockIdx.y;
 #if LAUNCH_PDL
   mo_gdc_wait_and_launch_dependents();
 #endif
   const bool has = has_initial_state[b * stride_has_initial_state] != 0;
-  mo_i64 idx = static_cast<mo_i64>(indices[b * stride_indices]);
+  cs_i64 idx = static_cast<cs_i64>(indices[b * stride_indices]);
   if (!has) idx = 0;
   const mo_state_t* src = state + idx * stride_state_batch;
   mo_state_t* dst = out + b * ROW_SIZE;
   for (int e = threadIdx.x; e < BLOCK_SIZE; e += kThreads) {
-    const mo_i64 off = static_cast<mo_i64>(block) * BLOCK_SIZE + e;
+    const cs_i64 off = static_cast<cs_i64>(block) * BLOCK_SIZE + e;
     if (off < ROW_SIZE) dst[off] = has ? src[off] : static_cast<mo_state_t>(0);
   }
 }

@@ -18,24 +18,24 @@ typedef long long mo_index_t;
 #else
 typedef int mo_index_t;
 #endif
-typedef MoType<STATE_DTYPE> mo_dst;
-typedef MoType<SRC_DTYPE> mo_src;
+typedef CsType<STATE_DTYPE> mo_dst;
+typedef CsType<SRC_DTYPE> mo_src;
 
 extern "C" __global__ void __launch_bounds__(kThreads)
 mamba_scatter_states(typename mo_dst::T* __restrict__ state,
                      const typename mo_src::T* __restrict__ src,
-                     const mo_index_t* __restrict__ indices, mo_i64 stride_state_batch,
-                     mo_i64 stride_src_batch, mo_i64 stride_indices) {
+                     const mo_index_t* __restrict__ indices, cs_i64 stride_state_batch,
+                     cs_i64 stride_src_batch, cs_i64 stride_indices) {
   const int block = blockIdx.x;
-  const mo_i64 b = blockIdx.y;
+  const cs_i64 b = blockIdx.y;
 #if LAUNCH_PDL
   mo_gdc_wait_and_launch_dependents();
 #endif
-  const mo_i64 idx = static_cast<mo_i64>(indices[b * stride_indices]);
+  const cs_i64 idx = static_cast<cs_i64>(indices[b * stride_indices]);
   typename mo_dst::T* dst = state + idx * stride_state_batch;
   const typename mo_src::T* s = src + b * stride_src_batch;
   for (int e = threadIdx.x; e < BLOCK_SIZE; e += kThreads) {
-    const mo_i64 off = static_cast<mo_i64>(block) * BLOCK_SIZE + e;
+    const cs_i64 off = static_cast<cs_i64>(block) * BLOCK_SIZE + e;
     if (off >= ROW_SIZE) continue;
     if constexpr (SRC_DTYPE == STATE_DTYPE) {
       dst[off] = *reinterpret_cast<const typename mo_dst::T*>(s + off);

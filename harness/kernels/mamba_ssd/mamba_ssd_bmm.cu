@@ -11,7 +11,7 @@
 // NUM_STAGES.
 static_assert(stride_ak == 1 && stride_bk == 1 && stride_outn == 1,
               "inner dimensions must be contiguous");
-static_assert(dot_dtype == MS_BF16, "bf16 operands only");
+static_assert(dot_dtype == CS_BF16, "bf16 operands only");
 // 16-byte staging when the compile key says a / b rows are 16-byte aligned (mamba_ssd_common.cuh).
 #if defined(CS_SPEC_a_ptr) && CS_SPEC_a_ptr == 16 && defined(CS_SPEC_stride_a_seqlen) && \
     CS_SPEC_stride_a_seqlen == 16 && defined(CS_SPEC_stride_a_head) && CS_SPEC_stride_a_head == 16
@@ -32,26 +32,26 @@ constexpr int kLd = kBK + 8;
 typedef MsWarpGrid<kBM, kBN> Grid;
 
 extern "C" __global__ void __launch_bounds__(kMsThreads)
-    mamba_ssd_bmm(const ms_u16* __restrict__ a, const ms_u16* __restrict__ b,
+    mamba_ssd_bmm(const cs_u16* __restrict__ a, const cs_u16* __restrict__ b,
                   float* __restrict__ out, const int* __restrict__ cu_chunk_seqlens,
-                  ms_i64 stride_a_seqlen, ms_i64 stride_a_head, ms_i64 stride_b_seqlen,
-                  ms_i64 stride_b_head, ms_i64 stride_out_chunk, ms_i64 stride_out_head,
-                  ms_i64 stride_outm) {
+                  cs_i64 stride_a_seqlen, cs_i64 stride_a_head, cs_i64 stride_b_seqlen,
+                  cs_i64 stride_b_head, cs_i64 stride_out_chunk, cs_i64 stride_out_head,
+                  cs_i64 stride_outm) {
   extern __shared__ __align__(16) unsigned char ms_smem[];
-  ms_u16* sA = reinterpret_cast<ms_u16*>(ms_smem);  // [kBM][kBK]
-  ms_u16* sB = sA + kBM * kLd;                      // [kBN][kBK]
+  cs_u16* sA = reinterpret_cast<cs_u16*>(ms_smem);  // [kBM][kBK]
+  cs_u16* sB = sA + kBM * kLd;                      // [kBN][kBK]
 
   constexpr int kNumPidN = (chunk_size + BLOCK_SIZE_N - 1) / BLOCK_SIZE_N;
   const int pid_m = blockIdx.x / kNumPidN, pid_n = blockIdx.x % kNumPidN;
-  const ms_i64 pid_ch = blockIdx.y;
-  const ms_i64 c = pid_ch / ngroups;
+  const cs_i64 pid_ch = blockIdx.y;
+  const cs_i64 c = pid_ch / ngroups;
   const int g = static_cast<int>(pid_ch - c * ngroups);
   if (IS_CAUSAL && pid_n * BLOCK_SIZE_N >= (pid_m + 1) * BLOCK_SIZE_M) return;
   const int m0 = pid_m * kBM, n0 = pid_n * kBN;
   const int start = cu_chunk_seqlens[c];
   const int len = cu_chunk_seqlens[c + 1] - start;
-  const ms_u16* ac = a + start * stride_a_seqlen + g * stride_a_head;
-  const ms_u16* bc = b + start * stride_b_seqlen + g * stride_b_head;
+  const cs_u16* ac = a + start * stride_a_seqlen + g * stride_a_head;
+  const cs_u16* bc = b + start * stride_b_seqlen + g * stride_b_head;
   const int warp = threadIdx.x >> 5;
 
   float acc[Grid::kMt][Grid::kNt][4];

@@ -81,34 +81,34 @@ typedef MsType<INIT_DTYPE> MsInit;
 typedef MsType<D_DTYPE> MsD;
 
 extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
-    const float* __restrict__ cb, const ms_u16* __restrict__ x, const ms_u16* __restrict__ z,
-    ms_u16* __restrict__ out, const float* __restrict__ dt, const float* __restrict__ dA_cumsum,
-    const int* __restrict__ seq_idx, const ms_u16* __restrict__ C,
+    const float* __restrict__ cb, const cs_u16* __restrict__ x, const cs_u16* __restrict__ z,
+    cs_u16* __restrict__ out, const float* __restrict__ dt, const float* __restrict__ dA_cumsum,
+    const int* __restrict__ seq_idx, const cs_u16* __restrict__ C,
     const typename MsStates::T* __restrict__ states, const typename MsD::T* __restrict__ D,
     const typename MsInit::T* __restrict__ initstates, const int* __restrict__ cu_chunk_seqlens,
-    ms_i64 stride_cb_chunk, ms_i64 stride_cb_head, ms_i64 stride_cb_csize_m, ms_i64 stride_x_seqlen,
-    ms_i64 stride_x_head, ms_i64 stride_z_seqlen, ms_i64 stride_z_head, ms_i64 stride_out_seqlen,
-    ms_i64 stride_out_head, ms_i64 stride_dt_chunk, ms_i64 stride_dt_head,
-    ms_i64 stride_dA_cs_chunk, ms_i64 stride_dA_cs_head, ms_i64 stride_C_seqlen,
-    ms_i64 stride_C_head, ms_i64 stride_states_chunk, ms_i64 stride_states_head,
-    ms_i64 stride_states_hdim, ms_i64 stride_init_states_batch, ms_i64 stride_init_states_head,
-    ms_i64 stride_init_states_hdim) {
+    cs_i64 stride_cb_chunk, cs_i64 stride_cb_head, cs_i64 stride_cb_csize_m, cs_i64 stride_x_seqlen,
+    cs_i64 stride_x_head, cs_i64 stride_z_seqlen, cs_i64 stride_z_head, cs_i64 stride_out_seqlen,
+    cs_i64 stride_out_head, cs_i64 stride_dt_chunk, cs_i64 stride_dt_head,
+    cs_i64 stride_dA_cs_chunk, cs_i64 stride_dA_cs_head, cs_i64 stride_C_seqlen,
+    cs_i64 stride_C_head, cs_i64 stride_states_chunk, cs_i64 stride_states_head,
+    cs_i64 stride_states_hdim, cs_i64 stride_init_states_batch, cs_i64 stride_init_states_head,
+    cs_i64 stride_init_states_hdim) {
   extern __shared__ __align__(16) unsigned char ms_smem[];
   float* sDA = reinterpret_cast<float*>(ms_smem);  // [chunk_size]
   float* sDT = sDA + chunk_size;                   // [chunk_size]
-  ms_u16* work = reinterpret_cast<ms_u16*>(sDT + chunk_size);
+  cs_u16* work = reinterpret_cast<cs_u16*>(sDT + chunk_size);
   // phase 1: C [kBM][kDK] and prev [kBN][kDK]; phase 2: scaled CB [kBM][kBK] and x [kBK][kBN]
-  ms_u16* sC = work;
-  ms_u16* sP = sC + kBM * kLdC;
-  ms_u16* sCB = work;
-  ms_u16* sX = sCB + kBM * kLdCB;
+  cs_u16* sC = work;
+  cs_u16* sP = sC + kBM * kLdC;
+  cs_u16* sCB = work;
+  cs_u16* sX = sCB + kBM * kLdCB;
   (void)z;
   (void)stride_z_seqlen;
   (void)stride_z_head;
 
   constexpr int kNumPidN = (hdim + BLOCK_SIZE_N - 1) / BLOCK_SIZE_N;
   const int pid_m = blockIdx.x / kNumPidN, pid_n = blockIdx.x % kNumPidN;
-  const ms_i64 c = blockIdx.y;
+  const cs_i64 c = blockIdx.y;
   const int h = blockIdx.z;
   const int g = h / nheads_ngroups_ratio;
   const int m0 = pid_m * kBM, n0 = pid_n * kBN;
@@ -119,8 +119,8 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
   const int seq_prev = c >= 1 ? seq_idx[(c - 1) * stride_seq_idx_chunk] : -1;
   const bool new_seq = seq != seq_prev;
   const int warp = threadIdx.x >> 5;
-  const ms_u16* xc = x + start * stride_x_seqlen + h * stride_x_head;
-  const ms_u16* cc = C + start * stride_C_seqlen + g * stride_C_head;
+  const cs_u16* xc = x + start * stride_x_seqlen + h * stride_x_head;
+  const cs_u16* cc = C + start * stride_C_seqlen + g * stride_C_head;
 
   for (int t = threadIdx.x; t < chunk_size; t += kMsThreads) {
     sDA[t] = dA_cumsum[c * stride_dA_cs_chunk + h * stride_dA_cs_head + t * stride_dA_cs_csize];
@@ -198,9 +198,9 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
       }
       if constexpr (kVecCB) {
         *reinterpret_cast<uint2*>(&sCB[r * kLdCB + col]) =
-            make_uint2(ms_pack_bf16(v[0], v[1]), ms_pack_bf16(v[2], v[3]));
+            make_uint2(cs_pack_bf16x2(v[0], v[1]), cs_pack_bf16x2(v[2], v[3]));
       } else {
-        *reinterpret_cast<ms_u32*>(&sCB[r * kLdCB + col]) = ms_pack_bf16(v[0], v[1]);
+        *reinterpret_cast<cs_u32*>(&sCB[r * kLdCB + col]) = cs_pack_bf16x2(v[0], v[1]);
       }
     }
     ms_stage_bf16_rows<kVecX>(sX, kLdX, xc + k0 * stride_x_seqlen + n0, stride_x_seqlen, kBK, kBN,
@@ -217,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
   if (warp >= Grid::kActive) return;
   float dv = 0.f;
   if (HAS_D && !D_HAS_HDIM) dv = MsD::load(D[h * stride_D_head]);
-  ms_u16* oc = out + start * stride_out_seqlen + h * stride_out_head;
+  cs_u16* oc = out + start * stride_out_seqlen + h * stride_out_head;
 #pragma unroll
   for (int i = 0; i < Grid::kMt; ++i)
 #pragma unroll
@@ -229,15 +229,15 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
         if (m >= len) continue;
         float y0 = acc[i][j][e], y1 = acc[i][j][e + 1];
         if (HAS_D) {
-          const ms_u32 xr = *reinterpret_cast<const ms_u32*>(xc + m * stride_x_seqlen + p);
+          const cs_u32 xr = *reinterpret_cast<const cs_u32*>(xc + m * stride_x_seqlen + p);
           float d0 = dv, d1 = dv;
           if (D_HAS_HDIM) {
             d0 = MsD::load(D[h * stride_D_head + p]);
             d1 = MsD::load(D[h * stride_D_head + p + 1]);
           }
-          y0 += ms_bf16_to_f32(static_cast<ms_u16>(xr & 0xffffu)) * d0;
-          y1 += ms_bf16_to_f32(static_cast<ms_u16>(xr >> 16)) * d1;
+          y0 += cs_bf16_to_f32(static_cast<cs_u16>(xr & 0xffffu)) * d0;
+          y1 += cs_bf16_to_f32(static_cast<cs_u16>(xr >> 16)) * d1;
         }
-        *reinterpret_cast<ms_u32*>(oc + m * stride_out_seqlen + p) = ms_pack_bf16(y0, y1);
+        *reinterpret_cast<cs_u32*>(oc + m * stride_out_seqlen + p) = cs_pack_bf16x2(y0, y1);
       }
 }

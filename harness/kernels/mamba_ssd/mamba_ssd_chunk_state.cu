@@ -36,28 +36,28 @@ constexpr int kPerB = kVecB ? 8 : 2;  // B elements per load
 typedef MsWarpGrid<kBM, kBN> Grid;
 
 extern "C" __global__ void __launch_bounds__(kMsThreads)
-    mamba_ssd_chunk_state(const ms_u16* __restrict__ x, const ms_u16* __restrict__ b,
+    mamba_ssd_chunk_state(const cs_u16* __restrict__ x, const cs_u16* __restrict__ b,
                           float* __restrict__ states, const float* __restrict__ dt,
                           const float* __restrict__ dA_cumsum,
-                          const int* __restrict__ cu_chunk_seqlens, ms_i64 stride_x_seqlen,
-                          ms_i64 stride_x_head, ms_i64 stride_b_seqlen, ms_i64 stride_b_head,
-                          ms_i64 stride_states_chunk, ms_i64 stride_states_head,
-                          ms_i64 stride_states_hdim, ms_i64 stride_dt_head, ms_i64 stride_dt_chunk,
-                          ms_i64 stride_dA_cs_head, ms_i64 stride_dA_cs_chunk) {
+                          const int* __restrict__ cu_chunk_seqlens, cs_i64 stride_x_seqlen,
+                          cs_i64 stride_x_head, cs_i64 stride_b_seqlen, cs_i64 stride_b_head,
+                          cs_i64 stride_states_chunk, cs_i64 stride_states_head,
+                          cs_i64 stride_states_hdim, cs_i64 stride_dt_head, cs_i64 stride_dt_chunk,
+                          cs_i64 stride_dA_cs_head, cs_i64 stride_dA_cs_chunk) {
   extern __shared__ __align__(16) unsigned char ms_smem[];
-  ms_u16* sX = reinterpret_cast<ms_u16*>(ms_smem);  // [kBK][kBM]: x^T, token-major
-  ms_u16* sB = sX + kBK * kLdX;                     // [kBK][kBN]: scaled B, token-major
+  cs_u16* sX = reinterpret_cast<cs_u16*>(ms_smem);  // [kBK][kBM]: x^T, token-major
+  cs_u16* sB = sX + kBK * kLdX;                     // [kBK][kBN]: scaled B, token-major
 
   constexpr int kNumPidN = (dstate + BLOCK_SIZE_N - 1) / BLOCK_SIZE_N;
   const int pid_m = blockIdx.x / kNumPidN, pid_n = blockIdx.x % kNumPidN;
-  const ms_i64 c = blockIdx.y;
+  const cs_i64 c = blockIdx.y;
   const int h = blockIdx.z;
   const int g = h / nheads_ngroups_ratio;
   const int m0 = pid_m * kBM, n0 = pid_n * kBN;
   const int start = cu_chunk_seqlens[c];
   const int len = cu_chunk_seqlens[c + 1] - start;
-  const ms_u16* xc = x + start * stride_x_seqlen + h * stride_x_head + m0;
-  const ms_u16* bc = b + start * stride_b_seqlen + g * stride_b_head + n0;
+  const cs_u16* xc = x + start * stride_x_seqlen + h * stride_x_head + m0;
+  const cs_u16* bc = b + start * stride_b_seqlen + g * stride_b_head + n0;
   const float* dtc = dt + h * stride_dt_head + c * stride_dt_chunk;
   const float* dac = dA_cumsum + h * stride_dA_cs_head + c * stride_dA_cs_chunk;
   const float da_last = dac[(chunk_size - 1) * stride_dA_cs_csize];
@@ -72,14 +72,14 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
     for (int i = threadIdx.x; i < kBK * (kBN / kPerB); i += kMsThreads) {
       const int t = i / (kBN / kPerB), col = (i % (kBN / kPerB)) * kPerB;
       const int k = k0 + t;
-      ms_u32 o[4];
+      cs_u32 o[4];
 #pragma unroll
       for (int e = 0; e < kPerB / 2; ++e) o[e] = 0;
       if (k < len) {
         const float w = ms_fast_exp(fminf(da_last - dac[k * stride_dA_cs_csize], 0.f)) *
                         dtc[k * stride_dt_csize];
-        const ms_u16* src = bc + k * stride_b_seqlen + col;
-        ms_u32 raw[4];
+        const cs_u16* src = bc + k * stride_b_seqlen + col;
+        cs_u32 raw[4];
         if constexpr (kVecB) {
           const uint4 v = *reinterpret_cast<const uint4*>(src);
           raw[0] = v.x;
@@ -87,18 +87,18 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
           raw[2] = v.z;
           raw[3] = v.w;
         } else {
-          raw[0] = *reinterpret_cast<const ms_u32*>(src);
+          raw[0] = *reinterpret_cast<const cs_u32*>(src);
         }
 #pragma unroll
         for (int e = 0; e < kPerB / 2; ++e) {
-          o[e] = ms_pack_bf16(ms_bf16_to_f32(static_cast<ms_u16>(raw[e] & 0xffffu)) * w,
-                              ms_bf16_to_f32(static_cast<ms_u16>(raw[e] >> 16)) * w);
+          o[e] = cs_pack_bf16x2(cs_bf16_to_f32(static_cast<cs_u16>(raw[e] & 0xffffu)) * w,
+                              cs_bf16_to_f32(static_cast<cs_u16>(raw[e] >> 16)) * w);
         }
       }
       if constexpr (kVecB) {
         *reinterpret_cast<uint4*>(&sB[t * kLdB + col]) = make_uint4(o[0], o[1], o[2], o[3]);
       } else {
-        *reinterpret_cast<ms_u32*>(&sB[t * kLdB + col]) = o[0];
+        *reinterpret_cast<cs_u32*>(&sB[t * kLdB + col]) = o[0];
       }
     }
     __syncthreads();

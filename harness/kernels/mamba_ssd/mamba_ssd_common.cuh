@@ -14,11 +14,8 @@
 // M / N dimension contiguous). Rows are padded by 8 elements: 16-byte aligned for ldmatrix and
 // spread over the banks.
 // Note: the vLLM constexpr names (K, dim, hdim, dstate, chunk_size, ...) are -D macros of the
-// kernel that uses them; helpers here use ms_-prefixed names only.
-
-typedef unsigned short ms_u16;
-typedef unsigned int ms_u32;
-typedef long long ms_i64;
+// kernel that uses them; helpers here use ms_-prefixed names only (and device_common.cuh's cs_
+// ones).
 
 #ifndef NUM_WARPS
 #define NUM_WARPS 4
@@ -28,63 +25,17 @@ typedef long long ms_i64;
 #endif
 constexpr int kMsThreads = NUM_WARPS * 32;
 
-#define MS_F32 0
-#define MS_F16 1
-#define MS_BF16 2
-
-// ---- number formats (bit level) ------------------------------------------------------------
-
-__device__ __forceinline__ float ms_bf16_to_f32(ms_u16 b) {
-  return __uint_as_float(static_cast<ms_u32>(b) << 16);
-}
-
-// Round to nearest even; NaN stays NaN.
-__device__ __forceinline__ ms_u16 ms_f32_to_bf16(float f) {
-  ms_u32 x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<ms_u16>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<ms_u16>(x >> 16);
-}
-
-__device__ __forceinline__ ms_u32 ms_pack_bf16(float lo, float hi) {
-  return static_cast<ms_u32>(ms_f32_to_bf16(lo)) | (static_cast<ms_u32>(ms_f32_to_bf16(hi)) << 16);
-}
-
-__device__ __forceinline__ float ms_f16_to_f32(ms_u16 h) {
-  float f;
-  asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
-  return f;
-}
-
-__device__ __forceinline__ ms_u16 ms_f32_to_f16(float f) {
-  ms_u16 h;
-  asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f));
-  return h;
-}
-
-// Storage type and float conversions of a dtype code.
+// CsType (device_common.cuh) plus the bf16 operand form the tensor-core products stage:
+// float32 and float16 values are rounded to bf16 (nearest even), bf16 values pass unchanged.
 template <int kCode>
-struct MsType;
-template <>
-struct MsType<MS_F32> {
-  typedef float T;
-  static __device__ __forceinline__ float load(T v) { return v; }
-  static __device__ __forceinline__ T store(float f) { return f; }
-  static __device__ __forceinline__ ms_u16 to_bf16(T v) { return ms_f32_to_bf16(v); }
-};
-template <>
-struct MsType<MS_F16> {
-  typedef ms_u16 T;
-  static __device__ __forceinline__ float load(T v) { return ms_f16_to_f32(v); }
-  static __device__ __forceinline__ T store(float f) { return ms_f32_to_f16(f); }
-  static __device__ __forceinline__ ms_u16 to_bf16(T v) { return ms_f32_to_bf16(ms_f16_to_f32(v)); }
-};
-template <>
-struct MsType<MS_BF16> {
-  typedef ms_u16 T;
-  static __device__ __forceinline__ float load(T v) { return ms_bf16_to_f32(v); }
-  static __device__ __forceinline__ T store(float f) { return ms_f32_to_bf16(f); }
-  static __device__ __forceinline__ ms_u16 to_bf16(T v) { return v; }
+struct MsType : CsType<kCode> {
+  static __device__ __forceinline__ cs_u16 to_bf16(typename CsType<kCode>::T v) {
+    if constexpr (kCode == CS_BF16) {
+      return v;
+    } else {
+      return cs_f32_to_bf16(CsType<kCode>::load(v));
+    }
+  }
 };
 
 // triton_helpers.fast_exp: exp(x) as exp2(x * log2(e)).
@@ -96,14 +47,8 @@ __device__ __forceinline__ float ms_softplus(float v) { return logf(expf(v) + 1.
 
 // ---- tensor-core tiles ----------------------------------------------------------------------
 
-__device__ __forceinline__ ms_u32 ms_smem_addr(const void* p) {
-  ms_u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-
-__device__ __forceinline__ void ms_ldsm_x4(ms_u32* r, const ms_u16* p, bool trans) {
-  const ms_u32 a = ms_smem_addr(p);
+__device__ __forceinline__ void ms_ldsm_x4(cs_u32* r, const cs_u16* p, bool trans) {
+  const cs_u32 a = cs_smem_addr(p);
   if (trans) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -115,8 +60,8 @@ __device__ __forceinline__ void ms_ldsm_x4(ms_u32* r, const ms_u16* p, bool tran
   }
 }
 
-__device__ __forceinline__ void ms_ldsm_x2(ms_u32* r, const ms_u16* p, bool trans) {
-  const ms_u32 a = ms_smem_addr(p);
+__device__ __forceinline__ void ms_ldsm_x2(cs_u32* r, const cs_u16* p, bool trans) {
+  const cs_u32 a = cs_smem_addr(p);
   if (trans) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                  : "=r"(r[0]), "=r"(r[1])
@@ -128,7 +73,7 @@ __device__ __forceinline__ void ms_ldsm_x2(ms_u32* r, const ms_u16* p, bool tran
   }
 }
 
-__device__ __forceinline__ void ms_mma(float* acc, const ms_u32* a, const ms_u32* b) {
+__device__ __forceinline__ void ms_mma(float* acc, const cs_u32* a, const cs_u32* b) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -164,24 +109,24 @@ struct MsWarpGrid {
 // Fragment ownership of acc (PTX m16n8k16): lane l holds acc[.][.][0..1] at row l/4, cols
 // 2 (l%4) + {0, 1}, and [2..3] at row l/4 + 8 (see ms_frag_row / ms_frag_col).
 template <int kMt, int kNt, bool kATrans, bool kBTrans>
-__device__ __forceinline__ void ms_warp_mma(float (*acc)[kNt][4], const ms_u16* sa, int lda,
-                                            const ms_u16* sb, int ldb, int m0, int n0, int kd) {
+__device__ __forceinline__ void ms_warp_mma(float (*acc)[kNt][4], const cs_u16* sa, int lda,
+                                            const cs_u16* sb, int ldb, int m0, int n0, int kd) {
   const int lane = threadIdx.x & 31;
   const int r = lane & 7, q = lane >> 3;
   for (int k0 = 0; k0 < kd; k0 += 16) {
-    ms_u32 af[kMt][4];
-    ms_u32 bf[kNt][2];
+    cs_u32 af[kMt][4];
+    cs_u32 bf[kNt][2];
 #pragma unroll
     for (int i = 0; i < kMt; ++i) {
       const int mb = m0 + 16 * i;
-      const ms_u16* p = kATrans ? sa + (k0 + r + (q >> 1) * 8) * lda + mb + (q & 1) * 8
+      const cs_u16* p = kATrans ? sa + (k0 + r + (q >> 1) * 8) * lda + mb + (q & 1) * 8
                                 : sa + (mb + r + (q & 1) * 8) * lda + k0 + (q >> 1) * 8;
       ms_ldsm_x4(af[i], p, kATrans);
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j) {
       const int nb = n0 + 8 * j;
-      const ms_u16* p =
+      const cs_u16* p =
           kBTrans ? sb + (k0 + r + (q & 1) * 8) * ldb + nb : sb + (nb + r) * ldb + k0 + (q & 1) * 8;
       ms_ldsm_x2(bf[j], p, kBTrans);
     }
@@ -200,8 +145,8 @@ __device__ __forceinline__ void ms_warp_mma(float (*acc)[kNt][4], const ms_u16* 
 // dst[r * ld + c] = src[r * src_stride + c] (bf16) for r < rows, c < cols; rows >= valid_rows
 // read as zeros. cols a multiple of 8; dst rows 16-byte aligned.
 template <bool kVec>
-__device__ __forceinline__ void ms_stage_bf16_rows(ms_u16* dst, int ld, const ms_u16* src,
-                                                   ms_i64 src_stride, int rows, int cols,
+__device__ __forceinline__ void ms_stage_bf16_rows(cs_u16* dst, int ld, const cs_u16* src,
+                                                   cs_i64 src_stride, int rows, int cols,
                                                    int valid_rows) {
   constexpr int kPer = kVec ? 8 : 2;
   const int per_row = cols / kPer;
@@ -212,9 +157,9 @@ __device__ __forceinline__ void ms_stage_bf16_rows(ms_u16* dst, int ld, const ms
       if (r < valid_rows) v = *reinterpret_cast<const uint4*>(src + r * src_stride + c);
       *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
     } else {
-      ms_u32 v = 0;
-      if (r < valid_rows) v = *reinterpret_cast<const ms_u32*>(src + r * src_stride + c);
-      *reinterpret_cast<ms_u32*>(dst + r * ld + c) = v;
+      cs_u32 v = 0;
+      if (r < valid_rows) v = *reinterpret_cast<const cs_u32*>(src + r * src_stride + c);
+      *reinterpret_cast<cs_u32*>(dst + r * ld + c) = v;
     }
   }
 }
@@ -222,19 +167,19 @@ __device__ __forceinline__ void ms_stage_bf16_rows(ms_u16* dst, int ld, const ms
 // dst[r * ld + c] = bf16(src[r * src_stride + c]) for r < rows, c < cols, src of dtype code
 // kCode. kVec: 16-byte loads (4 float32 or 8 bf16 elements; float16 stays per element).
 template <int kCode, bool kVec>
-__device__ __forceinline__ void ms_stage_to_bf16(ms_u16* dst, int ld,
+__device__ __forceinline__ void ms_stage_to_bf16(cs_u16* dst, int ld,
                                                  const typename MsType<kCode>::T* src,
-                                                 ms_i64 src_stride, int rows, int cols) {
-  constexpr bool kV = kVec && kCode != MS_F16;
-  constexpr int kPer = !kV ? 1 : (kCode == MS_F32 ? 4 : 8);
+                                                 cs_i64 src_stride, int rows, int cols) {
+  constexpr bool kV = kVec && kCode != CS_F16;
+  constexpr int kPer = !kV ? 1 : (kCode == CS_F32 ? 4 : 8);
   const int per_row = cols / kPer;
   for (int i = threadIdx.x; i < rows * per_row; i += kMsThreads) {
     const int r = i / per_row, c = (i % per_row) * kPer;
     const typename MsType<kCode>::T* s = src + r * src_stride + c;
-    if constexpr (kV && kCode == MS_F32) {
+    if constexpr (kV && kCode == CS_F32) {
       const float4 v = *reinterpret_cast<const float4*>(s);
       *reinterpret_cast<uint2*>(dst + r * ld + c) =
-          make_uint2(ms_pack_bf16(v.x, v.y), ms_pack_bf16(v.z, v.w));
+          make_uint2(cs_pack_bf16x2(v.x, v.y), cs_pack_bf16x2(v.z, v.w));
     } else if constexpr (kV) {
       *reinterpret_cast<uint4*>(dst + r * ld + c) = *reinterpret_cast<const uint4*>(s);
     } else {

@@ -14,17 +14,17 @@ constexpr int kPerLane = BLOCK_SIZE_CHUNK >= 32 ? BLOCK_SIZE_CHUNK / 32 : 1;
 typedef MsType<DT_BIAS_DTYPE> MsBias;
 
 extern "C" __global__ void __launch_bounds__(kMsThreads)
-    mamba_ssd_cumsum(const ms_u16* __restrict__ dt, const float* __restrict__ A,
+    mamba_ssd_cumsum(const cs_u16* __restrict__ dt, const float* __restrict__ A,
                      const typename MsBias::T* __restrict__ dt_bias, float* __restrict__ dt_out,
                      float* __restrict__ dA_cumsum, const int* __restrict__ cu_chunk_seqlens,
-                     ms_i64 stride_dt_seqlen, ms_i64 stride_dt_out_head, ms_i64 stride_dt_out_chunk,
-                     ms_i64 stride_dA_cs_head, ms_i64 stride_dA_cs_chunk) {
-  const ms_i64 c = blockIdx.x;
+                     cs_i64 stride_dt_seqlen, cs_i64 stride_dt_out_head, cs_i64 stride_dt_out_chunk,
+                     cs_i64 stride_dA_cs_head, cs_i64 stride_dA_cs_chunk) {
+  const cs_i64 c = blockIdx.x;
   const int start = cu_chunk_seqlens[c];
   const int len = cu_chunk_seqlens[c + 1] - start;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float lo = __uint_as_float(static_cast<ms_u32>(dt_min));
-  const float hi = __uint_as_float(static_cast<ms_u32>(dt_max));
+  const float lo = __uint_as_float(static_cast<cs_u32>(dt_min));
+  const float hi = __uint_as_float(static_cast<cs_u32>(dt_max));
   for (int hh = warp; hh < BLOCK_SIZE_H; hh += NUM_WARPS) {
     const int h = blockIdx.y * BLOCK_SIZE_H + hh;
     if (h >= nheads) break;
@@ -38,7 +38,7 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
     for (int e = 0; e < kPerLane; ++e) {
       const int t = lane * kPerLane + e;
       float v = 0.f;
-      if (t < len) v = ms_bf16_to_f32(dt[(start + t) * stride_dt_seqlen + h * stride_dt_head]);
+      if (t < len) v = cs_bf16_to_f32(dt[(start + t) * stride_dt_seqlen + h * stride_dt_head]);
       v += bias;
       if (DT_SOFTPLUS) v = v <= 20.f ? ms_softplus(v) : v;
       v = fminf(fmaxf(v, lo), hi);

@@ -18,21 +18,21 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
     mamba_ssd_state_passing(const float* __restrict__ states, typename MsOut::T* __restrict__ out,
                             const float* __restrict__ dA_cs,
                             const typename MsInit::T* __restrict__ initstates,
-                            const int* __restrict__ last_chunk_indices, ms_i64 stride_states_chunk,
-                            ms_i64 stride_states_head, ms_i64 stride_out_chunk,
-                            ms_i64 stride_out_head, ms_i64 stride_dA_cs_head,
-                            ms_i64 stride_dA_cs_chunk, ms_i64 stride_initstates_batch,
-                            ms_i64 stride_initstates_head) {
+                            const int* __restrict__ last_chunk_indices, cs_i64 stride_states_chunk,
+                            cs_i64 stride_states_head, cs_i64 stride_out_chunk,
+                            cs_i64 stride_out_head, cs_i64 stride_dA_cs_head,
+                            cs_i64 stride_dA_cs_chunk, cs_i64 stride_initstates_batch,
+                            cs_i64 stride_initstates_head) {
   const int pid_m = blockIdx.x, pid_b = blockIdx.y, pid_h = blockIdx.z;
-  const ms_i64 chunk_end = static_cast<ms_i64>(last_chunk_indices[pid_b]) + 1;
-  const ms_i64 chunk_start = pid_b > 0 ? static_cast<ms_i64>(last_chunk_indices[pid_b - 1]) + 1 : 0;
-  ms_i64 offs[kPerThread];
+  const cs_i64 chunk_end = static_cast<cs_i64>(last_chunk_indices[pid_b]) + 1;
+  const cs_i64 chunk_start = pid_b > 0 ? static_cast<cs_i64>(last_chunk_indices[pid_b - 1]) + 1 : 0;
+  cs_i64 offs[kPerThread];
   bool ok[kPerThread];
   float s[kPerThread];
 #pragma unroll
   for (int e = 0; e < kPerThread; ++e) {
     const int i = threadIdx.x + e * kMsThreads;
-    offs[e] = static_cast<ms_i64>(pid_m) * BLOCK_SIZE + i;
+    offs[e] = static_cast<cs_i64>(pid_m) * BLOCK_SIZE + i;
     ok[e] = i < BLOCK_SIZE && offs[e] < dim;
     s[e] = 0.f;
     if (HAS_INITSTATES && ok[e]) {
@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
     }
   }
   const float* da = dA_cs + pid_h * stride_dA_cs_head + (chunk_size - 1) * stride_dA_cs_csize;
-  for (ms_i64 c = chunk_start; c < chunk_end; ++c) {
+  for (cs_i64 c = chunk_start; c < chunk_end; ++c) {
     const float decay = ms_fast_exp(da[c * stride_dA_cs_chunk]);
     const float* in = states + c * stride_states_chunk + pid_h * stride_states_head;
     typename MsOut::T* o = out + c * stride_out_chunk + pid_h * stride_out_head;

@@ -7,53 +7,21 @@
 // throughout, as vLLM's kernel loads every operand with .to(tl.float32); values are rounded to
 // their storage type (round to nearest even) only when stored.
 
-typedef unsigned short ssu_u16;
-typedef unsigned int ssu_u32;
-typedef long long ssu_i64;
-
-constexpr unsigned kSsuFullMask = 0xffffffffu;
-
-// ---- number formats (PTX conversions, no CUDA headers) -----------------------------------------
-
-__device__ __forceinline__ float ssu_bf16_to_f32(ssu_u16 b) {
-  return __uint_as_float(static_cast<ssu_u32>(b) << 16);
-}
-
-__device__ __forceinline__ float ssu_f16_to_f32(ssu_u16 h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-
-__device__ __forceinline__ ssu_u16 ssu_f32_to_bf16(float f) {
-  ssu_u16 h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-}
-
-__device__ __forceinline__ ssu_u16 ssu_f32_to_f16(float f) {
-  ssu_u16 h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-}
-
 // Two floats as a 16-bit pair, `lo` in the low half (one cvt instruction, sm_80+).
 template <int CODE>
-__device__ __forceinline__ ssu_u32 ssu_pack2(float lo, float hi) {
-  ssu_u32 r;
+__device__ __forceinline__ cs_u32 ssu_pack2(float lo, float hi) {
   if constexpr (CODE == 2) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return cs_pack_bf16x2_cvt(lo, hi);
   } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return cs_pack_f16x2_cvt(lo, hi);
   }
-  return r;
 }
 
 // The storage type of a dtype code.
 template <int CODE>
 struct SsuElem {
   static_assert(CODE >= 0 && CODE <= 2, "dtype code must be 0 (float32), 1 (float16) or 2 (bfloat16)");
-  typedef ssu_u16 T;
+  typedef cs_u16 T;
 };
 template <>
 struct SsuElem<0> {
@@ -65,9 +33,9 @@ __device__ __forceinline__ float ssu_load(const typename SsuElem<CODE>::T* p) {
   if constexpr (CODE == 0) {
     return *p;
   } else if constexpr (CODE == 1) {
-    return ssu_f16_to_f32(*p);
+    return cs_f16_to_f32(*p);
   } else {
-    return ssu_bf16_to_f32(*p);
+    return cs_bf16_to_f32(*p);
   }
 }
 
@@ -76,9 +44,9 @@ __device__ __forceinline__ void ssu_store(typename SsuElem<CODE>::T* p, float v)
   if constexpr (CODE == 0) {
     *p = v;
   } else if constexpr (CODE == 1) {
-    *p = ssu_f32_to_f16(v);
+    *p = cs_f32_to_f16(v);
   } else {
-    *p = ssu_f32_to_bf16(v);
+    *p = cs_f32_to_bf16_cvt(v);
   }
 }
 
@@ -94,15 +62,15 @@ __device__ __forceinline__ void ssu_load4(const typename SsuElem<CODE>::T* p, fl
     v[3] = q.w;
   } else {
     const uint2 q = *reinterpret_cast<const uint2*>(p);
-    const ssu_u32 w[2] = {q.x, q.y};
+    const cs_u32 w[2] = {q.x, q.y};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if constexpr (CODE == 2) {
         v[2 * i] = __uint_as_float(w[i] << 16);
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
       } else {
-        v[2 * i] = ssu_f16_to_f32(static_cast<ssu_u16>(w[i] & 0xffffu));
-        v[2 * i + 1] = ssu_f16_to_f32(static_cast<ssu_u16>(w[i] >> 16));
+        v[2 * i] = cs_f16_to_f32(static_cast<cs_u16>(w[i] & 0xffffu));
+        v[2 * i + 1] = cs_f16_to_f32(static_cast<cs_u16>(w[i] >> 16));
       }
     }
   }

@@ -94,25 +94,25 @@ __device__ __forceinline__ int ssu_col(int j, int v, int lane_n) {
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-mamba_ssu_update(ssu_state_t* state_ptr, const ssu_i64* rand_seed_ptr, const ssu_x_t* x_ptr,
+mamba_ssu_update(ssu_state_t* state_ptr, const cs_i64* rand_seed_ptr, const ssu_x_t* x_ptr,
                  const ssu_dt_t* dt_ptr, const ssu_dt_bias_t* dt_bias_ptr, const ssu_a_t* A_ptr,
                  const ssu_b_t* B_ptr, const ssu_c_t* C_ptr, const ssu_d_t* D_ptr,
                  const float* z_ptr, ssu_out_t* out_ptr, const int* state_batch_indices_ptr,
-                 const int* dst_state_batch_indices_ptr, ssu_i64 null_block_id,
-                 const int* num_accepted_tokens_ptr, const int* cu_seqlens_ptr, ssu_i64 N,
-                 ssu_i64 nheads, ssu_i64 dim, ssu_i64 dstate, ssu_i64 nheads_ngroups_ratio,
-                 ssu_i64 stride_state_batch, ssu_i64 stride_state_head, ssu_i64 stride_state_dim,
-                 ssu_i64 stride_state_dstate, ssu_i64 stride_x_batch, ssu_i64 stride_x_head,
-                 ssu_i64 stride_x_dim, ssu_i64 stride_dt_batch, ssu_i64 stride_dt_head,
-                 ssu_i64 stride_dt_dim, ssu_i64 stride_dt_bias_head, ssu_i64 stride_dt_bias_dim,
-                 ssu_i64 stride_A_head, ssu_i64 stride_A_dim, ssu_i64 stride_A_dstate,
-                 ssu_i64 stride_B_batch, ssu_i64 stride_B_group, ssu_i64 stride_B_dstate,
-                 ssu_i64 stride_C_batch, ssu_i64 stride_C_group, ssu_i64 stride_C_dstate,
-                 ssu_i64 stride_D_head, ssu_i64 stride_D_dim, ssu_i64 stride_z_batch,
-                 ssu_i64 stride_z_head, ssu_i64 stride_z_dim, ssu_i64 stride_out_batch,
-                 ssu_i64 stride_out_head, ssu_i64 stride_out_dim,
-                 ssu_i64 stride_state_indices_batch, ssu_i64 stride_state_indices_T,
-                 ssu_i64 stride_dst_state_indices_batch, ssu_i64 stride_dst_state_indices_T) {
+                 const int* dst_state_batch_indices_ptr, cs_i64 null_block_id,
+                 const int* num_accepted_tokens_ptr, const int* cu_seqlens_ptr, cs_i64 N,
+                 cs_i64 nheads, cs_i64 dim, cs_i64 dstate, cs_i64 nheads_ngroups_ratio,
+                 cs_i64 stride_state_batch, cs_i64 stride_state_head, cs_i64 stride_state_dim,
+                 cs_i64 stride_state_dstate, cs_i64 stride_x_batch, cs_i64 stride_x_head,
+                 cs_i64 stride_x_dim, cs_i64 stride_dt_batch, cs_i64 stride_dt_head,
+                 cs_i64 stride_dt_dim, cs_i64 stride_dt_bias_head, cs_i64 stride_dt_bias_dim,
+                 cs_i64 stride_A_head, cs_i64 stride_A_dim, cs_i64 stride_A_dstate,
+                 cs_i64 stride_B_batch, cs_i64 stride_B_group, cs_i64 stride_B_dstate,
+                 cs_i64 stride_C_batch, cs_i64 stride_C_group, cs_i64 stride_C_dstate,
+                 cs_i64 stride_D_head, cs_i64 stride_D_dim, cs_i64 stride_z_batch,
+                 cs_i64 stride_z_head, cs_i64 stride_z_dim, cs_i64 stride_out_batch,
+                 cs_i64 stride_out_head, cs_i64 stride_out_dim,
+                 cs_i64 stride_state_indices_batch, cs_i64 stride_state_indices_T,
+                 cs_i64 stride_dst_state_indices_batch, cs_i64 stride_dst_state_indices_T) {
   // Arguments of the paths this replay refuses (vLLM passes them all).
   (void)rand_seed_ptr;
   (void)z_ptr;
@@ -132,13 +132,13 @@ mamba_ssu_update(ssu_state_t* state_ptr, const ssu_i64* rand_seed_ptr, const ssu
   (void)stride_dst_state_indices_batch;
 
   const int pid_m = blockIdx.x;
-  const ssu_i64 pid_b = blockIdx.y;
-  const ssu_i64 pid_h = blockIdx.z;
+  const cs_i64 pid_b = blockIdx.y;
+  const cs_i64 pid_h = blockIdx.z;
   const int lane_n = threadIdx.x % kLanesN;
   const int row_t = threadIdx.x / kLanesN;
 
-  ssu_i64 src = pid_b;
-  ssu_i64 dst = pid_b;
+  cs_i64 src = pid_b;
+  cs_i64 dst = pid_b;
   bool live = true;
 #if HAS_STATE_BATCH_INDICES
   src = state_batch_indices_ptr[pid_b * stride_state_indices_batch];
@@ -150,7 +150,7 @@ mamba_ssu_update(ssu_state_t* state_ptr, const ssu_i64* rand_seed_ptr, const ssu
 
   x_ptr += pid_b * stride_x_batch + pid_h * stride_x_head;
   dt_ptr += pid_b * stride_dt_batch + pid_h * stride_dt_head;
-  const ssu_i64 group = pid_h / nheads_ngroups_ratio;
+  const cs_i64 group = pid_h / nheads_ngroups_ratio;
   B_ptr += pid_b * stride_B_batch + group * stride_B_group;
   C_ptr += pid_b * stride_C_batch + group * stride_C_group;
   out_ptr += pid_b * stride_out_batch + pid_h * stride_out_head;
@@ -172,7 +172,7 @@ mamba_ssu_update(ssu_state_t* state_ptr, const ssu_i64* rand_seed_ptr, const ssu
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int r = row_t + p * kRowsPerPass;
-    const ssu_i64 m = static_cast<ssu_i64>(pid_m) * BLOCK_SIZE_M + r;
+    const cs_i64 m = static_cast<cs_i64>(pid_m) * BLOCK_SIZE_M + r;
     const bool ok = r < BLOCK_SIZE_M && m < dim && live;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
@@ -213,7 +213,7 @@ mamba_ssu_update(ssu_state_t* state_ptr, const ssu_i64* rand_seed_ptr, const ssu
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int r = row_t + p * kRowsPerPass;
-    const ssu_i64 m = static_cast<ssu_i64>(pid_m) * BLOCK_SIZE_M + r;
+    const cs_i64 m = static_cast<cs_i64>(pid_m) * BLOCK_SIZE_M + r;
     const bool row_ok = r < BLOCK_SIZE_M && m < dim;
     const float xv = row_ok ? ssu_load<X_DTYPE>(x_ptr + m * stride_x_dim) : 0.0f;
 #if !TIE_HDIM
@@ -242,7 +242,7 @@ mamba_ssu_update(ssu_state_t* state_ptr, const ssu_i64* rand_seed_ptr, const ssu
       acc += s[p][k] * cv[k];
     }
 #pragma unroll
-    for (int o = kLanesN / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(kSsuFullMask, acc, o);
+    for (int o = kLanesN / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(cs_full_mask, acc, o);
     if (row_ok && lane_n == 0) {
       float y = acc;
 #if HAS_D

@@ -20,29 +20,29 @@
 constexpr int kStoreThreads = 128;
 
 extern "C" __global__ void __launch_bounds__(kStoreThreads)
-paged_cache_store(const pa_u16* __restrict__ key, const pa_u16* __restrict__ value,
-                  const pa_i64* __restrict__ slot_mapping, pa_cache_t* __restrict__ key_cache,
+paged_cache_store(const cs_u16* __restrict__ key, const cs_u16* __restrict__ value,
+                  const cs_i64* __restrict__ slot_mapping, pa_cache_t* __restrict__ key_cache,
                   pa_cache_t* __restrict__ value_cache, const float* __restrict__ k_scale,
-                  const float* __restrict__ v_scale, pa_i64 key_stride_t, pa_i64 key_stride_h,
-                  pa_i64 value_stride_t, pa_i64 value_stride_h, int block_size,
-                  pa_i64 block_stride) {
+                  const float* __restrict__ v_scale, cs_i64 key_stride_t, cs_i64 key_stride_h,
+                  cs_i64 value_stride_t, cs_i64 value_stride_h, int block_size,
+                  cs_i64 block_stride) {
   const int token = blockIdx.x;
   const int head = blockIdx.y;
   const int num_kv_heads = gridDim.y;
-  const pa_i64 slot = slot_mapping[token];
+  const cs_i64 slot = slot_mapping[token];
   if (slot < 0) return;  // uniform over the block
 
-  const pa_u16* kp = key + token * key_stride_t + head * key_stride_h;
-  const pa_u16* vp = value + token * value_stride_t + head * value_stride_h;
-  const pa_i64 off =
+  const cs_u16* kp = key + token * key_stride_t + head * key_stride_h;
+  const cs_u16* vp = value + token * value_stride_t + head * value_stride_h;
+  const cs_i64 off =
       pa_cache_offset(slot / block_size, static_cast<int>(slot % block_size), block_stride,
                       num_kv_heads, head);
   if constexpr (kCacheFp8) {
     const float ks = *k_scale;
     const float vs = *v_scale;
     for (int d = threadIdx.x; d < kD; d += kStoreThreads) {
-      key_cache[off + d] = pa_f32_to_e4m3(pa_bf16_to_f32(kp[d]) / ks);
-      value_cache[off + d] = pa_f32_to_e4m3(pa_bf16_to_f32(vp[d]) / vs);
+      key_cache[off + d] = cs_f32_to_e4m3(cs_bf16_to_f32(kp[d]) / ks);
+      value_cache[off + d] = cs_f32_to_e4m3(cs_bf16_to_f32(vp[d]) / vs);
     }
   } else {
     for (int d = threadIdx.x; d < kD; d += kStoreThreads) {

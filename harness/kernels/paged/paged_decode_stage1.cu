@@ -36,12 +36,12 @@ constexpr int kStage1Warps = 4;
 constexpr int kStage1Threads = 32 * kStage1Warps;
 
 extern "C" __global__ void __launch_bounds__(kStage1Threads)
-paged_decode_stage1(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__ key_cache,
+paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__ key_cache,
                     const pa_cache_t* __restrict__ value_cache, const float* __restrict__ k_scale,
                     const float* __restrict__ v_scale, const int* __restrict__ block_table,
                     const int* __restrict__ seq_lens, float* __restrict__ mid_o,
-                    pa_i64 q_stride_b, pa_i64 q_stride_h, int block_table_stride,
-                    float sm_scale, pa_i64 cache_block_stride) {
+                    cs_i64 q_stride_b, cs_i64 q_stride_h, int block_table_stride,
+                    float sm_scale, cs_i64 cache_block_stride) {
   const int b = blockIdx.x;
   const int hq = blockIdx.y;
   const int split = blockIdx.z;
@@ -54,11 +54,11 @@ paged_decode_stage1(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__
   const int per_split = (seq_len + NUM_KV_SPLITS - 1) / NUM_KV_SPLITS;
   const int start = split * per_split;
   const int end = min(start + per_split, seq_len);
-  float* out = mid_o + ((static_cast<pa_i64>(b) * num_q_heads + hq) * NUM_KV_SPLITS + split) *
-                           static_cast<pa_i64>(kD + 1);
+  float* out = mid_o + ((static_cast<cs_i64>(b) * num_q_heads + hq) * NUM_KV_SPLITS + split) *
+                           static_cast<cs_i64>(kD + 1);
   if (start >= end) {  // uniform over the block
     for (int d = tid; d < kD; d += kStage1Threads) out[d] = 0.0f;
-    if (tid == 0) out[kD] = pa_neg_inf();
+    if (tid == 0) out[kD] = cs_neg_inf();
     return;
   }
 
@@ -69,7 +69,7 @@ paged_decode_stage1(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__
   const float vs = kCacheFp8 ? *v_scale : 1.0f;
   const float lse = pa_attend<BLOCK_SIZE, kStage1Warps>(
       qv, key_cache, value_cache, ks, vs,
-      block_table + static_cast<pa_i64>(b) * block_table_stride, cache_block_stride,
+      block_table + static_cast<cs_i64>(b) * block_table_stride, cache_block_stride,
       start, end, num_kv_heads, hk,
       s_out);
   for (int d = tid; d < kD; d += kStage1Threads) out[d] = s_out[d];

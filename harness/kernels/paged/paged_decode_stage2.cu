@@ -18,20 +18,20 @@
 constexpr int kStage2Threads = 128;
 
 extern "C" __global__ void __launch_bounds__(kStage2Threads)
-paged_decode_stage2(const float* __restrict__ mid_o, pa_u16* __restrict__ out,
-                    float* __restrict__ lse, pa_i64 out_stride_b, pa_i64 out_stride_h) {
+paged_decode_stage2(const float* __restrict__ mid_o, cs_u16* __restrict__ out,
+                    float* __restrict__ lse, cs_i64 out_stride_b, cs_i64 out_stride_h) {
   const int b = blockIdx.x;
   const int h = blockIdx.y;
   const int num_q_heads = gridDim.y;
-  const pa_i64 row = static_cast<pa_i64>(b) * num_q_heads + h;
-  const float* in = mid_o + row * NUM_KV_SPLITS * static_cast<pa_i64>(kD + 1);
-  pa_u16* o = out + b * out_stride_b + h * out_stride_h;
+  const cs_i64 row = static_cast<cs_i64>(b) * num_q_heads + h;
+  const float* in = mid_o + row * NUM_KV_SPLITS * static_cast<cs_i64>(kD + 1);
+  cs_u16* o = out + b * out_stride_b + h * out_stride_h;
 
-  float m = pa_neg_inf();
+  float m = cs_neg_inf();
   for (int s = 0; s < NUM_KV_SPLITS; ++s) m = fmaxf(m, in[s * (kD + 1) + kD]);
-  if (m == pa_neg_inf()) {
+  if (m == cs_neg_inf()) {
     for (int d = threadIdx.x; d < kD; d += kStage2Threads) o[d] = 0;
-    if (threadIdx.x == 0) lse[row] = pa_neg_inf();
+    if (threadIdx.x == 0) lse[row] = cs_neg_inf();
     return;
   }
   __shared__ float s_w[NUM_KV_SPLITS];
@@ -45,7 +45,7 @@ paged_decode_stage2(const float* __restrict__ mid_o, pa_u16* __restrict__ out,
   for (int d = threadIdx.x; d < kD; d += kStage2Threads) {
     float acc = 0.0f;
     for (int s = 0; s < NUM_KV_SPLITS; ++s) acc += s_w[s] * in[s * (kD + 1) + d];
-    o[d] = pa_f32_to_bf16(acc * inv_total);
+    o[d] = cs_f32_to_bf16(acc * inv_total);
   }
   if (threadIdx.x == 0) lse[row] = m + logf(total);
 }

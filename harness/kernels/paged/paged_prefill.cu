@@ -36,13 +36,13 @@ constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
 
 extern "C" __global__ void __launch_bounds__(kPrefillThreads)
-paged_prefill(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__ key_cache,
+paged_prefill(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__ key_cache,
               const pa_cache_t* __restrict__ value_cache, const float* __restrict__ k_scale,
               const float* __restrict__ v_scale, const int* __restrict__ block_table,
               const int* __restrict__ query_start_loc, const int* __restrict__ seq_lens,
-              pa_u16* __restrict__ out, pa_i64 q_stride_t, pa_i64 q_stride_h,
-              pa_i64 out_stride_t, pa_i64 out_stride_h, int block_table_stride, int num_seqs,
-              float sm_scale, pa_i64 cache_block_stride) {
+              cs_u16* __restrict__ out, cs_i64 q_stride_t, cs_i64 q_stride_h,
+              cs_i64 out_stride_t, cs_i64 out_stride_h, int block_table_stride, int num_seqs,
+              float sm_scale, cs_i64 cache_block_stride) {
   const int t = blockIdx.x;
   const int hq = blockIdx.y;
   const int num_q_heads = gridDim.y;
@@ -68,7 +68,7 @@ paged_prefill(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__ key_c
   const int seq_len = seq_lens[b];
   const int pos = seq_len - q_len + (t - q_begin);  // position of this query in its sequence
   const int end = min(pos + 1, seq_len);
-  pa_u16* o = out + t * out_stride_t + hq * out_stride_h;
+  cs_u16* o = out + t * out_stride_t + hq * out_stride_h;
   if (end <= 0) {  // only when seq_lens[b] < query_len (invalid input): a defined zero output
     for (int d = tid; d < kD; d += kPrefillThreads) o[d] = 0;
     return;
@@ -80,7 +80,7 @@ paged_prefill(const pa_u16* __restrict__ q, const pa_cache_t* __restrict__ key_c
   const float ks = kCacheFp8 ? *k_scale : 1.0f;
   const float vs = kCacheFp8 ? *v_scale : 1.0f;
   pa_attend<BLOCK_SIZE, kPrefillWarps>(qv, key_cache, value_cache, ks, vs,
-                                       block_table + static_cast<pa_i64>(b) * block_table_stride,
+                                       block_table + static_cast<cs_i64>(b) * block_table_stride,
                                        cache_block_stride, 0, end, num_kv_heads, hk, s_out);
-  for (int d = tid; d < kD; d += kPrefillThreads) o[d] = pa_f32_to_bf16(s_out[d]);
+  for (int d = tid; d < kD; d += kPrefillThreads) o[d] = cs_f32_to_bf16(s_out[d]);
 }

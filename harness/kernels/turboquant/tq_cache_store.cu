@@ -11,14 +11,14 @@
 //   key_stride_t, key_stride_h, value_stride_t, value_stride_h   int64, in elements
 
 extern "C" __global__ void __launch_bounds__(32)
-tq_cache_store(const tq_u16* __restrict__ key, const tq_u16* __restrict__ value,
-               const tq_i64* __restrict__ slot_mapping, tq_u8* __restrict__ cache,
-               tq_i64 key_stride_t, tq_i64 key_stride_h, tq_i64 value_stride_t,
-               tq_i64 value_stride_h) {
+tq_cache_store(const cs_u16* __restrict__ key, const cs_u16* __restrict__ value,
+               const cs_i64* __restrict__ slot_mapping, cs_u8* __restrict__ cache,
+               cs_i64 key_stride_t, cs_i64 key_stride_h, cs_i64 value_stride_t,
+               cs_i64 value_stride_h) {
   const int token = blockIdx.x;
   const int head = blockIdx.y;
   const int num_kv_heads = gridDim.y;
-  const tq_i64 slot = slot_mapping[token];
+  const cs_i64 slot = slot_mapping[token];
   if (slot < 0) return;  // uniform over the block
 
   const int g = threadIdx.x % kTpw;
@@ -26,12 +26,12 @@ tq_cache_store(const tq_u16* __restrict__ key, const tq_u16* __restrict__ value,
 
   float k[kCpl];
   float v[kCpl];
-  const tq_u16* kp = key + token * key_stride_t + head * key_stride_h + c0;
-  const tq_u16* vp = value + token * value_stride_t + head * value_stride_h + c0;
+  const cs_u16* kp = key + token * key_stride_t + head * key_stride_h + c0;
+  const cs_u16* vp = value + token * value_stride_t + head * value_stride_h + c0;
 #pragma unroll
   for (int i = 0; i < kCpl; ++i) {
-    k[i] = tq_bf16_to_f32(kp[i]);
-    v[i] = tq_bf16_to_f32(vp[i]);
+    k[i] = cs_bf16_to_f32(kp[i]);
+    v[i] = cs_bf16_to_f32(vp[i]);
   }
 
   // ---- key: rotate, take the norm, map each normalized coordinate to a centroid index ----
@@ -59,10 +59,10 @@ tq_cache_store(const tq_u16* __restrict__ key, const tq_u16* __restrict__ value,
   }
   lo = tq_group_min(lo);
   hi = tq_group_max(hi);
-  const tq_u16 scale_h = tq_f32_to_f16((hi - lo) / 15.0f);
-  const tq_u16 zero_h = tq_f32_to_f16(lo);
-  const float scale = tq_f16_to_f32(scale_h);
-  const float zero = tq_f16_to_f32(zero_h);
+  const cs_u16 scale_h = cs_f32_to_f16((hi - lo) / 15.0f);
+  const cs_u16 zero_h = cs_f32_to_f16(lo);
+  const float scale = cs_f16_to_f32(scale_h);
+  const float zero = cs_f16_to_f32(zero_h);
   int vidx[kCpl];
 #pragma unroll
   for (int i = 0; i < kCpl; ++i) {
@@ -73,19 +73,19 @@ tq_cache_store(const tq_u16* __restrict__ key, const tq_u16* __restrict__ value,
 
   if (threadIdx.x >= kTpw) return;  // after the last shuffle: only group 0 writes
 
-  tq_u8* sp = cache + tq_slot_offset(slot, num_kv_heads, head);
+  cs_u8* sp = cache + tq_slot_offset(slot, num_kv_heads, head);
 #pragma unroll
   for (int w = 0; w < kCpl / 4; ++w) {
-    const tq_u16 kw = static_cast<tq_u16>(kidx[4 * w] | (kidx[4 * w + 1] << 4) |
+    const cs_u16 kw = static_cast<cs_u16>(kidx[4 * w] | (kidx[4 * w + 1] << 4) |
                                           (kidx[4 * w + 2] << 8) | (kidx[4 * w + 3] << 12));
-    const tq_u16 vw = static_cast<tq_u16>(vidx[4 * w] | (vidx[4 * w + 1] << 4) |
+    const cs_u16 vw = static_cast<cs_u16>(vidx[4 * w] | (vidx[4 * w + 1] << 4) |
                                           (vidx[4 * w + 2] << 8) | (vidx[4 * w + 3] << 12));
-    *reinterpret_cast<tq_u16*>(sp + c0 / 2 + 2 * w) = kw;
-    *reinterpret_cast<tq_u16*>(sp + kKeyBytes + c0 / 2 + 2 * w) = vw;
+    *reinterpret_cast<cs_u16*>(sp + c0 / 2 + 2 * w) = kw;
+    *reinterpret_cast<cs_u16*>(sp + kKeyBytes + c0 / 2 + 2 * w) = vw;
   }
   if (g == 0) {
-    *reinterpret_cast<tq_u16*>(sp + kD / 2) = tq_f32_to_f16(norm);
-    *reinterpret_cast<tq_u16*>(sp + kKeyBytes + kD / 2) = scale_h;
-    *reinterpret_cast<tq_u16*>(sp + kKeyBytes + kD / 2 + 2) = zero_h;
+    *reinterpret_cast<cs_u16*>(sp + kD / 2) = cs_f32_to_f16(norm);
+    *reinterpret_cast<cs_u16*>(sp + kKeyBytes + kD / 2) = scale_h;
+    *reinterpret_cast<cs_u16*>(sp + kKeyBytes + kD / 2 + 2) = zero_h;
   }
 }

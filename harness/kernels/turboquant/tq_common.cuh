@@ -31,49 +31,15 @@
 #error "HEAD_DIM must be a power of two in [16, 256]"
 #endif
 
-typedef unsigned char tq_u8;
-typedef unsigned short tq_u16;
-typedef unsigned int tq_u32;
-typedef long long tq_i64;
-
 constexpr int kD = HEAD_DIM;
 constexpr int kKeyBytes = kD / 2 + 2;
 constexpr int kValueBytes = kD / 2 + 4;
 constexpr int kSlotBytes = (kKeyBytes + kValueBytes + 1) / 2 * 2;
 constexpr int kCpl = kD >= 128 ? kD / 32 : 4;  // coordinates per lane (a multiple of 4)
 constexpr int kTpw = kD / kCpl;                // lanes per head vector (4..32, divides 32)
-constexpr unsigned kFullMask = 0xffffffffu;
 
 static_assert(kCpl % 4 == 0, "each lane must own whole 16-bit words of indices");
 static_assert(32 % kTpw == 0, "a group must tile a warp");
-
-// ---- number formats (no cuda_fp16.h / cuda_bf16.h: bit-level and PTX conversions) ----------
-
-__device__ __forceinline__ float tq_bf16_to_f32(tq_u16 b) {
-  return __uint_as_float(static_cast<tq_u32>(b) << 16);
-}
-
-// Round to nearest even; NaN stays NaN.
-__device__ __forceinline__ tq_u16 tq_f32_to_bf16(float f) {
-  tq_u32 x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<tq_u16>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<tq_u16>(x >> 16);
-}
-
-__device__ __forceinline__ float tq_f16_to_f32(tq_u16 h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-
-__device__ __forceinline__ tq_u16 tq_f32_to_f16(float f) {
-  tq_u16 h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-}
-
-__device__ __forceinline__ float tq_neg_inf() { return __int_as_float(0xff800000); }
 
 // ---- Lloyd-Max table (standard normal, 16 levels, ascending) -------------------------------
 
@@ -101,19 +67,19 @@ __device__ __forceinline__ int tq_key_index(float x) {
 
 __device__ __forceinline__ float tq_group_sum(float x) {
 #pragma unroll
-  for (int o = kTpw / 2; o > 0; o >>= 1) x += __shfl_xor_sync(kFullMask, x, o);
+  for (int o = kTpw / 2; o > 0; o >>= 1) x += __shfl_xor_sync(cs_full_mask, x, o);
   return x;
 }
 
 __device__ __forceinline__ float tq_group_max(float x) {
 #pragma unroll
-  for (int o = kTpw / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, o));
+  for (int o = kTpw / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(cs_full_mask, x, o));
   return x;
 }
 
 __device__ __forceinline__ float tq_group_min(float x) {
 #pragma unroll
-  for (int o = kTpw / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFullMask, x, o));
+  for (int o = kTpw / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(cs_full_mask, x, o));
   return x;
 }
 
@@ -138,16 +104,16 @@ __device__ __forceinline__ void tq_fwht(float (&v)[kCpl], int g) {
     const bool upper = (g & m) != 0;
 #pragma unroll
     for (int i = 0; i < kCpl; ++i) {
-      const float other = __shfl_xor_sync(kFullMask, v[i], m);
+      const float other = __shfl_xor_sync(cs_full_mask, v[i], m);
       v[i] = upper ? (other - v[i]) : (v[i] + other);
     }
   }
 }
 
-__device__ __forceinline__ tq_u16 tq_load_u16(const tq_u8* p) {
-  return *reinterpret_cast<const tq_u16*>(p);
+__device__ __forceinline__ cs_u16 tq_load_u16(const cs_u8* p) {
+  return *reinterpret_cast<const cs_u16*>(p);
 }
 
-__device__ __forceinline__ tq_i64 tq_slot_offset(tq_i64 slot, int num_kv_heads, int head) {
-  return (slot * num_kv_heads + head) * static_cast<tq_i64>(kSlotBytes);
+__device__ __forceinline__ cs_i64 tq_slot_offset(cs_i64 slot, int num_kv_heads, int head) {
+  return (slot * num_kv_heads + head) * static_cast<cs_i64>(kSlotBytes);
 }

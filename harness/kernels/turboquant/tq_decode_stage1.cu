@@ -32,9 +32,9 @@ constexpr int kStage1Threads = 128;
 constexpr int kGroups = kStage1Threads / kTpw;
 
 extern "C" __global__ void __launch_bounds__(kStage1Threads)
-tq_decode_stage1(const tq_u16* __restrict__ q, const tq_u8* __restrict__ cache,
+tq_decode_stage1(const cs_u16* __restrict__ q, const cs_u8* __restrict__ cache,
                  const int* __restrict__ block_table, const int* __restrict__ seq_lens,
-                 float* __restrict__ mid_o, tq_i64 q_stride_b, tq_i64 q_stride_h,
+                 float* __restrict__ mid_o, cs_i64 q_stride_b, cs_i64 q_stride_h,
                  int block_table_stride, float sm_scale) {
   const int b = blockIdx.x;
   const int hq = blockIdx.y;
@@ -48,11 +48,11 @@ tq_decode_stage1(const tq_u16* __restrict__ q, const tq_u8* __restrict__ cache,
   const int per_split = (seq_len + NUM_KV_SPLITS - 1) / NUM_KV_SPLITS;
   const int start = split * per_split;
   const int end = min(start + per_split, seq_len);
-  float* out = mid_o + ((static_cast<tq_i64>(b) * num_q_heads + hq) * NUM_KV_SPLITS + split) *
-                           static_cast<tq_i64>(kD + 1);
+  float* out = mid_o + ((static_cast<cs_i64>(b) * num_q_heads + hq) * NUM_KV_SPLITS + split) *
+                           static_cast<cs_i64>(kD + 1);
   if (start >= end) {
     for (int d = tid; d < kD; d += kStage1Threads) out[d] = 0.0f;
-    if (tid == 0) out[kD] = tq_neg_inf();
+    if (tid == 0) out[kD] = cs_neg_inf();
     return;
   }
 
@@ -69,17 +69,17 @@ tq_decode_stage1(const tq_u16* __restrict__ q, const tq_u8* __restrict__ cache,
 
   // Rotated query with the softmax scale folded in; every group holds its own copy.
   float qr[kCpl];
-  const tq_u16* qp = q + b * q_stride_b + hq * q_stride_h + c0;
+  const cs_u16* qp = q + b * q_stride_b + hq * q_stride_h + c0;
 #pragma unroll
-  for (int i = 0; i < kCpl; ++i) qr[i] = tq_bf16_to_f32(qp[i]);
+  for (int i = 0; i < kCpl; ++i) qr[i] = cs_bf16_to_f32(qp[i]);
   tq_fwht(qr, g);
   const float q_mul = sm_scale * rsqrtf(static_cast<float>(kD));
 #pragma unroll
   for (int i = 0; i < kCpl; ++i) qr[i] *= q_mul;
   __syncthreads();  // s_cent
 
-  const int* bt = block_table + static_cast<tq_i64>(b) * block_table_stride;
-  float m = tq_neg_inf();
+  const int* bt = block_table + static_cast<cs_i64>(b) * block_table_stride;
+  float m = cs_neg_inf();
   float l = 0.0f;
   float acc[kCpl];
 #pragma unroll
@@ -91,17 +91,17 @@ tq_decode_stage1(const tq_u16* __restrict__ q, const tq_u8* __restrict__ cache,
     const int t_raw = base + group;
     const bool valid = t_raw < end;
     const int t = valid ? t_raw : start;
-    const tq_i64 slot =
-        static_cast<tq_i64>(bt[t / BLOCK_SIZE]) * BLOCK_SIZE + (t % BLOCK_SIZE);
-    const tq_u8* sp = cache + tq_slot_offset(slot, num_kv_heads, hk);
+    const cs_i64 slot =
+        static_cast<cs_i64>(bt[t / BLOCK_SIZE]) * BLOCK_SIZE + (t % BLOCK_SIZE);
+    const cs_u8* sp = cache + tq_slot_offset(slot, num_kv_heads, hk);
 
     float dot = 0.0f;
     float ss = 0.0f;
     float vq[kCpl];
 #pragma unroll
     for (int w = 0; w < kCpl / 4; ++w) {
-      const tq_u32 kw = tq_load_u16(sp + c0 / 2 + 2 * w);
-      const tq_u32 vw = tq_load_u16(sp + kKeyBytes + c0 / 2 + 2 * w);
+      const cs_u32 kw = tq_load_u16(sp + c0 / 2 + 2 * w);
+      const cs_u32 vw = tq_load_u16(sp + kKeyBytes + c0 / 2 + 2 * w);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float c = s_cent[(kw >> (4 * j)) & 15u];
@@ -113,9 +113,9 @@ tq_decode_stage1(const tq_u16* __restrict__ q, const tq_u8* __restrict__ cache,
     dot = tq_group_sum(dot);
     ss = tq_group_sum(ss);
     if (valid) {
-      const float norm = tq_f16_to_f32(tq_load_u16(sp + kD / 2));
-      const float vscale = tq_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2));
-      const float vzero = tq_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2 + 2));
+      const float norm = cs_f16_to_f32(tq_load_u16(sp + kD / 2));
+      const float vscale = cs_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2));
+      const float vzero = cs_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2 + 2));
       const float score = norm * dot / sqrtf(ss);
       const float m_new = fmaxf(m, score);
       const float alpha = expf(m - m_new);
@@ -135,7 +135,7 @@ tq_decode_stage1(const tq_u16* __restrict__ q, const tq_u8* __restrict__ cache,
 #pragma unroll
   for (int i = 0; i < kCpl; ++i) s_acc[group][c0 + i] = acc[i];
   __syncthreads();
-  float m_all = tq_neg_inf();
+  float m_all = cs_neg_inf();
   for (int j = 0; j < kGroups; ++j) m_all = fmaxf(m_all, s_m[j]);  // finite: group 0 had a token
   if (tid < kGroups) s_w[tid] = expf(s_m[tid] - m_all);  // 0 for a group without tokens
   __syncthreads();

@@ -20,8 +20,8 @@ constexpr int kDequantThreads = 128;
 constexpr int kTokensPerCta = kDequantThreads / kTpw;
 
 extern "C" __global__ void __launch_bounds__(kDequantThreads)
-tq_dequant_kv(const tq_u8* __restrict__ cache, const int* __restrict__ block_table,
-              tq_u16* __restrict__ k_out, tq_u16* __restrict__ v_out, int num_tokens,
+tq_dequant_kv(const cs_u8* __restrict__ cache, const int* __restrict__ block_table,
+              cs_u16* __restrict__ k_out, cs_u16* __restrict__ v_out, int num_tokens,
               int alloc_len) {
   const int head = blockIdx.y;
   const int num_kv_heads = gridDim.y;
@@ -36,17 +36,17 @@ tq_dequant_kv(const tq_u8* __restrict__ cache, const int* __restrict__ block_tab
   const int t_raw = blockIdx.x * kTokensPerCta + tid / kTpw;
   const bool valid = t_raw < num_tokens;
   const int t = valid ? t_raw : 0;  // keep the warp converged for the shuffles below
-  const tq_i64 slot =
-      static_cast<tq_i64>(block_table[t / BLOCK_SIZE]) * BLOCK_SIZE + (t % BLOCK_SIZE);
-  const tq_u8* sp = cache + tq_slot_offset(slot, num_kv_heads, head);
+  const cs_i64 slot =
+      static_cast<cs_i64>(block_table[t / BLOCK_SIZE]) * BLOCK_SIZE + (t % BLOCK_SIZE);
+  const cs_u8* sp = cache + tq_slot_offset(slot, num_kv_heads, head);
 
   float k[kCpl];
   float v[kCpl];
   float ss = 0.0f;
 #pragma unroll
   for (int w = 0; w < kCpl / 4; ++w) {
-    const tq_u32 kw = tq_load_u16(sp + c0 / 2 + 2 * w);
-    const tq_u32 vw = tq_load_u16(sp + kKeyBytes + c0 / 2 + 2 * w);
+    const cs_u32 kw = tq_load_u16(sp + c0 / 2 + 2 * w);
+    const cs_u32 vw = tq_load_u16(sp + kKeyBytes + c0 / 2 + 2 * w);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float c = s_cent[(kw >> (4 * j)) & 15u];
@@ -59,18 +59,18 @@ tq_dequant_kv(const tq_u8* __restrict__ cache, const int* __restrict__ block_tab
   tq_fwht(k, g);
   if (!valid) return;
 
-  const float norm = tq_f16_to_f32(tq_load_u16(sp + kD / 2));
-  const float vscale = tq_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2));
-  const float vzero = tq_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2 + 2));
+  const float norm = cs_f16_to_f32(tq_load_u16(sp + kD / 2));
+  const float vscale = cs_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2));
+  const float vzero = cs_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2 + 2));
   const float k_mul = norm / sqrtf(ss * static_cast<float>(kD));
-  const tq_i64 row = (static_cast<tq_i64>(head) * alloc_len + t) * kD + c0;
+  const cs_i64 row = (static_cast<cs_i64>(head) * alloc_len + t) * kD + c0;
 #pragma unroll
   for (int i = 0; i < kCpl; i += 2) {
-    const tq_u32 kk = static_cast<tq_u32>(tq_f32_to_bf16(k[i] * k_mul)) |
-                      (static_cast<tq_u32>(tq_f32_to_bf16(k[i + 1] * k_mul)) << 16);
-    const tq_u32 vv = static_cast<tq_u32>(tq_f32_to_bf16(vzero + vscale * v[i])) |
-                      (static_cast<tq_u32>(tq_f32_to_bf16(vzero + vscale * v[i + 1])) << 16);
-    *reinterpret_cast<tq_u32*>(k_out + row + i) = kk;
-    *reinterpret_cast<tq_u32*>(v_out + row + i) = vv;
+    const cs_u32 kk = static_cast<cs_u32>(cs_f32_to_bf16(k[i] * k_mul)) |
+                      (static_cast<cs_u32>(cs_f32_to_bf16(k[i + 1] * k_mul)) << 16);
+    const cs_u32 vv = static_cast<cs_u32>(cs_f32_to_bf16(vzero + vscale * v[i])) |
+                      (static_cast<cs_u32>(cs_f32_to_bf16(vzero + vscale * v[i + 1])) << 16);
+    *reinterpret_cast<cs_u32*>(k_out + row + i) = kk;
+    *reinterpret_cast<cs_u32*>(v_out + row + i) = vv;
   }
 }
