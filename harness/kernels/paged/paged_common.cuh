@@ -101,14 +101,9 @@ __device__ __forceinline__ float pa_attend(const float (&q)[kCpl],
       dot += q[i] * pa_cache_load(kp[32 * i]);
       v[i] = pa_cache_load(vp[32 * i]);
     }
-    const float score = cs_warp_sum(dot) * k_scale;
-    const float m_new = fmaxf(m, score);
-    const float alpha = expf(m - m_new);  // 0 for the first token (m = -inf)
-    const float p = expf(score - m_new);
-    l = l * alpha + p;
+    const CsSoftmaxStep st = cs_online_softmax_step(m, l, cs_warp_sum(dot) * k_scale);
 #pragma unroll
-    for (int i = 0; i < kCpl; ++i) acc[i] = acc[i] * alpha + p * v[i];
-    m = m_new;
+    for (int i = 0; i < kCpl; ++i) acc[i] = acc[i] * st.alpha + st.p * v[i];
   }
 
   // Merge the warps' states; a warp without tokens has m = -inf, l = 0 and weight 0.
@@ -119,23 +114,11 @@ __device__ __forceinline__ float pa_attend(const float (&q)[kCpl],
 #pragma unroll
   for (int i = 0; i < kCpl; ++i) s_acc[warp][lane + 32 * i] = acc[i];
   __syncthreads();
-  float m_all = cs_neg_inf();
-#pragma unroll
-  for (int j = 0; j < NWARPS; ++j) m_all = fmaxf(m_all, s_m[j]);  // finite: warp 0 had a token
-  if (tid < NWARPS) s_w[tid] = expf(s_m[tid] - m_all);
+  // Warp 0 had a token (start < end), as the merge requires.
+  const float lse =
+      cs_merge_softmax_parts<kD, NWARPS, 32 * NWARPS>(s_m, s_l, s_acc, s_w, v_scale, s_out);
   __syncthreads();
-  float l_all = 0.0f;
-#pragma unroll
-  for (int j = 0; j < NWARPS; ++j) l_all += s_l[j] * s_w[j];
-  const float out_mul = v_scale / l_all;
-  for (int d = tid; d < kD; d += 32 * NWARPS) {
-    float o = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NWARPS; ++j) o += s_acc[j][d] * s_w[j];
-    s_out[d] = o * out_mul;
-  }
-  __syncthreads();
-  return m_all + logf(l_all);
+  return lse;
 }
 
 // The query vector of one head for pa_attend: lane's coordinates, times sm_scale.

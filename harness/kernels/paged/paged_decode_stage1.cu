@@ -44,21 +44,17 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
                     float sm_scale, cs_i64 cache_block_stride) {
   const int b = blockIdx.x;
   const int hq = blockIdx.y;
-  const int split = blockIdx.z;
   const int num_q_heads = gridDim.y;
   const int num_kv_heads = num_q_heads / KV_GROUP;
   const int hk = hq / KV_GROUP;
   const int tid = threadIdx.x;
 
-  const int seq_len = seq_lens[b];
-  const int per_split = (seq_len + NUM_KV_SPLITS - 1) / NUM_KV_SPLITS;
-  const int start = split * per_split;
-  const int end = min(start + per_split, seq_len);
-  float* out = mid_o + ((static_cast<cs_i64>(b) * num_q_heads + hq) * NUM_KV_SPLITS + split) *
-                           static_cast<cs_i64>(kD + 1);
+  const CsKvSplit sp = cs_kv_split<kD, NUM_KV_SPLITS>(mid_o, seq_lens[b]);
+  const int start = sp.start;
+  const int end = sp.end;
+  float* out = sp.row;
   if (start >= end) {  // uniform over the block
-    for (int d = tid; d < kD; d += kStage1Threads) out[d] = 0.0f;
-    if (tid == 0) out[kD] = cs_neg_inf();
+    cs_kv_split_store_empty<kD, kStage1Threads>(out);
     return;
   }
 

@@ -10,6 +10,7 @@
 //                output, when the sequence has no tokens)
 //   out_stride_b, out_stride_h   int64, in elements
 // Splits whose LSE is -inf (no tokens) get weight zero.
+// The body is the split-KV reducer both decode families share (split_kv_decode.cuh).
 
 #ifndef NUM_KV_SPLITS
 #error "NUM_KV_SPLITS must be defined"
@@ -20,32 +21,6 @@ constexpr int kStage2Threads = 128;
 extern "C" __global__ void __launch_bounds__(kStage2Threads)
 paged_decode_stage2(const float* __restrict__ mid_o, cs_u16* __restrict__ out,
                     float* __restrict__ lse, cs_i64 out_stride_b, cs_i64 out_stride_h) {
-  const int b = blockIdx.x;
-  const int h = blockIdx.y;
-  const int num_q_heads = gridDim.y;
-  const cs_i64 row = static_cast<cs_i64>(b) * num_q_heads + h;
-  const float* in = mid_o + row * NUM_KV_SPLITS * static_cast<cs_i64>(kD + 1);
-  cs_u16* o = out + b * out_stride_b + h * out_stride_h;
-
-  float m = cs_neg_inf();
-  for (int s = 0; s < NUM_KV_SPLITS; ++s) m = fmaxf(m, in[s * (kD + 1) + kD]);
-  if (m == cs_neg_inf()) {
-    for (int d = threadIdx.x; d < kD; d += kStage2Threads) o[d] = 0;
-    if (threadIdx.x == 0) lse[row] = cs_neg_inf();
-    return;
-  }
-  __shared__ float s_w[NUM_KV_SPLITS];
-  for (int s = threadIdx.x; s < NUM_KV_SPLITS; s += kStage2Threads) {
-    s_w[s] = expf(in[s * (kD + 1) + kD] - m);  // 0 for an empty split
-  }
-  __syncthreads();
-  float total = 0.0f;
-  for (int s = 0; s < NUM_KV_SPLITS; ++s) total += s_w[s];
-  const float inv_total = 1.0f / total;
-  for (int d = threadIdx.x; d < kD; d += kStage2Threads) {
-    float acc = 0.0f;
-    for (int s = 0; s < NUM_KV_SPLITS; ++s) acc += s_w[s] * in[s * (kD + 1) + d];
-    o[d] = cs_f32_to_bf16(acc * inv_total);
-  }
-  if (threadIdx.x == 0) lse[row] = m + logf(total);
+  cs_split_kv_reduce<kD, NUM_KV_SPLITS, kStage2Threads>(mid_o, out, lse, out_stride_b,
+                                                        out_stride_h);
 }

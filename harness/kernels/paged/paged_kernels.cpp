@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "harness/kernels/source_util.h"
+#include "harness/kernels/split_kv.h"
 
 // Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
 extern const char* const kSource_paged_common;
@@ -17,10 +18,13 @@ extern const char* const kSource_paged_prefill;
 namespace coldstart::paged {
 namespace {
 
+// Every paged program: the shared split-KV helpers (pa_attend merges through them), then the
+// family header.
 jit::KernelSource make_source(const char* name, const char* text,
                               std::vector<std::string> arg_names, std::string& storage) {
-  return kernels::make_kernel_source(kSource_paged_common, name, text, std::move(arg_names),
-                                     storage);
+  static const std::string common =
+      std::string(kernels::split_kv_decode_source()) + "\n" + kSource_paged_common;
+  return kernels::make_kernel_source(common.c_str(), name, text, std::move(arg_names), storage);
 }
 
 jit::Constexpr dtype_constexpr(const PagedLayout& l) {
@@ -85,7 +89,7 @@ const jit::KernelSource& decode_stage2_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
       make_source("paged_decode_stage2", kSource_paged_decode_stage2,
-                  {"mid_o", "out", "lse", "out_stride_b", "out_stride_h"}, storage);
+                  kernels::split_kv_stage2_arg_names(), storage);
   return k;
 }
 
@@ -125,7 +129,7 @@ std::vector<jit::Constexpr> decode_stage1_constexprs(const PagedLayout& layout, 
 }
 
 std::vector<jit::Constexpr> decode_stage2_constexprs(const PagedLayout& layout, int num_kv_splits) {
-  return {{"HEAD_DIM", layout.head_dim}, {"NUM_KV_SPLITS", num_kv_splits}};
+  return kernels::split_kv_stage2_constexprs(layout.head_dim, num_kv_splits);
 }
 
 std::vector<jit::Constexpr> prefill_constexprs(const PagedLayout& layout, int num_q_heads) {

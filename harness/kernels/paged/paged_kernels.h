@@ -26,6 +26,7 @@
 
 #include "harness/jit/jit.h"
 #include "harness/kernels/kernel_registry.h"
+#include "harness/kernels/split_kv.h"
 
 namespace coldstart::paged {
 
@@ -75,16 +76,16 @@ constexpr int kStage1Threads = 128;
 constexpr int kStage2Threads = 128;
 constexpr int kPrefillThreads = 128;
 
-/// Rounds up to a multiple of 256 bytes (the workspace's sub-allocation granule).
-constexpr int64_t round_up_256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+/// Rounds up to a multiple of 256 bytes (the workspace's sub-allocation granule; split_kv.h).
+using kernels::round_up_256;
 
 /// Decode scratch of one step, in bytes: the split partials mid_o float32 [B, Hq, S, D + 1], then
 /// the LSE float32 [B, Hq], each rounded up to 256 B. The bf16 output [B, Hq, D] is the caller's
 /// (the layer's output buffer), not workspace.
 constexpr int64_t decode_workspace_bytes(int64_t batch, int64_t num_q_heads, int64_t head_dim,
                                          int64_t num_kv_splits = kNumKvSplits) {
-  return round_up_256(batch * num_q_heads * num_kv_splits * (head_dim + 1) * 4) +
-         round_up_256(batch * num_q_heads * 4);
+  return round_up_256(kernels::split_kv_mid_o_bytes(batch, num_q_heads, head_dim, num_kv_splits)) +
+         round_up_256(kernels::split_kv_lse_bytes(batch, num_q_heads));
 }
 
 /// The runtime-compiled kernels (sources embedded at build time).

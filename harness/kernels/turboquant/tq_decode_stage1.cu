@@ -38,21 +38,17 @@ tq_decode_stage1(const cs_u16* __restrict__ q, const cs_u8* __restrict__ cache,
                  int block_table_stride, float sm_scale) {
   const int b = blockIdx.x;
   const int hq = blockIdx.y;
-  const int split = blockIdx.z;
   const int num_q_heads = gridDim.y;
   const int num_kv_heads = num_q_heads / KV_GROUP;
   const int hk = hq / KV_GROUP;
   const int tid = threadIdx.x;
 
-  const int seq_len = seq_lens[b];
-  const int per_split = (seq_len + NUM_KV_SPLITS - 1) / NUM_KV_SPLITS;
-  const int start = split * per_split;
-  const int end = min(start + per_split, seq_len);
-  float* out = mid_o + ((static_cast<cs_i64>(b) * num_q_heads + hq) * NUM_KV_SPLITS + split) *
-                           static_cast<cs_i64>(kD + 1);
+  const CsKvSplit sp = cs_kv_split<kD, NUM_KV_SPLITS>(mid_o, seq_lens[b]);
+  const int start = sp.start;
+  const int end = sp.end;
+  float* out = sp.row;
   if (start >= end) {
-    for (int d = tid; d < kD; d += kStage1Threads) out[d] = 0.0f;
-    if (tid == 0) out[kD] = cs_neg_inf();
+    cs_kv_split_store_empty<kD, kStage1Threads>(out);
     return;
   }
 
@@ -116,14 +112,9 @@ tq_decode_stage1(const cs_u16* __restrict__ q, const cs_u8* __restrict__ cache,
       const float norm = cs_f16_to_f32(tq_load_u16(sp + kD / 2));
       const float vscale = cs_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2));
       const float vzero = cs_f16_to_f32(tq_load_u16(sp + kKeyBytes + kD / 2 + 2));
-      const float score = norm * dot / sqrtf(ss);
-      const float m_new = fmaxf(m, score);
-      const float alpha = expf(m - m_new);
-      const float p = expf(score - m_new);
-      l = l * alpha + p;
+      const CsSoftmaxStep st = cs_online_softmax_step(m, l, norm * dot / sqrtf(ss));
 #pragma unroll
-      for (int i = 0; i < kCpl; ++i) acc[i] = acc[i] * alpha + p * (vzero + vscale * vq[i]);
-      m = m_new;
+      for (int i = 0; i < kCpl; ++i) acc[i] = acc[i] * st.alpha + st.p * (vzero + vscale * vq[i]);
     }
   }
 
@@ -135,17 +126,8 @@ tq_decode_stage1(const cs_u16* __restrict__ q, const cs_u8* __restrict__ cache,
 #pragma unroll
   for (int i = 0; i < kCpl; ++i) s_acc[group][c0 + i] = acc[i];
   __syncthreads();
-  float m_all = cs_neg_inf();
-  for (int j = 0; j < kGroups; ++j) m_all = fmaxf(m_all, s_m[j]);  // finite: group 0 had a token
-  if (tid < kGroups) s_w[tid] = expf(s_m[tid] - m_all);  // 0 for a group without tokens
-  __syncthreads();
-  float l_all = 0.0f;
-  for (int j = 0; j < kGroups; ++j) l_all += s_l[j] * s_w[j];
-  const float inv_l = 1.0f / l_all;
-  for (int d = tid; d < kD; d += kStage1Threads) {
-    float o = 0.0f;
-    for (int j = 0; j < kGroups; ++j) o += s_acc[j][d] * s_w[j];
-    out[d] = o * inv_l;
-  }
-  if (tid == 0) out[kD] = m_all + logf(l_all);
+  // Group 0 had a token (start < end), as the merge requires.
+  const float lse =
+      cs_merge_softmax_parts<kD, kGroups, kStage1Threads>(s_m, s_l, s_acc, s_w, 1.0f, out);
+  if (tid == 0) out[kD] = lse;
 }

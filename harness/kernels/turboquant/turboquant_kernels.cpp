@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "harness/kernels/source_util.h"
+#include "harness/kernels/split_kv.h"
 
 // Embedded by cs_embed_sources (harness/kernels/CMakeLists.txt).
 extern const char* const kSource_tq_common;
@@ -19,9 +20,12 @@ namespace {
 
 bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
+// Every TurboQuant program: the shared split-KV helpers, then the family header.
 jit::KernelSource make_source(const char* name, const char* text,
                               std::vector<std::string> arg_names, std::string& storage) {
-  return kernels::make_kernel_source(kSource_tq_common, name, text, std::move(arg_names), storage);
+  static const std::string common =
+      std::string(kernels::split_kv_decode_source()) + "\n" + kSource_tq_common;
+  return kernels::make_kernel_source(common.c_str(), name, text, std::move(arg_names), storage);
 }
 
 }  // namespace
@@ -68,7 +72,7 @@ const jit::KernelSource& decode_stage2_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
       make_source("tq_decode_stage2", kSource_tq_decode_stage2,
-                  {"mid_o", "out", "lse", "out_stride_b", "out_stride_h"}, storage);
+                  kernels::split_kv_stage2_arg_names(), storage);
   return k;
 }
 
@@ -98,7 +102,7 @@ std::vector<jit::Constexpr> decode_stage1_constexprs(const TqLayout& layout, int
 }
 
 std::vector<jit::Constexpr> decode_stage2_constexprs(const TqLayout& layout, int num_kv_splits) {
-  return {{"HEAD_DIM", layout.head_dim}, {"NUM_KV_SPLITS", num_kv_splits}};
+  return kernels::split_kv_stage2_constexprs(layout.head_dim, num_kv_splits);
 }
 
 std::vector<jit::Constexpr> dequant_kv_constexprs(const TqLayout& layout) {
