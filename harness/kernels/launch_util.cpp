@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "harness/common/error.h"
+#include "harness/kernels/split_kv.h"
 #include "harness/runtime/tensor_args.h"
 
 #ifdef COLDSTART_WITH_CUDA
@@ -81,6 +82,29 @@ void check_same_device(const CallSite& fn, const at::Tensor& ref, const char* ar
     fail(fn, arg,
          fmt::format("is on {}, the other arguments on {}", t.device().str(), ref.device().str()));
   }
+}
+
+SplitKvViews split_kv_views(const CallSite& fn, const at::Tensor& buffer, int64_t batch,
+                            int64_t num_q_heads, int64_t head_dim, int64_t num_kv_splits,
+                            int64_t need, int64_t lse_offset) {
+  check(fn, "buffer", buffer, at::kByte, 1, Layout::kContiguous);
+  if (batch < 0 || num_q_heads < 0 || head_dim <= 0 || num_kv_splits <= 0) {
+    throw Error(fmt::format("{}::{}: bad geometry batch={} num_q_heads={} head_dim={} "
+                            "num_kv_splits={}",
+                            fn.family, fn.name, batch, num_q_heads, head_dim, num_kv_splits));
+  }
+  if (buffer.size(0) < need) {
+    fail(fn, "buffer", fmt::format("has {} bytes, decode needs {}", buffer.size(0), need));
+  }
+  const int64_t mid_bytes = split_kv_mid_o_bytes(batch, num_q_heads, head_dim, num_kv_splits);
+  SplitKvViews v;
+  v.mid_o = buffer.narrow(0, 0, mid_bytes)
+                .view(at::kFloat)
+                .view({batch, num_q_heads, num_kv_splits, head_dim + 1});
+  v.lse = buffer.narrow(0, lse_offset, split_kv_lse_bytes(batch, num_q_heads))
+              .view(at::kFloat)
+              .view({batch, num_q_heads});
+  return v;
 }
 
 int64_t check_kv_splits(const CallSite& fn, const at::Tensor& mid_o) {

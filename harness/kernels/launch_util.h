@@ -125,6 +125,24 @@ int64_t check_decode_batch(const CallSite& fn, int64_t head_dim, const at::Tenso
                            const at::Tensor& q, const at::Tensor& block_table,
                            const at::Tensor& seq_lens, const at::Tensor& mid_o);
 
+/// Views of a split-KV decode scratch inside `buffer`, a family's decode workspace:
+/// - mid_o: float32 [batch, num_q_heads, num_kv_splits, head_dim + 1] at byte 0
+/// - lse: float32 [batch, num_q_heads] at byte `lse_offset` (the family's layout may put other
+///   buffers between the two)
+struct SplitKvViews {
+  at::Tensor mid_o;
+  at::Tensor lse;
+};
+
+/// Checks `buffer` (uint8, 1-D, contiguous; at least `need` bytes, the family's
+/// decode_workspace_bytes for this geometry) and returns its split-KV views (SplitKvViews). Works
+/// on the meta device. Throws Error "<family>::<name>: bad geometry ..." unless batch and
+/// num_q_heads are >= 0 and head_dim and num_kv_splits > 0; fails naming `buffer` when it is
+/// smaller than `need`.
+SplitKvViews split_kv_views(const CallSite& fn, const at::Tensor& buffer, int64_t batch,
+                            int64_t num_q_heads, int64_t head_dim, int64_t num_kv_splits,
+                            int64_t need, int64_t lse_offset);
+
 /// Split-KV decode stage 2, which every family's decode ends with: validates
 /// - mid_o: float32 [B, Hq, S, head_dim + 1], contiguous (stage 1's output; S in 1..1024)
 /// - out: bf16 [B, Hq, head_dim], innermost contiguous

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -176,26 +177,14 @@ void decode_stage2(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& 
 DecodeWorkspace decode_workspace_views(const at::Tensor& buffer, int64_t batch,
                                        int64_t num_q_heads, int64_t head_dim,
                                        int64_t num_kv_splits) {
-  const CallSite fn{kFamily, "decode_workspace_views"};
-  check(fn, "buffer", buffer, at::kByte, 1, Layout::kContiguous);
-  if (batch < 0 || num_q_heads < 0 || head_dim <= 0 || num_kv_splits <= 0) {
-    throw Error(fmt::format("{}::{}: bad geometry batch={} num_q_heads={} head_dim={} "
-                            "num_kv_splits={}",
-                            fn.family, fn.name, batch, num_q_heads, head_dim, num_kv_splits));
-  }
-  const int64_t need = decode_workspace_bytes(batch, num_q_heads, head_dim, num_kv_splits);
-  if (buffer.size(0) < need) {
-    fail(fn, "buffer", fmt::format("has {} bytes, decode needs {}", buffer.size(0), need));
-  }
-  const int64_t mid_bytes = batch * num_q_heads * num_kv_splits * (head_dim + 1) * 4;
-  const int64_t lse_bytes = batch * num_q_heads * 4;
+  // mid_o, then lse (decode_workspace_bytes).
+  SplitKvViews v = split_kv_views(
+      CallSite{kFamily, "decode_workspace_views"}, buffer, batch, num_q_heads, head_dim,
+      num_kv_splits, decode_workspace_bytes(batch, num_q_heads, head_dim, num_kv_splits),
+      round_up_256(split_kv_mid_o_bytes(batch, num_q_heads, head_dim, num_kv_splits)));
   DecodeWorkspace ws;
-  ws.mid_o = buffer.narrow(0, 0, mid_bytes)
-                 .view(at::kFloat)
-                 .view({batch, num_q_heads, num_kv_splits, head_dim + 1});
-  ws.lse = buffer.narrow(0, round_up_256(mid_bytes), lse_bytes)
-               .view(at::kFloat)
-               .view({batch, num_q_heads});
+  ws.mid_o = std::move(v.mid_o);
+  ws.lse = std::move(v.lse);
   return ws;
 }
 

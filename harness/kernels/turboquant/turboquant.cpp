@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "harness/kernels/launch_util.h"
@@ -82,25 +84,20 @@ void decode_stage2(jit::JitRuntime& rt, const TqLayout& l, const at::Tensor& mid
 DecodeWorkspace decode_workspace_views(const at::Tensor& buffer, int64_t batch,
                                        int64_t num_q_heads, int64_t head_dim,
                                        int64_t num_kv_splits) {
-  const CallSite fn{kFamily, "decode_workspace_views"};
-  check(fn, "buffer", buffer, at::kByte, 1, Layout::kContiguous);
-  const int64_t need = decode_workspace_bytes(batch, num_q_heads, head_dim, num_kv_splits);
-  if (buffer.size(0) < need) {
-    fail(fn, "buffer", fmt::format("has {} bytes, decode needs {}", buffer.size(0), need));
-  }
-  const int64_t mid_bytes = batch * num_q_heads * num_kv_splits * (head_dim + 1) * 4;
+  // mid_o, then the bf16 output, then lse (decode_workspace_bytes).
   const int64_t out_bytes = batch * num_q_heads * head_dim * 2;
-  const int64_t lse_bytes = batch * num_q_heads * 4;
-  const int64_t out_off = round_up_256(mid_bytes);
-  const int64_t lse_off = out_off + round_up_256(out_bytes);
+  const int64_t out_off =
+      round_up_256(split_kv_mid_o_bytes(batch, num_q_heads, head_dim, num_kv_splits));
+  SplitKvViews v = split_kv_views(
+      CallSite{kFamily, "decode_workspace_views"}, buffer, batch, num_q_heads, head_dim,
+      num_kv_splits, decode_workspace_bytes(batch, num_q_heads, head_dim, num_kv_splits),
+      out_off + round_up_256(out_bytes));
   DecodeWorkspace ws;
-  ws.mid_o = buffer.narrow(0, 0, mid_bytes)
-                 .view(at::kFloat)
-                 .view({batch, num_q_heads, num_kv_splits, head_dim + 1});
+  ws.mid_o = std::move(v.mid_o);
   ws.out = buffer.narrow(0, out_off, out_bytes)
                .view(at::kBFloat16)
                .view({batch, num_q_heads, head_dim});
-  ws.lse = buffer.narrow(0, lse_off, lse_bytes).view(at::kFloat).view({batch, num_q_heads});
+  ws.lse = std::move(v.lse);
   return ws;
 }
 
