@@ -160,13 +160,23 @@ void* stream_for(const at::Tensor& t) {
   return nullptr;
 }
 
-jit::LaunchDims dims(unsigned gx, unsigned gy, unsigned gz, unsigned threads) {
+jit::LaunchDims dims(unsigned gx, unsigned gy, unsigned gz, unsigned threads,
+                     unsigned shared_bytes) {
   jit::LaunchDims d;
   d.grid[0] = gx;
   d.grid[1] = gy;
   d.grid[2] = gz;
   d.block[0] = threads;
+  d.shared_bytes = shared_bytes;
   return d;
+}
+
+void tuned_launch(jit::JitRuntime& rt, const jit::KernelSource& kernel, const std::string& key,
+                  const std::vector<jit::KernelConfig>& candidates, void* stream,
+                  const std::function<void(const jit::KernelConfig&)>& launch) {
+  const jit::Selection sel = jit::autotune(rt, kernel, key, candidates, launch, stream);
+  jit::SelectionScope scope(rt, sel);
+  launch(sel.config);
 }
 
 void check_store_inputs(const CallSite& fn, const at::Tensor& key, const at::Tensor& value,

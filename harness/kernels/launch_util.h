@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/jit/jit.h"
+#include "harness/jit/select.h"
 
 namespace coldstart::kernels {
 
@@ -83,8 +84,18 @@ jit::KernelArg tensor_map_arg(const CallSite& fn, const char* arg, const at::Ten
 /// torch's current stream on the tensor's device; nullptr on the meta device (no launch happens).
 void* stream_for(const at::Tensor& t);
 
-/// Launch dimensions: grid (gx, gy, gz), a 1-D block of `threads`, no dynamic shared memory.
-jit::LaunchDims dims(unsigned gx, unsigned gy, unsigned gz, unsigned threads);
+/// Launch dimensions: grid (gx, gy, gz), a 1-D block of `threads`, `shared_bytes` of dynamic
+/// shared memory (none by default).
+jit::LaunchDims dims(unsigned gx, unsigned gy, unsigned gz, unsigned threads,
+                     unsigned shared_bytes = 0);
+
+/// Autotunes `kernel` over `candidates` under `key` (jit::autotune: measured on the first call
+/// for a key, remembered after), then calls `launch` with the pick under a jit::SelectionScope,
+/// so any compile the launch causes records which selection it came from. `stream` is where the
+/// candidates are timed. Errors are autotune's and the launch's.
+void tuned_launch(jit::JitRuntime& rt, const jit::KernelSource& kernel, const std::string& key,
+                  const std::vector<jit::KernelConfig>& candidates, void* stream,
+                  const std::function<void(const jit::KernelConfig&)>& launch);
 
 // Pieces of the wrappers every family has: the cache store's token inputs and the split-KV decode
 // (stage 1's batch arguments, stage 2 whole).

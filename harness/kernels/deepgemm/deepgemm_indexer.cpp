@@ -60,9 +60,7 @@ jit::Selection fixed_selection(std::string name, std::vector<jit::Constexpr> con
 }
 
 jit::LaunchDims launch_dims(unsigned grid, int threads, int smem) {
-  jit::LaunchDims d = kernels::dims(grid, 1, 1, static_cast<unsigned>(threads));
-  d.shared_bytes = static_cast<unsigned>(smem);
-  return d;
+  return kernels::dims(grid, 1, 1, static_cast<unsigned>(threads), static_cast<unsigned>(smem));
 }
 
 }  // namespace

@@ -47,12 +47,6 @@ KernelArg i32_arg(const CallSite& fn, const char* what, int64_t v) {
   return KernelArg::i32(to_i32(fn, what, v));
 }
 
-jit::LaunchDims dims_smem(unsigned gx, unsigned threads, unsigned smem) {
-  jit::LaunchDims d = dims(gx, 1, 1, threads);
-  d.shared_bytes = smem;
-  return d;
-}
-
 // Dummy arguments for compiling an AOT kernel: none of them is specialized, so the values do not
 // matter for the compile key.
 std::vector<KernelArg> dummy_args(const std::vector<DType>& pointers,
@@ -270,8 +264,8 @@ void gemm(jit::JitRuntime& rt, const jit::KernelConfig& cfg, const at::Tensor& a
              i32_arg(fn, "b (stride 2)", b.stride(2)), i32_arg(fn, "b (stride 1)", b.stride(1)),
              i32_arg(fn, "c (row stride)", c.stride(-2)),
              i32_arg(fn, "c (column stride)", c.stride(-1))},
-            dims_smem(grid_dim(fn, "x (blocks)", grid, 0x7fffffff), blk.num_warps * 32,
-                      static_cast<unsigned>(gemm_smem_bytes(blk, sm))),
+            dims(grid_dim(fn, "x (blocks)", grid, 0x7fffffff), 1, 1, blk.num_warps * 32,
+                 static_cast<unsigned>(gemm_smem_bytes(blk, sm))),
             stream_for(a));
 }
 

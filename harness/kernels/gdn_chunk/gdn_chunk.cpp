@@ -23,16 +23,6 @@ using namespace kernels;  // launch_util.h: the argument checks and launch helpe
 constexpr const char* kFamily = "gdn_chunk";
 int sm_of(const jit::JitRuntime& rt) { return jit::arch_sm(rt.arch()); }
 
-// Autotunes `kernel` over `candidates` under `key` (first call only), then launches the pick
-// with its provenance attached to any compile it causes.
-void tuned_launch(jit::JitRuntime& rt, const jit::KernelSource& kernel, const std::string& key,
-                  const std::vector<KernelConfig>& candidates, void* stream,
-                  const std::function<void(const KernelConfig&)>& launch) {
-  const jit::Selection sel = jit::autotune(rt, kernel, key, candidates, launch, stream);
-  jit::SelectionScope scope(rt, sel);
-  launch(sel.config);
-}
-
 }  // namespace
 
 void fused_post_conv(jit::JitRuntime& rt, const GdnDims& d, const at::Tensor& conv_out,

@@ -61,16 +61,6 @@ KernelArg ptr_or_null(const at::Tensor& t, jit::DType fallback) {
   return t.defined() ? tensor_arg(t) : KernelArg::pointer(0, fallback);
 }
 
-// Autotunes `kernel` over `candidates` under `key` (first call only), then launches the pick
-// with its provenance attached to any compile it causes.
-void tuned_launch(jit::JitRuntime& rt, const jit::KernelSource& kernel, const std::string& key,
-                  const std::vector<KernelConfig>& candidates, void* stream,
-                  const std::function<void(const KernelConfig&)>& launch) {
-  const jit::Selection sel = jit::autotune(rt, kernel, key, candidates, launch, stream);
-  jit::SelectionScope scope(rt, sel);
-  launch(sel.config);
-}
-
 int64_t num_chunks_of(const CallSite& fn, const at::Tensor& cu_chunk_seqlens) {
   check(fn, "cu_chunk_seqlens", cu_chunk_seqlens, at::kInt, 1, Layout::kContiguous);
   const int64_t n = cu_chunk_seqlens.size(0) - 1;
