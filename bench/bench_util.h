@@ -169,6 +169,11 @@ double measure(EventTimer& timer, const TimingOptions& o, int64_t& index, F& fn)
 /// each iteration's manual time is that measurement's seconds per call, so the report's
 /// real_time is the time of one call. Returns the mean seconds per call over all iterations
 /// (0 if the loop ran none), for set_*_counters().
+///
+/// With o.calls > 1, register the benchmark with ->Iterations(n): Google Benchmark sizes its
+/// iteration count from the manual time, which is 1/o.calls of what an iteration takes, so left
+/// to itself it runs o.calls times longer than its --benchmark_min_time (mamba_ops_bench's rows,
+/// 50 calls each, ran ~25 s apiece on the H200 that way).
 template <class F>
 double run_timed_loop(benchmark::State& state, void* stream, const TimingOptions& o, F&& fn) {
   int64_t index = 0;

@@ -157,20 +157,20 @@ void BM_ScatterStates(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_CausalConv1dFwd)->Arg(512)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CausalConv1dFwd)->Arg(512)->Arg(8192)->UseManualTime()->Iterations(20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CausalConv1dUpdate)
     ->Arg(1)
     ->Arg(64)
     ->Arg(256)
-    ->UseManualTime()
+    ->UseManualTime()->Iterations(20)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GatedRmsNorm)
     ->Arg(1)
     ->Arg(16)
     ->Arg(8192)
-    ->UseManualTime()
+    ->UseManualTime()->Iterations(20)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GatherInitialStates)->Arg(1)->Arg(16)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_ScatterStates)->Arg(1)->Arg(16)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GatherInitialStates)->Arg(1)->Arg(16)->UseManualTime()->Iterations(20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ScatterStates)->Arg(1)->Arg(16)->UseManualTime()->Iterations(20)->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) { return cb::bench_main("mamba_ops_bench", argc, argv); }
