@@ -33,13 +33,10 @@ std::string first_line(const std::string& text) {
 
 std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
 
-// A compile key without the "@sm_90/nvrtc-13.0" part: the same kernel instance compiled for
-// another arch or by another NVRTC is not a *new* hot-path compile, only a rebuilt one.
-std::string key_without_target(const std::string& key) {
-  const auto at = key.rfind('@');
-  if (at == std::string::npos) return key;
-  const auto hash = key.find('#', at);
-  return key.substr(0, at) + (hash == std::string::npos ? "" : key.substr(hash));
+// "NVIDIA H200 (sm_90)": how tables and reasons name where a run ran.
+std::string target_label(const std::string& target, int sm) {
+  const std::string arch = arch_name(sm);
+  return target == arch ? arch : target + ", " + arch;
 }
 
 // `<name>_max - <name>_min` from a result's extra fields; nullopt when either is missing.
@@ -74,26 +71,27 @@ struct Entry {
   const StrategyResult* result;
 };
 
-// (scenario, sm, variant, strategy); sm is -1 when the comparison ignores it.
-using MatchKey = std::tuple<std::string, int, std::string, std::string>;
+// (scenario, target, variant, strategy); target is "" when the comparison ignores it.
+using MatchKey = std::tuple<std::string, std::string, std::string, std::string>;
 
 // Flattens runs into entries keyed for matching. A key seen twice keeps the later entry and
 // adds a note naming the duplicate.
 std::map<MatchKey, Entry> index_runs(const std::vector<RunResults>& runs,
-                                     const std::set<std::string>& ignore_sm_for,
+                                     const std::set<std::string>& ignore_target_for,
                                      const char* side, std::vector<MatchKey>* order,
                                      std::vector<std::string>* notes) {
   std::map<MatchKey, Entry> out;
   for (const RunResults& run : runs) {
     for (const StrategyResult& r : run.results) {
-      const int sm = ignore_sm_for.count(run.scenario.name) ? -1 : run.meta.sm;
-      MatchKey k{run.scenario.name, sm, r.variant, r.strategy};
+      const std::string target =
+          ignore_target_for.count(run.scenario.name) ? std::string() : run_target(run.meta);
+      MatchKey k{run.scenario.name, target, r.variant, r.strategy};
       auto [it, inserted] = out.insert({k, Entry{&run, &r}});
       if (!inserted) {
         notes->push_back(fmt::format("{}: {} / {}{} ({}) appears twice; the later result is used",
                                      side, run.scenario.name, r.strategy,
                                      r.variant.empty() ? "" : " [" + r.variant + "]",
-                                     arch_name(run.meta.sm)));
+                                     target_label(run_target(run.meta), run.meta.sm)));
         it->second = Entry{&run, &r};
       } else {
         order->push_back(k);
@@ -132,6 +130,7 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
   CompareRow row;
   row.scenario = c.run->scenario.name;
   row.sm = c.run->meta.sm;
+  row.target = run_target(c.run->meta);
   row.variant = cr.variant;
   row.strategy = cr.strategy;
   row.baseline_outcome = br.outcome;
@@ -173,8 +172,10 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
                                      cur_phase, br.failed_phase.value_or("unknown phase"));
   }
 
-  // A GPU run and a compile-only run measure different things: their times are not compared.
-  const bool comparable = b.run->meta.mode == c.run->meta.mode;
+  // A GPU run and a compile-only run measure different things, and so do two targets (an H100
+  // and an H200): their times are shown, never gated.
+  const bool comparable =
+      b.run->meta.mode == c.run->meta.mode && run_target(b.run->meta) == row.target;
   row.metrics.push_back(compare_metric("startup_ms", br.startup_ms, cr.startup_ms, br, cr,
                                        threshold_pct, comparable));
   row.metrics.push_back(
@@ -182,15 +183,26 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
   row.metrics.push_back(compare_metric("first_decode_ms", br.first_decode_ms, cr.first_decode_ms,
                                        br, cr, threshold_pct, comparable));
 
-  std::set<std::pair<std::string, std::string>> known;
+  // A compile is identified by kernel, constexprs (the config among them) and argument
+  // specializations: the same instance built for another arch or NVRTC is a rebuild, and one
+  // whose program text changed (source hash) is "kernel source changed", not a new compile.
+  std::map<std::pair<std::string, std::string>, std::string> known;  // id -> baseline hash
   for (const CompileEvent& e : br.hot_path_compiles) {
-    known.insert({e.kernel, key_without_target(e.key)});
+    const CompileKeyParts k = split_compile_key(e.key);
+    known.emplace(std::make_pair(e.kernel, k.identity), k.source_hash);
   }
   std::set<std::pair<std::string, std::string>> reported;
   const std::vector<CompileEvent> current_compiles = hot_path_compiled(cr);  // disk loads excluded
   for (const CompileEvent& e : current_compiles) {
-    const std::pair<std::string, std::string> id{e.kernel, key_without_target(e.key)};
-    if (known.count(id) == 0 && reported.insert(id).second) row.new_hot_path_compiles.push_back(e);
+    const CompileKeyParts k = split_compile_key(e.key);
+    const std::pair<std::string, std::string> id{e.kernel, k.identity};
+    if (!reported.insert(id).second) continue;
+    const auto it = known.find(id);
+    if (it == known.end()) {
+      row.new_hot_path_compiles.push_back(e);
+    } else if (it->second != k.source_hash) {
+      row.kernel_source_changed.push_back({e, it->second});
+    }
   }
 
   row.fewer_hot_path_compiles = current_compiles.size() < hot_path_compiled(br).size();
@@ -207,6 +219,7 @@ CompareRow one_sided(const Entry& e, CompareRow::Presence presence) {
   CompareRow row;
   row.scenario = e.run->scenario.name;
   row.sm = e.run->meta.sm;
+  row.target = run_target(e.run->meta);
   row.variant = e.result->variant;
   row.strategy = e.result->strategy;
   row.presence = presence;
@@ -285,7 +298,7 @@ double MetricDelta::delta_pct() const {
 
 std::string CompareRow::label() const {
   return fmt::format("{} / {}{} ({})", scenario, strategy,
-                     variant.empty() ? "" : " [" + variant + "]", arch_name(sm));
+                     variant.empty() ? "" : " [" + variant + "]", target_label(target, sm));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -301,19 +314,24 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
   CompareReport report;
   report.max_regression_pct = options.max_regression_pct;
 
-  // Which scenarios ran on exactly one SM on both sides: for those, the SM is not matched.
-  std::map<std::string, std::set<int>> sms_b, sms_c;
-  for (const auto& r : baseline) sms_b[r.scenario.name].insert(r.meta.sm);
-  for (const auto& r : current) sms_c[r.scenario.name].insert(r.meta.sm);
-  std::set<std::string> ignore_sm;
-  for (const auto& [name, sms] : sms_b) {
-    auto it = sms_c.find(name);
-    if (it == sms_c.end() || sms.size() != 1 || it->second.size() != 1) continue;
-    ignore_sm.insert(name);
-    if (*sms.begin() != *it->second.begin()) {
-      report.notes.push_back(fmt::format("{}: baseline ran on {}, current on {}; compared anyway",
-                                         name, arch_name(*sms.begin()),
-                                         arch_name(*it->second.begin())));
+  // Which scenarios ran on exactly one target on both sides: for those, the target is not
+  // matched (a before/after comparison); when the two targets differ, outcomes and compiles are
+  // compared but timings are not gated (another GPU is not a regression).
+  std::map<std::string, std::set<std::pair<std::string, int>>> targets_b, targets_c;
+  for (const auto& r : baseline) targets_b[r.scenario.name].insert({run_target(r.meta), r.meta.sm});
+  for (const auto& r : current) targets_c[r.scenario.name].insert({run_target(r.meta), r.meta.sm});
+  std::set<std::string> ignore_target;
+  for (const auto& [name, targets] : targets_b) {
+    auto it = targets_c.find(name);
+    if (it == targets_c.end() || targets.size() != 1 || it->second.size() != 1) continue;
+    ignore_target.insert(name);
+    const auto& [tb, smb] = *targets.begin();
+    const auto& [tc, smc] = *it->second.begin();
+    if (tb != tc) {
+      report.notes.push_back(fmt::format(
+          "{}: baseline ran on {}, current on {}: a cross-target comparison; outcomes and "
+          "hot-path compiles are compared, timings are shown but not gated",
+          name, target_label(tb, smb), target_label(tc, smc)));
     }
   }
 
@@ -333,8 +351,8 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
   }
 
   std::vector<MatchKey> order_b, order_c;
-  const auto idx_b = index_runs(baseline, ignore_sm, "baseline", &order_b, &report.notes);
-  const auto idx_c = index_runs(current, ignore_sm, "current", &order_c, &report.notes);
+  const auto idx_b = index_runs(baseline, ignore_target, "baseline", &order_b, &report.notes);
+  const auto idx_c = index_runs(current, ignore_target, "current", &order_c, &report.notes);
 
   for (const MatchKey& k : order_b) {
     auto it = idx_c.find(k);
@@ -430,7 +448,7 @@ std::string CompareReport::render() const {
   std::vector<std::string> groups;
   std::map<std::string, std::vector<std::vector<std::string>>> cells;
   for (const CompareRow& r : rows) {
-    const std::string group = fmt::format("{} ({})", r.scenario, arch_name(r.sm));
+    const std::string group = fmt::format("{} ({})", r.scenario, target_label(r.target, r.sm));
     if (cells.find(group) == cells.end()) groups.push_back(group);
     std::string outcome;
     if (r.baseline_outcome && r.current_outcome && *r.baseline_outcome == *r.current_outcome) {
@@ -478,6 +496,12 @@ std::string CompareReport::render() const {
     if (!r.new_failure && !r.outcome_change.empty()) {
       os << "note: " << r.label() << ": " << r.outcome_change << "\n";
     }
+    for (const SourceChange& c : r.kernel_source_changed) {
+      os << fmt::format("note: {}: kernel source changed: {} in {} (source {} -> {}); the same "
+                        "instance, not a new compile\n",
+                        r.label(), c.current.kernel, c.current.phase, c.baseline_source_hash,
+                        split_compile_key(c.current.key).source_hash);
+    }
   }
   if (regressed) {
     os << "REGRESSED (" << reasons.size() << (reasons.size() == 1 ? " reason" : " reasons")
@@ -489,10 +513,85 @@ std::string CompareReport::render() const {
   return os.str();
 }
 
+std::string CompareReport::render_markdown() const {
+  std::ostringstream os;
+  size_t changed_source = 0;
+  for (const CompareRow& r : rows) changed_source += r.kernel_source_changed.size();
+  os << "### coldstart compare: "
+     << (regressed ? fmt::format("**REGRESSED** ({} {})", reasons.size(),
+                                 reasons.size() == 1 ? "reason" : "reasons")
+                   : std::string("no regressions"))
+     << fmt::format(" ({} pairs, threshold {:g}%)\n\n", rows.size(), max_regression_pct);
+  for (const std::string& reason : reasons) os << "- :x: " << reason << "\n";
+  if (!reasons.empty()) os << "\n";
+  // Markdown table cells: a '|' in a name or message would end the cell.
+  auto cell = [](std::string t) {
+    for (size_t p = t.find('|'); p != std::string::npos; p = t.find('|', p + 2)) t.replace(p, 1, "\\|");
+    return t;
+  };
+  std::vector<std::string> groups;
+  std::map<std::string, std::vector<const CompareRow*>> shown;
+  std::map<std::string, size_t> same;
+  for (const CompareRow& r : rows) {
+    const std::string group = fmt::format("{} ({})", r.scenario, target_label(r.target, r.sm));
+    if (shown.find(group) == shown.end() && same.find(group) == same.end()) groups.push_back(group);
+    const std::string v = verdict(r);
+    if (v == "same" && r.kernel_source_changed.empty()) {
+      ++same[group];
+      shown[group];
+    } else {
+      shown[group].push_back(&r);
+    }
+  }
+  for (const std::string& g : groups) {
+    os << "**" << cell(g) << "**";
+    if (same[g] > 0) os << fmt::format(" ({} unchanged pair{})", same[g], same[g] == 1 ? "" : "s");
+    os << "\n\n";
+    if (shown[g].empty()) continue;
+    os << "| strategy | variant | outcome | startup ms | TTFT ms | first decode ms | new hot-path "
+          "compiles | verdict |\n|---|---|---|---|---|---|---|---|\n";
+    for (const CompareRow* r : shown[g]) {
+      std::string outcome;
+      if (r->baseline_outcome && r->current_outcome && *r->baseline_outcome == *r->current_outcome) {
+        outcome = outcome_name(*r->current_outcome);
+      } else {
+        outcome = std::string(r->baseline_outcome ? outcome_name(*r->baseline_outcome) : "-") +
+                  " -> " + (r->current_outcome ? outcome_name(*r->current_outcome) : "-");
+      }
+      os << "| " << cell(r->strategy) << " | " << cell(r->variant.empty() ? "-" : r->variant)
+         << " | " << outcome;
+      for (const MetricDelta& m : r->metrics) os << " | " << metric_cell(m);
+      os << " | "
+         << (r->presence == CompareRow::Presence::kBoth
+                 ? std::to_string(r->new_hot_path_compiles.size())
+                 : std::string("-"))
+         << " | " << verdict(*r) << " |\n";
+    }
+    os << "\n";
+  }
+  if (changed_source > 0) {
+    os << "<details><summary>kernel source changed (" << changed_source
+       << "): the same instances compiled from new program text, not new compiles</summary>\n\n";
+    for (const CompareRow& r : rows)
+      for (const SourceChange& c : r.kernel_source_changed)
+        os << "- " << cell(r.label()) << ": `" << c.current.kernel << "` in " << c.current.phase
+           << " (source " << c.baseline_source_hash << " -> "
+           << split_compile_key(c.current.key).source_hash << ")\n";
+    os << "\n</details>\n\n";
+  }
+  for (const std::string& n : notes) os << "> " << n << "\n>\n";
+  os << fmt::format("\nTimings are baseline -> current; ! = slower by more than {:g}% and the "
+                    "run-to-run spread, * = faster by as much; only timings with a recorded "
+                    "spread (--repeat N) are gated.\n",
+                    max_regression_pct);
+  return os.str();
+}
+
 int compare_main(const std::string& baseline, const std::string& current,
-                 double max_regression_pct, bool allow_removed) {
+                 double max_regression_pct, bool allow_removed, const std::string& md_path) {
   CompareReport report;
   try {
+    if (!md_path.empty()) paths::check_output_paths({md_path}, {baseline, current});
     const auto b = read_any_results(baseline);
     size_t baseline_results = 0;
     for (const RunResults& r : b) baseline_results += r.results.size();
@@ -508,6 +607,14 @@ int compare_main(const std::string& baseline, const std::string& current,
     return 2;
   }
   std::cout << report.render() << std::flush;
+  if (!md_path.empty()) {
+    try {
+      paths::write_file_atomic(md_path, report.render_markdown());
+    } catch (const Error& e) {
+      std::cerr << "coldstart compare: " << e.what() << "\n";
+      return 1;
+    }
+  }
   return report.regressed ? 1 : 0;
 }
 

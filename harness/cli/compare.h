@@ -49,11 +49,19 @@ struct MetricDelta {
   double delta_pct() const;
 };
 
-/// How one (scenario, sm, variant, strategy) fared between the two files.
+/// A hot-path compile whose instance (kernel, constexprs, specializations) the baseline also
+/// compiled on the hot path, from another program text: the kernel's source changed.
+struct SourceChange {
+  CompileEvent current;              ///< the current run's compile
+  std::string baseline_source_hash;  ///< the baseline key's source hash (hex)
+};
+
+/// How one (scenario, target, variant, strategy) fared between the two files.
 struct CompareRow {
   enum class Presence { kBoth, kAdded, kRemoved };  ///< added = only in current
   std::string scenario;
   int sm = 0;               ///< the current run's SM (the baseline's for a removed row)
+  std::string target;       ///< run_target() of that run, e.g. "NVIDIA H200"
   std::string variant;      ///< "" when the scenario has no variants
   std::string strategy;
   Presence presence = Presence::kBoth;
@@ -67,13 +75,16 @@ struct CompareRow {
   bool interrupted = false;
   std::vector<MetricDelta> metrics;                ///< startup_ms, ttft_ms, first_decode_ms
   std::vector<CompileEvent> new_hot_path_compiles; ///< hot-path compiles absent from the baseline
+  /// Hot-path compiles of instances the baseline compiled from other kernel source: reported,
+  /// never a regression.
+  std::vector<SourceChange> kernel_source_changed;
   bool fewer_hot_path_compiles = false;  ///< current compiled less on the hot path than the baseline
   /// A compared timing moved by more than the threshold but was not gated (neither side recorded
   /// a spread): shown as "changed (not gated)", never a regression.
   bool ungated_change = false;
   bool regressed = false;   ///< any of: new_failure, new hot-path compile, a regressed metric
 
-  /// "scenario / strategy [variant] (sm_90)": how reasons and tables name the pair.
+  /// "scenario / strategy [variant] (NVIDIA H200, sm_90)": how reasons and tables name the pair.
   std::string label() const;
 };
 
@@ -89,15 +100,22 @@ struct CompareReport {
   /// "base -> current (+x.x%)", new hot-path compiles, verdict), then the notes, then
   /// "REGRESSED:" with each reason, or "no regressions".
   std::string render() const;
+  /// The same report as Markdown for a pull-request comment: a verdict line, the regressions,
+  /// one table per scenario and target (only the pairs that changed, with a count of the
+  /// unchanged ones), the kernel-source changes and the notes.
+  std::string render_markdown() const;
 };
 
-/// Compares two sets of runs. Pairs are matched by (scenario name, device SM, variant,
-/// strategy); when a scenario was run on exactly one SM on each side, the SM is not part of the
-/// match (a single-machine comparison, e.g. before/after a change, or H100 vs H200 runs).
-/// Null timings are not compared, nor timings of runs in different modes (meta.mode: cuda vs
-/// compile-only; a note says so). A pair regresses on a new crash/timeout/error, on a hot-path
-/// compile whose (kernel, compile key without its "@arch/compiler" part) was not a hot-path
-/// compile in the baseline, or on a timing that grew by more than `options.max_regression_pct`
+/// Compares two sets of runs. Pairs are matched by (scenario name, target (run_target: the device
+/// or the compile-only --target profile), variant, strategy); when a scenario was run on exactly
+/// one target on each side, the target is not part of the match (a single-machine comparison,
+/// e.g. before/after a change); if those two targets differ, a note says it is a cross-target
+/// comparison and timings are not gated. Null timings are not compared, nor timings of runs in
+/// different modes (meta.mode: cuda vs compile-only; a note says so). A pair regresses on a new
+/// crash/timeout/error, on a hot-path compile whose instance (kernel; split_compile_key's
+/// identity: constexprs and specializations, without arch, compiler or source hash) was not a
+/// hot-path compile in the baseline (one that was, from another source hash, is listed as
+/// kernel_source_changed), or on a timing that grew by more than `options.max_regression_pct`
 /// percent and more than the recorded spread. Pairs present on one side only are listed as
 /// added/removed; removed ones fail the comparison unless `options.allow_removed`, and so do pairs
 /// whose current result was interrupted (not measured). A pair whose baseline was interrupted is
@@ -111,11 +129,14 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
 CompareReport compare_results(const RunResults& baseline, const RunResults& current,
                               const CompareOptions& options);
 
-/// `coldstart compare BASELINE CURRENT [--max-regression PCT]`: reads both files (single-run or
-/// merged), prints the report to stdout. Returns 1 when regressed (each reason printed), 0 when
-/// not, 2 when a file cannot be read or parsed or the threshold is invalid (message on stderr).
+/// `coldstart compare BASELINE CURRENT [--max-regression PCT] [--md FILE]`: reads both files
+/// (single-run or merged), prints the report to stdout and, with `md_path`, writes
+/// render_markdown() there (atomically). Returns 1 when regressed (each reason printed), 0 when
+/// not, 2 when a file cannot be read or parsed, the threshold is invalid or the Markdown path is
+/// one of the inputs (message on stderr); a Markdown file that cannot be written is exit 1.
 int compare_main(const std::string& baseline, const std::string& current,
-                 double max_regression_pct, bool allow_removed = false);
+                 double max_regression_pct, bool allow_removed = false,
+                 const std::string& md_path = "");
 
 /// Writes `runs` as a merged results file {"schema": "coldstart.merged/1", "runs": [...]},
 /// pretty-printed, atomically (temp file in the same directory, fsync, rename).
@@ -129,7 +150,8 @@ void write_merged_json(const std::string& path, const std::vector<RunResults>& r
 std::vector<RunResults> read_any_results(const std::string& path);
 
 /// Folds runs from several files into one list, in input order. A strategy result with the same
-/// (scenario name, SM, variant, strategy) as one in an earlier run replaces it: the earlier copy
+/// (scenario name, target (run_target), variant, strategy) as one in an earlier run replaces it
+/// (an H100 and an H200 run of one scenario are both kept): the earlier copy
 /// is dropped (a run left with no results is dropped entirely) and a warning naming the pair is
 /// appended to `warnings` when given. Runs keep their own meta.
 std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,

@@ -138,6 +138,68 @@ TEST(Compare, RecompileForAnotherArchIsNotNew) {
   EXPECT_NE(r.notes[0].find("sm_100"), std::string::npos);
 }
 
+/// Rewrites the "#<hash>" of every compile key in `r` (a kernel source edit changes only that).
+void change_source_hash(RunResults& r, const std::string& kernel) {
+  for (StrategyResult& s : r.results)
+    for (auto* list : {&s.hot_path_compiles, &s.startup_compile_list})
+      for (CompileEvent& e : *list)
+        if (e.kernel == kernel) e.key = e.key.substr(0, e.key.rfind('#') + 1) + "00000000deadbeef";
+}
+
+TEST(Compare, ASourceOnlyKernelChangeIsReportedNotRegressed) {
+  const RunResults base = load("hotpath.json");
+  RunResults cur = base;
+  change_source_hash(cur, "tq_decode_stage1");
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  size_t changed = 0;
+  for (const CompareRow& row : r.rows) {
+    EXPECT_TRUE(row.new_hot_path_compiles.empty()) << row.label();
+    for (const SourceChange& c : row.kernel_source_changed) {
+      EXPECT_EQ(c.current.kernel, "tq_decode_stage1");
+      EXPECT_NE(c.baseline_source_hash, "00000000deadbeef");
+      ++changed;
+    }
+  }
+  EXPECT_GT(changed, 0u) << "hotpath.json compiles tq_decode_stage1 on the hot path";
+  EXPECT_NE(r.render().find("kernel source changed: tq_decode_stage1"), std::string::npos)
+      << r.render();
+}
+
+TEST(Compare, AnotherTargetIsNotedAndItsTimingsAreNotGated) {
+  const RunResults base = load("repeats_base.json");
+  RunResults cur = load("repeats_beyond.json");  // regressed when compared on one target
+  ASSERT_TRUE(compare_results(base, cur, CompareOptions{}).regressed);
+  cur.meta.device_name = "NVIDIA H100 80GB HBM3";  // also sm_90
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  bool noted = false;
+  for (const std::string& n : r.notes) noted |= n.find("cross-target") != std::string::npos;
+  EXPECT_TRUE(noted) << r.render();
+  for (const CompareRow& row : r.rows)
+    for (const MetricDelta& m : row.metrics) EXPECT_FALSE(m.compared) << row.label();
+}
+
+TEST(Compare, MarkdownCommentNamesTheRegressionAndOnlyChangedPairs) {
+  TempDir dir;
+  const std::string md = dir.file("comment.md");
+  testing::internal::CaptureStdout();
+  const int rc = compare_main(data("base.json"), data("crash.json"), 10.0, false, md);
+  (void)testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 1);
+  std::ifstream f(md);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("**REGRESSED** (1 reason)"), std::string::npos) << text;
+  EXPECT_NE(text.find("- :x: "), std::string::npos) << text;
+  EXPECT_NE(text.find("| tq-decode-warmup | cudagraph_mode=piecewise | ok -> crash"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("unchanged pairs)"), std::string::npos) << text;
+  // The comment may not overwrite an input.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(compare_main(data("base.json"), data("crash.json"), 10.0, false, data("crash.json")), 2);
+  (void)testing::internal::GetCapturedStderr();
+}
+
 TEST(Compare, TtftChangeWithinSpreadIsNotFlagged) {
   const CompareReport r = compare_results(load("repeats_base.json"),
                                           load("repeats_within_spread.json"), CompareOptions{});
@@ -385,6 +447,25 @@ TEST(Merge, TwoSmsAreBothKept) {
   EXPECT_EQ(runs[0], load("base.json"));  // nothing lost in the round trip
 }
 
+TEST(Merge, TwoTargetsOfOneSmAreBothKept) {
+  RunResults h100 = load("base.json");
+  h100.meta.device_name = "NVIDIA H100 80GB HBM3";
+  std::vector<std::string> warnings;
+  const auto merged = merge_results({load("base.json"), h100}, &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(run_target(merged[0].meta), "NVIDIA H200");
+  EXPECT_EQ(run_target(merged[1].meta), "NVIDIA H100 80GB HBM3");
+  // A compile-only run with --target h200 is the same target as the H200 (its mode differs).
+  RunMeta m;
+  m.device_name = "compile-only: NVIDIA H200";
+  m.sm = 90;
+  EXPECT_EQ(run_target(m), "NVIDIA H200");
+  m.device_name = "compile-only (sm_86)";
+  m.sm = 86;
+  EXPECT_EQ(run_target(m), "sm_86");
+}
+
 TEST(Merge, DuplicateLaterWinsWithWarning) {
   RunResults first = load("base.json");
   RunResults second = load("crash.json");
@@ -417,7 +498,7 @@ TEST(Merge, CompareAcceptsMergedFilesAndMatchesBySm) {
                                           read_any_results(dir.file("b.json")), {});
   ASSERT_TRUE(r.regressed) << r.render();
   ASSERT_EQ(r.reasons.size(), 1u);
-  EXPECT_NE(r.reasons[0].find("(sm_90)"), std::string::npos) << r.reasons[0];
+  EXPECT_NE(r.reasons[0].find("(NVIDIA H200, sm_90)"), std::string::npos) << r.reasons[0];
   // The merged file against a single-run one: sm_100 rows are removed, sm_90 matched.
   EXPECT_TRUE(compare_results(read_any_results(dir.file("a.json")), {load("base.json")}, {})
                   .regressed)

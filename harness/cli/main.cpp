@@ -7,6 +7,7 @@
 //                    [--no-isolate] [-v]
 //   coldstart report RESULTS.json... [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
 //   coldstart compare BASELINE.json CURRENT.json [--max-regression PCT] [--allow-removed]
+//                     [--md FILE]
 //   coldstart merge RESULTS.json... -o MERGED.json
 //   coldstart list [SCENARIO...] [--filter REGEX]
 //   coldstart doctor
@@ -104,6 +105,9 @@ int main(int argc, char** argv) {
   compare->add_option("--max-regression", cmp_pct,
                       "percent a timing may grow (beyond the run-to-run spread) before it fails")
       ->envname("COLDSTART_MAX_REGRESSION")->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  std::string cmp_md;
+  compare->add_option("--md", cmp_md,
+                      "also write the report as Markdown (a pull-request comment) to this file");
   bool cmp_allow_removed = false;
   compare->add_flag("--allow-removed", cmp_allow_removed,
                     "do not fail when baseline strategy results are missing from the current "
@@ -129,7 +133,7 @@ int main(int argc, char** argv) {
     if (*job) return cli::job_main(ja);
     if (*report) return cli::report_main(report_inputs, rep);
     if (*list) return cli::list_main(list_files, list_filter);
-    if (*compare) return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed);
+    if (*compare) return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed, cmp_md);
     if (*merge) return cli::merge_main(merge_in, merge_out);
     if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {

@@ -67,7 +67,7 @@ std::vector<RunResults> read_any_results(const std::string& path) {
 std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
                                       std::vector<std::string>* warnings) {
   std::vector<RunResults> out = runs;
-  using Key = std::tuple<std::string, int, std::string, std::string>;
+  using Key = std::tuple<std::string, std::string, std::string, std::string>;
   // Where each key lives now: (run index, result index).
   std::map<Key, std::pair<size_t, size_t>> seen;
   std::vector<std::vector<bool>> dropped(out.size());
@@ -75,7 +75,7 @@ std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
     dropped[i].assign(out[i].results.size(), false);
     for (size_t k = 0; k < out[i].results.size(); ++k) {
       const StrategyResult& r = out[i].results[k];
-      const Key key{out[i].scenario.name, out[i].meta.sm, r.variant, r.strategy};
+      const Key key{out[i].scenario.name, run_target(out[i].meta), r.variant, r.strategy};
       auto it = seen.find(key);
       if (it != seen.end()) {
         dropped[it->second.first][it->second.second] = true;
@@ -85,7 +85,8 @@ std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
               "duplicate result {} / {}{} ({}): keeping the later one (host {}, {}), dropping "
               "the earlier (host {}, {})",
               out[i].scenario.name, r.strategy, r.variant.empty() ? "" : " [" + r.variant + "]",
-              arch_name(out[i].meta.sm), out[i].meta.hostname, out[i].meta.started_at,
+              run_target(out[i].meta) + ", " + arch_name(out[i].meta.sm), out[i].meta.hostname,
+              out[i].meta.started_at,
               old.hostname, old.started_at));
         }
         it->second = {i, k};

@@ -99,6 +99,28 @@ bool operator==(const PhaseTiming& a, const PhaseTiming& b) {
   return a.name == b.name && same(a.ms, b.ms) && same(a.gpu_ms, b.gpu_ms) && a.request == b.request;
 }
 
+std::string run_target(const RunMeta& meta) {
+  static const std::string kProfile = "compile-only: ";
+  const std::string& d = meta.device_name;
+  if (d.rfind(kProfile, 0) == 0 && d.size() > kProfile.size()) return d.substr(kProfile.size());
+  if (d.empty() || d.rfind("compile-only", 0) == 0) return "sm_" + std::to_string(meta.sm);
+  return d;
+}
+
+CompileKeyParts split_compile_key(const std::string& key) {
+  CompileKeyParts p;
+  const size_t at = key.rfind('@');
+  if (at == std::string::npos) {
+    p.identity = key;
+    return p;
+  }
+  p.identity = key.substr(0, at);
+  const size_t hash = key.find('#', at);
+  p.target = key.substr(at + 1, hash == std::string::npos ? std::string::npos : hash - at - 1);
+  if (hash != std::string::npos) p.source_hash = key.substr(hash + 1);
+  return p;
+}
+
 std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r) {
   std::vector<CompileEvent> out;
   for (const auto& e : r.hot_path_compiles)

@@ -155,6 +155,21 @@ std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r);
 /// How many hot-path events were loads from the on-disk kernel cache (shown beside the count).
 int hot_path_loads(const StrategyResult& r);
 
+/// The target a run measured, for keying results across machines: the GPU's name on a GPU
+/// ("NVIDIA H200"), the --target profile's device name in compile-only mode ("NVIDIA H200" for
+/// --target h200: the mode is meta.mode), "sm_90" for compile-only mode without a profile or
+/// when the file names no device. Two sm_90 parts (an H100 and an H200) are two targets.
+std::string run_target(const RunMeta& meta);
+
+/// A compile key ("kernel[C=1,...](args)@sm_90/nvrtc-13.0#<source hash>") split into what the
+/// compile is (kernel, constexprs, argument specializations: the part before '@'), where it was
+/// compiled for ("sm_90/nvrtc-13.0") and the hash of the kernel's program text (hex, "" when the
+/// key has none). A key without '@' is all identity.
+struct CompileKeyParts {
+  std::string identity, target, source_hash;
+};
+CompileKeyParts split_compile_key(const std::string& key);
+
 bool operator==(const PhaseTiming& a, const PhaseTiming& b);
 bool operator==(const CompileEvent& a, const CompileEvent& b);
 bool operator==(const WorkspaceStats& a, const WorkspaceStats& b);
