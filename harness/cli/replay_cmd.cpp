@@ -410,10 +410,13 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     // With --strategy / --filter only some strategies ran: rules about the others are not
     // failures of this run (check_run_expectations leaves them out).
     const RunExpectations x = check_run_expectations(scenarios[i], runs[i]);
-    const std::string not_applied =
+    std::string not_applied =
         x.not_applicable
             ? fmt::format("; {} rule(s) for another mode or arch not checked", x.not_applicable)
             : "";
+    if (!x.not_checked.empty())
+      not_applied += fmt::format("; {} rule(s) about results this run did not produce not checked",
+                                 x.not_checked.size());
     if (x.unmet.empty()) {
       std::cout << fmt::format("expectations of {}: {} rule(s) met ({}){}\n", scenarios[i].name,
                                x.checked, x.mode, not_applied);
@@ -423,6 +426,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
       for (const auto& l : x.unmet) std::cout << "  UNMET " << l << "\n";
       unmet += static_cast<int>(x.unmet.size());
     }
+    for (const auto& l : x.not_checked) std::cout << "  not checked: " << l << "\n";
   }
   if (harness_errors > 0) return 1;
   return a.check && unmet > 0 ? 3 : 0;

@@ -231,6 +231,40 @@ TEST(CheckRunExpectations, FiltersByWhatRanAndCountsOtherModesAndArchs) {
   EXPECT_EQ(x.unmet.size(), 2u);
 }
 
+TEST(CheckRunExpectations, RulesAboutResultsNotProducedAreListedNotUnmet) {
+  Expectation other_strategy = rule("both", 11);  // --strategy none ran only `none`
+  other_strategy.outcome = "ok";
+  Expectation replaced_variant = rule("none", 12);  // --set cudagraph_mode=... replaced the axis
+  replaced_variant.variant = kPw;
+  replaced_variant.outcome = "crash";
+  Expectation checked = rule("none", 13);
+  checked.outcome = "ok";
+  RunResults run;
+  run.results = {result("none", "", Outcome::kOk)};
+  const RunExpectations x = check_run_expectations(with({other_strategy, replaced_variant, checked}), run);
+  EXPECT_EQ(x.checked, 1u);
+  EXPECT_TRUE(x.unmet.empty()) << x.unmet.front();
+  ASSERT_EQ(x.not_checked.size(), 2u);
+  EXPECT_NE(x.not_checked[0].find("rule at s.yaml:11 (strategy 'both')"), std::string::npos)
+      << x.not_checked[0];
+  EXPECT_NE(x.not_checked[1].find("variant \"cudagraph_mode=piecewise\""), std::string::npos)
+      << x.not_checked[1];
+}
+
+TEST(CheckExpectations, AKernelRuleSaysWhatAWarmCacheLoaded) {
+  Expectation e = rule("none", 5);
+  e.hot_path_kernels = std::vector<std::string>{"a", "b"};
+  StrategyResult r = result("none", "", Outcome::kOk);
+  r.hot_path_compiles.push_back(CompileEvent{"a", "a[key]", 0.2, "first_decode", "disk"});
+  r.hot_path_compiles.push_back(CompileEvent{"b", "b[key]", 0.2, "first_decode", "disk"});
+  const auto lines = check_expectations(with({e}), "cuda", {r});
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("hot-path kernels [], expected [a, b] (2 more loaded from the on-disk "
+                          "kernel cache"),
+            std::string::npos)
+      << lines[0];
+}
+
 TEST(CheckExpectations, SkippedResultsAreExemptButForOutcomeSkipped) {
   Expectation e = rule("*", 4);
   e.outcome = "ok";
