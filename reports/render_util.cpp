@@ -192,8 +192,13 @@ std::string device_text(const RunMeta& m) {
 }
 
 std::string loaded_suffix(const StrategyResult& r) {
+  std::string s;
+  size_t steady = 0;
+  for (const CompileEvent& e : steady_cold(r)) steady += e.source != "disk";
+  if (steady > 0) s += fmt::format(" ({} in the steady request)", steady);
   const int loads = hot_path_loads(r);
-  return loads > 0 ? fmt::format(" (+{} loaded)", loads) : std::string();
+  if (loads > 0) s += fmt::format(" (+{} loaded)", loads);
+  return s;
 }
 
 bool disallowed_hot_path(const StrategyResult& r) {

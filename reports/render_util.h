@@ -52,8 +52,10 @@ double startup_phase_sum(const StrategyResult& r);
 /// only when known and not already part of the name.
 std::string device_text(const RunMeta& m);
 
-/// " (+N loaded)" when N hot-path events were loads from the on-disk kernel cache, else "":
-/// what the table and Markdown put beside the hot-path compile count.
+/// What the table and Markdown put beside the hot-path compile count: " (N in the steady
+/// request)" when N of those compiles were the steady request's (steady_cold: it was not warm),
+/// then " (+N loaded)" when N hot-path events were loads from the on-disk kernel cache; "" when
+/// neither.
 std::string loaded_suffix(const StrategyResult& r);
 
 /// The strategy compiled on the hot path although it says `allow_hot_path_compiles: false`

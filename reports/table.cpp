@@ -229,6 +229,14 @@ std::string render_table(const RunResults& run, bool color) {
     if (first) out += "\n";
     first = false;
     std::string where = r->failed_phase ? " in " + *r->failed_phase : "";
+    const auto fs = r->extra.find("failed_step");
+    if (fs != r->extra.end() && fs->is_object() && fs->value("request", -1) >= 0) {
+      const int seqs = fs->value("batch_seqs", 0), tokens = fs->value("batch_tokens", 0);
+      where += fmt::format(" (request {}, step {}: {} sequence{}, {} token{}{})",
+                           fs->value("request", -1), fs->value("step", -1), seqs,
+                           seqs == 1 ? "" : "s", tokens, tokens == 1 ? "" : "s",
+                           fs->value("batch_mixed", false) ? ", mixed prefill and decode" : "");
+    }
     std::string text = r->error.value_or("(no error text)");
     if (skipped(*r)) {
       out += paint(fmt::format("{}: skipped", label(*r)), kYellow) + "\n";

@@ -202,6 +202,15 @@ StrategyResult Engine::run() {
     result_.failed_phase = current_phase_;
     log(std::string(crash ? "crash" : "error") + " in " + current_phase_ + ": " + *result_.error);
   }
+  // Which scheduler step and batch it failed in, when a request step was running.
+  if (result_.outcome != Outcome::kOk && jit_) {
+    const StepContext st = jit_->monitor().step();
+    if (st.request >= 0) {
+      result_.extra["failed_step"] = {{"request", st.request}, {"wave", st.wave},
+                                      {"step", st.step},       {"batch_tokens", st.batch_tokens},
+                                      {"batch_seqs", st.batch_seqs}, {"batch_mixed", st.batch_mixed}};
+    }
+  }
   snapshot();
   return result_;
 }

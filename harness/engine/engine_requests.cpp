@@ -25,13 +25,20 @@ using engine_detail::stall_if_asked;
 void Engine::record_first_time_costs() {
   // What the first request paid that the same-length second one did not, per request phase:
   // first-request phase ms minus steady-request phase ms (positive = a first-time cost).
+  // Phases are numbered by the scenario's request index of each wave's lead.
+  int first_lead = -1, steady_lead = -1;
+  for (size_t r = 0; r < scenario_.requests.size(); ++r) {
+    int& lead = scenario_.requests[r].steady ? steady_lead : first_lead;
+    if (lead < 0) lead = static_cast<int>(r);
+  }
   nlohmann::json costs = nlohmann::json::object();
   for (const PhaseTiming& first : result_.phases) {
-    if (first.request != 0) continue;
+    if (first.request < 0 || first.request != first_lead) continue;
     for (const PhaseTiming& steady : result_.phases) {
-      if (steady.request == 1 && steady.name == first.name) {
+      if (steady.request == steady_lead && steady.name == first.name) {
         costs[first.name] = first.ms - steady.ms;
-        const std::string k0 = "0." + first.name, k1 = "1." + first.name;
+        const std::string k0 = std::to_string(first_lead) + "." + first.name,
+                          k1 = std::to_string(steady_lead) + "." + first.name;
         for (const char* part : {"prefill_attention_gpu_ms", "model_pieces_gpu_ms", "sampling_ms"}) {
           const auto& m = result_.extra[part];
           if (m.is_object() && m.contains(k0) && m.contains(k1)) {
@@ -42,6 +49,7 @@ void Engine::record_first_time_costs() {
     }
   }
   result_.extra["first_time_cost_ms"] = costs;
+  // (snapshot_inner drops the ratio again when the steady request was cold: steady_cold.)
   if (result_.ttft_ms && result_.steady_ttft_ms && *result_.steady_ttft_ms > 0) {
     result_.extra["ttft_first_over_steady"] = *result_.ttft_ms / *result_.steady_ttft_ms;
   }
@@ -135,6 +143,17 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       seqs.push_back(std::move(s));
     }
     const std::string role = step_role(st, lead);
+    // Every compile, load and autotune of this step is stamped with it (the request that paid).
+    StepContext ctx;
+    ctx.request = st.seqs.empty() ? lead : st.seqs.front().id;
+    for (const ScheduledSeq& q : st.seqs)
+      if (q.id == lead) ctx.request = lead;
+    ctx.wave = wave;
+    ctx.step = st.index;
+    ctx.batch_tokens = st.num_tokens();
+    ctx.batch_seqs = static_cast<int>(st.seqs.size());
+    ctx.batch_mixed = st.mixed();
+    jit_->monitor().set_step(ctx);
     // Listed before it runs, so a step that fails is in the schedule too; `ms` is filled after.
     const bool listed = schedule_.size() < 512;
     if (listed) {
@@ -151,7 +170,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     auto body = [&] { execute(make_batch(seqs, false)); };
     double ms = 0;
     if (role == "prefill" || role == "continuation_prefill" || role == "first_decode") {
-      phase(role, wave, body);
+      phase(role, lead, body);
       ms = result_.phases.back().ms;
     } else {
       double reporting = 0;
@@ -191,12 +210,13 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     for (const ScheduledSeq& q : st.seqs)
       if (sched.finished(q.id) && blocks.count(q.id)) release(q.id);
   }
+  jit_->monitor().set_step(StepContext{});
   // Steps not timed as their own phase: drop what they recorded in the GPU spans.
   sdpa_spans_->take_total_ms();
   model_spans_->take_total_ms();
   sampling_ms_ = 0;
   for (const std::string& role : aggregated_order) {
-    result_.phases.push_back(PhaseTiming{role, aggregated[role], std::nullopt, wave});
+    result_.phases.push_back(PhaseTiming{role, aggregated[role], std::nullopt, lead});
   }
   std::vector<double> rest(lead_decode_ms.size() > 1 ? lead_decode_ms.begin() + 1
                                                      : lead_decode_ms.end(),

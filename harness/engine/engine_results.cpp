@@ -40,8 +40,9 @@ void Engine::snapshot_inner() {
   result_.hot_path_compiles.clear();
   result_.startup_compile_list.clear();
   for (const auto& r : recs) {
-    CompileEvent ev{r.kernel, r.key, r.compile_ms, r.phase, r.source,
-                    r.selector, r.tuning_key, r.config, r.num_candidates, r.reused};
+    CompileEvent ev{r.kernel,         r.key,    r.compile_ms,     r.phase,
+                    r.source,         r.selector, r.tuning_key, r.config,
+                    r.num_candidates, r.reused, r.step};
     if (r.hot_path) {
       result_.hot_path_compiles.push_back(ev);
     } else {
@@ -69,9 +70,24 @@ void Engine::snapshot_inner() {
                        {"compile_ms", a.compile_ms},
                        {"benchmark_ms", timed ? nlohmann::json(a.tune_ms - a.compile_ms) : nullptr},
                        {"candidate_ms", cand}});
+      if (a.step.request >= 0) {
+        tunes.back()["request"] = a.step.request;
+        tunes.back()["wave"] = a.step.wave;
+        tunes.back()["step"] = a.step.step;
+      }
     }
   }
   if (!tunes.empty()) result_.extra["autotunes"] = std::move(tunes);
+  // The steady request is the warm reference of first / steady: one that compiled, loaded or
+  // autotuned anything is not, so the count is recorded and the ratio dropped.
+  int cold = 0;
+  for (const auto& r : recs) cold += r.hot_path && r.step.wave == 1;
+  if (jit_)
+    for (const auto& a : jit_->monitor().autotunes()) cold += a.hot_path && a.step.wave == 1;
+  if (cold > 0) {
+    result_.extra["steady_cold"] = cold;
+    result_.extra.erase("ttft_first_over_steady");
+  }
   if (jit_) {
     const std::vector<std::string> warnings = jit_->monitor().warnings();
     if (!warnings.empty()) result_.extra["jit_warnings"] = warnings;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/common/error.h"
+#include "harness/common/step_context.h"
 
 namespace coldstart::jit {
 
@@ -168,6 +169,7 @@ struct CompileRecord {
   int num_candidates = 0;  ///< Selection::candidates.size() (autotune: candidates compiled)
   bool reused = false;     ///< compile-only: compile_ms and cubin of this key's first compile in
                            ///< this run (JitOptions::compile_memo_dir), not compiled again
+  StepContext step;        ///< the scheduler step running when it happened (JitMonitor::set_step)
 };
 
 /// One autotuning the monitor saw (select.h Autotuner::select when it compiled and, on a GPU,
@@ -186,6 +188,7 @@ struct AutotuneRecord {
   /// Per candidate (same order), its median kernel time on the GPU in milliseconds; nullopt in
   /// compile-only mode and for a candidate that failed.
   std::vector<std::pair<std::string, std::optional<double>>> candidate_ms;
+  StepContext step;  ///< the scheduler step running when it happened (JitMonitor::set_step)
 };
 
 /// A compile after startup, raised under MonitorMode::kError (`--jit-monitor error`). The text
@@ -202,6 +205,11 @@ class JitMonitor {
   explicit JitMonitor(MonitorMode mode = MonitorMode::kRecord);
   void set_phase(std::string phase);
   const std::string& phase() const;
+  /// The scheduler step running from now on (a default StepContext: none); every compile, load
+  /// and autotune recorded carries it.
+  void set_step(const StepContext& step);
+  /// The step set last (request -1 when none runs).
+  StepContext step() const;
   /// Startup is over: from now on every compile is a hot-path compile.
   void activate();
   bool active() const;
@@ -231,6 +239,7 @@ class JitMonitor {
  private:
   MonitorMode mode_;
   std::string phase_ = "init";
+  StepContext step_;
   bool active_ = false;
   std::vector<CompileRecord> records_;
   std::vector<AutotuneRecord> autotunes_;

@@ -15,6 +15,16 @@ void JitMonitor::set_phase(std::string phase) {
   phase_ = std::move(phase);
 }
 
+void JitMonitor::set_step(const StepContext& step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
+}
+
+StepContext JitMonitor::step() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return step_;
+}
+
 const std::string& JitMonitor::phase() const {
   std::lock_guard<std::mutex> lock(mu_);
   return phase_;
@@ -34,10 +44,12 @@ void JitMonitor::before_compile(const CompileKey& key) { before_compile(key, Com
 
 void JitMonitor::before_compile(const CompileKey& key, const CompileRecord& provenance) {
   std::string phase;
+  StepContext step;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!active_ || mode_ != MonitorMode::kError) return;
     phase = phase_;
+    step = step_;
   }
   // The refused compile is still a hot-path compile of this run: record it (no time spent).
   CompileRecord rec;
@@ -51,6 +63,7 @@ void JitMonitor::before_compile(const CompileKey& key, const CompileRecord& prov
   rec.tuning_key = provenance.tuning_key;
   rec.config = provenance.config;
   rec.num_candidates = provenance.num_candidates;
+  rec.step = step;
   record(std::move(rec));
   throw HotPathCompileError(fmt::format(
       "hot-path compile of {} in phase {} with --jit-monitor error: key {}", key.kernel, phase,
@@ -62,6 +75,7 @@ void JitMonitor::record(CompileRecord rec) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (rec.phase.empty()) rec.phase = phase_;
+    if (rec.step.request < 0) rec.step = step_;
     rec.hot_path = active_;
     if (rec.hot_path && mode_ == MonitorMode::kWarn) {
       std::fprintf(stderr, "coldstart: hot-path compile of %s in phase %s (%.1f ms, %s): key %s\n",
@@ -111,6 +125,7 @@ std::vector<std::string> JitMonitor::warnings() const {
 void JitMonitor::record_autotune(AutotuneRecord rec) {
   std::lock_guard<std::mutex> lock(mu_);
   rec.phase = phase_;
+  rec.step = step_;
   rec.hot_path = active_;
   autotunes_.push_back(std::move(rec));
 }

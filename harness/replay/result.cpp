@@ -128,6 +128,13 @@ std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r) {
   return out;
 }
 
+std::vector<CompileEvent> steady_cold(const StrategyResult& r) {
+  std::vector<CompileEvent> out;
+  for (const CompileEvent& e : r.hot_path_compiles)
+    if (e.step.wave == 1) out.push_back(e);
+  return out;
+}
+
 int hot_path_loads(const StrategyResult& r) {
   int n = 0;
   for (const auto& e : r.hot_path_compiles) n += e.source == "disk";
@@ -138,7 +145,7 @@ bool operator==(const CompileEvent& a, const CompileEvent& b) {
   return a.kernel == b.kernel && a.key == b.key && same(a.compile_ms, b.compile_ms) &&
          a.phase == b.phase && a.source == b.source && a.selector == b.selector &&
          a.tuning_key == b.tuning_key && a.config == b.config &&
-         a.num_candidates == b.num_candidates && a.reused == b.reused;
+         a.num_candidates == b.num_candidates && a.reused == b.reused && a.step == b.step;
 }
 
 bool operator==(const WorkspaceStats& a, const WorkspaceStats& b) {
@@ -202,6 +209,14 @@ void to_json(json& j, const CompileEvent& v) {
     j["num_candidates"] = v.num_candidates;
   }
   if (v.reused) j["reused"] = true;
+  if (v.step.request >= 0) {
+    j["request"] = v.step.request;
+    j["wave"] = v.step.wave;
+    j["step"] = v.step.step;
+    j["batch"] = {{"tokens", v.step.batch_tokens},
+                  {"seqs", v.step.batch_seqs},
+                  {"mixed", v.step.batch_mixed}};
+  }
 }
 
 void from_json(const json& j, CompileEvent& v) {
@@ -215,6 +230,18 @@ void from_json(const json& j, CompileEvent& v) {
   v.config = value_or<std::string>(j, "config", "");
   v.num_candidates = value_or<int>(j, "num_candidates", 0);
   v.reused = value_or<bool>(j, "reused", false);
+  v.step = StepContext{};
+  v.step.request = value_or<int>(j, "request", -1);
+  if (v.step.request >= 0) {
+    v.step.wave = value_or<int>(j, "wave", -1);
+    v.step.step = value_or<int>(j, "step", -1);
+    const auto b = j.find("batch");
+    if (b != j.end() && b->is_object()) {
+      v.step.batch_tokens = value_or<int>(*b, "tokens", 0);
+      v.step.batch_seqs = value_or<int>(*b, "seqs", 0);
+      v.step.batch_mixed = value_or<bool>(*b, "mixed", false);
+    }
+  }
 }
 
 void to_json(json& j, const WorkspaceStats& v) {

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/common/step_context.h"
+
 namespace coldstart {
 
 /// The schema tag written at the top of every results file.
@@ -52,7 +54,9 @@ struct PhaseTiming {
                                   ///< mode a compile taken from the run's compile memo
                                   ///< (CompileEvent::reused) is charged its recorded compile_ms
   std::optional<double> gpu_ms;   ///< CUDA-event time, milliseconds; null in compile-only mode
-  int request = -1;               ///< -1 startup phase, 0 first request, 1 steady (second) request
+  /// -1 for a startup phase; else the scenario's request index (requests: list order, steady
+  /// included) of the wave's lead request: the first wave's first request, or the steady one
+  int request = -1;
 };
 
 /// One JIT compile. JSON: {kernel, key, compile_ms, phase, source[, reused]}.
@@ -71,6 +75,9 @@ struct CompileEvent {
   /// Compile-only mode: compile_ms is that of the same key's first compile in this run (another
   /// strategy's), not compiled again (JSON `reused: true`, left out when false).
   bool reused = false;
+  /// The scheduler step that paid for it (JSON, when step.request >= 0: "request", "wave",
+  /// "step" and "batch": {"tokens", "seqs", "mixed"}); request -1 during startup.
+  StepContext step;
 };
 
 /// Workspace manager figures. JSON: {locked_bytes, peak_requested_bytes, num_slots}.
@@ -154,6 +161,10 @@ struct RunResults {
 std::vector<CompileEvent> hot_path_compiled(const StrategyResult& r);
 /// How many hot-path events were loads from the on-disk kernel cache (shown beside the count).
 int hot_path_loads(const StrategyResult& r);
+/// The hot-path events (compiles and disk loads) the steady request paid for (step.wave == 1):
+/// when there are any, the steady request was not warm and first / steady compares a cold
+/// request with another cold one.
+std::vector<CompileEvent> steady_cold(const StrategyResult& r);
 
 /// The target a run measured, for keying results across machines: the GPU's name on a GPU
 /// ("NVIDIA H200"), the --target profile's device name in compile-only mode ("NVIDIA H200" for
