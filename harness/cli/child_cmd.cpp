@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "harness/cli/child_job.h"
 #include "harness/cli/replay_options.h"
+#include "harness/cli/run_inputs.h"
+#include "harness/replay/engine_keys.h"
 #include "harness/isolate/isolate.h"
 #include "harness/engine/engine.h"
 
@@ -88,8 +91,12 @@ void install_crash_backtrace() {
 int child_main(const std::string& job_file) {
   std::signal(SIGPIPE, SIG_IGN);
   install_crash_backtrace();
-  const ChildJob job = read_child_job(job_file);
+  // Without the channel nothing the child does reaches anyone: refuse before running.
   const auto channel = isolate::ResultChannel::from_env();
+  if (!channel.active())
+    throw InputError("_child: no result channel (COLDSTART_RESULT_FD must name an open file "
+                     "descriptor, e.g. COLDSTART_RESULT_FD=3 ... 3>lines.txt)");
+  const ChildJob job = read_child_job(job_file);
   // The phase of the engine's last snapshot (it sends one as it ends) goes with the final result:
   // empty after a complete run, the failing phase after a caught error.
   std::string last_phase;
@@ -106,7 +113,12 @@ int child_main(const std::string& job_file) {
   return 0;
 }
 
-int job_main(const ReplayArgs& a) {
+int job_main(ReplayArgs a) {
+  validate_run_options(a);
+  // As replay hands it: the compile memo the environment names (replay makes a private one
+  // otherwise, which cannot outlive this command).
+  const char* memo = std::getenv("COLDSTART_COMPILE_MEMO_DIR");
+  if (a.compile_memo.empty() && memo != nullptr && a.device != "cuda") a.compile_memo = memo;
   const int variant_index = a.variant_index;
   const Scenario s = load(a);
   const StrategySpec* strategy = nullptr;
@@ -117,9 +129,14 @@ int job_main(const ReplayArgs& a) {
   if (variant_index < 0 || static_cast<size_t>(variant_index) >= s.variants.size())
     throw InputError(fmt::format("{}: --variant-index {}: the scenario has {} variant(s)",
                                  a.scenario, variant_index, s.variants.size()));
-  std::cout << nlohmann::json(make_child_job(a, apply_variant(s, s.variants[variant_index]), *strategy))
-                   .dump(2)
-            << "\n";
+  Scenario v = apply_variant(s, s.variants[variant_index]);
+  // Directory keys as absolute paths: the job may be run from another directory.
+  for (const EngineKeySpec& k : declared_engine_keys()) {
+    if (k.type != EngineKeyType::kDirectory) continue;
+    const std::string dir = v.engine.string_key(k.name);
+    if (!dir.empty()) v.engine.set_key(k.name, absolute_path(dir));
+  }
+  std::cout << nlohmann::json(make_child_job(a, v, *strategy)).dump(2) << "\n";
   return 0;
 }
 

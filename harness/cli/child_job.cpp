@@ -49,6 +49,11 @@ void from_json(const json& j, ChildJob& job) {
   j.at("jit_monitor").get_to(job.jit_monitor);
   j.at("seed").get_to(job.seed);
   j.at("verbose").get_to(job.verbose);
+  // What the parent always writes; a hand-edited job that breaks it is refused here.
+  if (job.scenario.variants.size() != 1)
+    throw Error(fmt::format("the scenario holds {} variants; a job runs exactly one",
+                            job.scenario.variants.size()));
+  if (job.sm_count < 0) throw Error(fmt::format("sm_count {} is negative", job.sm_count));
 }
 
 void write_child_job(const std::string& path, const ChildJob& job) {

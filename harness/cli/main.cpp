@@ -4,7 +4,7 @@
 //                    [--device auto|cuda|compile-only] [--arch sm_XX] [--set KEY=VALUE]...
 //                    [--json FILE] [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
 //                    [--cache-dir DIR] [--jit-monitor record|warn|error] [--timeout S]
-//                    [--no-isolate] [-v]
+//                    [--no-isolate] [--progress auto|live|plain|none] [-v]
 //   coldstart report RESULTS.json... [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
 //   coldstart compare BASELINE.json CURRENT.json [--max-regression PCT] [--allow-removed]
 //                     [--md FILE]
@@ -18,7 +18,9 @@
 // each child reports (harness/isolate), and renders the results. The tuned-config directories the
 // children read are copies the parent made when it validated them (harness/cli/run_inputs.h).
 // Exit status: 0 when every strategy ran (a reproduced crash or timeout is a result), 1 when the
-// harness failed for some strategy (outcome "error"), 2 on bad input, 128 + the signal (130 for
+// harness failed for some strategy (outcome "error") or every strategy run timed out, 2 on bad
+// input, 3 with --check when an expect: rule is unmet, 128 + the signal (130 for SIGINT, 143 for
+// SIGTERM) when interrupted. README.md has the details.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -56,6 +58,10 @@ int main(int argc, char** argv) {
   replay->add_option("--timeout", ra.timeout_s,
                      "per-strategy watchdog: seconds of wall time per child (0 or unset: the "
                      "scenario's timeout_s)");
+  replay->add_option("--progress", ra.progress,
+                     "auto | live | plain | none: progress on stderr (auto: a live line on a "
+                     "terminal, else one plain line per strategy run start and end)")
+      ->envname("COLDSTART_PROGRESS")->capture_default_str();
   replay->add_flag("--check", ra.check,
                    "exit 3 when a scenario's expect: rules are not met by this run (the rules "
                    "are always checked and printed)");

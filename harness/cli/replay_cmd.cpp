@@ -153,30 +153,47 @@ StrategyResult interrupted_repeats(std::vector<StrategyResult> reps, int wanted)
   return out;
 }
 
-/// The live progress line: what runs now, how many done of how many, elapsed time. Only on a
-/// terminal; quiet otherwise.
+/// Progress on stderr. kLive: one line rewritten in place (what runs now, its phase, how many
+/// of how many, elapsed time), for a terminal. kPlain: one line when a strategy run starts and
+/// one when it ends, with its outcome and elapsed time, for CI logs (nothing is rewritten).
+/// kNone: quiet.
 class Progress {
  public:
-  Progress(size_t total, bool enabled) : total_(total), enabled_(enabled) {}
+  Progress(size_t total, ProgressMode mode) : total_(total), mode_(mode) {}
+  void start(size_t index, const std::string& label) {
+    job_start_ = Clock::now();
+    if (mode_ == ProgressMode::kPlain) {
+      std::cerr << fmt::format("[{}/{}] {}: started ({:.1f} s into the run)\n", index + 1, total_,
+                               label, seconds(start_))
+                << std::flush;
+    }
+    update(index, label, "");
+  }
   void update(size_t index, const std::string& label, const std::string& phase) {
-    if (!enabled_) return;
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (mode_ != ProgressMode::kLive) return;
     std::cerr << fmt::format("\r\033[K[{}/{}] {}{} ({:.1f} s)", index + 1, total_, label,
-                             phase.empty() ? "" : ": " + phase, s)
+                             phase.empty() ? "" : ": " + phase, seconds(start_))
               << std::flush;
   }
   void done(size_t index, const std::string& label, const StrategyResult& r) {
-    if (!enabled_) return;
-    std::cerr << fmt::format("\r\033[K[{}/{}] {}: {}{}\n", index + 1, total_, label,
-                             outcome_name(r.outcome),
-                             r.failed_phase ? " in " + *r.failed_phase : std::string());
+    if (mode_ == ProgressMode::kNone) return;
+    std::cerr << fmt::format("{}[{}/{}] {}: {}{} in {:.1f} s\n",
+                             mode_ == ProgressMode::kLive ? "\r\033[K" : "", index + 1, total_,
+                             label, outcome_name(r.outcome),
+                             r.failed_phase ? " in " + *r.failed_phase : std::string(),
+                             seconds(job_start_))
+              << std::flush;
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::time_point since) {
+    return std::chrono::duration<double>(Clock::now() - since).count();
+  }
   size_t total_;
-  bool enabled_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  ProgressMode mode_;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point job_start_ = start_;
 };
 
 struct Job {
@@ -194,7 +211,11 @@ StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scena
   const StrategySpec& st = *job.strategy;
   const ChildJob child_job =
       make_child_job(a, inputs.child_scenario(job.scenario, job.variant), st);
-  if (a.no_isolate) return run_in_process(child_job, {});
+  if (a.no_isolate) {
+    StrategyResult r = run_in_process(child_job, {});
+    inputs.name_originals(r);
+    return r;
+  }
   const std::string job_file = paths::join(inputs.dir(), fmt::format("job-{}.json", n));
   write_child_job(job_file, child_job);
   isolate::ChildSpec spec;
@@ -224,7 +245,9 @@ StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scena
       std::cerr << "  " << who << ": " << line << "\n";
   };
   isolate::ChildExit ex = isolate::run_child(spec, on_msg, on_err);
-  return isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
+  StrategyResult r = isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
+  inputs.name_originals(r);
+  return r;
 }
 
 bool selected(const ReplayArgs& a, const Scenario& s, const StrategySpec& st) {
@@ -331,7 +354,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   };
   for (size_t i = 0; i < scenarios.size(); ++i) runs[i].scenario = summarize(scenarios[i]);
   const std::string started_at = now_iso8601();
-  Progress progress(jobs.size(), isatty(STDERR_FILENO) != 0);
+  Progress progress(jobs.size(), parse_progress(a.progress, isatty(STDERR_FILENO) != 0));
   int harness_errors = 0;
   std::string write_failed;  // the last results write's error, "" when it succeeded
   size_t not_run = 0;        // strategies an interrupt kept from starting
@@ -351,7 +374,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     for (int k = 0; k < a.repeat; ++k) {
       if (k > 0 && interrupted()) break;
       const std::string lab = a.repeat > 1 ? fmt::format("{} (run {}/{})", label, k + 1, a.repeat) : label;
-      progress.update(j, lab, "");
+      progress.start(j, lab);
       ReplayArgs ja = a;
       if (cache_views) ja.cache_dir = cache_views->begin_job();
       reps.push_back(run_job(ja, inputs, s, job, j * a.repeat + k,
@@ -405,11 +428,13 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   }
   // The scenarios' own tests: every `expect:` rule against this run's results.
   int unmet = 0;
+  size_t rules_checked = 0;
   for (size_t i = 0; i < scenarios.size(); ++i) {
     if (scenarios[i].expectations.empty() || runs[i].results.empty()) continue;
     // With --strategy / --filter only some strategies ran: rules about the others are not
     // failures of this run (check_run_expectations leaves them out).
     const RunExpectations x = check_run_expectations(scenarios[i], runs[i]);
+    rules_checked += x.checked;
     std::string not_applied =
         x.not_applicable
             ? fmt::format("; {} rule(s) for another mode or arch not checked", x.not_applicable)
@@ -429,7 +454,23 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     for (const auto& l : x.not_checked) std::cout << "  not checked: " << l << "\n";
   }
   if (harness_errors > 0) return 1;
-  return a.check && unmet > 0 ? 3 : 0;
+  if (a.check && unmet > 0) return 3;
+  // A run in which no strategy got as far as a result (every one timed out) measured nothing:
+  // exit 1 so CI notices, unless --check held the scenario's rules and they expected it.
+  size_t total = 0, timed_out = 0;
+  for (const RunResults& run : runs)
+    for (const StrategyResult& r : run.results) {
+      ++total;
+      if (r.outcome == Outcome::kTimeout) ++timed_out;
+    }
+  if (total > 0 && timed_out == total && !(a.check && rules_checked > 0)) {
+    std::cerr << fmt::format("coldstart: every strategy run ({}) timed out: nothing was measured "
+                             "(exit 1; a scenario that expects this says so in expect: rules "
+                             "checked with --check)\n",
+                             total);
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace coldstart::cli

@@ -359,6 +359,61 @@ TEST_F(ReplayE2E, JitMonitorWarnLinesNameTheirStrategy) {
       << text;
 }
 
+/// --check after a --set that replaced the matrix axis: the rules about the replaced variants are
+/// listed as not checked (they exited 3 as unmet before), and CI logs get one plain progress
+/// line per strategy start and end.
+TEST_F(ReplayE2E, CheckAfterASetOverTheAxisListsRulesNotCheckedAndPrintsPlainProgress) {
+  const std::string out = paths::join(dir_, "out.txt");
+  const int rc = run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
+                               "--strategy none --set cudagraph_mode=piecewise --check",
+                               out);
+  const std::string text = read_text(out);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_EQ(text.find("UNMET"), std::string::npos) << text;
+  EXPECT_NE(text.find("not checked: rule at"), std::string::npos) << text;
+  EXPECT_NE(text.find("[1/1] none: started"), std::string::npos) << text;
+  EXPECT_NE(text.find("[1/1] none: crash in first_decode in "), std::string::npos) << text;
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
+                          "--strategy none --progress sometimes"),
+            2);
+}
+
+/// Every hot-path compile names the request, wave, scheduler step and batch that paid for it,
+/// phases are numbered by the scenario's request index, and a crash names its step.
+TEST_F(ReplayE2E, HotPathCompilesAndCrashesNameTheirRequestStepAndBatch) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
+                          "--strategy none --strategy tq-reserve-max "
+                          "--set cudagraph_mode=piecewise --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  const auto j = nlohmann::json::parse(read_text(json));
+  int stamped = 0;
+  for (const auto& r : j.at("results")) {
+    for (const auto& e : r.at("hot_path_compiles")) {
+      ASSERT_TRUE(e.contains("request")) << e.dump();
+      EXPECT_EQ(e.at("request"), 0) << e.dump();
+      EXPECT_EQ(e.at("wave"), 0) << e.dump();
+      EXPECT_GE(e.at("batch").at("tokens").get<int>(), 1) << e.dump();
+      EXPECT_EQ(e.at("batch").at("seqs"), 1) << e.dump();
+      ++stamped;
+    }
+    for (const auto& e : r.at("startup_compile_list")) EXPECT_FALSE(e.contains("request"));
+    if (r.at("outcome") == "crash") {
+      EXPECT_EQ(r.at("failed_step").at("request"), 0);
+      EXPECT_EQ(r.at("failed_step").at("batch_tokens"), 1);  // the first decode step
+    }
+    // The steady request is the scenario's second request (index 1) and is numbered so.
+    for (const auto& p : r.at("phases"))
+      if (p.at("request").get<int>() >= 0) EXPECT_LE(p.at("request").get<int>(), 1);
+  }
+  EXPECT_GE(stamped, 2);
+  EXPECT_NE(read_text(out).find("crash in first_decode (request 0, step 1: 1 sequence, 1 token)"),
+            std::string::npos)
+      << read_text(out);
+}
+
 /// With a persistent --cache-dir every strategy starts from the directory as the run found it:
 /// the warmer compiles the key `none` compiled on its hot path again instead of loading it; the
 /// next run loads everything the first one compiled.

@@ -27,6 +27,14 @@ jit::MonitorMode parse_monitor(const std::string& s) {
   throw InputError("--jit-monitor '" + s + "': expected record, warn or error");
 }
 
+ProgressMode parse_progress(const std::string& s, bool stderr_is_tty) {
+  if (s == "auto") return stderr_is_tty ? ProgressMode::kLive : ProgressMode::kPlain;
+  if (s == "live") return ProgressMode::kLive;
+  if (s == "plain") return ProgressMode::kPlain;
+  if (s == "none") return ProgressMode::kNone;
+  throw InputError("--progress '" + s + "': expected auto, live, plain or none");
+}
+
 /// What the loader checks beyond the file format: warmer names, and whether the registered
 /// model families and mixer backends can replay it (so an unsupported scenario exits 2, at the
 /// line of the key, before any strategy runs).
@@ -69,6 +77,7 @@ Scenario load(const ReplayArgs& a) {
 
 void validate_run_options(const ReplayArgs& a) {
   parse_monitor(a.jit_monitor);
+  parse_progress(a.progress, false);
   if (a.device != "auto" && a.device != "cuda" && a.device != "compile-only") {
     throw InputError("--device '" + a.device + "': expected auto, cuda or compile-only");
   }

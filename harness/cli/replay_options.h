@@ -48,12 +48,21 @@ struct ReplayArgs {
   double timeout_s = 0;
   bool no_isolate = false;
   bool check = false;  // exit 3 when an `expect:` rule is unmet
+  std::string progress = "auto";  // --progress: auto, live, plain or none
   bool verbose = false;
   uint64_t seed = 1234;
   // `_job` only: the strategy and variant whose job it prints
   int variant_index = 0;
   std::string strategy_name;
 };
+
+/// How `replay` reports progress on stderr (replay_cmd.cpp, Progress).
+enum class ProgressMode { kLive, kPlain, kNone };
+
+/// --progress's value: "live" (one line rewritten in place), "plain" (a line per strategy run
+/// start and end), "none", or "auto": live when stderr is a terminal (`stderr_is_tty`), plain
+/// otherwise. Throws InputError for any other value.
+ProgressMode parse_progress(const std::string& s, bool stderr_is_tty);
 
 /// --jit-monitor's value as a mode. Throws InputError for anything but record, warn or error.
 jit::MonitorMode parse_monitor(const std::string& s);
@@ -100,8 +109,9 @@ StrategyResult run_in_process(
 ChildJob make_child_job(const ReplayArgs& a, const Scenario& variant_scenario,
                         const StrategySpec& strategy);
 
-/// `coldstart replay`: exit 0 when every strategy ran, 1 on a harness error, 3 with --check
-/// when an expect: rule is unmet, 128 + signal when interrupted. Throws InputError (exit 2).
+/// `coldstart replay`: exit 0 when every strategy ran, 1 on a harness error or when every
+/// strategy run timed out (unless --check held rules that all passed), 3 with --check when an
+/// expect: rule is unmet, 128 + signal when interrupted. Throws InputError (exit 2).
 int replay_main(ReplayArgs a, const std::string& cmdline);
 /// `coldstart _child --job FILE`: runs the job the parent wrote (child_job.h), its snapshots and
 /// result on the result channel (fd 3). Throws Error when the job file is unreadable.
@@ -110,7 +120,7 @@ int child_main(const std::string& job_file);
 /// replay with these options would hand that strategy's child, naming the user's files (a replay
 /// names its private copies): to rerun one child alone, e.g. under compute-sanitizer, with
 /// `_child --job`. Throws InputError for a bad scenario, strategy or variant index.
-int job_main(const ReplayArgs& a);
+int job_main(ReplayArgs a);
 /// `coldstart report`: renders results files (single-run or merged).
 int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a);
 /// `coldstart list`: warmers, model families, mixer backends, targets, scenarios' strategies.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -165,5 +166,25 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios) {
 }
 
 RunInputs::~RunInputs() { paths::remove_tree(dir_); }
+
+void RunInputs::name_originals(StrategyResult& r) const {
+  // A copy is <dir>/root<absolute original path>: dropping "<dir>/root" leaves the original.
+  const std::string root = paths::join(dir_, "root");
+  auto fix = [&](std::string& s) {
+    for (size_t p = s.find(root + "/"); p != std::string::npos; p = s.find(root + "/", p))
+      s.erase(p, root.size());
+  };
+  std::function<void(nlohmann::json&)> walk = [&](nlohmann::json& j) {
+    if (j.is_string()) {
+      std::string s = j.get<std::string>();
+      fix(s);
+      j = s;
+    } else if (j.is_structured()) {
+      for (auto& v : j) walk(v);
+    }
+  };
+  walk(r.extra);
+  if (r.error) fix(*r.error);
+}
 
 }  // namespace coldstart::cli

@@ -45,6 +45,10 @@ class RunInputs {
   const std::vector<InputFile>& inputs(size_t i) const { return per_scenario_.at(i).inputs; }
   /// The private directory (for tests and messages).
   const std::string& dir() const { return dir_; }
+  /// Replaces every mention of a private copy in `r` (its error text and every string below
+  /// `extra`, e.g. the tuned table a kernel read) by the user's file it copies, so results never
+  /// name a directory that is gone when the run ends.
+  void name_originals(StrategyResult& r) const;
 
  private:
   struct PerScenario {
