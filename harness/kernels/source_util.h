@@ -16,6 +16,19 @@ namespace coldstart::kernels {
 /// family that assembles a program by hand must put it first too.
 const char* device_common_source();
 
+/// The parameter names, in order, of the `extern "C"` function `entry` defined or declared in
+/// `text` (a kernel file: `extern "C" __global__ void __launch_bounds__(...) entry(...)`, or an
+/// `extern "C" { ... }` block holding it). Reads the text as written, before preprocessing:
+/// comments, line breaks, qualifiers (`const`, `__restrict__`, `__grid_constant__`, `*`, `&`),
+/// macros used as types (`cs_u16*`, `pa_cache_t*`), dependent types (`typename X<A>::T*`),
+/// `__align__(n)` / `__attribute__((...))` and array suffixes are all allowed; a list of `()` or
+/// `(void)` has no names. The entry is looked for only where `extern "C"` applies (not in
+/// comments, strings, #directives, or function bodies); several declarations of it must agree.
+/// Throws Error "kernel <entry>: ..." when no such entry is found, when its declarations disagree,
+/// or when a parameter cannot be read: it has no name, a default argument, a function-pointer or
+/// other unsupported form, `...`, or a #directive inside the list.
+std::vector<std::string> kernel_param_names(const char* text, const char* entry);
+
 /// The KernelSource of kernel `name` (also its extern "C" entry): one NVRTC program made of the
 /// helpers all families share (device_common_source()), the family's shared device helpers
 /// `common`, then the kernel file `text`, behind a
