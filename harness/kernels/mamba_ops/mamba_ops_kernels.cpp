@@ -127,7 +127,7 @@ const jit::KernelSource& gated_rms_norm_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
       "mamba_gated_rms_norm", kSource_mamba_gated_rms_norm,
-      {"x", "y", "weight", "z", "rstd", "stride_x_row", "stride_y_row", "stride_z_row", "M",
+      {"x", "y", "weight", "z", "rstd_out", "stride_x_row", "stride_y_row", "stride_z_row", "M",
        "eps"},
       storage);
   return k;

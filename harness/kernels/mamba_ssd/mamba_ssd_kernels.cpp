@@ -136,8 +136,8 @@ const jit::KernelSource& cumsum_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
       make_source("mamba_ssd_cumsum", kSource_mamba_ssd_cumsum,
-                  {"dt_ptr", "A_ptr", "dt_bias_ptr", "dt_out_ptr", "dA_cumsum_ptr",
-                   "cu_chunk_seqlens_ptr", "stride_dt_seqlen", "stride_dt_out_head",
+                  {"dt", "A", "dt_bias", "dt_out", "dA_cumsum",
+                   "cu_chunk_seqlens", "stride_dt_seqlen", "stride_dt_out_head",
                    "stride_dt_out_chunk", "stride_dA_cs_head", "stride_dA_cs_chunk"},
                   storage);
   return k;
@@ -147,7 +147,7 @@ const jit::KernelSource& chunk_state_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
       "mamba_ssd_chunk_state", kSource_mamba_ssd_chunk_state,
-      {"x_ptr", "b_ptr", "states_ptr", "dt_ptr", "dA_cumsum_ptr", "cu_chunk_seqlens_ptr",
+      {"x", "b", "states", "dt", "dA_cumsum", "cu_chunk_seqlens",
        "stride_x_seqlen", "stride_x_head", "stride_b_seqlen", "stride_b_head",
        "stride_states_chunk", "stride_states_head", "stride_states_hdim", "stride_dt_head",
        "stride_dt_chunk", "stride_dA_cs_head", "stride_dA_cs_chunk"},
@@ -159,7 +159,7 @@ const jit::KernelSource& state_passing_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
       make_source("mamba_ssd_state_passing", kSource_mamba_ssd_state_passing,
-                  {"states_ptr", "out_ptr", "dA_cs_ptr", "initstates_ptr", "last_chunk_indices_ptr",
+                  {"states", "out", "dA_cs", "initstates", "last_chunk_indices",
                    "stride_states_chunk", "stride_states_head", "stride_out_chunk",
                    "stride_out_head", "stride_dA_cs_head", "stride_dA_cs_chunk",
                    "stride_initstates_batch", "stride_initstates_head"},
@@ -171,7 +171,7 @@ const jit::KernelSource& bmm_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
       "mamba_ssd_bmm", kSource_mamba_ssd_bmm,
-      {"a_ptr", "b_ptr", "out_ptr", "cu_chunk_seqlens_ptr", "stride_a_seqlen", "stride_a_head",
+      {"a", "b", "out", "cu_chunk_seqlens", "stride_a_seqlen", "stride_a_head",
        "stride_b_seqlen", "stride_b_head", "stride_out_chunk", "stride_out_head", "stride_outm"},
       storage);
   return k;
@@ -181,18 +181,18 @@ const jit::KernelSource& chunk_scan_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
       make_source("mamba_ssd_chunk_scan", kSource_mamba_ssd_chunk_scan,
-                  {"cb_ptr",
-                   "x_ptr",
-                   "z_ptr",
-                   "out_ptr",
-                   "dt_ptr",
-                   "dA_cumsum_ptr",
-                   "seq_idx_ptr",
-                   "C_ptr",
-                   "states_ptr",
-                   "D_ptr",
-                   "initstates_ptr",
-                   "cu_chunk_seqlens_ptr",
+                  {"cb",
+                   "x",
+                   "z",
+                   "out",
+                   "dt",
+                   "dA_cumsum",
+                   "seq_idx",
+                   "C",
+                   "states",
+                   "D",
+                   "initstates",
+                   "cu_chunk_seqlens",
                    "stride_cb_chunk",
                    "stride_cb_head",
                    "stride_cb_csize_m",
