@@ -34,8 +34,11 @@ std::vector<std::string> kernel_param_names(const char* text, const char* entry)
 /// `common`, then the kernel file `text`, behind a
 /// `#line 1 "<name>.cu"` so NVRTC's messages point into the kernel file. The program text is
 /// kept in `storage`, which must outlive the returned source (a function-local static).
+/// `entry` names the extern "C" function when it differs from `name` (null: `name`).
+/// Throws Error when `arg_names` differs from the entry's parameters (kernel_param_names).
 jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,
-                                     std::vector<std::string> arg_names, std::string& storage);
+                                     std::vector<std::string> arg_names, std::string& storage,
+                                     const char* entry = nullptr);
 
 /// Printable identity of a specialization: "<kernel>[NAME=value,...]", constexprs in order.
 std::string compile_case_label(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs);

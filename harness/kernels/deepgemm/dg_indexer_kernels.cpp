@@ -43,9 +43,8 @@ void check_sm(int sm, const char* what) {
 /// specialization: DeepGEMM keys none of them (not even pointer alignment).
 jit::KernelSource indexer_source(const char* file, const char* text, const char* name, const char* entry,
                                  std::vector<std::string> args, std::string& storage) {
-  jit::KernelSource k = kernels::make_kernel_source(kSource_dg_common, file, text, args, storage);
+  jit::KernelSource k = kernels::make_kernel_source(kSource_dg_common, file, text, args, storage, entry);
   k.name = name;
-  k.entry = entry;
   for (const std::string& a : args) {
     if (a.rfind("tmap_", 0) != 0) k.do_not_specialize.push_back(a);
   }
