@@ -87,7 +87,8 @@ struct Constexpr {
 };
 
 /// A runtime-compiled kernel: its CUDA C++ source and the `extern "C" __global__` entry name.
-/// `arg_names` name the launch arguments in order; for an integer or pointer argument named N
+/// `arg_names` name the launch arguments in order (the kernel families read them from the
+/// entry's signature: kernels::make_kernel_source); for an integer or pointer argument named N
 /// that is specialized, the compiled source sees `-DCS_SPEC_<N>=1` (equal to one) or
 /// `-DCS_SPEC_<N>=16` (divisible by 16), so a kernel can assume what its compile key promises.
 /// `do_not_specialize` lists arguments left out of specialization (Triton's parameter of the

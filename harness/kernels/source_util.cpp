@@ -359,21 +359,15 @@ std::vector<std::string> kernel_param_names(const char* text, const char* entry)
 }
 
 jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,
-                                     std::vector<std::string> arg_names, std::string& storage,
-                                     const char* entry) {
+                                     std::string& storage, const char* entry) {
   if (entry == nullptr) entry = name;
-  const std::vector<std::string> parsed = kernel_param_names(text, entry);
-  if (parsed != arg_names) {
-    throw Error(fmt::format("kernel {}: hand-written arg_names ({}) differ from its signature ({})",
-                            entry, fmt::join(arg_names, ", "), fmt::join(parsed, ", ")));
-  }
   jit::KernelSource k;
+  k.arg_names = kernel_param_names(text, entry);
   k.name = name;
   k.entry = entry;
   storage = std::string(kSource_device_common) + "\n" + common + "\n#line 1 \"" + name + ".cu\"\n" +
             text;
   k.source = storage.c_str();
-  k.arg_names = std::move(arg_names);
   return k;
 }
 

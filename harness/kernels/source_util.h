@@ -29,16 +29,16 @@ const char* device_common_source();
 /// other unsupported form, `...`, or a #directive inside the list.
 std::vector<std::string> kernel_param_names(const char* text, const char* entry);
 
-/// The KernelSource of kernel `name` (also its extern "C" entry): one NVRTC program made of the
-/// helpers all families share (device_common_source()), the family's shared device helpers
-/// `common`, then the kernel file `text`, behind a
-/// `#line 1 "<name>.cu"` so NVRTC's messages point into the kernel file. The program text is
-/// kept in `storage`, which must outlive the returned source (a function-local static).
-/// `entry` names the extern "C" function when it differs from `name` (null: `name`).
-/// Throws Error when `arg_names` differs from the entry's parameters (kernel_param_names).
+/// The KernelSource of kernel `name` (also its extern "C" entry unless `entry` names another
+/// one): one NVRTC program made of the helpers all families share (device_common_source()), the
+/// family's shared device helpers `common`, then the kernel file `text`, behind a
+/// `#line 1 "<name>.cu"` so NVRTC's messages point into the kernel file. Its arg_names are the
+/// entry's parameter names as `text` declares them (kernel_param_names), so the .cu signature is
+/// the only list of them. The program text is kept in `storage`, which must outlive the returned
+/// source (a function-local static). Throws Error "kernel <entry>: ..." when `text` holds no
+/// such entry or its parameter list cannot be read.
 jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,
-                                     std::vector<std::string> arg_names, std::string& storage,
-                                     const char* entry = nullptr);
+                                     std::string& storage, const char* entry = nullptr);
 
 /// Printable identity of a specialization: "<kernel>[NAME=value,...]", constexprs in order.
 std::string compile_case_label(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs);

@@ -7,10 +7,6 @@ namespace coldstart::kernels {
 
 const char* split_kv_decode_source() { return kSource_split_kv_decode; }
 
-std::vector<std::string> split_kv_stage2_arg_names() {
-  return {"mid_o", "out", "lse", "out_stride_b", "out_stride_h"};
-}
-
 std::vector<jit::Constexpr> split_kv_stage2_constexprs(int head_dim, int num_kv_splits) {
   return {{"HEAD_DIM", head_dim}, {"NUM_KV_SPLITS", num_kv_splits}};
 }

@@ -1,5 +1,6 @@
 // Host side of the split-KV decode the paged and turboquant families share (device side:
-// split_kv_decode.cuh): the device helpers' source, the scratch sizes, and stage 2's kernel spec.
+// split_kv_decode.cuh): the device helpers' source, the scratch sizes, and stage 2's constexprs
+// (its argument names come from each family's stage-2 .cu, as every kernel's do).
 // Torch-free (cs_kernel_sources); the torch views of the scratch are launch_util.h's
 // split_kv_views.
 //
@@ -9,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "harness/jit/jit.h"
@@ -34,10 +34,6 @@ constexpr int64_t split_kv_mid_o_bytes(int64_t batch, int64_t num_q_heads, int64
 constexpr int64_t split_kv_lse_bytes(int64_t batch, int64_t num_q_heads) {
   return batch * num_q_heads * 4;
 }
-
-/// Argument names of a stage-2 kernel (the extern "C" signature of both families' stage 2):
-/// mid_o, out, lse, out_stride_b, out_stride_h.
-std::vector<std::string> split_kv_stage2_arg_names();
 
 /// Constexprs of a stage-2 kernel, in compile-key order: HEAD_DIM, NUM_KV_SPLITS.
 std::vector<jit::Constexpr> split_kv_stage2_constexprs(int head_dim, int num_kv_splits);

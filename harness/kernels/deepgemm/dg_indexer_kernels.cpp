@@ -42,10 +42,10 @@ void check_sm(int sm, const char* what) {
 /// show, `entry` the extern "C" symbol. Every argument that is not a tensor map is left out of
 /// specialization: DeepGEMM keys none of them (not even pointer alignment).
 jit::KernelSource indexer_source(const char* file, const char* text, const char* name, const char* entry,
-                                 std::vector<std::string> args, std::string& storage) {
-  jit::KernelSource k = kernels::make_kernel_source(kSource_dg_common, file, text, args, storage, entry);
+                                 std::string& storage) {
+  jit::KernelSource k = kernels::make_kernel_source(kSource_dg_common, file, text, storage, entry);
   k.name = name;
-  for (const std::string& a : args) {
+  for (const std::string& a : k.arg_names) {
     if (a.rfind("tmap_", 0) != 0) k.do_not_specialize.push_back(a);
   }
   k.min_sm = 90;
@@ -124,8 +124,8 @@ int hc_prenorm_smem_bytes(int block_n, int num_stages) {
 const jit::KernelSource& tf32_hc_prenorm_gemm_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      indexer_source("dg_hc_prenorm", kSource_dg_hc_prenorm, "tf32_hc_prenorm_gemm", "dg_hc_prenorm",
-                     {"tmap_x", "tmap_fn", "out_mul", "sqrsum", "m", "ld_out_m", "ld_out_s"}, storage);
+      indexer_source(
+          "dg_hc_prenorm", kSource_dg_hc_prenorm, "tf32_hc_prenorm_gemm", "dg_hc_prenorm", storage);
   return k;
 }
 
@@ -168,17 +168,15 @@ std::vector<jit::Constexpr> clean_logits_constexprs(int next_n) {
 const jit::KernelSource& fp8_mqa_logits_kernel() {
   static std::string storage;
   static const jit::KernelSource k = indexer_source(
-      "dg_mqa_logits", kSource_dg_mqa_logits, "fp8_mqa_logits", "dg_mqa_logits",
-      {"tmap_q", "tmap_kv", "kv_sf", "weights", "ks", "ke", "logits", "seq_len", "seq_len_kv", "ld_w", "ld_logits"},
-      storage);
+      "dg_mqa_logits", kSource_dg_mqa_logits, "fp8_mqa_logits", "dg_mqa_logits", storage);
   return k;
 }
 
 const jit::KernelSource& clean_logits_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      indexer_source("dg_mqa_logits", kSource_dg_mqa_logits, "clean_logits", "dg_clean_logits",
-                     {"seq_len", "seq_len_kv", "ld_logits", "ks", "ke", "logits"}, storage);
+      indexer_source(
+          "dg_mqa_logits", kSource_dg_mqa_logits, "clean_logits", "dg_clean_logits", storage);
   return k;
 }
 
@@ -215,18 +213,17 @@ int paged_mqa_logits_smem_bytes(int sm, int next_n, int num_heads, int head_dim)
 const jit::KernelSource& paged_mqa_metadata_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      indexer_source("dg_paged_mqa_metadata", kSource_dg_paged_mqa_metadata, "get_paged_mqa_logits_metadata",
-                     "dg_paged_mqa_metadata", {"batch_size", "next_n", "context_lens", "schedule"}, storage);
+      indexer_source(
+          "dg_paged_mqa_metadata", kSource_dg_paged_mqa_metadata, "get_paged_mqa_logits_metadata",
+          "dg_paged_mqa_metadata", storage);
   return k;
 }
 
 const jit::KernelSource& fp8_paged_mqa_logits_kernel() {
   static std::string storage;
   static const jit::KernelSource k = indexer_source(
-      "dg_paged_mqa_logits", kSource_dg_paged_mqa_logits, "fp8_paged_mqa_logits", "dg_paged_mqa_logits",
-      {"tmap_q", "tmap_kv", "kv_cache", "weights", "context_lens", "block_table", "schedule", "logits",
-       "batch_size", "ld_block_table", "ld_logits", "logits_cols", "kv_block_bytes"},
-      storage);
+      "dg_paged_mqa_logits", kSource_dg_paged_mqa_logits, "fp8_paged_mqa_logits",
+      "dg_paged_mqa_logits", storage);
   return k;
 }
 

@@ -22,11 +22,9 @@ namespace {
 
 // An AOT kernel: vLLM builds these ops ahead of time, so no argument value may make a new binary;
 // every argument is left out of specialization and the constexprs alone are the shape family.
-jit::KernelSource make_aot(const char* name, const char* text, std::vector<std::string> args,
-                           std::string& storage) {
-  jit::KernelSource k =
-      kernels::make_kernel_source(kSource_fused_moe_common, name, text, args, storage);
-  k.do_not_specialize = std::move(args);
+jit::KernelSource make_aot(const char* name, const char* text, std::string& storage) {
+  jit::KernelSource k = kernels::make_kernel_source(kSource_fused_moe_common, name, text, storage);
+  k.do_not_specialize = k.arg_names;
   return k;
 }
 
@@ -47,43 +45,34 @@ bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 const jit::KernelSource& topk_softmax_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_aot("moe_topk_softmax", kSource_moe_topk_softmax,
-               {"gating", "topk_weights", "topk_ids", "num_tokens", "gating_stride"}, storage);
+      make_aot("moe_topk_softmax", kSource_moe_topk_softmax, storage);
   return k;
 }
 
 const jit::KernelSource& grouped_topk_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_aot("moe_grouped_topk", kSource_moe_grouped_topk,
-               {"logits", "bias", "topk_weights", "topk_ids", "num_tokens", "logits_stride",
-                "routed_scaling_factor"},
-               storage);
+      make_aot("moe_grouped_topk", kSource_moe_grouped_topk, storage);
   return k;
 }
 
 const jit::KernelSource& align_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_aot(
-      "moe_align_block_size", kSource_moe_align_block_size,
-      {"topk_ids", "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "numel",
-       "block_size", "max_num_tokens_padded"},
-      storage);
+      "moe_align_block_size", kSource_moe_align_block_size, storage);
   return k;
 }
 
 const jit::KernelSource& silu_and_mul_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_aot("moe_silu_and_mul", kSource_moe_silu_and_mul,
-               {"out", "input", "d", "out_stride", "in_stride"}, storage);
+      make_aot("moe_silu_and_mul", kSource_moe_silu_and_mul, storage);
   return k;
 }
 
 const jit::KernelSource& sum_kernel() {
   static std::string storage;
-  static const jit::KernelSource k =
-      make_aot("moe_sum", kSource_moe_sum, {"out", "input", "d", "out_stride"}, storage);
+  static const jit::KernelSource k = make_aot("moe_sum", kSource_moe_sum, storage);
   return k;
 }
 
@@ -92,11 +81,7 @@ const jit::KernelSource& sum_kernel() {
 const jit::KernelSource& gemm_kernel() {
   static std::string storage;
   static const jit::KernelSource k = kernels::make_kernel_source(
-      kSource_fused_moe_common, "fused_moe_gemm", kSource_fused_moe_gemm,
-      {"a", "b", "c", "topk_weights", "sorted_token_ids", "expert_ids", "num_tokens_post_padded",
-       "N", "K", "EM", "num_valid_tokens", "stride_am", "stride_ak", "stride_be", "stride_bk",
-       "stride_bn", "stride_cm", "stride_cn"},
-      storage);
+      kSource_fused_moe_common, "fused_moe_gemm", kSource_fused_moe_gemm, storage);
   return k;
 }
 

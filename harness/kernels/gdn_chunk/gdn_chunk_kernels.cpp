@@ -26,11 +26,9 @@ constexpr const char* kFamily = "gdn_chunk";
 
 // Every FLA kernel of the chain is @triton.jit(do_not_specialize=["T"]); the post-conv kernel is
 // a plain @triton.jit (its L is specialized like any int).
-jit::KernelSource make_source(const char* name, const char* text,
-                              std::vector<std::string> arg_names, std::string& storage,
+jit::KernelSource make_source(const char* name, const char* text, std::string& storage,
                               bool t_not_specialized) {
-  jit::KernelSource k =
-      kernels::make_kernel_source(kSource_gdn_chunk_common, name, text, std::move(arg_names), storage);
+  jit::KernelSource k = kernels::make_kernel_source(kSource_gdn_chunk_common, name, text, storage);
   if (t_not_specialized) k.do_not_specialize = {"T"};
   return k;
 }
@@ -128,60 +126,47 @@ int64_t chunk_scratch_bytes(const GdnDims& d, int64_t T, const std::vector<int>&
 const jit::KernelSource& post_conv_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "gdn_post_conv", kSource_gdn_post_conv,
-      {"mixed_qkv", "a", "b", "A_log", "dt_bias", "q", "k", "v", "g", "beta", "stride_x_tok",
-       "stride_a_tok", "stride_b_tok", "stride_q_tok", "stride_k_tok", "stride_v_tok", "L"},
-      storage, false);
+      "gdn_post_conv", kSource_gdn_post_conv, storage, false);
   return k;
 }
 
 const jit::KernelSource& cumsum_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("gdn_chunk_cumsum", kSource_gdn_chunk_cumsum, {"s", "o", "cu_seqlens", "chunk_indices", "T"},
-                  storage, true);
+      make_source("gdn_chunk_cumsum", kSource_gdn_chunk_cumsum, storage, true);
   return k;
 }
 
 const jit::KernelSource& kkt_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("gdn_chunk_kkt", kSource_gdn_chunk_kkt,
-                  {"k", "beta", "g", "A", "cu_seqlens", "chunk_indices", "T"}, storage, true);
+      make_source("gdn_chunk_kkt", kSource_gdn_chunk_kkt, storage, true);
   return k;
 }
 
 const jit::KernelSource& solve_tril_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("gdn_chunk_solve_tril", kSource_gdn_chunk_solve_tril,
-                  {"A", "Ai", "cu_seqlens", "chunk_indices", "T"}, storage, true);
+      make_source("gdn_chunk_solve_tril", kSource_gdn_chunk_solve_tril, storage, true);
   return k;
 }
 
 const jit::KernelSource& wy_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "gdn_chunk_wy", kSource_gdn_chunk_wy,
-      {"k", "v", "beta", "w", "u", "A", "g", "cu_seqlens", "chunk_indices", "T"}, storage, true);
+      "gdn_chunk_wy", kSource_gdn_chunk_wy, storage, true);
   return k;
 }
 
 const jit::KernelSource& h_kernel() {
   static std::string storage;
-  static const jit::KernelSource k = make_source(
-      "gdn_chunk_h", kSource_gdn_chunk_h,
-      {"k", "v", "w", "v_new", "g", "gk", "h", "h0", "ht", "cu_seqlens", "chunk_offsets", "T"},
-      storage, true);
+  static const jit::KernelSource k = make_source("gdn_chunk_h", kSource_gdn_chunk_h, storage, true);
   return k;
 }
 
 const jit::KernelSource& o_kernel() {
   static std::string storage;
-  static const jit::KernelSource k = make_source(
-      "gdn_chunk_o", kSource_gdn_chunk_o,
-      {"q", "k", "v", "h", "g", "o", "cu_seqlens", "chunk_indices", "scale", "T", "o_stride_t"},
-      storage, true);
+  static const jit::KernelSource k = make_source("gdn_chunk_o", kSource_gdn_chunk_o, storage, true);
   return k;
 }
 

@@ -72,11 +72,7 @@ const jit::KernelSource& update_kernel() {
   static std::string storage;
   static const jit::KernelSource k = [] {
     jit::KernelSource s = kernels::make_kernel_source(
-        kSource_gdn_decode_common, "gdn_decode_update", kSource_gdn_decode_update,
-        {"A_log", "a", "b", "dt_bias", "beta", "threshold", "q", "k", "v", "o", "h0", "ht",
-         "cu_seqlens", "ssm_state_indices", "num_accepted_tokens", "scale", "N", "T",
-         "q_stride_t", "k_stride_t", "v_stride_t", "a_stride_t", "b_stride_t"},
-        storage);
+        kSource_gdn_decode_common, "gdn_decode_update", kSource_gdn_decode_update, storage);
     // vLLM: @triton.jit(do_not_specialize=["N", "T"]) (fused_sigmoid_gating.py @ 95a3d5a40244)
     s.do_not_specialize = {"N", "T"};
     return s;
@@ -88,12 +84,7 @@ const jit::KernelSource& mtp_kernel() {
   static std::string storage;
   // [inference] the Triton port's do_not_specialize list is unknown: none (Triton's default).
   static const jit::KernelSource k = kernels::make_kernel_source(
-      kSource_gdn_decode_common, "gdn_decode_mtp", kSource_gdn_decode_mtp,
-      {"mixed_qkv", "a", "b", "A_log", "dt_bias", "state_indices", "cu_seqlens",
-       "num_accepted_tokens", "state", "output_gate", "norm_weight", "out", "state_indices_width",
-       "mixed_stride", "a_stride", "b_stride", "gate_stride", "state_stride", "scale",
-       "norm_eps"},
-      storage);
+      kSource_gdn_decode_common, "gdn_decode_mtp", kSource_gdn_decode_mtp, storage);
   return k;
 }
 

@@ -18,11 +18,9 @@ extern const char* const kSource_mamba_scatter_states;
 namespace coldstart::mamba_ops {
 namespace {
 
-jit::KernelSource make_source(const char* name, const char* text,
-                              std::vector<std::string> arg_names, std::string& storage,
+jit::KernelSource make_source(const char* name, const char* text, std::string& storage,
                               std::vector<std::string> do_not_specialize = {}) {
-  jit::KernelSource k = kernels::make_kernel_source(kSource_mamba_ops_common, name, text,
-                                                    std::move(arg_names), storage);
+  jit::KernelSource k = kernels::make_kernel_source(kSource_mamba_ops_common, name, text, storage);
   k.do_not_specialize = std::move(do_not_specialize);
   return k;
 }
@@ -107,48 +105,36 @@ int dtype_code(jit::DType dtype) {
 const jit::KernelSource& conv_fwd_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "mamba_causal_conv1d_fwd", kSource_mamba_causal_conv1d_fwd,
-      {"x", "weight", "bias", "conv_states", "cache_indices", "has_initial_state",
-       "query_start_loc", "out", "seqlen", "num_seqs"},
-      storage, {"num_seqs"});  // num_seqs is this kernel's own argument: no Triton counterpart
+      "mamba_causal_conv1d_fwd", kSource_mamba_causal_conv1d_fwd, storage,
+      {"num_seqs"});  // num_seqs is this kernel's own argument: no Triton counterpart
   return k;
 }
 
 const jit::KernelSource& conv_update_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("mamba_causal_conv1d_update", kSource_mamba_causal_conv1d_update,
-                  {"x", "weight", "bias", "conv_state", "conv_state_indices", "out", "batch"},
-                  storage);
+      make_source("mamba_causal_conv1d_update", kSource_mamba_causal_conv1d_update, storage);
   return k;
 }
 
 const jit::KernelSource& gated_rms_norm_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "mamba_gated_rms_norm", kSource_mamba_gated_rms_norm,
-      {"x", "y", "weight", "z", "rstd_out", "stride_x_row", "stride_y_row", "stride_z_row", "M",
-       "eps"},
-      storage);
+      "mamba_gated_rms_norm", kSource_mamba_gated_rms_norm, storage);
   return k;
 }
 
 const jit::KernelSource& gather_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "mamba_gather_initial_states", kSource_mamba_gather_initial_states,
-      {"state", "indices", "has_initial_state", "out", "stride_state_batch", "stride_indices",
-       "stride_has_initial_state"},
-      storage);
+      "mamba_gather_initial_states", kSource_mamba_gather_initial_states, storage);
   return k;
 }
 
 const jit::KernelSource& scatter_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "mamba_scatter_states", kSource_mamba_scatter_states,
-      {"state", "src", "indices", "stride_state_batch", "stride_src_batch", "stride_indices"},
-      storage);
+      "mamba_scatter_states", kSource_mamba_scatter_states, storage);
   return k;
 }
 

@@ -25,10 +25,8 @@ namespace {
 constexpr const char* kFamily = "mamba_ssd";
 
 // No SSD kernel has a do_not_specialize list (see the header).
-jit::KernelSource make_source(const char* name, const char* text,
-                              std::vector<std::string> arg_names, std::string& storage) {
-  return kernels::make_kernel_source(kSource_mamba_ssd_common, name, text, std::move(arg_names),
-                                     storage);
+jit::KernelSource make_source(const char* name, const char* text, std::string& storage) {
+  return kernels::make_kernel_source(kSource_mamba_ssd_common, name, text, storage);
 }
 
 bool is_pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
@@ -135,86 +133,34 @@ int dtype_code(jit::DType dtype) {
 const jit::KernelSource& cumsum_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("mamba_ssd_cumsum", kSource_mamba_ssd_cumsum,
-                  {"dt", "A", "dt_bias", "dt_out", "dA_cumsum",
-                   "cu_chunk_seqlens", "stride_dt_seqlen", "stride_dt_out_head",
-                   "stride_dt_out_chunk", "stride_dA_cs_head", "stride_dA_cs_chunk"},
-                  storage);
+      make_source("mamba_ssd_cumsum", kSource_mamba_ssd_cumsum, storage);
   return k;
 }
 
 const jit::KernelSource& chunk_state_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "mamba_ssd_chunk_state", kSource_mamba_ssd_chunk_state,
-      {"x", "b", "states", "dt", "dA_cumsum", "cu_chunk_seqlens",
-       "stride_x_seqlen", "stride_x_head", "stride_b_seqlen", "stride_b_head",
-       "stride_states_chunk", "stride_states_head", "stride_states_hdim", "stride_dt_head",
-       "stride_dt_chunk", "stride_dA_cs_head", "stride_dA_cs_chunk"},
-      storage);
+      "mamba_ssd_chunk_state", kSource_mamba_ssd_chunk_state, storage);
   return k;
 }
 
 const jit::KernelSource& state_passing_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("mamba_ssd_state_passing", kSource_mamba_ssd_state_passing,
-                  {"states", "out", "dA_cs", "initstates", "last_chunk_indices",
-                   "stride_states_chunk", "stride_states_head", "stride_out_chunk",
-                   "stride_out_head", "stride_dA_cs_head", "stride_dA_cs_chunk",
-                   "stride_initstates_batch", "stride_initstates_head"},
-                  storage);
+      make_source("mamba_ssd_state_passing", kSource_mamba_ssd_state_passing, storage);
   return k;
 }
 
 const jit::KernelSource& bmm_kernel() {
   static std::string storage;
-  static const jit::KernelSource k = make_source(
-      "mamba_ssd_bmm", kSource_mamba_ssd_bmm,
-      {"a", "b", "out", "cu_chunk_seqlens", "stride_a_seqlen", "stride_a_head",
-       "stride_b_seqlen", "stride_b_head", "stride_out_chunk", "stride_out_head", "stride_outm"},
-      storage);
+  static const jit::KernelSource k = make_source("mamba_ssd_bmm", kSource_mamba_ssd_bmm, storage);
   return k;
 }
 
 const jit::KernelSource& chunk_scan_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("mamba_ssd_chunk_scan", kSource_mamba_ssd_chunk_scan,
-                  {"cb",
-                   "x",
-                   "z",
-                   "out",
-                   "dt",
-                   "dA_cumsum",
-                   "seq_idx",
-                   "C",
-                   "states",
-                   "D",
-                   "initstates",
-                   "cu_chunk_seqlens",
-                   "stride_cb_chunk",
-                   "stride_cb_head",
-                   "stride_cb_csize_m",
-                   "stride_x_seqlen",
-                   "stride_x_head",
-                   "stride_z_seqlen",
-                   "stride_z_head",
-                   "stride_out_seqlen",
-                   "stride_out_head",
-                   "stride_dt_chunk",
-                   "stride_dt_head",
-                   "stride_dA_cs_chunk",
-                   "stride_dA_cs_head",
-                   "stride_C_seqlen",
-                   "stride_C_head",
-                   "stride_states_chunk",
-                   "stride_states_head",
-                   "stride_states_hdim",
-                   "stride_init_states_batch",
-                   "stride_init_states_head",
-                   "stride_init_states_hdim"},
-                  storage);
+      make_source("mamba_ssd_chunk_scan", kSource_mamba_ssd_chunk_scan, storage);
   return k;
 }
 

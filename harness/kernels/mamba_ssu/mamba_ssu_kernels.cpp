@@ -180,21 +180,7 @@ const jit::KernelSource& update_kernel() {
   static std::string storage;
   static const jit::KernelSource k = [] {
     jit::KernelSource s = kernels::make_kernel_source(
-        kSource_mamba_ssu_common, "mamba_ssu_update", kSource_mamba_ssu_update,
-        {"state_ptr", "rand_seed_ptr", "x_ptr", "dt_ptr", "dt_bias_ptr", "A_ptr", "B_ptr",
-         "C_ptr", "D_ptr", "z_ptr", "out_ptr", "state_batch_indices_ptr",
-         "dst_state_batch_indices_ptr", "null_block_id", "num_accepted_tokens_ptr",
-         "cu_seqlens_ptr", "N", "nheads", "dim", "dstate", "nheads_ngroups_ratio",
-         "stride_state_batch", "stride_state_head", "stride_state_dim", "stride_state_dstate",
-         "stride_x_batch", "stride_x_head", "stride_x_dim", "stride_dt_batch", "stride_dt_head",
-         "stride_dt_dim", "stride_dt_bias_head", "stride_dt_bias_dim", "stride_A_head",
-         "stride_A_dim", "stride_A_dstate", "stride_B_batch", "stride_B_group",
-         "stride_B_dstate", "stride_C_batch", "stride_C_group", "stride_C_dstate",
-         "stride_D_head", "stride_D_dim", "stride_z_batch", "stride_z_head", "stride_z_dim",
-         "stride_out_batch", "stride_out_head", "stride_out_dim", "stride_state_indices_batch",
-         "stride_state_indices_T", "stride_dst_state_indices_batch",
-         "stride_dst_state_indices_T"},
-        storage);
+        kSource_mamba_ssu_common, "mamba_ssu_update", kSource_mamba_ssu_update, storage);
     // vLLM: @triton.jit(do_not_specialize=["N"]) on _selective_scan_update_kernel.
     s.do_not_specialize = {"N"};
     return s;

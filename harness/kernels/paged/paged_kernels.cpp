@@ -20,11 +20,10 @@ namespace {
 
 // Every paged program: the shared split-KV helpers (pa_attend merges through them), then the
 // family header.
-jit::KernelSource make_source(const char* name, const char* text,
-                              std::vector<std::string> arg_names, std::string& storage) {
+jit::KernelSource make_source(const char* name, const char* text, std::string& storage) {
   static const std::string common =
       std::string(kernels::split_kv_decode_source()) + "\n" + kSource_paged_common;
-  return kernels::make_kernel_source(common.c_str(), name, text, std::move(arg_names), storage);
+  return kernels::make_kernel_source(common.c_str(), name, text, storage);
 }
 
 jit::Constexpr dtype_constexpr(const PagedLayout& l) {
@@ -67,40 +66,27 @@ PagedLayout PagedLayout::make(int head_dim, int block_size, int num_kv_heads, Ca
 const jit::KernelSource& cache_store_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "paged_cache_store", kSource_paged_cache_store,
-      {"key", "value", "slot_mapping", "key_cache", "value_cache", "k_scale", "v_scale",
-       "key_stride_t", "key_stride_h", "value_stride_t", "value_stride_h", "block_size",
-       "block_stride"},
-      storage);
+      "paged_cache_store", kSource_paged_cache_store, storage);
   return k;
 }
 
 const jit::KernelSource& decode_stage1_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "paged_decode_stage1", kSource_paged_decode_stage1,
-      {"q", "key_cache", "value_cache", "k_scale", "v_scale", "block_table", "seq_lens", "mid_o",
-       "q_stride_b", "q_stride_h", "block_table_stride", "sm_scale", "cache_block_stride"},
-      storage);
+      "paged_decode_stage1", kSource_paged_decode_stage1, storage);
   return k;
 }
 
 const jit::KernelSource& decode_stage2_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("paged_decode_stage2", kSource_paged_decode_stage2,
-                  kernels::split_kv_stage2_arg_names(), storage);
+      make_source("paged_decode_stage2", kSource_paged_decode_stage2, storage);
   return k;
 }
 
 const jit::KernelSource& prefill_kernel() {
   static std::string storage;
-  static const jit::KernelSource k = make_source(
-      "paged_prefill", kSource_paged_prefill,
-      {"q", "key_cache", "value_cache", "k_scale", "v_scale", "block_table", "query_start_loc",
-       "seq_lens", "out", "q_stride_t", "q_stride_h", "out_stride_t", "out_stride_h",
-       "block_table_stride", "num_seqs", "sm_scale", "cache_block_stride"},
-      storage);
+  static const jit::KernelSource k = make_source("paged_prefill", kSource_paged_prefill, storage);
   return k;
 }
 

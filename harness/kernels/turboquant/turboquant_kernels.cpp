@@ -21,11 +21,10 @@ namespace {
 bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 // Every TurboQuant program: the shared split-KV helpers, then the family header.
-jit::KernelSource make_source(const char* name, const char* text,
-                              std::vector<std::string> arg_names, std::string& storage) {
+jit::KernelSource make_source(const char* name, const char* text, std::string& storage) {
   static const std::string common =
       std::string(kernels::split_kv_decode_source()) + "\n" + kSource_tq_common;
-  return kernels::make_kernel_source(common.c_str(), name, text, std::move(arg_names), storage);
+  return kernels::make_kernel_source(common.c_str(), name, text, storage);
 }
 
 }  // namespace
@@ -50,37 +49,27 @@ TqLayout TqLayout::make(int head_dim, int block_size, int num_kv_heads) {
 
 const jit::KernelSource& cache_store_kernel() {
   static std::string storage;
-  static const jit::KernelSource k = make_source(
-      "tq_cache_store", kSource_tq_cache_store,
-      {"key", "value", "slot_mapping", "cache", "key_stride_t", "key_stride_h", "value_stride_t",
-       "value_stride_h"},
-      storage);
+  static const jit::KernelSource k = make_source("tq_cache_store", kSource_tq_cache_store, storage);
   return k;
 }
 
 const jit::KernelSource& decode_stage1_kernel() {
   static std::string storage;
   static const jit::KernelSource k = make_source(
-      "tq_decode_stage1", kSource_tq_decode_stage1,
-      {"q", "cache", "block_table", "seq_lens", "mid_o", "q_stride_b", "q_stride_h",
-       "block_table_stride", "sm_scale"},
-      storage);
+      "tq_decode_stage1", kSource_tq_decode_stage1, storage);
   return k;
 }
 
 const jit::KernelSource& decode_stage2_kernel() {
   static std::string storage;
   static const jit::KernelSource k =
-      make_source("tq_decode_stage2", kSource_tq_decode_stage2,
-                  kernels::split_kv_stage2_arg_names(), storage);
+      make_source("tq_decode_stage2", kSource_tq_decode_stage2, storage);
   return k;
 }
 
 const jit::KernelSource& dequant_kv_kernel() {
   static std::string storage;
-  static const jit::KernelSource k =
-      make_source("tq_dequant_kv", kSource_tq_dequant_kv,
-                  {"cache", "block_table", "k_out", "v_out", "num_tokens", "alloc_len"}, storage);
+  static const jit::KernelSource k = make_source("tq_dequant_kv", kSource_tq_dequant_kv, storage);
   return k;
 }
 
