@@ -385,6 +385,11 @@ KernelCompileCase make_compile_case(const char* family, const jit::KernelSource&
   KernelCompileCase c;
   c.family = family;
   c.label = compile_case_label(k, cs);
+  if (args.size() != k.arg_names.size()) {
+    throw Error(fmt::format("{}: compile case {} gives {} arguments, but kernel {} takes {} ({})",
+                            family, c.label, args.size(), k.entry, k.arg_names.size(),
+                            fmt::join(k.arg_names, ", ")));
+  }
   c.kernel = &k;
   c.constexprs = std::move(cs);
   c.args = std::move(args);

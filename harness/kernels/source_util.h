@@ -43,7 +43,9 @@ jit::KernelSource make_kernel_source(const char* common, const char* name, const
 /// Printable identity of a specialization: "<kernel>[NAME=value,...]", constexprs in order.
 std::string compile_case_label(const jit::KernelSource& k, const std::vector<jit::Constexpr>& cs);
 
-/// A compile case of `family` ("paged") for kernel `k`, labelled by compile_case_label.
+/// A compile case of `family` ("paged") for kernel `k`, labelled by compile_case_label, with
+/// `args` the launch arguments it compiles for. Throws Error "<family>: compile case <label> ..."
+/// when `args` does not hold one argument per parameter of `k` (k.arg_names).
 KernelCompileCase make_compile_case(const char* family, const jit::KernelSource& k,
                                     std::vector<jit::Constexpr> cs,
                                     std::vector<jit::KernelArg> args);

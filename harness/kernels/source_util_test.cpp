@@ -132,5 +132,29 @@ TEST(KernelParamNames, RefusesWhatItCannotRead) {
   }
 }
 
+// make_kernel_source's arg_names are the signature's, and a compile case must match their count.
+TEST(KernelSource, ArgNamesComeFromTheEntryAndCompileCasesMatchThem) {
+  static std::string storage;
+  const jit::KernelSource k = make_kernel_source(
+      "", "two_entries", "extern \"C\" __global__ void a(int x) {}\n"
+      "extern \"C\" __global__ void b(const float* __restrict__ p, int n) {}\n",
+      storage, "b");
+  EXPECT_EQ(k.name, "two_entries");
+  EXPECT_EQ(k.entry, "b");
+  EXPECT_EQ(k.arg_names, (Names{"p", "n"}));
+  const KernelCompileCase ok = make_compile_case(
+      "fam", k, {}, {jit::KernelArg::pointer(1u << 20, jit::DType::kF32), jit::KernelArg::i32(4)});
+  EXPECT_EQ(ok.args.size(), 2u);
+  try {
+    make_compile_case("fam", k, {}, {jit::KernelArg::i32(4)});
+    ADD_FAILURE() << "a one-argument case of a two-parameter kernel was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fam: compile case two_entries[] gives 1 arguments, but "
+                                         "kernel b takes 2 (p, n)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace coldstart::kernels
