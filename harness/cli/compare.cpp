@@ -258,6 +258,31 @@ std::string metric_cell(const MetricDelta& m) {
   return cell;
 }
 
+// One line per (kernel, baseline source, current source) of the rows' kernel_source_changed:
+// "<kernel>: source <old> -> <new> (<n> hot-path compiles in <m> pairs, e.g. <label>)".
+std::vector<std::string> source_change_lines(const std::vector<CompareRow>& rows) {
+  struct Seen {
+    size_t compiles = 0;
+    std::set<std::string> pairs;
+    std::string example;
+  };
+  std::map<std::tuple<std::string, std::string, std::string>, Seen> by;
+  for (const CompareRow& r : rows)
+    for (const SourceChange& c : r.kernel_source_changed) {
+      Seen& s = by[{c.current.kernel, c.baseline_source_hash,
+                    split_compile_key(c.current.key).source_hash}];
+      ++s.compiles;
+      if (s.pairs.insert(r.label()).second && s.example.empty()) s.example = r.label();
+    }
+  std::vector<std::string> out;
+  for (const auto& [k, s] : by)
+    out.push_back(fmt::format("{}: source {} -> {} ({} hot-path compile{} in {} pair{}, e.g. {})",
+                              std::get<0>(k), std::get<1>(k), std::get<2>(k), s.compiles,
+                              s.compiles == 1 ? "" : "s", s.pairs.size(),
+                              s.pairs.size() == 1 ? "" : "s", s.example));
+  return out;
+}
+
 std::string verdict(const CompareRow& r) {
   switch (r.presence) {
     case CompareRow::Presence::kAdded: return "added";
@@ -496,13 +521,9 @@ std::string CompareReport::render() const {
     if (!r.new_failure && !r.outcome_change.empty()) {
       os << "note: " << r.label() << ": " << r.outcome_change << "\n";
     }
-    for (const SourceChange& c : r.kernel_source_changed) {
-      os << fmt::format("note: {}: kernel source changed: {} in {} (source {} -> {}); the same "
-                        "instance, not a new compile\n",
-                        r.label(), c.current.kernel, c.current.phase, c.baseline_source_hash,
-                        split_compile_key(c.current.key).source_hash);
-    }
   }
+  for (const std::string& l : source_change_lines(rows))
+    os << "note: kernel source changed (the same instances, not new compiles): " << l << "\n";
   if (regressed) {
     os << "REGRESSED (" << reasons.size() << (reasons.size() == 1 ? " reason" : " reasons")
        << "):\n";
@@ -572,11 +593,7 @@ std::string CompareReport::render_markdown() const {
   if (changed_source > 0) {
     os << "<details><summary>kernel source changed (" << changed_source
        << "): the same instances compiled from new program text, not new compiles</summary>\n\n";
-    for (const CompareRow& r : rows)
-      for (const SourceChange& c : r.kernel_source_changed)
-        os << "- " << cell(r.label()) << ": `" << c.current.kernel << "` in " << c.current.phase
-           << " (source " << c.baseline_source_hash << " -> "
-           << split_compile_key(c.current.key).source_hash << ")\n";
+    for (const std::string& l : source_change_lines(rows)) os << "- " << cell(l) << "\n";
     os << "\n</details>\n\n";
   }
   for (const std::string& n : notes) os << "> " << n << "\n>\n";
