@@ -439,8 +439,10 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
         x.not_applicable
             ? fmt::format("; {} rule(s) for another mode or arch not checked", x.not_applicable)
             : "";
+    if (x.strategy_not_run > 0)
+      not_applied += fmt::format("; {} rule(s) about strategies not run", x.strategy_not_run);
     if (!x.not_checked.empty())
-      not_applied += fmt::format("; {} rule(s) about results this run did not produce not checked",
+      not_applied += fmt::format("; {} rule(s) about variants this run did not produce not checked",
                                  x.not_checked.size());
     if (x.unmet.empty()) {
       std::cout << fmt::format("expectations of {}: {} rule(s) met ({}){}\n", scenarios[i].name,

@@ -114,10 +114,15 @@ RunExpectations check_run_expectations(const Scenario& s, const RunResults& run)
     }
     // A rule no result of this run matches (--strategy / --filter ran other strategies, or a
     // --set replaced the matrix axis its variant names) is not checked: listed, never unmet.
-    bool ran = false;
-    for (const auto& r : run.results) ran = ran || matches(e, r);
+    bool ran = false, strategy_ran = false;
+    for (const auto& r : run.results) {
+      ran = ran || matches(e, r);
+      strategy_ran = strategy_ran || e.strategy == "*" || e.strategy == r.strategy;
+    }
     if (ran) {
       checked.expectations.push_back(e);
+    } else if (!strategy_ran) {
+      ++out.strategy_not_run;
     } else {
       std::string rule = fmt::format("strategy '{}'", e.strategy);
       if (e.variant) rule += fmt::format(", variant \"{}\"", *e.variant);

@@ -26,9 +26,10 @@ std::vector<std::string> check_expectations(const Scenario& s, const std::string
 /// What `coldstart replay` prints and gates on for one scenario's run: s.expectations checked
 /// against run.results. The run's mode is its results' `device_mode` ("cuda" or "compile-only";
 /// compile-only when unrecorded) and its arch is run.meta.sm's. A rule for another mode or arch
-/// is counted in `not_applicable`; a rule that no result matches (its strategy did not run:
-/// --strategy / --filter chose others; or its variant was not produced: a --set replaced that
-/// matrix axis) is listed in `not_checked`, never unmet; every other rule is checked
+/// is counted in `not_applicable`; a rule about a strategy that did not run (--strategy /
+/// --filter chose others) is counted in `strategy_not_run`; one whose variant was not produced
+/// (a --set replaced that matrix axis) is listed in `not_checked`; neither is ever unmet; every
+/// other rule is checked
 /// (check_expectations) and counted in `checked`. A kernel rule that fails on a result whose
 /// kernels came from a warm on-disk cache says how many were loaded instead of compiled.
 struct RunExpectations {
@@ -36,7 +37,10 @@ struct RunExpectations {
   size_t checked = 0;               ///< rules that applied to this run
   size_t not_applicable = 0;        ///< rules for another mode or arch
   std::vector<std::string> unmet;   ///< check_expectations' lines; empty when every rule held
-  /// "rule at <file>:<line> (strategy 'x', variant \"v\"): no result of this run", per rule
+  /// Rules about a strategy that did not run (--strategy / --filter): counted, not checked.
+  size_t strategy_not_run = 0;
+  /// Rules whose strategy ran but whose variant this run did not produce (a --set replaced the
+  /// matrix axis): "rule at <file>:<line> (strategy 'x', variant \"v\"): no result of this run"
   std::vector<std::string> not_checked;
 };
 RunExpectations check_run_expectations(const Scenario& s, const RunResults& run);
