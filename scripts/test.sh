@@ -4,7 +4,7 @@
 #
 # Then the sanitizer pass: the torch-free parser, isolation and cache tests (CTest label
 # `sanitize`: the scenario loader's, expect, result, isolate, jit and paths tests) and the
-# scenario / HF config fuzzer (harness/replay/fuzz, COLDSTART_FUZZ_SECONDS, default 20), built
+# scenario / HF config fuzzer (harness/replay/fuzz, COLDSTART_FUZZ_SECONDS, default 10), built
 # with AddressSanitizer + UndefinedBehaviorSanitizer into a second tree, build-asan
 # (COLDSTART_ASAN_BUILD_DIR), which builds only those targets. A fuzz finding is saved under
 # build-asan/fuzz-findings/ and fails the run. COLDSTART_SANITIZE=0 skips the pass. Arguments go
@@ -23,7 +23,7 @@ if [ "${COLDSTART_SANITIZE:-1}" != 0 ]; then
   cuda_root=$(sed -n 's/^CUDAToolkit_ROOT:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" | head -n1)
   cmake -S . -B "$ASAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLDSTART_SANITIZE=ON \
     -DCOLDSTART_BUILD_BENCH=OFF ${cuda_root:+-DCUDAToolkit_ROOT="$cuda_root"} \
-    -DCOLDSTART_FUZZ_SECONDS="${COLDSTART_FUZZ_SECONDS:-20}" ${COLDSTART_CMAKE_ARGS:-} >/dev/null
+    -DCOLDSTART_FUZZ_SECONDS="${COLDSTART_FUZZ_SECONDS:-10}" ${COLDSTART_CMAKE_ARGS:-} >/dev/null
   cmake --build "$ASAN_DIR" --target cs_sanitize_tests -j"$(nproc)"
   built=$(date +%s)
   # UBSan: print the stack of a report (-fno-sanitize-recover makes every report fatal).
