@@ -11,6 +11,7 @@
 #include <functional>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -114,20 +115,23 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios) {
       // config.json: travels parsed in the job, so it is not copied; its bytes are read again to
       // record them and to refuse a file edited since the loader parsed it (meta.inputs must
       // describe what the run replays).
+      // Each file is read once; every variant naming it is compared with that reading.
+      std::map<std::string, std::string> config_sums;
       auto add_config = [&](const ModelConfig& m) {
         if (m.config_file.empty()) return;
-        const bool first = done.insert(m.config_file).second;
-        const std::string data = read_bytes(m.config_file);
-        const std::string sum = checksum::fnv1a64_hex(data);
-        if (sum != m.config_fnv1a64) {
+        auto it = config_sums.find(m.config_file);
+        if (it == config_sums.end()) {
+          const std::string data = read_bytes(m.config_file);
+          it = config_sums.emplace(m.config_file, checksum::fnv1a64_hex(data)).first;
+          ps.inputs.push_back(
+              {"config", m.config_file, static_cast<long long>(data.size()), it->second, -1});
+        }
+        if (it->second != m.config_fnv1a64) {
           throw InputError(fmt::format(
               "{}: changed while the run was starting (its config.json {} was edited after it "
               "was validated); run again",
               s.file, m.config_file));
         }
-        if (!first) return;
-        ps.inputs.push_back(
-            {"config", m.config_file, static_cast<long long>(data.size()), sum, -1});
       };
       auto add_dir = [&](const std::string& key, const std::string& dir) {
         if (dir.empty() || !done.insert(dir).second) return;
