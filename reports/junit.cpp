@@ -1,4 +1,5 @@
 // coldstart: JUnit XML report. Reads RunResults; measures nothing.
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <string>
@@ -36,6 +37,23 @@ struct CaseVerdict {
   std::string text;     // element content
 };
 
+bool rule_matches(const RuleCheck& rule, const StrategyResult& r) {
+  return (rule.strategy == "*" || rule.strategy == r.strategy) &&
+         (!rule.variant || *rule.variant == r.variant);
+}
+
+// The met rule of the run that checks `check` ("outcome", or a hot-path compile check) on `r`:
+// what the scenario expected, so JUnit does not count it as a failure (as --check does not).
+const RuleCheck* met_rule(const RunResults& run, const StrategyResult& r,
+                          const std::vector<std::string>& checks) {
+  for (const RuleCheck& rule : run.rules) {
+    if (rule.status != "met" || !rule_matches(rule, r)) continue;
+    for (const auto& c : checks)
+      if (std::find(rule.checks.begin(), rule.checks.end(), c) != rule.checks.end()) return &rule;
+  }
+  return nullptr;
+}
+
 bool hot_path_is_failure(const StrategyResult& r, const JunitOptions& o) {
   if (hot_path_compiled(r).empty()) return false;  // loads from the disk cache are not compiles
   return o.hot_path_compiles_fail || detail::disallowed_hot_path(r);
@@ -50,9 +68,15 @@ std::string compile_lines(const std::vector<CompileEvent>& events) {
   return s;
 }
 
-CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
+CaseVerdict verdict(const RunResults& run, const StrategyResult& r, const JunitOptions& o) {
   CaseVerdict v;
-  const bool hot_fail = hot_path_is_failure(r, o);
+  const bool hot_fail =
+      hot_path_is_failure(r, o) &&
+      !met_rule(run, r, {"hot_path_compiles", "max_hot_path_compiles", "hot_path_kernels"});
+  // A crash, timeout or error a met `outcome:` rule expected is what the scenario reproduces.
+  if (r.outcome != Outcome::kOk && r.outcome != Outcome::kSkipped &&
+      r.outcome != Outcome::kInterrupted && met_rule(run, r, {"outcome"}) && !hot_fail)
+    return v;
   const std::string error = r.error.value_or("");
   std::string head = error.empty() ? std::string("(no error text)") : detail::first_line(error);
   if (r.failed_phase && !r.failed_phase->empty()) head = *r.failed_phase + ": " + head;
@@ -93,10 +117,12 @@ CaseVerdict verdict(const StrategyResult& r, const JunitOptions& o) {
 }
 
 // Per test case details for <system-out>: everything a CI reader needs without the JSON file.
-std::string case_output(const StrategyResult& r) {
+std::string case_output(const RunResults& run, const StrategyResult& r) {
   std::string s;
   s += fmt::format("outcome: {}", outcome_name(r.outcome));
   if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
+  if (const RuleCheck* rule = met_rule(run, r, {"outcome"}))
+    s += fmt::format(" (as the rule at {} expects)", rule->where);
   s += "\n";
   s += fmt::format("warmers: {}\n", r.warmers.empty() ? "(none)" : fmt::format("{}", fmt::join(r.warmers, ", ")));
   s += fmt::format("startup: {}\n", ms_text(r.startup_ms));
@@ -138,6 +164,41 @@ std::string attr(const char* name, const std::string& value) {
   return fmt::format(" {}=\"{}\"", name, xml_escape(value, true));
 }
 
+// What makes a merged report's names unique: "NVIDIA H200, sm_90, cuda" (run_target, the
+// arch, the mode); "sm_90, compile-only" when compile-only mode had no --target profile.
+std::string target_tag(const RunMeta& m) {
+  std::vector<std::string> parts;
+  const std::string target = run_target(m);
+  const std::string arch = m.sm > 0 ? "sm_" + std::to_string(m.sm) : std::string();
+  if (target != arch) parts.push_back(target);
+  if (!arch.empty()) parts.push_back(arch);
+  if (!m.mode.empty()) parts.push_back(m.mode);
+  return parts.empty() ? std::string("unknown target") : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// One test case per expect: rule: met passes, unmet fails (type "expectation", one line per
+// failed check), a rule not checked by this run is skipped with the reason.
+CaseVerdict rule_verdict(const RuleCheck& rule) {
+  CaseVerdict v;
+  if (rule.status == "met") return v;
+  if (rule.status == "unmet") {
+    v.kind = CaseVerdict::kFailure;
+    v.type = "expectation";
+    v.message = rule.details.empty() ? "unmet" : rule.details.front();
+    for (const auto& d : rule.details) v.text += d + "\n";
+    return v;
+  }
+  v.kind = CaseVerdict::kSkipped;
+  v.message = rule.status + (rule.details.empty() ? "" : ": " + rule.details.front());
+  return v;
+}
+
+std::string rule_name(const RuleCheck& rule) {
+  std::string who = rule.strategy == "*" ? "every strategy" : rule.strategy;
+  if (rule.variant) who += " [" + *rule.variant + "]";
+  return fmt::format("rule at {}: {}: {}", rule.where, who, rule.rule);
+}
+
 }  // namespace
 
 std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions& options) {
@@ -148,15 +209,35 @@ std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions
   Totals all;
   std::string suites;
   for (const RunResults& run : runs) {
-    const std::string scenario = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
+    const std::string tag = target_tag(run.meta);
+    const std::string scenario =
+        (run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name) + " (" + tag + ")";
     Totals t;
     std::string cases;
+    // One test case per strategy run, then one per expect: rule.
+    struct Case {
+      std::string name;
+      double ms;
+      CaseVerdict v;
+      std::string out;
+    };
+    std::vector<Case> all_cases;
     for (const StrategyResult* r : detail::grouped_rows(run)) {
-      CaseVerdict v = verdict(*r, options);
       double ms = std::isfinite(r->wall_ms) && r->wall_ms > 0 ? r->wall_ms : 0;
+      all_cases.push_back({detail::label(*r) + " (" + tag + ")", ms, verdict(run, *r, options),
+                           case_output(run, *r)});
+    }
+    for (const RuleCheck& rule : run.rules) {
+      std::string out = "status: " + rule.status + "\n";
+      for (const auto& d : rule.details) out += d + "\n";
+      all_cases.push_back({rule_name(rule) + " (" + tag + ")", 0, rule_verdict(rule), out});
+    }
+    for (const Case& c : all_cases) {
+      const CaseVerdict& v = c.v;
+      const double ms = c.ms;
       ++t.tests;
       t.ms += ms;
-      cases += "    <testcase" + attr("classname", scenario) + attr("name", detail::label(*r)) +
+      cases += "    <testcase" + attr("classname", scenario) + attr("name", c.name) +
                attr("time", seconds(ms)) + ">\n";
       switch (v.kind) {
         case CaseVerdict::kFailure:
@@ -173,7 +254,7 @@ std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions
           break;
         case CaseVerdict::kPass: break;
       }
-      cases += "      <system-out>" + xml_escape(case_output(*r)) + "</system-out>\n";
+      cases += "      <system-out>" + xml_escape(c.out) + "</system-out>\n";
       cases += "    </testcase>\n";
     }
     all.tests += t.tests;
@@ -196,6 +277,7 @@ std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions
     };
     prop("scenario_file", run.scenario.file);
     prop("device", m.device_name);
+    prop("target", run_target(m));
     if (m.sm > 0) prop("sm", std::to_string(m.sm));
     if (m.sm_count > 0) prop("sm_count", std::to_string(m.sm_count));
     prop("mode", m.mode);

@@ -20,18 +20,27 @@ struct JunitOptions {
 };
 
 /// JUnit XML (the Jenkins / Ant dialect that GitHub Actions reporters, GitLab and Jenkins read):
-/// <testsuites> holding one <testsuite> per RunResults (name = scenario name, with tests,
-/// failures, errors, skipped and time totals that match its test cases, and the run's meta as
-/// <properties>), and one <testcase> per (variant, strategy) with classname = scenario name,
-/// name = "strategy [variant]" and time = wall_ms / 1000 seconds.
-///   - outcome crash / timeout: <failure type="crash|timeout" message="<phase>: <first line>">
-///     with the full error text as content;
-///   - outcome error: <error> likewise;
-///   - a hot-path compile when not allowed (see JunitOptions): <failure type="hot_path_compile">
-///     listing kernel, key and phase of each (appended to a crash failure's text instead when the
-///     test case already failed, so a test case has at most one failure element);
-///   - <skipped message="reason"> for outcome skipped (StrategyResult::skipped), and <skipped message="interrupted: <phase>: <first line>"> for outcome
-///     interrupted (the run was stopped from outside: neither a pass nor a failure).
+/// <testsuites> holding one <testsuite> per RunResults, named "<scenario> (<target tag>)" where
+/// the tag is "<target>, sm_NN, <mode>" (run_target; "sm_90, compile-only" without a --target
+/// profile) so merged runs of several machines never share a name; its tests, failures, errors,
+/// skipped and time totals match its test cases; the run's meta are its <properties>.
+/// Test cases, classname = the suite's name:
+///   * one per (variant, strategy), name "strategy [variant] (<target tag>)", time = wall_ms:
+///     - outcome crash / timeout: <failure type="crash|timeout" message="<phase>: <first line>">
+///       with the full error text, unless a met expect: rule (RunResults::rules) checks this
+///       result's outcome: then it is what the scenario reproduces and the case passes;
+///     - outcome error: <error> likewise;
+///     - a hot-path compile when not allowed (see JunitOptions) and no met rule checks this
+///       result's hot-path compiles: <failure type="hot_path_compile"> listing kernel, key and
+///       phase of each (appended to a crash failure's text instead, so a test case has at most
+///       one failure element);
+///     - <skipped message="reason"> for outcome skipped, and <skipped message="interrupted:
+///       <phase>: <first line>"> for outcome interrupted (neither a pass nor a failure);
+///   * one per expect: rule, name "rule at <file>:<line>: <strategy> [variant]: <checks>
+///     (<target tag>)", time 0: met passes, unmet is <failure type="expectation"> with one line
+///     per failed check, not_checked / not_applicable are <skipped> with the reason. So the
+///     JUnit of a run that passes --check has no rule failures and no failure for an expected
+///     crash.
 /// Phases, TTFT and workspace figures go into the test case's <system-out>. All text is escaped;
 /// characters XML cannot carry are shown as "\xNN". Never throws for any RunResults content.
 std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions& options = {});

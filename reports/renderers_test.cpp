@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -274,13 +275,15 @@ TEST(Junit, WellFormedAndCountsAgree) {
   int tests = 0, failures = 0, errors = 0, skipped = 0;
   for (size_t s = 0; s < suites.size(); ++s) {
     const XmlNode& suite = *suites[s];
-    EXPECT_EQ(suite.attrs.at("name"), runs()[s].scenario.name);
+    // "<scenario> (<target>, sm_NN, <mode>)": merged runs of two machines never share a name.
+    EXPECT_EQ(suite.attrs.at("name").rfind(runs()[s].scenario.name + " (", 0), 0u)
+        << suite.attrs.at("name");
     auto cases = suite.all("testcase");
     EXPECT_EQ(cases.size(), runs()[s].results.size());
     int f = 0, e = 0, k = 0;
     double time = 0;
     for (const XmlNode* c : cases) {
-      EXPECT_EQ(c->attrs.at("classname"), runs()[s].scenario.name);
+      EXPECT_EQ(c->attrs.at("classname"), suite.attrs.at("name"));
       EXPECT_LE(c->all("failure").size() + c->all("error").size() + c->all("skipped").size(), 1u)
           << c->attrs.at("name");
       f += c->all("failure").size();
@@ -313,10 +316,10 @@ TEST(Junit, WellFormedAndCountsAgree) {
   EXPECT_EQ(std::stoi(suites[3]->attrs.at("skipped")), 1);
 }
 
-// The test case of `suite` named `name`.
+// The test case of `suite` named `name` followed by its target tag, " (<target>, ...)".
 const XmlNode* find_case(const XmlNode& root, size_t suite, const std::string& name) {
   for (const XmlNode* c : root.all("testsuite").at(suite)->all("testcase")) {
-    if (c->attrs.at("name") == name) return c;
+    if (c->attrs.at("name").rfind(name + " (", 0) == 0) return c;
   }
   return nullptr;
 }
@@ -383,6 +386,76 @@ TEST(Junit, JitMonitorErrorFailsEveryHotPathCompile) {
   ASSERT_EQ(crash->all("failure").size(), 1u);
   EXPECT_EQ(crash->all("failure")[0]->attrs.at("type"), "crash");
   EXPECT_NE(crash->all("failure")[0]->text.find("hot-path compile(s)"), std::string::npos);
+}
+
+// One test case per expect: rule; a crash a met rule expects is not a failure (as --check says).
+TEST(Junit, OneCasePerRuleAndAnExpectedCrashPasses) {
+  RunResults run = fixed_runs()[0];  // none [piecewise] crashes in first_decode
+  const std::string pw = "cudagraph_mode=piecewise";
+  run.rules = {
+      {"s.yaml:40", "none", pw, "outcome crash, failed_phase first_decode", {"outcome", "failed_phase"},
+       "met", {}},
+      {"s.yaml:41", "tq-reserve-max", std::nullopt, "outcome crash", {"outcome"}, "unmet",
+       {"tq-reserve-max [" + pw + "]: outcome ok, expected crash (rule at s.yaml:41)"}},
+      {"s.yaml:42", "gone", std::nullopt, "outcome ok", {"outcome"}, "not_checked",
+       {"strategy 'gone' did not run (--strategy / --filter)"}},
+      {"s.yaml:43", "*", std::nullopt, "arch sm_100, outcome ok", {"outcome"}, "not_applicable",
+       {"a rule for arch sm_100; this run: cuda on sm_90"}}};
+  // The rules survive the results file.
+  EXPECT_EQ(nlohmann::json(run).get<RunResults>(), run);
+  auto root = XmlReader(render_junit({run}, {})).parse();
+  ASSERT_TRUE(root);
+  const XmlNode& suite = *root->all("testsuite").at(0);
+  EXPECT_EQ(suite.attrs.at("tests"), std::to_string(run.results.size() + 4));
+  EXPECT_EQ(suite.attrs.at("failures"), "1");  // the unmet rule only
+  EXPECT_EQ(suite.attrs.at("skipped"), "2");
+  const XmlNode* crash = find_case(*root, 0, "none [" + pw + "]");
+  ASSERT_TRUE(crash);
+  EXPECT_TRUE(crash->all("failure").empty());
+  EXPECT_NE(crash->all("system-out")[0]->text.find("(as the rule at s.yaml:40 expects)"),
+            std::string::npos);
+  const XmlNode* met = find_case(
+      *root, 0, "rule at s.yaml:40: none [" + pw + "]: outcome crash, failed_phase first_decode");
+  ASSERT_TRUE(met);
+  EXPECT_TRUE(met->all("failure").empty() && met->all("skipped").empty());
+  const XmlNode* unmet = find_case(*root, 0, "rule at s.yaml:41: tq-reserve-max: outcome crash");
+  ASSERT_TRUE(unmet);
+  ASSERT_EQ(unmet->all("failure").size(), 1u);
+  EXPECT_EQ(unmet->all("failure")[0]->attrs.at("type"), "expectation");
+  EXPECT_EQ(unmet->all("failure")[0]->attrs.at("message"), run.rules[1].details[0]);
+  const XmlNode* na = find_case(*root, 0, "rule at s.yaml:43: every strategy: arch sm_100, outcome ok");
+  ASSERT_TRUE(na);
+  ASSERT_EQ(na->all("skipped").size(), 1u);
+  EXPECT_EQ(na->all("skipped")[0]->attrs.at("message"),
+            "not_applicable: a rule for arch sm_100; this run: cuda on sm_90");
+  // Without the rules the same crash is a failure again.
+  run.rules.clear();
+  auto bare = XmlReader(render_junit({run}, {})).parse();
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->all("testsuite").at(0)->attrs.at("failures"), "1");
+  EXPECT_EQ(find_case(*bare, 0, "none [" + pw + "]")->all("failure").size(), 1u);
+}
+
+// A merged report of one scenario on two targets: no two suites and no two test cases share a
+// name, and each names its target and arch.
+TEST(Junit, MergedRunsOfTwoTargetsHaveDistinctNames) {
+  RunResults h200 = fixed_runs()[0], b200 = h200, co = fixed_runs()[2];
+  b200.meta.device_name = "NVIDIA B200";
+  b200.meta.sm = 100;
+  auto root = XmlReader(render_junit({h200, b200, co}, {})).parse();
+  ASSERT_TRUE(root);
+  std::set<std::string> suites, cases;
+  for (const XmlNode* suite : root->all("testsuite")) {
+    EXPECT_TRUE(suites.insert(suite->attrs.at("name")).second) << suite->attrs.at("name");
+    for (const XmlNode* c : suite->all("testcase"))
+      EXPECT_TRUE(cases.insert(c->attrs.at("classname") + "." + c->attrs.at("name")).second);
+  }
+  EXPECT_TRUE(suites.count("qwen3-8b-turboquant (NVIDIA H200, sm_90, cuda)")) << *suites.begin();
+  EXPECT_TRUE(suites.count("qwen3-8b-turboquant (NVIDIA B200, sm_100, cuda)"));
+  EXPECT_TRUE(suites.count("qwen3-8b-turboquant (sm_90, compile-only)"));
+  EXPECT_TRUE(find_case(*root, 1, "none [cudagraph_mode=piecewise]"));
+  EXPECT_EQ(find_case(*root, 1, "none [cudagraph_mode=piecewise]")->attrs.at("name"),
+            "none [cudagraph_mode=piecewise] (NVIDIA B200, sm_100, cuda)");
 }
 
 TEST(Junit, XmllintAcceptsItAgainstTheSchema) {

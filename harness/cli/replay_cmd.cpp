@@ -426,14 +426,31 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
                              isolate::signal_name(sig), not_run);
     return 128 + sig;
   }
-  // The scenarios' own tests: every `expect:` rule against this run's results.
+  // The scenarios' own tests: every `expect:` rule against this run's results. The verdicts go
+  // into the results file and the JUnit report (one test case per rule), written once more.
+  std::vector<RunExpectations> checks(scenarios.size());
+  bool any_rules = false;
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    if (scenarios[i].expectations.empty() || runs[i].results.empty()) continue;
+    checks[i] = check_run_expectations(scenarios[i], runs[i]);
+    runs[i].rules = checks[i].rules;
+    any_rules = true;
+  }
+  if (any_rules && write_failed.empty()) {
+    try {
+      write_outputs(a, replayed_runs());
+    } catch (const Error& e) {
+      std::cerr << "coldstart: error: the results could not be written: " << e.what() << "\n";
+      ++harness_errors;
+    }
+  }
   int unmet = 0;
   size_t rules_checked = 0;
   for (size_t i = 0; i < scenarios.size(); ++i) {
     if (scenarios[i].expectations.empty() || runs[i].results.empty()) continue;
     // With --strategy / --filter only some strategies ran: rules about the others are not
     // failures of this run (check_run_expectations leaves them out).
-    const RunExpectations x = check_run_expectations(scenarios[i], runs[i]);
+    const RunExpectations& x = checks[i];
     rules_checked += x.checked;
     std::string not_applied =
         x.not_applicable

@@ -936,7 +936,10 @@ class ScenarioExpectations : public ReplayE2E, public ::testing::WithParamInterf
 
 TEST_P(ScenarioExpectations, MetInCompileOnlyMode) {
   const std::string out = paths::join(dir_, "out.txt");
-  const int rc = run_coldstart("replay " + GetParam() + " --device compile-only --check", out);
+  const std::string junit = paths::join(dir_, "j.xml"), json = paths::join(dir_, "r.json");
+  const int rc = run_coldstart("replay " + GetParam() + " --device compile-only --check --junit " +
+                                   junit + " --json " + json,
+                               out);
   const std::string text = read_text(out);
   // An older toolkit (a distribution's CUDA 11.8) cannot compile some scenarios' kernels (sm_90a
   // for DeepSeek V4): refused by name, which NvrtcTargetsItCannotCompileForAreRefusedByName checks.
@@ -944,6 +947,24 @@ TEST_P(ScenarioExpectations, MetInCompileOnlyMode) {
     GTEST_SKIP() << text;
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(read_text(out).find("rule(s) met"), std::string::npos) << "no expect: rules checked";
+  // The results file keeps each rule's verdict and JUnit agrees with --check: one test case per
+  // rule, no failure (an expected crash passes), no error.
+  size_t rules = 0;
+  for (const auto& run : cli::read_any_results(json))
+    for (const auto& rule : run.rules) {
+      ++rules;
+      EXPECT_NE(rule.status, "unmet") << rule.where;
+    }
+  EXPECT_GT(rules, 0u);
+  const std::string xml = read_text(junit);
+  EXPECT_NE(xml.find("<testsuites name=\"coldstart\""), std::string::npos);
+  EXPECT_NE(xml.find(" failures=\"0\" errors=\"0\""), std::string::npos) << xml.substr(0, 300);
+  EXPECT_EQ(xml.find("<failure"), std::string::npos);
+  size_t rule_cases = 0;
+  for (size_t at = xml.find("name=\"rule at "); at != std::string::npos;
+       at = xml.find("name=\"rule at ", at + 1))
+    ++rule_cases;
+  EXPECT_EQ(rule_cases, rules);
 }
 
 /// scenarios/*.yaml of the source tree this test was built from (listed at build time too, when

@@ -70,6 +70,50 @@ std::vector<std::string> unmet(const Expectation& e, const StrategyResult& r) {
   return out;
 }
 
+// The rule's checks as one line: "mode cuda, outcome crash, failed_phase first_decode".
+std::string rule_text(const Expectation& e) {
+  std::vector<std::string> parts;
+  if (e.mode) parts.push_back("mode " + *e.mode);
+  if (e.arch) parts.push_back("arch " + *e.arch);
+  if (e.outcome) parts.push_back("outcome " + *e.outcome);
+  if (e.failed_phase) parts.push_back("failed_phase " + *e.failed_phase);
+  if (e.error_prefix) parts.push_back(fmt::format("error_prefix '{}'", *e.error_prefix));
+  if (e.hot_path_compiles) parts.push_back(fmt::format("hot_path_compiles {}", *e.hot_path_compiles));
+  if (e.max_hot_path_compiles)
+    parts.push_back(fmt::format("max_hot_path_compiles {}", *e.max_hot_path_compiles));
+  if (e.hot_path_kernels) parts.push_back("hot_path_kernels " + list_text(*e.hot_path_kernels));
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+  return s.empty() ? std::string("(no checks)") : s;
+}
+
+std::vector<std::string> check_names(const Expectation& e) {
+  std::vector<std::string> out;
+  if (e.outcome) out.push_back("outcome");
+  if (e.failed_phase) out.push_back("failed_phase");
+  if (e.error_prefix) out.push_back("error_prefix");
+  if (e.hot_path_compiles) out.push_back("hot_path_compiles");
+  if (e.max_hot_path_compiles) out.push_back("max_hot_path_compiles");
+  if (e.hot_path_kernels) out.push_back("hot_path_kernels");
+  return out;
+}
+
+// Rule `e` against every result it matches: one line per unmet check, and whether any matched.
+std::vector<std::string> check_rule(const Expectation& e, const std::vector<StrategyResult>& results,
+                                    bool& matched) {
+  std::vector<std::string> failures;
+  matched = false;
+  for (const auto& r : results) {
+    if (!matches(e, r)) continue;
+    matched = true;
+    const std::string who =
+        r.variant.empty() ? r.strategy : fmt::format("{} [{}]", r.strategy, r.variant);
+    for (const auto& what : unmet(e, r))
+      failures.push_back(fmt::format("{}: {} (rule at {})", who, what, e.where));
+  }
+  return failures;
+}
+
 }  // namespace
 
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
@@ -78,14 +122,7 @@ std::vector<std::string> check_expectations(const Scenario& s, const std::string
   for (const auto& e : s.expectations) {
     if (!applies(e, mode, sm)) continue;  // a rule for the other mode or another arch
     bool matched = false;
-    for (const auto& r : results) {
-      if (!matches(e, r)) continue;
-      matched = true;
-      const std::string who =
-          r.variant.empty() ? r.strategy : fmt::format("{} [{}]", r.strategy, r.variant);
-      for (const auto& what : unmet(e, r))
-        failures.push_back(fmt::format("{}: {} (rule at {})", who, what, e.where));
-    }
+    for (auto& line : check_rule(e, results, matched)) failures.push_back(std::move(line));
     if (!matched) {
       std::string rule = fmt::format("strategy '{}'", e.strategy);
       if (e.variant) rule += fmt::format(", variant \"{}\"", *e.variant);
@@ -105,32 +142,52 @@ RunExpectations check_run_expectations(const Scenario& s, const RunResults& run)
     const auto it = run.results.front().extra.find("device_mode");
     if (it != run.results.front().extra.end() && it->is_string()) out.mode = it->get<std::string>();
   }
-  Scenario checked = s;
-  checked.expectations.clear();
   for (const Expectation& e : s.expectations) {
+    RuleCheck rc;
+    rc.where = e.where;
+    rc.strategy = e.strategy;
+    rc.variant = e.variant;
+    rc.rule = rule_text(e);
+    rc.checks = check_names(e);
     if (!applies(e, out.mode, run.meta.sm)) {
       ++out.not_applicable;
+      rc.status = "not_applicable";
+      rc.details.push_back(fmt::format("a rule for {}; this run: {} on {}",
+                                       e.mode && *e.mode != out.mode ? "mode " + *e.mode
+                                                                     : "arch " + e.arch.value_or("?"),
+                                       out.mode,
+                                       run.meta.sm > 0 ? "sm_" + std::to_string(run.meta.sm)
+                                                       : std::string("an unknown arch")));
+      out.rules.push_back(std::move(rc));
       continue;
     }
     // A rule no result of this run matches (--strategy / --filter ran other strategies, or a
     // --set replaced the matrix axis its variant names) is not checked: listed, never unmet.
-    bool ran = false, strategy_ran = false;
-    for (const auto& r : run.results) {
-      ran = ran || matches(e, r);
+    bool matched = false, strategy_ran = false;
+    std::vector<std::string> failures = check_rule(e, run.results, matched);
+    for (const auto& r : run.results)
       strategy_ran = strategy_ran || e.strategy == "*" || e.strategy == r.strategy;
-    }
-    if (ran) {
-      checked.expectations.push_back(e);
+    if (matched) {
+      ++out.checked;
+      rc.status = failures.empty() ? "met" : "unmet";
+      rc.details = failures;
+      out.unmet.insert(out.unmet.end(), failures.begin(), failures.end());
     } else if (!strategy_ran) {
       ++out.strategy_not_run;
+      rc.status = "not_checked";
+      rc.details.push_back(fmt::format("strategy '{}' did not run (--strategy / --filter)",
+                                       e.strategy));
     } else {
       std::string rule = fmt::format("strategy '{}'", e.strategy);
       if (e.variant) rule += fmt::format(", variant \"{}\"", *e.variant);
       out.not_checked.push_back(fmt::format("rule at {} ({}): no result of this run", e.where, rule));
+      rc.status = "not_checked";
+      rc.details.push_back(fmt::format("variant \"{}\" was not produced by this run (a --set "
+                                       "replaced its matrix axis)",
+                                       e.variant.value_or("")));
     }
+    out.rules.push_back(std::move(rc));
   }
-  out.checked = checked.expectations.size();
-  out.unmet = check_expectations(checked, out.mode, run.results, run.meta.sm);
   return out;
 }
 

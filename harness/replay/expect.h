@@ -42,6 +42,9 @@ struct RunExpectations {
   /// Rules whose strategy ran but whose variant this run did not produce (a --set replaced the
   /// matrix axis): "rule at <file>:<line> (strategy 'x', variant \"v\"): no result of this run"
   std::vector<std::string> not_checked;
+  /// Every rule of the scenario in rule order with its status (met, unmet, not_checked,
+  /// not_applicable): what the results file keeps as RunResults::rules and JUnit reports.
+  std::vector<RuleCheck> rules;
 };
 RunExpectations check_run_expectations(const Scenario& s, const RunResults& run);
 

@@ -250,6 +250,43 @@ TEST(CheckRunExpectations, RulesAboutResultsNotProducedAreListedNotUnmet) {
                                   "\"cudagraph_mode=piecewise\")"),
             std::string::npos)
       << x.not_checked[0];
+  // Every rule has its verdict, in rule order, for the results file and JUnit.
+  ASSERT_EQ(x.rules.size(), 3u);
+  EXPECT_EQ(x.rules[0].status, "not_checked");
+  EXPECT_EQ(x.rules[0].details, std::vector<std::string>{"strategy 'both' did not run (--strategy / --filter)"});
+  EXPECT_EQ(x.rules[1].status, "not_checked");
+  EXPECT_EQ(x.rules[1].variant, std::optional<std::string>(kPw));
+  EXPECT_EQ(x.rules[2].status, "met");
+  EXPECT_EQ(x.rules[2].where, "s.yaml:13");
+  EXPECT_EQ(x.rules[2].rule, "outcome ok");
+  EXPECT_EQ(x.rules[2].checks, std::vector<std::string>{"outcome"});
+}
+
+TEST(CheckRunExpectations, EachRuleCarriesItsStatusChecksAndUnmetLines) {
+  Expectation crash_rule = rule("none", 20);
+  crash_rule.outcome = "crash";
+  crash_rule.failed_phase = "first_decode";
+  crash_rule.max_hot_path_compiles = 0;
+  Expectation gpu_only = rule("*", 21);
+  gpu_only.mode = "cuda";
+  gpu_only.outcome = "ok";
+  RunResults run;
+  run.meta.sm = 90;
+  StrategyResult r = result("none", "", Outcome::kOk);
+  r.hot_path_compiles.push_back(CompileEvent{"a", "a[key]", 1.0, "prefill", "nvrtc"});
+  run.results = {r};
+  const RunExpectations x = check_run_expectations(with({crash_rule, gpu_only}), run);
+  ASSERT_EQ(x.rules.size(), 2u);
+  const RuleCheck& c = x.rules[0];
+  EXPECT_EQ(c.status, "unmet");
+  EXPECT_EQ(c.rule, "outcome crash, failed_phase first_decode, max_hot_path_compiles 0");
+  EXPECT_EQ(c.checks, (std::vector<std::string>{"outcome", "failed_phase", "max_hot_path_compiles"}));
+  EXPECT_EQ(c.details, x.unmet);  // the same lines --check prints, this rule's only
+  EXPECT_EQ(c.details.size(), 3u);
+  EXPECT_EQ(x.rules[1].status, "not_applicable");
+  EXPECT_EQ(x.rules[1].rule, "mode cuda, outcome ok");
+  EXPECT_EQ(x.rules[1].details,
+            std::vector<std::string>{"a rule for mode cuda; this run: compile-only on sm_90"});
 }
 
 TEST(CheckExpectations, AKernelRuleSaysWhatAWarmCacheLoaded) {

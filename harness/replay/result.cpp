@@ -182,8 +182,15 @@ bool operator==(const ScenarioSummary& a, const ScenarioSummary& b) {
   return a.name == b.name && a.file == b.file && a.model == b.model && a.engine == b.engine;
 }
 
+bool operator==(const RuleCheck& a, const RuleCheck& b) {
+  return a.where == b.where && a.strategy == b.strategy && a.variant == b.variant &&
+         a.rule == b.rule && a.checks == b.checks && a.status == b.status &&
+         a.details == b.details;
+}
+
 bool operator==(const RunResults& a, const RunResults& b) {
-  return a.meta == b.meta && a.scenario == b.scenario && a.results == b.results;
+  return a.meta == b.meta && a.scenario == b.scenario && a.results == b.results &&
+         a.rules == b.rules;
 }
 
 // ---- JSON -------------------------------------------------------------------------------------
@@ -382,12 +389,29 @@ void from_json(const json& j, ScenarioSummary& v) {
   v.engine = value_or<json>(j, "engine", json::object());
 }
 
+void to_json(json& j, const RuleCheck& v) {
+  j = json{{"where", v.where},   {"strategy", v.strategy}, {"variant", opt_to_json(v.variant)},
+           {"rule", v.rule},     {"checks", v.checks},     {"status", v.status},
+           {"details", v.details}};
+}
+
+void from_json(const json& j, RuleCheck& v) {
+  v.where = value_or<std::string>(j, "where", "");
+  v.strategy = required<std::string>(j, "strategy");
+  v.variant = opt_from<std::string>(j, "variant");
+  v.rule = value_or<std::string>(j, "rule", "");
+  v.checks = value_or<std::vector<std::string>>(j, "checks", {});
+  v.status = required<std::string>(j, "status");
+  v.details = value_or<std::vector<std::string>>(j, "details", {});
+}
+
 void to_json(json& j, const RunResults& v) {
   j = json::object();
   j["schema"] = kResultSchema;
   j["meta"] = v.meta;
   j["scenario"] = v.scenario;
   j["results"] = v.results;
+  j["rules"] = v.rules;
 }
 
 void from_json(const json& j, RunResults& v) {
@@ -405,6 +429,7 @@ void from_json(const json& j, RunResults& v) {
   v.meta = value_or<RunMeta>(j, "meta", RunMeta{});
   v.scenario = value_or<ScenarioSummary>(j, "scenario", ScenarioSummary{});
   v.results = required<std::vector<StrategyResult>>(j, "results");
+  v.rules = value_or<std::vector<RuleCheck>>(j, "rules", {});
 }
 
 // ---- files ------------------------------------------------------------------------------------

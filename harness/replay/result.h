@@ -148,11 +148,35 @@ struct ScenarioSummary {
   nlohmann::json engine = nlohmann::json::object();
 };
 
-/// A whole results file: {schema, meta, scenario, results}.
+/// One `expect:` rule of the scenario as the run that wrote the file checked it (what `--check`
+/// gates on; JUnit has one test case per rule). JSON: {where, strategy, variant, rule, checks,
+/// status, details}.
+struct RuleCheck {
+  std::string where;                    ///< "<file>:<line>" of the rule, or "--set <KEY>"
+  std::string strategy;                 ///< the rule's strategy, "*" for every one
+  std::optional<std::string> variant;   ///< the rule's variant; null: every variant
+  /// What the rule checks as one line, e.g. "outcome crash, failed_phase first_decode" (its
+  /// mode and arch limits included: "mode cuda, arch sm_90, outcome ok")
+  std::string rule;
+  /// The checked fields among outcome, failed_phase, error_prefix, hot_path_compiles,
+  /// max_hot_path_compiles, hot_path_kernels
+  std::vector<std::string> checks;
+  /// "met" | "unmet" | "not_checked" (no result of this run matches it: its strategy or variant
+  /// did not run) | "not_applicable" (a rule for another mode or arch)
+  std::string status;
+  /// For "unmet": one line per failed check ("none [v]: outcome ok, expected crash"); for the
+  /// statuses that were not checked: why
+  std::vector<std::string> details;
+};
+
+/// A whole results file: {schema, meta, scenario, results, rules}.
 struct RunResults {
   RunMeta meta;
   ScenarioSummary scenario;
   std::vector<StrategyResult> results;
+  /// The scenario's expect: rules as checked once every strategy had run (empty while the run
+  /// is in progress, for an interrupted run, and in files older than this field)
+  std::vector<RuleCheck> rules;
 };
 
 /// The hot-path events that compiled (source "nvrtc", or "refused" under --jit-monitor error),
@@ -188,6 +212,7 @@ bool operator==(const StrategyResult& a, const StrategyResult& b);
 bool operator==(const InputFile& a, const InputFile& b);
 bool operator==(const RunMeta& a, const RunMeta& b);
 bool operator==(const ScenarioSummary& a, const ScenarioSummary& b);
+bool operator==(const RuleCheck& a, const RuleCheck& b);
 bool operator==(const RunResults& a, const RunResults& b);
 inline bool operator!=(const StrategyResult& a, const StrategyResult& b) { return !(a == b); }
 inline bool operator!=(const RunResults& a, const RunResults& b) { return !(a == b); }
@@ -209,6 +234,8 @@ void to_json(nlohmann::json& j, const RunMeta& v);
 void from_json(const nlohmann::json& j, RunMeta& v);
 void to_json(nlohmann::json& j, const ScenarioSummary& v);
 void from_json(const nlohmann::json& j, ScenarioSummary& v);
+void to_json(nlohmann::json& j, const RuleCheck& v);
+void from_json(const nlohmann::json& j, RuleCheck& v);
 void to_json(nlohmann::json& j, const RunResults& v);
 void from_json(const nlohmann::json& j, RunResults& v);
 
