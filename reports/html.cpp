@@ -213,6 +213,51 @@ std::string ttft_chart(const RunResults& run, const std::vector<const StrategyRe
   return s;
 }
 
+constexpr const char* kCompileColor = "#7b6fb0";
+
+// Horizontal bars: hot-path compile time of each strategy (what compile-only mode measures of
+// the first requests), with the number of compiles.
+std::string compile_time_chart(const std::vector<const StrategyResult*>& rows) {
+  constexpr int kRowH = 30, kBarH = 20, kTop = 8;
+  double max = 0;
+  for (const StrategyResult* r : rows) max = std::max(max, detail::hot_path_compile_ms(*r));
+  const int plot_h = static_cast<int>(rows.size()) * kRowH;
+  const int height = kTop + plot_h + kAxisH;
+  const double scale = max > 0 ? kPlotW / max : 0;
+  std::string s = fmt::format(
+      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
+      "aria-label=\"hot-path compile time per strategy\">",
+      kWidth, height, kWidth, height);
+  if (max > 0) s += axis(max, kTop, plot_h, "ms");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const StrategyResult& r = *rows[i];
+    const double y = kTop + i * kRowH + (kRowH - kBarH) / 2.0;
+    s += row_label(r, kTop + i * kRowH + kRowH / 2.0);
+    const double ms = detail::hot_path_compile_ms(r);
+    const size_t n = hot_path_compiled(r).size();
+    const std::string text = fmt::format("{} ({} compile{})", ms_text(ms), n, n == 1 ? "" : "s");
+    const double w = ms > 0 ? std::max(ms * scale, 1.0) : 0;
+    if (w > 0)
+      s += fmt::format(
+          "<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{}</title></rect>",
+          kLabelW, y, w, kBarH, kCompileColor, esc(text));
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\" dominant-baseline=\"middle\">{}</text>",
+                     kLabelW + w + 6, y + kBarH / 2.0, esc(text));
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+// The verdict of one variant: the pick and what each strategy costs.
+std::string verdict_block(const detail::VariantVerdict& v) {
+  std::string s = "<div class=\"verdict\"><b>Verdict:</b> ";
+  s += v.best.empty() ? std::string("no strategy ended ok")
+                      : "best <b>" + esc(v.best) + "</b> (" + esc(v.best_why) + ")";
+  s += "<ul>";
+  for (const auto& [what, text] : v.lines) s += "<li>" + esc(what) + ": " + esc(text) + "</li>";
+  return s + "</ul></div>\n";
+}
+
 std::string legend(const std::vector<std::pair<std::string, std::string>>& items) {
   std::string s = "<div class=\"legend\">";
   for (const auto& [name, color] : items) {
@@ -321,6 +366,8 @@ code { font: 12px ui-monospace, Menlo, Consolas, monospace; word-break: break-al
 pre { background: #fbf3f3; border-left: 3px solid #c62828; padding: 8px; white-space: pre-wrap;
       word-break: break-word; margin: 4px 0; }
 .none { color: #666; font-style: italic; }
+.verdict { margin: 6px 0 10px; padding: 6px 12px; background: #f3f8f3; border-left: 3px solid #2e7d32; }
+.verdict ul { margin: 4px 0; padding-left: 20px; }
 )css";
 
 }  // namespace
@@ -342,12 +389,16 @@ std::string render_html(const std::vector<RunResults>& runs) {
       out += "<p class=\"meta\">" + meta_line(run.meta) + "</p>\n";
     }
     if (run.results.empty()) out += "<p class=\"none\">No results.</p>\n";
+    const std::vector<detail::VariantVerdict> verdicts = detail::verdicts(run);
+    const bool compile_only = run.meta.mode == "compile-only";
     for (const std::string& variant : detail::variants_of(run)) {
       std::vector<const StrategyResult*> rows;
       for (const auto& r : run.results) {
         if (r.variant == variant) rows.push_back(&r);
       }
       out += "<h3>" + (variant.empty() ? std::string("default settings") : "variant " + esc(variant)) + "</h3>\n";
+      for (const auto& v : verdicts)
+        if (v.variant == variant) out += verdict_block(v);
       out += results_table(rows);
 
       // Legend lists only the phases that occur, plus "other" when an unknown one does.
@@ -368,9 +419,15 @@ std::string render_html(const std::vector<RunResults>& runs) {
       out += "<h4>Startup time by phase</h4>\n";
       out += legend(used);
       out += startup_chart(rows);
-      out += "<h4>First-request TTFT vs steady TTFT</h4>\n";
-      out += legend({{"first request", kTtftColor}, {"steady (second request)", kSteadyColor}});
-      out += ttft_chart(run, rows);
+      if (compile_only) {
+        // Compile-only mode times no kernel: show what it does measure of the first requests.
+        out += "<h4>Hot-path compile time per strategy</h4>\n";
+        out += compile_time_chart(rows);
+      } else {
+        out += "<h4>First-request TTFT vs steady TTFT</h4>\n";
+        out += legend({{"first request", kTtftColor}, {"steady (second request)", kSteadyColor}});
+        out += ttft_chart(run, rows);
+      }
       out += "<h4>Hot-path compiles</h4>\n";
       out += compile_list(rows);
       std::string errors = errors_block(rows);

@@ -166,6 +166,30 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     }
     out += fmt::format("<sub>{}</sub>\n", fmt::join(notes, "; "));
 
+    // The verdict per variant: which strategy to pick and what each costs.
+    out += "\n";
+    for (const detail::VariantVerdict& v : detail::verdicts(run)) {
+      const std::string which = v.variant.empty() ? "" : " `" + detail::clean_text(v.variant) + "`";
+      out += v.best.empty() ? fmt::format("**Verdict**{}: no strategy ended ok\n", which)
+                            : fmt::format("**Verdict**{}: best **{}** ({})\n", which,
+                                          cell(v.best), cell(v.best_why));
+      for (const auto& [what, text] : v.lines) out += fmt::format("- {}: {}\n", what, cell(text));
+      out += "\n";
+    }
+    // The scenario's expect: rules as the run checked them.
+    if (!run.rules.empty()) {
+      size_t met = 0;
+      std::vector<const RuleCheck*> unmet;
+      for (const RuleCheck& rule : run.rules) {
+        met += rule.status == "met";
+        if (rule.status == "unmet") unmet.push_back(&rule);
+      }
+      out += fmt::format("expect: rules: {} met, {} unmet, {} not checked\n", met, unmet.size(),
+                         run.rules.size() - met - unmet.size());
+      for (const RuleCheck* rule : unmet)
+        for (const auto& d : rule->details) out += "- ❌ " + cell(d) + "\n";
+    }
+
     // Full error texts, folded so a long comment stays readable.
     std::vector<const StrategyResult*> errs;
     for (const StrategyResult* r : rows) {

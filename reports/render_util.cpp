@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -208,5 +210,135 @@ bool disallowed_hot_path(const StrategyResult& r) {
 }
 
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
+
+double hot_path_compile_ms(const StrategyResult& r) {
+  double sum = 0;
+  for (const CompileEvent& e : hot_path_compiled(r))
+    if (std::isfinite(e.compile_ms) && e.compile_ms > 0) sum += e.compile_ms;
+  return sum;
+}
+
+namespace {
+
+bool ran(const StrategyResult& r) {
+  return r.outcome != Outcome::kSkipped && r.outcome != Outcome::kInterrupted;
+}
+
+bool good(const StrategyResult& r) { return r.outcome == Outcome::kOk && !disallowed_hot_path(r); }
+
+std::string failure_text(const StrategyResult& r) {
+  if (r.outcome == Outcome::kOk) return r.strategy + " (hot-path compiles not allowed)";
+  std::string s = fmt::format("{} ({}", r.strategy, outcome_name(r.outcome));
+  if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
+  return s + ")";
+}
+
+std::string ms_text(double v) { return fmt::format("{:.2f} ms", v); }
+
+std::string signed_ms(double v) { return fmt::format("{}{:.1f} ms", v >= 0 ? "+" : "", v); }
+
+}  // namespace
+
+std::vector<VariantVerdict> verdicts(const RunResults& run) {
+  std::vector<VariantVerdict> out;
+  for (const std::string& variant : variants_of(run)) {
+    std::vector<const StrategyResult*> rows;
+    for (const auto& r : run.results)
+      if (r.variant == variant && ran(r)) rows.push_back(&r);
+    VariantVerdict v;
+    v.variant = variant;
+    if (rows.empty()) {
+      v.lines.emplace_back("outcome", "no strategy ran");
+      out.push_back(std::move(v));
+      continue;
+    }
+    std::vector<std::string> ok, failed;
+    for (const StrategyResult* r : rows) (good(*r) ? ok : failed).push_back(good(*r) ? r->strategy : failure_text(*r));
+    bool crashed = false;
+    for (const StrategyResult* r : rows) crashed = crashed || r->outcome == Outcome::kCrash;
+    if (failed.empty()) {
+      v.lines.emplace_back("outcome", fmt::format("every strategy ended ok ({})", rows.size()));
+    } else {
+      v.lines.emplace_back(crashed ? "avoid the crash" : "avoid the failure",
+                           fmt::format("{}; failed: {}", ok.empty() ? "none" : fmt::format("{}", fmt::join(ok, ", ")),
+                                       fmt::join(failed, ", ")));
+    }
+    // Among the strategies that ended ok: a crash stops a run before it compiles the rest.
+    std::vector<const StrategyResult*> good_rows;
+    for (const StrategyResult* r : rows)
+      if (good(*r)) good_rows.push_back(r);
+    const bool compile_only = run.meta.mode == "compile-only";
+    if (good_rows.empty()) {
+      v.lines.emplace_back("fewest hot-path compiles", "no strategy ended ok");
+    } else {
+      size_t fewest = SIZE_MAX;
+      for (const StrategyResult* r : good_rows) fewest = std::min(fewest, hot_path_compiled(*r).size());
+      std::vector<std::string> names;
+      for (const StrategyResult* r : good_rows)
+        if (hot_path_compiled(*r).size() == fewest) names.push_back(r->strategy);
+      v.lines.emplace_back("fewest hot-path compiles",
+                           fmt::format("{} ({})", fmt::join(names, ", "), fewest));
+      const StrategyResult* fastest = nullptr;
+      for (const StrategyResult* r : good_rows)
+        if (auto t = finite(r->ttft_ms); t && (!fastest || *t < *fastest->ttft_ms)) fastest = r;
+      if (fastest) {
+        std::string text = fmt::format("{} {}", fastest->strategy, ms_text(*fastest->ttft_ms));
+        if (auto st = finite(fastest->steady_ttft_ms)) text += fmt::format(" (steady {})", ms_text(*st));
+        v.lines.emplace_back("lowest first TTFT", text);
+      } else {
+        v.lines.emplace_back("lowest first TTFT",
+                             compile_only ? "not measured (compile-only)" : "not measured");
+      }
+      // The pick: the fewest compiles; among those, a first TTFT within kTtftTie of the lowest
+      // (one run's TTFT differs by a few percent from the next: closer is a tie); then the
+      // shortest startup.
+      constexpr double kTtftTie = 0.05;
+      const double inf = std::numeric_limits<double>::infinity();
+      std::vector<const StrategyResult*> pool;
+      for (const StrategyResult* r : good_rows)
+        if (hot_path_compiled(*r).size() == fewest) pool.push_back(r);
+      double lowest = inf;
+      for (const StrategyResult* r : pool) lowest = std::min(lowest, finite(r->ttft_ms).value_or(inf));
+      const StrategyResult* best = nullptr;
+      for (const StrategyResult* r : pool) {
+        if (lowest < inf && finite(r->ttft_ms).value_or(inf) > lowest * (1 + kTtftTie)) continue;
+        if (!best || finite(r->startup_ms).value_or(inf) < finite(best->startup_ms).value_or(inf))
+          best = r;
+      }
+      v.best = best->strategy;
+      v.best_why = fmt::format("ok, {} hot-path compile{}", hot_path_compiled(*best).size(),
+                               hot_path_compiled(*best).size() == 1 ? "" : "s");
+      if (auto t = finite(best->ttft_ms)) v.best_why += ", first TTFT " + ms_text(*t);
+    }
+    // What each strategy paid on the hot path and at startup.
+    std::vector<std::string> compile_time;
+    for (const StrategyResult* r : rows)
+      if (const double c = hot_path_compile_ms(*r); c > 0)
+        compile_time.push_back(fmt::format("{} {}", r->strategy, ms_text(c)));
+    v.lines.emplace_back("hot-path compile time",
+                         compile_time.empty() ? std::string("0 for every strategy")
+                                              : fmt::format("{}", fmt::join(compile_time, ", ")));
+    const StrategyResult* none = nullptr;
+    for (const StrategyResult* r : rows)
+      if (r->strategy == "none" && finite(r->startup_ms)) none = r;
+    std::vector<std::string> startup;
+    for (const StrategyResult* r : rows) {
+      auto s = finite(r->startup_ms);
+      if (!s) continue;
+      std::string text = fmt::format("{} {}", r->strategy, ms_text(*s));
+      if (none && r != none) text += fmt::format(" ({})", signed_ms(*s - *none->startup_ms));
+      startup.push_back(text);
+    }
+    if (!startup.empty())
+      v.lines.emplace_back(none ? "startup (vs none)" : "startup", fmt::format("{}", fmt::join(startup, ", ")));
+    if (!v.best.empty() && none && v.best != "none") {
+      for (const StrategyResult* r : rows)
+        if (r->strategy == v.best && finite(r->startup_ms))
+          v.best_why += fmt::format(", startup {} over none", signed_ms(*r->startup_ms - *none->startup_ms));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
 
 }  // namespace coldstart::reports::detail

@@ -65,4 +65,28 @@ bool disallowed_hot_path(const StrategyResult& r);
 /// Bytes as MB (2^20) with two decimals, e.g. "0.51".
 std::string mb(long long bytes);
 
+/// Sum of compile_ms over the hot-path compiles (hot_path_compiled: loads from the on-disk
+/// cache left out), milliseconds. In compile-only mode a memo-served compile counts its recorded
+/// cold compile time.
+double hot_path_compile_ms(const StrategyResult& r);
+
+/// Which strategy to pick in one variant of a run, as the table, Markdown and HTML show it.
+/// Only strategies that ran (not skipped, not interrupted) are weighed.
+struct VariantVerdict {
+  std::string variant;
+  /// The recommended strategy: among those that ended ok (and did not compile on the hot path
+  /// against their own allow_hot_path_compiles: false), those with the fewest hot-path
+  /// compiles; of these, those whose first-request TTFT is within 5% of the lowest (GPU runs;
+  /// closer is run-to-run noise); of these, the shortest startup. "" when none ended ok.
+  std::string best;
+  std::string best_why;  ///< "ok, 0 hot-path compiles, first TTFT 85.05 ms, startup +28.5 ms over none"
+  /// Labelled lines in this order: "avoid the crash" (or "outcome" when nothing failed),
+  /// "fewest hot-path compiles", "lowest first TTFT", "hot-path compile time", "startup". Plain
+  /// text: each renderer escapes it.
+  std::vector<std::pair<std::string, std::string>> lines;
+};
+
+/// One verdict per variant of `run` (variants_of order); empty when the run has no results.
+std::vector<VariantVerdict> verdicts(const RunResults& run);
+
 }  // namespace coldstart::reports::detail

@@ -428,6 +428,10 @@ TEST(Junit, OneCasePerRuleAndAnExpectedCrashPasses) {
   ASSERT_EQ(na->all("skipped").size(), 1u);
   EXPECT_EQ(na->all("skipped")[0]->attrs.at("message"),
             "not_applicable: a rule for arch sm_100; this run: cuda on sm_90");
+  // Markdown sums the rules up and lists the unmet ones.
+  const std::string md = render_markdown({run});
+  EXPECT_NE(md.find("expect: rules: 1 met, 1 unmet, 2 not checked\n- ❌ tq-reserve-max"),
+            std::string::npos);
   // Without the rules the same crash is a failure again.
   run.rules.clear();
   auto bare = XmlReader(render_junit({run}, {})).parse();
@@ -476,6 +480,46 @@ TEST(Junit, EmptyInputIsStillValid) {
   ASSERT_TRUE(root);
   EXPECT_EQ(root->attrs.at("tests"), "0");
   EXPECT_TRUE(root->all("testsuite").empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verdict
+
+StrategyResult verdict_row(const std::string& strategy, Outcome o, int compiles, double ttft,
+                           double startup) {
+  StrategyResult r;
+  r.strategy = strategy;
+  r.outcome = o;
+  if (ttft > 0) r.ttft_ms = ttft;
+  r.startup_ms = startup;
+  for (int i = 0; i < compiles; ++i)
+    r.hot_path_compiles.push_back(CompileEvent{"k" + std::to_string(i), "k", 10.0, "prefill", "nvrtc"});
+  return r;
+}
+
+TEST(Verdict, FewestCompilesThenTtftWithinFivePercentThenStartup) {
+  RunResults run;
+  run.meta.mode = "cuda";
+  run.results = {verdict_row("none", Outcome::kCrash, 1, 0, 100),
+                 verdict_row("fast-but-compiles", Outcome::kOk, 1, 50, 100),
+                 verdict_row("warm-slow-start", Outcome::kOk, 0, 80, 900),
+                 verdict_row("warm-cheap", Outcome::kOk, 0, 83, 300),  // within 5% of 80
+                 verdict_row("warm-slow", Outcome::kOk, 0, 90, 100)};
+  const auto v = detail::verdicts(run);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].best, "warm-cheap");
+  EXPECT_EQ(v[0].best_why, "ok, 0 hot-path compiles, first TTFT 83.00 ms, startup +200.0 ms over none");
+  ASSERT_GE(v[0].lines.size(), 5u);
+  EXPECT_EQ(v[0].lines[0].first, "avoid the crash");
+  EXPECT_EQ(v[0].lines[0].second,
+            "fast-but-compiles, warm-slow-start, warm-cheap, warm-slow; failed: none (crash)");
+  EXPECT_EQ(v[0].lines[1].second, "warm-slow-start, warm-cheap, warm-slow (0)");
+  EXPECT_EQ(v[0].lines[2].second, "fast-but-compiles 50.00 ms");  // ok, but it compiled
+  EXPECT_EQ(v[0].lines[3].second, "none 10.00 ms, fast-but-compiles 10.00 ms");
+  // Nothing ended ok: no pick.
+  for (auto& r : run.results) r.outcome = Outcome::kTimeout;
+  EXPECT_EQ(detail::verdicts(run)[0].best, "");
+  EXPECT_EQ(detail::verdicts(run)[0].lines[0].first, "avoid the failure");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -571,14 +615,23 @@ TEST(Html, SelfContainedWellFormedAndHasBothChartsPerVariant) {
     for (size_t at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1)) ++n;
     return n;
   };
+  const size_t compile_only_variants = detail::variants_of(runs()[2]).size();
   EXPECT_EQ(count("aria-label=\"startup time by phase\""), variants);
-  EXPECT_EQ(count("aria-label=\"first-request TTFT against steady TTFT\""), variants);
+  EXPECT_EQ(count("aria-label=\"first-request TTFT against steady TTFT\""),
+            variants - compile_only_variants);
+  // Compile-only mode times no kernel: its TTFT chart is replaced by the hot-path compile time.
+  EXPECT_EQ(count("aria-label=\"hot-path compile time per strategy\""), compile_only_variants);
+  EXPECT_NE(html.find("429 ms (3 compiles)"), std::string::npos);  // tq-reserve-max, compile-only
+  // A verdict per variant.
+  EXPECT_EQ(count("<div class=\"verdict\">"), variants);
+  EXPECT_NE(html.find("<b>Verdict:</b> best <b>both</b> (ok, 0 hot-path compiles, first TTFT 85.05 ms"),
+            std::string::npos);
   EXPECT_GE(count("class=\"badge crash\""), 6u);
   EXPECT_GE(count("class=\"badge ok\""), 10u);
   EXPECT_EQ(count("class=\"badge timeout\""), 2u);  // table + error block
   EXPECT_GE(count("class=\"badge error\""), 2u);
-  // Compile-only run: TTFT bars replaced by the reason, two per strategy.
-  EXPECT_EQ(count("not measured (compile-only)"), 2 * runs()[2].results.size());
+  // No section of "not measured" lines for the compile-only run; only its verdict says so.
+  EXPECT_EQ(count("not measured (compile-only)"), compile_only_variants);
   // Hot-path compile keys are shown in <code>, escaped.
   EXPECT_NE(html.find("<code>tq_cache_store[A=1]&lt;x &amp; y&gt;@sm_90</code>"), std::string::npos);
   for (const char* phase : {"init", "load_weights", "profile_run", "kv_cache_alloc", "kernel_warmup",

@@ -192,6 +192,17 @@ std::string render_table(const RunResults& run, bool color) {
   out += "workspace MB: locked / peak requested per slot (MB = 2^20 bytes)";
   out += any_null ? "; -: not measured (compile-only mode) or not reached\n" : "\n";
 
+  // Which strategy to pick, per variant, and what each one costs.
+  for (const detail::VariantVerdict& v : detail::verdicts(run)) {
+    const std::string which = v.variant.empty() ? "" : " [" + v.variant + "]";
+    out += "\n" + paint(v.best.empty() ? fmt::format("verdict{}: no strategy ended ok", which)
+                                       : fmt::format("verdict{}: best {} ({})", which, v.best,
+                                                     v.best_why),
+                        kBold) +
+           "\n";
+    for (const auto& [what, text] : v.lines) out += fmt::format("  {}: {}\n", what, text);
+  }
+
   // Warmers that found nothing to do (the strategy may equal `none` without saying so
   // otherwise), and what the JIT runtime worked around (damaged or unwritable kernel cache).
   bool first_note = true;

@@ -947,6 +947,7 @@ TEST_P(ScenarioExpectations, MetInCompileOnlyMode) {
     GTEST_SKIP() << text;
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(read_text(out).find("rule(s) met"), std::string::npos) << "no expect: rules checked";
+  EXPECT_NE(text.find("\nverdict"), std::string::npos) << "no verdict under the table";
   // The results file keeps each rule's verdict and JUnit agrees with --check: one test case per
   // rule, no failure (an expected crash passes), no error.
   size_t rules = 0;
