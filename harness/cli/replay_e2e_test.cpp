@@ -725,6 +725,39 @@ TEST_F(ReplayE2E, DeepSeekV4OnB200AndSkippedOnSm86) {
   EXPECT_NE(read_text(out).find("skipped"), std::string::npos) << read_text(out);
 }
 
+/// Compile-only time accounting (issue 23): identical work costs the same in every variant
+/// whether NVRTC ran or the run's compile memo served it; a warmer's pool of N threads is
+/// charged as N threads, not as one; warmer_ms agrees with the kernel_warmup phase.
+TEST_F(ReplayE2E, CompileOnlyChargesIdenticalWorkAlikeAndOnTheWarmersThreads) {
+  auto by = replay("scenarios/deepseek-v4-flash.yaml",
+                   "--filter deepgemm --set max_num_batched_tokens=64 "
+                   "--set 'matrix=requests.0.prompt_tokens: [1, 48]'");
+  ASSERT_EQ(by.size(), 4u);
+  auto warmup_ms = [](const StrategyResult& r) {
+    for (const auto& p : r.phases)
+      if (p.name == "kernel_warmup") return p.ms;
+    return -1.0;
+  };
+  for (const auto& [name, r] : by) {
+    ASSERT_EQ(r.outcome, Outcome::kOk) << name << ": " << r.error.value_or("");
+    double warmers = 0;
+    for (const auto& [w, ms] : r.extra.at("warmer_ms").items()) warmers += ms.get<double>();
+    EXPECT_NEAR(warmers, warmup_ms(r), 0.02 * warmup_ms(r) + 20) << name;
+  }
+  for (const std::string s : {"deepgemm-warmup", "deepgemm-warmup-serial"}) {
+    const double a = warmup_ms(by[s + " [prompt_tokens=1]"]), b = warmup_ms(by[s + " [prompt_tokens=48]"]);
+    EXPECT_LT(std::max(a, b), 1.25 * std::min(a, b)) << s << ": " << a << " vs " << b << " ms";
+  }
+  const int threads = by["deepgemm-warmup [prompt_tokens=1]"]
+                          .extra.at("warmer_reports").at("deepgemm-warmup").at("threads").get<int>();
+  if (threads >= 2) {
+    for (const char* v : {" [prompt_tokens=1]", " [prompt_tokens=48]"})
+      EXPECT_LT(warmup_ms(by[std::string("deepgemm-warmup") + v]),
+                0.8 * warmup_ms(by[std::string("deepgemm-warmup-serial") + v]))
+          << v << ": the pool's " << threads << " threads compile side by side";
+  }
+}
+
 /// Ctrl-C during a run: what finished stays, the running strategy is `interrupted` in the phase it
 /// had reached, its child is stopped, strategies not started are not run, every report accepts
 /// the outcome, and the exit status is 130 (issue 10).

@@ -126,10 +126,9 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   body();
   device_synchronize(mode());
   // A compile served from the run's compile memo (compile-only mode) took no time here; charge it
-  // what compiling that key measured earlier in this run, so startup times stay comparable across
-  // strategies whether or not the memo was used.
-  const double charged =
-      jit_ ? jit_->monitor().compile_ms_since(first_record, /*reused_only=*/true) : 0.0;
+  // what compiling that key measured earlier in this run, on as many threads as compiled it here
+  // (a warmer's pool), so identical work costs the same whether or not the memo served it.
+  const double charged = jit_ ? jit_->monitor().memo_charge_ms_since(first_record) : 0.0;
   result_.phases.push_back(PhaseTiming{name, ms_since(t0) + charged, std::nullopt, request});
   if (request >= 0 && mode() == DeviceMode::kCuda) {
     // Caching-allocator growth inside a request phase: new cudaMalloc segments and bytes.
@@ -260,9 +259,12 @@ void Engine::do_kernel_warmup() {
     log("warmer " + name);
     current_warmer_ = name;
     const auto t0 = Clock::now();
+    const size_t first_record = jit_ ? jit_->monitor().num_records() : 0;
     w->run(*this);
     device_synchronize(mode());
-    result_.extra["warmer_ms"][name] = ms_since(t0);
+    // Charged like the kernel_warmup phase (phase()), so the warmers' times add up to it.
+    result_.extra["warmer_ms"][name] =
+        ms_since(t0) + (jit_ ? jit_->monitor().memo_charge_ms_since(first_record) : 0.0);
   }
 }
 

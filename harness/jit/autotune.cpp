@@ -332,7 +332,7 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
   log.config = sel.config.name;
   log.num_candidates = static_cast<int>(candidates.size());
   log.num_failed = static_cast<int>(sel.failed.size());
-  log.tune_ms = sel.tune_ms + rt.monitor().compile_ms_since(first_record, /*reused_only=*/true);
+  log.tune_ms = sel.tune_ms + rt.monitor().memo_charge_ms_since(first_record);
   log.compile_ms = rt.monitor().compile_ms_since(first_record);
   for (size_t i = 0; i < candidates.size(); ++i) log.candidate_ms.emplace_back(candidates[i].name, ms[i]);
   rt.monitor().record_autotune(std::move(log));

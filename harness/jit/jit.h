@@ -171,6 +171,10 @@ struct CompileRecord {
   bool reused = false;     ///< compile-only: compile_ms and cubin of this key's first compile in
                            ///< this run (JitOptions::compile_memo_dir), not compiled again
   StepContext step;        ///< the scheduler step running when it happened (JitMonitor::set_step)
+  /// The JitMonitor::ParallelCompiles scope it happened in: 0 outside any (compiled on the
+  /// caller's thread, one after another), else the scope's id and its number of host threads.
+  int parallel_scope = 0;
+  int parallel_threads = 1;
 };
 
 /// One autotuning the monitor saw (select.h Autotuner::select when it compiled and, on a GPU,
@@ -227,6 +231,28 @@ class JitMonitor {
   /// Sum of compile_ms over records [first, end): the compile time of what happened since
   /// num_records() was `first`; with `reused_only`, of the compiles the compile memo served.
   double compile_ms_since(size_t first, bool reused_only = false) const;
+  /// Compile-only mode: what the compiles the compile memo served since num_records() was
+  /// `first` would have cost this run's wall clock had they been compiled here, milliseconds.
+  /// Compiles outside a ParallelCompiles scope ran one after another: their compile_ms add up.
+  /// Those of one scope of N threads are laid out as its work queue would run them: in record
+  /// order, each on the thread that is free first; the scope costs its longest thread. (A
+  /// scope that also compiled for real overlapped those compiles with the served ones; that
+  /// overlap is not modelled, so the charge can only be too high.)
+  double memo_charge_ms_since(size_t first) const;
+
+  /// While alive, compiles (from any thread) are recorded as one batch of work run by
+  /// `threads` host threads pulling from a queue (a warmer's compile pool), so
+  /// memo_charge_ms_since charges them as that many threads would take. Not nestable.
+  class ParallelCompiles {
+   public:
+    ParallelCompiles(JitMonitor& monitor, int threads);
+    ~ParallelCompiles();
+    ParallelCompiles(const ParallelCompiles&) = delete;
+    ParallelCompiles& operator=(const ParallelCompiles&) = delete;
+
+   private:
+    JitMonitor& monitor_;
+  };
   size_t num_records() const;
   /// A problem the runtime worked around (a damaged kernel-cache entry recompiled, a cache
   /// directory that cannot be written); the same text is kept once.
@@ -246,6 +272,9 @@ class JitMonitor {
   std::vector<AutotuneRecord> autotunes_;
   std::vector<std::string> warnings_;
   std::function<void(const CompileRecord&)> observer_;
+  int parallel_scope_ = 0;    ///< the open ParallelCompiles scope's id, 0 when none is open
+  int parallel_threads_ = 1;  ///< its threads
+  int scopes_opened_ = 0;
   mutable std::mutex mu_;
 };
 

@@ -321,6 +321,40 @@ TEST(Monitor, RecordsPhaseAndHotPath) {
   EXPECT_TRUE(recs[1].hot_path);
 }
 
+// Compile-only charges for memo-served compiles: serial ones add up, a pool of N threads costs
+// what N threads pulling from one queue would take; real compiles are not charged.
+TEST(Monitor, MemoChargeLaysAPoolsCompilesOnItsThreads) {
+  JitMonitor m;
+  auto served = [](double ms) {
+    CompileRecord r{"k", "k", ms, "", false, "nvrtc"};
+    r.reused = true;
+    return r;
+  };
+  m.record(served(10));
+  m.record({"real", "real", 1000, "", false, "nvrtc"});  // compiled here: its wall time counts
+  const size_t pool_start = m.num_records();
+  {
+    JitMonitor::ParallelCompiles pool(m, 2);
+    for (double ms : {40.0, 30.0, 20.0, 10.0, 10.0}) m.record(served(ms));
+  }
+  m.record(served(5));  // after the scope: serial again
+  // Two threads: 40 | 30 -> 30+20=50 -> 40+10=50 -> 50+10=60 ... -> the longest, 60.
+  EXPECT_DOUBLE_EQ(m.memo_charge_ms_since(pool_start), 60.0 + 5.0);
+  EXPECT_DOUBLE_EQ(m.memo_charge_ms_since(0), 10.0 + 60.0 + 5.0);
+  EXPECT_DOUBLE_EQ(m.compile_ms_since(0, /*reused_only=*/true), 125.0);  // the plain sum
+  // One thread: the sum, as before.
+  JitMonitor one;
+  {
+    JitMonitor::ParallelCompiles pool(one, 1);
+    for (double ms : {40.0, 30.0}) one.record(served(ms));
+  }
+  EXPECT_DOUBLE_EQ(one.memo_charge_ms_since(0), 70.0);
+  EXPECT_EQ(one.records()[0].parallel_threads, 1);
+  EXPECT_EQ(m.records()[2].parallel_threads, 2);
+  EXPECT_EQ(m.records()[2].parallel_scope, m.records()[6].parallel_scope);
+  EXPECT_EQ(m.records()[7].parallel_scope, 0);
+}
+
 TEST(Monitor, ErrorModeThrowsOnlyWhenActive) {
   JitMonitor m(MonitorMode::kError);
   m.set_phase("kernel_warmup");

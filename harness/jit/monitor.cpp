@@ -1,6 +1,7 @@
 // The JIT monitor: records every compile with key, duration and phase. See jit.h.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -77,6 +78,8 @@ void JitMonitor::record(CompileRecord rec) {
     if (rec.phase.empty()) rec.phase = phase_;
     if (rec.step.request < 0) rec.step = step_;
     rec.hot_path = active_;
+    rec.parallel_scope = parallel_scope_;
+    rec.parallel_threads = parallel_threads_;
     if (rec.hot_path && mode_ == MonitorMode::kWarn) {
       std::fprintf(stderr, "coldstart: hot-path compile of %s in phase %s (%.1f ms, %s): key %s\n",
                    rec.kernel.c_str(), rec.phase.c_str(), rec.compile_ms, rec.source.c_str(),
@@ -109,6 +112,39 @@ double JitMonitor::compile_ms_since(size_t first, bool reused_only) const {
   for (size_t i = first; i < records_.size(); ++i)
     if (!reused_only || records_[i].reused) ms += records_[i].compile_ms;
   return ms;
+}
+
+double JitMonitor::memo_charge_ms_since(size_t first) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double ms = 0;
+  // Per scope, each thread's busy time so far: a served compile goes to the least busy one.
+  std::map<int, std::vector<double>> threads;
+  for (size_t i = first; i < records_.size(); ++i) {
+    const CompileRecord& r = records_[i];
+    if (!r.reused) continue;
+    if (r.parallel_scope == 0 || r.parallel_threads <= 1) {
+      ms += r.compile_ms;
+      continue;
+    }
+    auto& busy = threads[r.parallel_scope];
+    if (busy.empty()) busy.assign(static_cast<size_t>(r.parallel_threads), 0.0);
+    *std::min_element(busy.begin(), busy.end()) += r.compile_ms;
+  }
+  for (const auto& [scope, busy] : threads) ms += *std::max_element(busy.begin(), busy.end());
+  return ms;
+}
+
+JitMonitor::ParallelCompiles::ParallelCompiles(JitMonitor& monitor, int threads)
+    : monitor_(monitor) {
+  std::lock_guard<std::mutex> lock(monitor_.mu_);
+  monitor_.parallel_scope_ = ++monitor_.scopes_opened_;
+  monitor_.parallel_threads_ = std::max(1, threads);
+}
+
+JitMonitor::ParallelCompiles::~ParallelCompiles() {
+  std::lock_guard<std::mutex> lock(monitor_.mu_);
+  monitor_.parallel_scope_ = 0;
+  monitor_.parallel_threads_ = 1;
 }
 
 void JitMonitor::warn(const std::string& text) {
