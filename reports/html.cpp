@@ -275,6 +275,8 @@ std::string results_table(const std::vector<const StrategyResult*>& rows) {
     std::string ratio = "–";
     auto a = detail::finite(r->ttft_ms), b = detail::finite(r->steady_ttft_ms);
     if (a && b && *b > 0) ratio = fmt::format("{:.2f}×", *a / *b);
+    if (auto why = detail::steady_not_comparable(*r))
+      ratio = "<span title=\"" + esc_attr(*why) + "\">not comparable</span>";
     std::string warmers;
     for (const auto& w : r->warmers) warmers += (warmers.empty() ? "" : ", ") + w;
     s += fmt::format(

@@ -43,8 +43,9 @@ std::string ms(const std::optional<double>& v) {
   return f ? fmt::format("{:.1f} ms", *f) : kNull;
 }
 
-std::string ratio(const std::optional<double>& first, const std::optional<double>& steady) {
-  auto a = detail::finite(first), b = detail::finite(steady);
+std::string ratio(const StrategyResult& r) {
+  if (detail::steady_not_comparable(r)) return "n/c";
+  auto a = detail::finite(r.ttft_ms), b = detail::finite(r.steady_ttft_ms);
   if (!a || !b || *b <= 0) return kNull;
   return fmt::format("{:.2f}×", *a / *b);
 }
@@ -148,7 +149,7 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
           ms(r->startup_ms),
           ms(r->ttft_ms),
           ms(r->first_decode_ms),
-          ratio(r->ttft_ms, r->steady_ttft_ms),
+          ratio(*r),
           compiles_cell(*r),
           fmt::format("{} / {} MB", detail::mb(r->workspace.locked_bytes),
                       detail::mb(r->workspace.peak_requested_bytes)),
@@ -159,6 +160,12 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     out += "\n";
     std::vector<std::string> notes = {"MB = 2^20 bytes, per slot",
                                       "first/steady TTFT: first request's TTFT over a second, identical request's"};
+    std::vector<std::string> not_comparable;
+    for (const StrategyResult* r : rows)
+      if (auto why = detail::steady_not_comparable(*r))
+        not_comparable.push_back(cell(detail::label(*r)) + ": " + cell(*why));
+    if (!not_comparable.empty())
+      notes.push_back(fmt::format("n/c: not comparable ({})", fmt::join(not_comparable, "; ")));
     if (any_null) {
       notes.push_back(run.meta.mode == "compile-only"
                           ? std::string(kNull) + ": compile-only: no kernel times"

@@ -203,6 +203,15 @@ std::string loaded_suffix(const StrategyResult& r) {
   return s;
 }
 
+std::optional<std::string> steady_not_comparable(const StrategyResult& r) {
+  if (auto why = extra_string(r, "steady_not_comparable")) return why;
+  const auto it = r.extra.is_object() ? r.extra.find("steady_cold") : r.extra.end();
+  if (it != r.extra.end() && it->is_number_integer() && it->get<long long>() > 0)
+    return fmt::format("the steady request was not warm ({} hot-path compiles, loads or autotunings)",
+                       it->get<long long>());
+  return std::nullopt;
+}
+
 bool disallowed_hot_path(const StrategyResult& r) {
   if (hot_path_compiled(r).empty()) return false;  // a load from the disk cache is not a compile
   auto allow = extra_bool(r, "allow_hot_path_compiles");

@@ -58,6 +58,11 @@ std::string device_text(const RunMeta& m);
 /// neither.
 std::string loaded_suffix(const StrategyResult& r);
 
+/// Why first / steady TTFT of `r` compares different things, or nullopt when it does not: the
+/// steady request compiled, loaded or autotuned (extra.steady_cold) or pinned another prompt
+/// length (extra.steady_not_comparable). Reports then show the ratio as not comparable.
+std::optional<std::string> steady_not_comparable(const StrategyResult& r);
+
 /// The strategy compiled on the hot path although it says `allow_hot_path_compiles: false`
 /// (a failure for CI even when the replay itself was ok).
 bool disallowed_hot_path(const StrategyResult& r);

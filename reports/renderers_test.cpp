@@ -557,6 +557,29 @@ size_t unescaped_pipes(const std::string& line) {
   return n;
 }
 
+// A steady request that was cold or pinned another length: first/steady is not comparable.
+TEST(Markdown, FirstOverSteadyIsNotComparableWhenTheSteadyRequestWasNotItsWarmTwin) {
+  std::vector<RunResults> r = {fixed_runs()[0]};
+  StrategyResult& pinned = r[0].results[1];  // tq-decode-warmup [piecewise], ok
+  StrategyResult& cold = r[0].results[2];    // tq-reserve-max [piecewise], ok
+  pinned.extra["steady_not_comparable"] = "the steady request has 2048 prompt tokens, the first request 4096";
+  cold.extra["steady_cold"] = 2;
+  const std::string md = render_markdown(r);
+  size_t nc = 0;
+  for (size_t at = md.find("| n/c |"); at != std::string::npos; at = md.find("| n/c |", at + 1)) ++nc;
+  EXPECT_EQ(nc, 2u) << md;
+  EXPECT_NE(md.find("n/c: not comparable (tq-decode-warmup \\[cudagraph_mode=piecewise\\]: the "
+                    "steady request has 2048 prompt tokens, the first request 4096; tq-reserve-max "
+                    "\\[cudagraph_mode=piecewise\\]: the steady request was not warm (2 hot-path "
+                    "compiles, loads or autotunings))"),
+            std::string::npos)
+      << md;
+  const std::string html = render_html(r);
+  EXPECT_NE(html.find("<span title=\"the steady request was not warm (2 hot-path compiles, loads or "
+                      "autotunings)\">not comparable</span>"),
+            std::string::npos);
+}
+
 TEST(Markdown, FailuresFirstAndEveryRowComplete) {
   std::string md = render_markdown(runs());
   EXPECT_NE(md.find("NVIDIA H200 (sm_90, 132 SMs)**"), std::string::npos);

@@ -693,7 +693,8 @@ TEST_F(ReplayE2E, DeepSeekV4OnB200AndSkippedOnSm86) {
   if (!jit::nvrtc_can_target("sm_100a")) GTEST_SKIP() << jit::nvrtc_cannot_target_text("sm_100a");
   const std::string out = paths::join(dir_, "b200.txt"), json = paths::join(dir_, "b200.json");
   ASSERT_EQ(run_coldstart("replay scenarios/deepseek-v4-flash.yaml --device compile-only --target b200 --check "
-                          "--set requests.0.prompt_tokens=300 --strategy none --strategy deepgemm-warmup --json " + json,
+                          "--set 'matrix=requests.0.prompt_tokens: [300]' --strategy none --strategy deepgemm-warmup "
+                          "--json " + json,
                           out),
             0)
       << read_text(out);
@@ -756,6 +757,37 @@ TEST_F(ReplayE2E, CompileOnlyChargesIdenticalWorkAlikeAndOnTheWarmersThreads) {
                 0.8 * warmup_ms(by[std::string("deepgemm-warmup-serial") + v]))
           << v << ": the pool's " << threads << " threads compile side by side";
   }
+}
+
+/// The steady request follows a matrix axis over the first request's prompt length, so it is a
+/// warm twin of the first request (issue 23): with one prompt token the steady request compiles
+/// nothing (a fixed 300-token one compiled its own tiles); a steady request that pins another
+/// length is marked not comparable, and Markdown shows first/steady as n/c.
+TEST_F(ReplayE2E, SteadyRequestFollowsTheFirstRequestsShapeUnlessPinned) {
+  auto by = replay("scenarios/deepseek-v4-flash.yaml",
+                   "--strategy none --set 'matrix=requests.0.prompt_tokens: [1, 2048]'");
+  ASSERT_EQ(by.size(), 2u);
+  for (const auto& [label, prompt] : std::map<std::string, int>{
+           {"none [prompt_tokens=1]", 1}, {"none [prompt_tokens=2048]", 2048}}) {
+    const StrategyResult& r = by.at(label);
+    ASSERT_EQ(r.outcome, Outcome::kOk) << label << ": " << r.error.value_or("");
+    int steady_tokens = 0;
+    for (const auto& step : r.extra.at("schedule"))
+      if (step.at("wave") == 1) steady_tokens += step.at("num_tokens").get<int>();
+    EXPECT_EQ(steady_tokens, prompt + 8) << label << ": prefill plus 8 decode steps";
+    EXPECT_FALSE(r.extra.contains("steady_not_comparable")) << label;
+    EXPECT_TRUE(steady_cold(r).empty()) << label << ": " << steady_cold(r).front().key;
+  }
+  const std::string md = paths::join(dir_, "r.md");
+  auto pinned = replay("scenarios/nemotron-3-super-turboquant.yaml",
+                       "--strategy tq-reserve-max --set requests.0.prompt_tokens=4096 --md " + md);
+  ASSERT_EQ(pinned.size(), 1u);
+  const StrategyResult& r = pinned.begin()->second;
+  ASSERT_EQ(r.outcome, Outcome::kOk) << r.error.value_or("");
+  EXPECT_EQ(r.extra.value("steady_not_comparable", ""),
+            "the steady request has 2048 prompt tokens, the first request 4096");
+  EXPECT_FALSE(r.extra.contains("first_time_cost_ms"));
+  EXPECT_NE(read_text(md).find("| n/c |"), std::string::npos) << read_text(md);
 }
 
 /// Ctrl-C during a run: what finished stays, the running strategy is `interrupted` in the phase it

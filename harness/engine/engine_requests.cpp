@@ -48,6 +48,9 @@ void Engine::record_first_time_costs() {
       }
     }
   }
+  // A steady request that pins another prompt length does other work than the first request:
+  // first / steady is not a first-time cost then (steady_not_comparable, set in both modes).
+  if (result_.extra.contains("steady_not_comparable")) return;
   result_.extra["first_time_cost_ms"] = costs;
   // (snapshot_inner drops the ratio again when the steady request was cold: steady_cold.)
   if (result_.ttft_ms && result_.steady_ttft_ms && *result_.steady_ttft_ms > 0) {
@@ -225,9 +228,23 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     if (timed && !lead_decode_ms.empty()) result_.first_decode_ms = lead_decode_ms[0];
     result_.extra["first_request_decode_median_ms"] =
         timed && !rest.empty() ? nlohmann::json(median_of(rest)) : nlohmann::json(nullptr);
-  } else if (timed) {
-    if (!lead_decode_ms.empty()) result_.steady_decode_ms = median_of(lead_decode_ms);
-    record_first_time_costs();
+  } else {
+    // The steady request is the warm twin of the first: one that pins another prompt length
+    // does other work, and first / steady says nothing about first-time costs.
+    const RequestSpec* first = nullptr;
+    const RequestSpec* steady = nullptr;
+    for (const RequestSpec& r : scenario_.requests) {
+      if (r.steady && !steady) steady = &r;
+      if (!r.steady && !first) first = &r;
+    }
+    if (first && steady && first->prompt_tokens != steady->prompt_tokens)
+      result_.extra["steady_not_comparable"] =
+          fmt::format("the steady request has {} prompt tokens, the first request {}",
+                      steady->prompt_tokens, first->prompt_tokens);
+    if (timed) {
+      if (!lead_decode_ms.empty()) result_.steady_decode_ms = median_of(lead_decode_ms);
+      record_first_time_costs();
+    }
   }
   snapshot();
 }

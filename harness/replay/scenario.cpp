@@ -47,6 +47,15 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
   bool roles_given = false;        // some entry has arrival_step or steady
   std::optional<Entry> steady_at;  // the `steady: true` of the steady request, once seen
   std::string steady_request;      // and that request's key, e.g. "requests.1"
+  // Entries that left out prompt_tokens / decode_steps (allowed for the steady request only,
+  // which then takes the first request's): index in `out`, path and mark for the error.
+  struct Inherits {
+    size_t index;
+    Path path;
+    YAML::Mark mark;
+    bool prompt, decode;
+  };
+  std::vector<Inherits> inherits;
   for (size_t i = 0; i < rq.value.size(); ++i) {
     const YAML::Node& n = rq.value[i];
     Path p = child(rq.path, std::to_string(i));
@@ -58,8 +67,17 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
     if (!mv.ok()) continue;
     std::optional<int> prompt, decode, arrival = 0;
     std::optional<bool> steady = false;
-    if (const Entry* x = mv.require("prompt_tokens")) prompt = read_int_in(c, x->path, x->value, 1);
-    if (const Entry* x = mv.require("decode_steps")) decode = read_int_in(c, x->path, x->value, 0);
+    // The first entry states its shape; a later one may leave it out when it is the steady
+    // request (checked once the roles are known).
+    const Entry* prompt_at = i == 0 ? mv.require("prompt_tokens") : mv.get("prompt_tokens");
+    const Entry* decode_at = i == 0 ? mv.require("decode_steps") : mv.get("decode_steps");
+    if (prompt_at) prompt = read_int_in(c, prompt_at->path, prompt_at->value, 1);
+    if (decode_at) decode = read_int_in(c, decode_at->path, decode_at->value, 0);
+    if (i > 0 && (!prompt_at || !decode_at)) {
+      inherits.push_back({out.size(), p, n.Mark(), !prompt_at, !decode_at});
+      if (!prompt_at) prompt = 0;
+      if (!decode_at) decode = 0;
+    }
     const Entry* arrival_at = mv.get("arrival_step");
     if (arrival_at) arrival = read_int_in(c, arrival_at->path, arrival_at->value, 0);
     const Entry* steady_here = mv.get("steady");
@@ -79,7 +97,10 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
                "a steady request runs alone once the first wave has finished; it takes no "
                "arrival_step");
     }
-    if (!prompt || !decode || !arrival || !steady) continue;
+    if (!prompt || !decode || !arrival || !steady) {
+      if (!inherits.empty() && inherits.back().index == out.size()) inherits.pop_back();
+      continue;
+    }
     if (max_model_len > 0 && static_cast<long long>(*prompt) + *decode > max_model_len)
       c.fail(
           p, n.Mark(),
@@ -95,6 +116,31 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
     c.fail(steady_at->path, steady_at->value.Mark(),
            "the only request is steady; at least one request must be in the first wave (steady: "
            "false), the first of which gives TTFT");
+  }
+  // The steady request measures the first request's work once warm: what it leaves out it takes
+  // from the first request as the matrix and --set left it, so an axis over the first request's
+  // shape moves the steady one with it. A steady request that states a shape pins it.
+  const RequestSpec* first = nullptr;  // the first first-wave request: it states its shape
+  for (const RequestSpec& r : out)
+    if (!first && !r.steady) first = &r;
+  for (const Inherits& h : inherits) {
+    RequestSpec& r = out[h.index];
+    if (!r.steady) {
+      c.fail(h.path, h.mark,
+             fmt::format("missing {}: only the steady request may leave its shape out (it then "
+                         "takes the first request's)",
+                         h.prompt ? "prompt_tokens" : "decode_steps"));
+      continue;
+    }
+    if (!first) continue;  // reported above: no first-wave request
+    if (h.prompt) r.prompt_tokens = first->prompt_tokens;
+    if (h.decode) r.decode_steps = first->decode_steps;
+    if (max_model_len > 0 && static_cast<long long>(r.prompt_tokens) + r.decode_steps > max_model_len)
+      c.fail(h.path, h.mark,
+             fmt::format("prompt_tokens {} + decode_steps {} (taken from the first request) = {} "
+                         "exceeds max_model_len ({})",
+                         r.prompt_tokens, r.decode_steps,
+                         static_cast<long long>(r.prompt_tokens) + r.decode_steps, max_model_len));
   }
 }
 

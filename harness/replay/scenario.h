@@ -48,10 +48,11 @@
 //     - {prompt_tokens: 512, decode_steps: 32}   # the first request after startup
 //     - {prompt_tokens: 64, decode_steps: 8, arrival_step: 3}   # joins at scheduler step 3
 //     - {prompt_tokens: 512, decode_steps: 32, steady: true}    # the steady-state request
+//     - {steady: true}                 # or: the first request's shape (see Requests)
 //                                      # keys: prompt_tokens > 0 and decode_steps >= 0
-//                                      # (required; prompt_tokens + decode_steps <=
-//                                      # max_model_len), arrival_step >= 0 (default 0),
-//                                      # steady true | false (default false)
+//                                      # (required but in the steady request; prompt_tokens +
+//                                      # decode_steps <= max_model_len), arrival_step >= 0
+//                                      # (default 0), steady true | false (default false)
 //   strategies:                        # required, at least one; names are [A-Za-z0-9_.+-]
 //     none: []                         # a list of warmer names, run in that order, or
 //     both: {warmers: [a, b], allow_hot_path_compiles: false}   # the long form (allow defaults
@@ -75,7 +76,12 @@
 // is at most one, it takes no arrival_step (it arrives when the engine is idle again), and at
 // least one request must be in the first wave. Compatibility: when no entry has arrival_step or
 // steady and there are exactly two entries, the second is the steady one (the meaning of the
-// one-or-two-request format); with one entry there is no steady request.
+// one-or-two-request format); with one entry there is no steady request. The steady request may
+// leave out prompt_tokens and decode_steps: it then takes the first request's as the matrix and
+// --set left them, so an axis over the first request's shape moves the steady request with it
+// and first/steady compares the same work. A steady request that states a prompt_tokens pins it;
+// when that differs from the first request's, results say so (extra.steady_not_comparable) and
+// reports show first/steady as not comparable.
 //
 // Expectations. `expect:` is a list of rules. Each rule has `strategy` (required: a strategy name
 // of the scenario as written, or "*" for every strategy), `variant` (optional: one of the matrix's

@@ -396,6 +396,37 @@ TEST_F(ScenarioFiles, RequestsCountAndShape) {
             64u);
 }
 
+// The steady request that leaves its shape out takes the first request's after the matrix, so a
+// prompt-length axis moves it too; one that states prompt_tokens pins it.
+TEST_F(ScenarioFiles, SteadyRequestTakesTheFirstRequestsShapeUnlessPinned) {
+  const std::string first = "  - {prompt_tokens: 512, decode_steps: 32}\n";
+  const std::string axis = "matrix:\n  requests.0.prompt_tokens: [128, 1024]\n";
+  Scenario follows = load(replace(kBase, first, first + "  - {steady: true}\n") + axis);
+  ASSERT_EQ(follows.variants.size(), 2u);
+  Scenario v = apply_variant(follows, follows.variants[1]);
+  ASSERT_EQ(v.requests.size(), 2u);
+  EXPECT_TRUE(v.requests[1].steady);
+  EXPECT_EQ(v.requests[0].prompt_tokens, 1024);
+  EXPECT_EQ(v.requests[1].prompt_tokens, 1024);
+  EXPECT_EQ(v.requests[1].decode_steps, 32);
+
+  Scenario pinned =
+      load(replace(kBase, first, first + "  - {prompt_tokens: 64, steady: true}\n") + axis);
+  v = apply_variant(pinned, pinned.variants[1]);
+  EXPECT_EQ(v.requests[1].prompt_tokens, 64);
+  EXPECT_EQ(v.requests[1].decode_steps, 32);  // what it left out still follows
+
+  // Only the steady request may leave its shape out.
+  expect_at(error_of(replace(kBase, first, first + "  - {decode_steps: 4, arrival_step: 2}\n")), 13,
+            "requests.1", "missing prompt_tokens: only the steady request may leave its shape out");
+  expect_at(error_of(replace(kBase, first, "  - {decode_steps: 4}\n")), 12,
+            "requests.0.prompt_tokens", "missing (required)");
+  // What it takes still has to fit max_model_len... and is checked against it.
+  expect_at(error_of(replace(replace(kBase, "max_model_len: 32768", "max_model_len: 600"), first,
+                             first + "  - {steady: true, prompt_tokens: 580}\n")),
+            13, "requests.1", "exceeds max_model_len (600)");
+}
+
 TEST_F(ScenarioFiles, BatchedTokensBelowMaxNumSeqs) {
   expect_at(error_of(replace(kBase, "max_num_seqs: 4", "max_num_seqs: 4096")), 6,
             "engine.max_num_batched_tokens", "smaller than max_num_seqs (4096)");
