@@ -296,13 +296,18 @@ std::string compile_list(const std::vector<const StrategyResult*>& rows) {
   for (const StrategyResult* r : rows) n += r->hot_path_compiles.size();
   if (n == 0) return "<p class=\"none\">No hot-path compiles.</p>\n";
   std::string s =
-      "<table class=\"compiles\"><thead><tr><th>strategy</th><th>kernel</th><th>phase</th>"
-      "<th>compile</th><th>key</th></tr></thead><tbody>\n";
+      "<table class=\"compiles\"><thead><tr><th>strategy</th><th>request</th><th>kernel</th>"
+      "<th>phase</th><th>compile</th><th>key</th></tr></thead><tbody>\n";
   for (const StrategyResult* r : rows) {
     for (const auto& e : r->hot_path_compiles) {
+      // First wave or steady request, and the scheduler step that paid for it.
+      std::string who = "–";
+      if (e.step.request >= 0)
+        who = fmt::format("{} {}, step {}", e.step.wave == 1 ? "steady request" : "first wave, request",
+                          e.step.request, e.step.step);
       s += fmt::format(
-          "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td><code>{}</code></td></tr>\n",
-          esc(r->strategy), esc(e.kernel), esc(e.phase),
+          "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td><code>{}</code></td></tr>\n",
+          esc(r->strategy), esc(who), esc(e.kernel), esc(e.phase),
           esc(ms_text(e.compile_ms) + (e.source == "disk" ? " (loaded)" : "")), esc(e.key));
     }
   }

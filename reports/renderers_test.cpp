@@ -564,6 +564,12 @@ TEST(Markdown, FirstOverSteadyIsNotComparableWhenTheSteadyRequestWasNotItsWarmTw
   StrategyResult& cold = r[0].results[2];    // tq-reserve-max [piecewise], ok
   pinned.extra["steady_not_comparable"] = "the steady request has 2048 prompt tokens, the first request 4096";
   cold.extra["steady_cold"] = 2;
+  cold.hot_path_compiles[0].step.request = 0;  // first wave, its first step
+  cold.hot_path_compiles[0].step.wave = 0;
+  cold.hot_path_compiles[0].step.step = 0;
+  cold.hot_path_compiles[1].step.request = 1;  // the steady request paid for this one
+  cold.hot_path_compiles[1].step.wave = 1;
+  cold.hot_path_compiles[1].step.step = 2;
   const std::string md = render_markdown(r);
   size_t nc = 0;
   for (size_t at = md.find("| n/c |"); at != std::string::npos; at = md.find("| n/c |", at + 1)) ++nc;
@@ -578,6 +584,9 @@ TEST(Markdown, FirstOverSteadyIsNotComparableWhenTheSteadyRequestWasNotItsWarmTw
   EXPECT_NE(html.find("<span title=\"the steady request was not warm (2 hot-path compiles, loads or "
                       "autotunings)\">not comparable</span>"),
             std::string::npos);
+  // The compile list says which wave and step paid for each hot-path compile.
+  EXPECT_NE(html.find("<td>first wave, request 0, step 0</td><td>tq_cache_store</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>steady request 1, step 2</td><td>tq_decode_stage1</td>"), std::string::npos);
 }
 
 TEST(Markdown, FailuresFirstAndEveryRowComplete) {
