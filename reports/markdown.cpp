@@ -1,5 +1,6 @@
 // coldstart: Markdown summary for pull-request comments. Reads RunResults; measures nothing.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -182,6 +183,34 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
                                           cell(v.best), cell(v.best_why));
       for (const auto& [what, text] : v.lines) out += fmt::format("- {}: {}\n", what, cell(text));
       out += "\n";
+    }
+    // Where the first request's extra time went (GPU runs): first minus steady TTFT by part.
+    std::vector<std::pair<const StrategyResult*, detail::TtftExcess>> excess;
+    for (const StrategyResult* r : detail::grouped_rows(run))
+      if (auto x = detail::ttft_excess(*r)) excess.emplace_back(r, *x);
+    if (!excess.empty()) {
+      out += "<details><summary>First-request TTFT excess by part</summary>\n\n";
+      out += "| strategy | variant | first TTFT | steady TTFT | excess |";
+      for (const auto& p : excess.front().second.parts) out += " " + cell(p.name) + " |";
+      out += " unexplained |\n|---|---|--:|--:|--:|";
+      for (size_t i = 0; i < excess.front().second.parts.size(); ++i) out += "--:|";
+      out += "--:|\n";
+      for (const auto& [r, x] : excess) {
+        out += fmt::format("| {} | {} | {:.1f} ms | {:.1f} ms | {:.1f} ms |", cell(r->strategy),
+                           r->variant.empty() ? kNull : cell(r->variant), x.first_ms, x.steady_ms,
+                           x.excess_ms);
+        for (const auto& p : x.parts) out += fmt::format(" {:.1f} |", p.ms);
+        // The share only of a positive excess (a steady request slower than the first has none).
+        out += x.excess_ms > 0 ? fmt::format(" {:.1f} ms ({:.0f}%) |\n", x.unexplained_ms,
+                                             100.0 * x.unexplained_ms / x.excess_ms)
+                               : fmt::format(" {:.1f} ms |\n", x.unexplained_ms);
+      }
+      std::vector<std::string> sources;
+      for (const auto& p : excess.front().second.parts) sources.push_back(cell(p.name) + ": " + cell(p.source));
+      out += fmt::format("\n<sub>ms, first request minus steady request over prefill and continuation "
+                         "prefill; {}; unexplained: the rest (libtorch and harness host work, "
+                         "allocator growth, first use of libraries)</sub>\n\n</details>\n\n",
+                         fmt::join(sources, "; "));
     }
     // The scenario's expect: rules as the run checked them.
     if (!run.rules.empty()) {

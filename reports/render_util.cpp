@@ -248,6 +248,55 @@ std::string signed_ms(double v) { return fmt::format("{}{:.1f} ms", v >= 0 ? "+"
 
 }  // namespace
 
+std::optional<TtftExcess> ttft_excess(const StrategyResult& r) {
+  const auto first = finite(r.ttft_ms), steady = finite(r.steady_ttft_ms);
+  if (!first || !steady || !r.extra.is_object() || extra_string(r, "steady_not_comparable"))
+    return std::nullopt;
+  const auto costs = r.extra.find("first_time_cost_ms");
+  if (costs == r.extra.end() || !costs->is_object()) return std::nullopt;
+  static const char* const kTtftPhases[] = {"prefill", "continuation_prefill"};
+  auto in_ttft = [](const std::string& phase) {
+    return phase == kTtftPhases[0] || phase == kTtftPhases[1];
+  };
+  // Wave 0 adds, wave 1 (the steady request) takes away.
+  auto sign = [](int wave) { return wave == 0 ? 1.0 : wave == 1 ? -1.0 : 0.0; };
+  double compile = 0, cache = 0, tune = 0, gpu = 0, sampling = 0;
+  for (const CompileEvent& e : r.hot_path_compiles) {
+    if (e.step.request < 0 || !in_ttft(e.phase) || !std::isfinite(e.compile_ms)) continue;
+    (e.source == "disk" ? cache : compile) += sign(e.step.wave) * e.compile_ms;
+  }
+  const auto tunes = r.extra.find("autotunes");
+  if (tunes != r.extra.end() && tunes->is_array()) {
+    for (const auto& a : *tunes) {
+      if (!a.is_object() || !a.value("hot_path", false) || !a.contains("wave")) continue;
+      const auto bench = a.find("benchmark_ms");
+      if (bench == a.end() || !bench->is_number() || !in_ttft(a.value("phase", ""))) continue;
+      tune += sign(a.value("wave", -1)) * bench->get<double>();
+    }
+  }
+  for (const char* phase : kTtftPhases) {
+    auto part = [&](const char* what) {
+      const auto it = costs->find(std::string(phase) + "." + what);
+      return it != costs->end() && it->is_number() ? it->get<double>() : 0.0;
+    };
+    gpu += part("model_pieces_gpu_ms") + part("prefill_attention_gpu_ms");
+    sampling += part("sampling_ms");
+  }
+  TtftExcess x;
+  x.first_ms = *first;
+  x.steady_ms = *steady;
+  x.excess_ms = *first - *steady;
+  x.parts = {{"JIT compile + module load", compile, "host wall time (JIT monitor, NVRTC and cuModuleLoadData)"},
+             {"kernel cache load", cache, "host wall time (JIT monitor, on-disk cache)"},
+             {"autotune benchmarking", tune, "host wall time (autotuner, timed candidate runs)"},
+             {"GPU kernel time", gpu,
+              "CUDA events around the model's pieces and libtorch attention, less host stalls inside"},
+             {"sampling", sampling, "host wall time (sampling and copy to host)"}};
+  x.unexplained_ms = x.excess_ms;
+  for (const ExcessPart& p : x.parts) x.unexplained_ms -= p.ms;
+  return x;
+}
+
 std::vector<VariantVerdict> verdicts(const RunResults& run) {
   std::vector<VariantVerdict> out;
   for (const std::string& variant : variants_of(run)) {

@@ -91,6 +91,33 @@ struct VariantVerdict {
   std::vector<std::pair<std::string, std::string>> lines;
 };
 
+/// One named part of a first request's TTFT excess: first-request ms minus steady-request ms
+/// over the TTFT phases (prefill, continuation_prefill), and how it was measured.
+struct ExcessPart {
+  std::string name;    ///< "JIT compile + module load", "kernel cache load", ...
+  double ms = 0;       ///< first minus steady, milliseconds (negative: the steady request paid more)
+  std::string source;  ///< "host wall time (JIT monitor)", "CUDA events", ...
+};
+
+/// first TTFT - steady TTFT split into named parts (GPU runs whose steady request is the first
+/// one's twin): JIT compile + module load and kernel cache loads (the JIT monitor's host wall
+/// time of the hot-path records in the TTFT phases, by wave), autotune benchmarking (the
+/// autotuner's timed candidate runs), GPU kernel time (CUDA events around the model's pieces
+/// and libtorch attention, less the host stalls inside them, first_time_cost_ms) and sampling
+/// (host wall time of sampling and the copy to host). `unexplained_ms` is the rest: host work of
+/// libtorch and the harness, allocator growth, first use of libraries. Compiles and tunings
+/// without a scheduler step (files older than the step fields) are not counted.
+struct TtftExcess {
+  double first_ms = 0, steady_ms = 0, excess_ms = 0;
+  std::vector<ExcessPart> parts;
+  double unexplained_ms = 0;
+};
+
+/// The split for `r`, or nullopt when there is nothing to split: no TTFT or steady TTFT
+/// (compile-only mode, a failed run), no first_time_cost_ms (no steady twin, older files), or a
+/// steady request that pinned another prompt length (steady_not_comparable).
+std::optional<TtftExcess> ttft_excess(const StrategyResult& r);
+
 /// One verdict per variant of `run` (variants_of order); empty when the run has no results.
 std::vector<VariantVerdict> verdicts(const RunResults& run);
 

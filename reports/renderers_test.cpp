@@ -522,6 +522,56 @@ TEST(Verdict, FewestCompilesThenTtftWithinFivePercentThenStartup) {
   EXPECT_EQ(detail::verdicts(run)[0].lines[0].first, "avoid the failure");
 }
 
+// first TTFT - steady TTFT split into its measured parts; what no part explains is the rest.
+TEST(TtftExcess, PartsAreFirstMinusSteadyOverTheTtftPhases) {
+  StrategyResult r = verdict_row("none", Outcome::kOk, 0, 150, 1000);
+  r.steady_ttft_ms = 40;
+  auto compile = [](const char* phase, int wave, double ms, const char* source) {
+    CompileEvent e{"k", "k", ms, phase, source};
+    e.step.request = wave == 0 ? 0 : 1;
+    e.step.wave = wave;
+    e.step.step = 0;
+    return e;
+  };
+  r.hot_path_compiles = {compile("prefill", 0, 60, "nvrtc"), compile("continuation_prefill", 0, 10, "nvrtc"),
+                         compile("prefill", 0, 4, "disk"), compile("first_decode", 0, 30, "nvrtc"),  // not in TTFT
+                         compile("prefill", 1, 5, "nvrtc")};  // the steady request paid 5
+  r.extra["autotunes"] = nlohmann::json::array(
+      {{{"hot_path", true}, {"wave", 0}, {"phase", "prefill"}, {"benchmark_ms", 12.0}},
+       {{"hot_path", false}, {"phase", "profile_run"}, {"benchmark_ms", 99.0}}});
+  r.extra["first_time_cost_ms"] = {{"prefill", 100.0},
+                                   {"prefill.model_pieces_gpu_ms", 15.0},
+                                   {"prefill.prefill_attention_gpu_ms", 3.0},
+                                   {"prefill.sampling_ms", 0.5},
+                                   {"first_decode.model_pieces_gpu_ms", 50.0}};  // not in TTFT
+  const auto x = detail::ttft_excess(r);
+  ASSERT_TRUE(x);
+  EXPECT_DOUBLE_EQ(x->excess_ms, 110.0);
+  ASSERT_EQ(x->parts.size(), 5u);
+  EXPECT_DOUBLE_EQ(x->parts[0].ms, 65.0);  // 60 + 10 - 5
+  EXPECT_DOUBLE_EQ(x->parts[1].ms, 4.0);
+  EXPECT_DOUBLE_EQ(x->parts[2].ms, 12.0);
+  EXPECT_DOUBLE_EQ(x->parts[3].ms, 18.0);
+  EXPECT_DOUBLE_EQ(x->parts[4].ms, 0.5);
+  EXPECT_DOUBLE_EQ(x->unexplained_ms, 110.0 - 65 - 4 - 12 - 18 - 0.5);
+  // Markdown shows it per strategy, folded.
+  RunResults run;
+  run.meta.mode = "cuda";
+  run.results = {r};
+  const std::string md = render_markdown({run});
+  EXPECT_NE(md.find("First-request TTFT excess by part"), std::string::npos);
+  EXPECT_NE(md.find("| none | – | 150.0 ms | 40.0 ms | 110.0 ms | 65.0 | 4.0 | 12.0 | 18.0 | 0.5 | 10.5 ms (10%) |"),
+            std::string::npos)
+      << md;
+  // Nothing to split: compile-only (no TTFT), or a steady request of another length.
+  StrategyResult pinned = r;
+  pinned.extra["steady_not_comparable"] = "the steady request has 64 prompt tokens, the first request 512";
+  EXPECT_FALSE(detail::ttft_excess(pinned));
+  StrategyResult compile_only = r;
+  compile_only.ttft_ms.reset();
+  EXPECT_FALSE(detail::ttft_excess(compile_only));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Markdown
 

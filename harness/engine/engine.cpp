@@ -56,6 +56,10 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
   result_.extra["allow_hot_path_compiles"] = strategy_.allow_hot_path_compiles;
   sdpa_spans_ = std::make_unique<GpuSpans>(mode());
   model_spans_ = std::make_unique<GpuSpans>(mode());
+  // Spans leave out what the JIT held the host for inside them (compiled on the hot path).
+  auto stall = [this] { return jit_ ? jit_->monitor().host_stall_ms() : 0.0; };
+  sdpa_spans_->set_stall_clock(stall);
+  model_spans_->set_stall_clock(stall);
 }
 
 Engine::~Engine() = default;

@@ -239,6 +239,11 @@ class JitMonitor {
   /// scope that also compiled for real overlapped those compiles with the served ones; that
   /// overlap is not modelled, so the charge can only be too high.)
   double memo_charge_ms_since(size_t first) const;
+  /// Host time the JIT has held the launching thread so far, milliseconds: every record's
+  /// compile_ms (NVRTC compile and module load, or a kernel-cache load) plus every autotuning's
+  /// benchmarking (tune_ms - compile_ms). GPU-event spans subtract what passed inside them, as
+  /// the GPU waited for the host then (GpuSpans::set_stall_clock).
+  double host_stall_ms() const;
 
   /// While alive, compiles (from any thread) are recorded as one batch of work run by
   /// `threads` host threads pulling from a queue (a warmer's compile pool), so
@@ -275,6 +280,7 @@ class JitMonitor {
   int parallel_scope_ = 0;    ///< the open ParallelCompiles scope's id, 0 when none is open
   int parallel_threads_ = 1;  ///< its threads
   int scopes_opened_ = 0;
+  double stall_ms_ = 0;  ///< host_stall_ms()
   mutable std::mutex mu_;
 };
 

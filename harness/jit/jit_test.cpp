@@ -355,6 +355,19 @@ TEST(Monitor, MemoChargeLaysAPoolsCompilesOnItsThreads) {
   EXPECT_EQ(m.records()[7].parallel_scope, 0);
 }
 
+// What the JIT held the host for: every record's time plus autotune benchmarking.
+TEST(Monitor, HostStallCountsCompilesLoadsAndBenchmarking) {
+  JitMonitor m;
+  EXPECT_DOUBLE_EQ(m.host_stall_ms(), 0.0);
+  m.record({"a", "ka", 7.5, "", false, "nvrtc"});
+  m.record({"b", "kb", 0.5, "", false, "disk"});
+  AutotuneRecord t;
+  t.tune_ms = 30;
+  t.compile_ms = 20;  // already in the compile records
+  m.record_autotune(t);
+  EXPECT_DOUBLE_EQ(m.host_stall_ms(), 7.5 + 0.5 + 10.0);
+}
+
 TEST(Monitor, ErrorModeThrowsOnlyWhenActive) {
   JitMonitor m(MonitorMode::kError);
   m.set_phase("kernel_warmup");

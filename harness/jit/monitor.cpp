@@ -80,6 +80,7 @@ void JitMonitor::record(CompileRecord rec) {
     rec.hot_path = active_;
     rec.parallel_scope = parallel_scope_;
     rec.parallel_threads = parallel_threads_;
+    if (rec.compile_ms > 0) stall_ms_ += rec.compile_ms;
     if (rec.hot_path && mode_ == MonitorMode::kWarn) {
       std::fprintf(stderr, "coldstart: hot-path compile of %s in phase %s (%.1f ms, %s): key %s\n",
                    rec.kernel.c_str(), rec.phase.c_str(), rec.compile_ms, rec.source.c_str(),
@@ -134,6 +135,11 @@ double JitMonitor::memo_charge_ms_since(size_t first) const {
   return ms;
 }
 
+double JitMonitor::host_stall_ms() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stall_ms_;
+}
+
 JitMonitor::ParallelCompiles::ParallelCompiles(JitMonitor& monitor, int threads)
     : monitor_(monitor) {
   std::lock_guard<std::mutex> lock(monitor_.mu_);
@@ -163,6 +169,7 @@ void JitMonitor::record_autotune(AutotuneRecord rec) {
   rec.phase = phase_;
   rec.step = step_;
   rec.hot_path = active_;
+  if (rec.tune_ms > rec.compile_ms) stall_ms_ += rec.tune_ms - rec.compile_ms;
   autotunes_.push_back(std::move(rec));
 }
 

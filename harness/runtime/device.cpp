@@ -1,6 +1,7 @@
 #include "harness/runtime/device.h"
 
 #include <ATen/ATen.h>
+#include <algorithm>
 #include <torch/version.h>
 
 #include "harness/common/error.h"
@@ -219,6 +220,7 @@ struct GpuSpans::Impl {
 #ifdef COLDSTART_WITH_CUDA
   std::vector<std::pair<at::cuda::CUDAEvent, at::cuda::CUDAEvent>> spans;
 #endif
+  std::vector<double> stalls;  ///< per finished span: host stall inside it, ms
 };
 
 GpuSpans::GpuSpans(DeviceMode mode) : mode_(mode), impl_(std::make_unique<Impl>()) {}
@@ -229,6 +231,7 @@ void GpuSpans::begin() {
   if (mode_ != DeviceMode::kCuda || !active_) return;
   impl_->spans.emplace_back(at::cuda::CUDAEvent(cudaEventDefault), at::cuda::CUDAEvent(cudaEventDefault));
   impl_->spans.back().first.record();
+  stall_at_begin_ = stall_clock_ ? stall_clock_() : 0.0;
 #endif
 }
 
@@ -236,18 +239,23 @@ void GpuSpans::end() {
 #ifdef COLDSTART_WITH_CUDA
   if (mode_ != DeviceMode::kCuda || !active_ || impl_->spans.empty()) return;
   impl_->spans.back().second.record();
+  impl_->stalls.resize(impl_->spans.size(), 0.0);
+  impl_->stalls.back() = stall_clock_ ? stall_clock_() - stall_at_begin_ : 0.0;
 #endif
 }
 
 double GpuSpans::take_total_ms() {
   double total = 0;
 #ifdef COLDSTART_WITH_CUDA
-  for (auto& sp : impl_->spans) {
+  impl_->stalls.resize(impl_->spans.size(), 0.0);
+  for (size_t i = 0; i < impl_->spans.size(); ++i) {
+    auto& sp = impl_->spans[i];
     sp.second.synchronize();
-    total += sp.first.elapsed_time(sp.second);
+    total += std::max(0.0, static_cast<double>(sp.first.elapsed_time(sp.second)) - impl_->stalls[i]);
   }
   impl_->spans.clear();
 #endif
+  impl_->stalls.clear();
   return total;
 }
 

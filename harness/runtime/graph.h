@@ -63,15 +63,23 @@ class GpuSpans {
   /// Spans are recorded only while active (never during graph capture: a captured event record
   /// cannot be timed).
   void set_active(bool active) { active_ = active; }
+  /// A clock of host time (ms) that held the launching thread while the GPU waited for it (the
+  /// JIT compiling, loading or autotuning: JitMonitor::host_stall_ms). What it advances inside a
+  /// span is taken out of that span's GPU time, so a compile on the hot path is not counted
+  /// twice, as compile time and as kernel time. Without one, spans are plain event time.
+  void set_stall_clock(std::function<double()> clock) { stall_clock_ = std::move(clock); }
   void begin();
   void end();
-  /// Sum of the finished spans, milliseconds; waits for them. Then forgets them.
+  /// Sum of the finished spans, milliseconds (each less its host stall, never below 0); waits
+  /// for them. Then forgets them.
   double take_total_ms();
 
  private:
   struct Impl;
   DeviceMode mode_;
   bool active_ = false;
+  std::function<double()> stall_clock_;
+  double stall_at_begin_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 
