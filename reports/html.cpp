@@ -248,6 +248,31 @@ std::string compile_time_chart(const std::vector<const StrategyResult*>& rows) {
   return s;
 }
 
+// First TTFT minus steady TTFT of each strategy split into its measured parts (GPU runs);
+// "" when no strategy has a split.
+std::string excess_table(const std::vector<const StrategyResult*>& rows) {
+  std::vector<std::pair<const StrategyResult*, detail::TtftExcess>> split;
+  for (const StrategyResult* r : rows)
+    if (auto x = detail::ttft_excess(*r)) split.emplace_back(r, *x);
+  if (split.empty()) return "";
+  std::string s = "<table class=\"results\"><thead><tr><th>strategy</th><th>first TTFT</th>"
+                  "<th>steady TTFT</th><th>excess</th>";
+  for (const auto& p : split.front().second.parts)
+    s += "<th title=\"" + esc_attr(p.source) + "\">" + esc(p.name) + "</th>";
+  s += "<th>unexplained</th></tr></thead><tbody>\n";
+  for (const auto& [r, x] : split) {
+    s += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
+                     esc(r->strategy), esc(fmt::format("{:.1f} ms", x.first_ms)),
+                     esc(fmt::format("{:.1f} ms", x.steady_ms)), esc(fmt::format("{:.1f} ms", x.excess_ms)));
+    for (const auto& p : x.parts) s += fmt::format("<td class=\"num\">{:.1f}</td>", p.ms);
+    std::string rest = fmt::format("{:.1f} ms", x.unexplained_ms);
+    if (x.excess_ms > 0) rest += fmt::format(" ({:.0f}%)", 100.0 * x.unexplained_ms / x.excess_ms);
+    s += "<td class=\"num\">" + esc(rest) + "</td></tr>\n";
+  }
+  return s + "</tbody></table>\n<p class=\"meta\">First request minus steady request over prefill "
+             "and continuation prefill, ms; hover a part's title for how it was measured.</p>\n";
+}
+
 // The verdict of one variant: the pick and what each strategy costs.
 std::string verdict_block(const detail::VariantVerdict& v) {
   std::string s = "<div class=\"verdict\"><b>Verdict:</b> ";
@@ -434,6 +459,8 @@ std::string render_html(const std::vector<RunResults>& runs) {
         out += "<h4>First-request TTFT vs steady TTFT</h4>\n";
         out += legend({{"first request", kTtftColor}, {"steady (second request)", kSteadyColor}});
         out += ttft_chart(run, rows);
+        const std::string excess = excess_table(rows);
+        if (!excess.empty()) out += "<h4>First-request TTFT excess by part</h4>\n" + excess;
       }
       out += "<h4>Hot-path compiles</h4>\n";
       out += compile_list(rows);

@@ -563,6 +563,12 @@ TEST(TtftExcess, PartsAreFirstMinusSteadyOverTheTtftPhases) {
   EXPECT_NE(md.find("| none | – | 150.0 ms | 40.0 ms | 110.0 ms | 65.0 | 4.0 | 12.0 | 18.0 | 0.5 | 10.5 ms (10%) |"),
             std::string::npos)
       << md;
+  // So does the HTML.
+  const std::string html = render_html({run});
+  EXPECT_NE(html.find("<h4>First-request TTFT excess by part</h4>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"num\">65.0</td><td class=\"num\">4.0</td><td class=\"num\">12.0</td>"
+                      "<td class=\"num\">18.0</td><td class=\"num\">0.5</td><td class=\"num\">10.5 ms (10%)</td>"),
+            std::string::npos);
   // Nothing to split: compile-only (no TTFT), or a steady request of another length.
   StrategyResult pinned = r;
   pinned.extra["steady_not_comparable"] = "the steady request has 64 prompt tokens, the first request 512";

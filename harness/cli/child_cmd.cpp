@@ -117,8 +117,8 @@ int job_main(ReplayArgs a) {
   validate_run_options(a);
   // As replay hands it: the compile memo the environment names (replay makes a private one
   // otherwise, which cannot outlive this command).
-  const char* memo = std::getenv("COLDSTART_COMPILE_MEMO_DIR");
-  if (a.compile_memo.empty() && memo != nullptr && a.device != "cuda") a.compile_memo = memo;
+  const std::string memo = shared_compile_memo_dir();
+  if (a.compile_memo.empty() && !memo.empty() && a.device != "cuda") a.compile_memo = memo;
   const int variant_index = a.variant_index;
   const Scenario s = load(a);
   const StrategySpec* strategy = nullptr;
@@ -131,11 +131,7 @@ int job_main(ReplayArgs a) {
                                  a.scenario, variant_index, s.variants.size()));
   Scenario v = apply_variant(s, s.variants[variant_index]);
   // Directory keys as absolute paths: the job may be run from another directory.
-  for (const EngineKeySpec& k : declared_engine_keys()) {
-    if (k.type != EngineKeyType::kDirectory) continue;
-    const std::string dir = v.engine.string_key(k.name);
-    if (!dir.empty()) v.engine.set_key(k.name, absolute_path(dir));
-  }
+  rewrite_directory_keys(v, absolute_path);
   std::cout << nlohmann::json(make_child_job(a, v, *strategy)).dump(2) << "\n";
   return 0;
 }

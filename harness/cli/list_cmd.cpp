@@ -42,7 +42,12 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
       throw InputError(fmt::format("--filter '{}': not a regular expression: {}", filter, e.what()));
     }
   }
-  auto shown = [&](const std::string& text) { return !re || std::regex_search(text, *re); };
+  size_t matched = 0;  // lines --filter let through
+  auto shown = [&](const std::string& text) {
+    const bool yes = !re || std::regex_search(text, *re);
+    matched += yes;
+    return yes;
+  };
   std::vector<std::string> warmers;
   for (const auto& n : warmer_names())
     if (shown(n)) warmers.push_back("  " + n + "  " + make_warmer(n)->description());
@@ -128,6 +133,11 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
     if (lines.empty()) continue;
     std::cout << "scenario " << s.name << " (" << f << "):\n";
     for (const auto& l : lines) std::cout << l << "\n";
+  }
+  if (re && matched == 0) {
+    // As grep does: a filter that matches nothing is an exit status a script can test.
+    std::cerr << fmt::format("coldstart list: nothing matches --filter '{}'\n", filter);
+    return 1;
   }
   return 0;
 }

@@ -328,8 +328,8 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   // `reused` from the first strategy on, with the compile time measured when it was compiled.
   std::optional<paths::ScopedTempDir> memo;
   if (!a.no_compile_memo && a.device != "cuda") {
-    const char* shared = std::getenv("COLDSTART_COMPILE_MEMO_DIR");
-    if (shared != nullptr && *shared != '\0') {
+    const std::string shared = shared_compile_memo_dir();
+    if (!shared.empty()) {
       paths::make_dirs(shared);
       a.compile_memo = shared;
     } else {

@@ -790,6 +790,22 @@ TEST_F(ReplayE2E, SteadyRequestFollowsTheFirstRequestsShapeUnlessPinned) {
   EXPECT_NE(read_text(md).find("| n/c |"), std::string::npos) << read_text(md);
 }
 
+/// `list` prints the registries and the scenarios' strategies; --filter narrows them and, like
+/// grep, exits 1 when it matches nothing.
+TEST_F(ReplayE2E, ListFiltersAndSaysWhenNothingMatches) {
+  const std::string out = paths::join(dir_, "list.txt");
+  ASSERT_EQ(run_coldstart("list --filter deepgemm", out), 0) << read_text(out);
+  const std::string text = read_text(out);
+  EXPECT_NE(text.find("warmers:\n  deepgemm-warmup"), std::string::npos) << text;
+  EXPECT_NE(text.find("scenario deepseek-v4-flash (scenarios/deepseek-v4-flash.yaml):\n"
+                      "  deepgemm-warmup [prompt_tokens=1]: [deepgemm-warmup]"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("tq-decode-warmup"), std::string::npos) << "filtered out";
+  EXPECT_EQ(run_coldstart("list --filter no-such-thing", out), 1);
+  EXPECT_EQ(read_text(out), "coldstart list: nothing matches --filter 'no-such-thing'\n");
+}
+
 /// Ctrl-C during a run: what finished stays, the running strategy is `interrupted` in the phase it
 /// had reached, its child is stopped, strategies not started are not run, every report accepts
 /// the outcome, and the exit status is 130 (issue 10).

@@ -2,6 +2,8 @@
 // run_inputs.h. POSIX only (no std::filesystem: see harness/common/paths.h).
 #include "harness/cli/run_inputs.h"
 
+#include <cstdlib>
+
 #include <dirent.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -156,10 +158,7 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios) {
         add_config(v.model);
         for (const std::string& key : dir_keys) add_dir(key, v.engine.string_key(key));
         // The children read the copies, never the user's files.
-        for (const std::string& key : dir_keys) {
-          const std::string dir = v.engine.string_key(key);
-          if (!dir.empty()) v.engine.set_key(key, copy_of(dir));
-        }
+        rewrite_directory_keys(v, copy_of);
       }
       per_scenario_.push_back(std::move(ps));
     }
@@ -170,6 +169,19 @@ RunInputs::RunInputs(const std::vector<Scenario>& scenarios) {
 }
 
 RunInputs::~RunInputs() { paths::remove_tree(dir_); }
+
+void rewrite_directory_keys(Scenario& s, const std::function<std::string(const std::string&)>& to) {
+  for (const EngineKeySpec& k : declared_engine_keys()) {
+    if (k.type != EngineKeyType::kDirectory) continue;
+    const std::string dir = s.engine.string_key(k.name);
+    if (!dir.empty()) s.engine.set_key(k.name, to(dir));
+  }
+}
+
+std::string shared_compile_memo_dir() {
+  const char* dir = std::getenv("COLDSTART_COMPILE_MEMO_DIR");
+  return dir != nullptr ? std::string(dir) : std::string();
+}
 
 void RunInputs::name_originals(StrategyResult& r) const {
   // A copy is <dir>/root<absolute original path>: dropping "<dir>/root" leaves the original.

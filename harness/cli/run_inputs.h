@@ -14,6 +14,7 @@
 // scenario's is that of the text the loader validated).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,5 +63,13 @@ class RunInputs {
 /// The absolute, lexically normalized form of `path` (relative to the working directory).
 /// Throws Error when the working directory cannot be read.
 std::string absolute_path(const std::string& path);
+
+/// Replaces the value of every directory engine key (engine_keys.h, EngineKeyType::kDirectory)
+/// that `s` sets by `to(value)`: where the children read it from (an absolute path, a copy).
+void rewrite_directory_keys(Scenario& s, const std::function<std::string(const std::string&)>& to);
+
+/// The compile memo directory COLDSTART_COMPILE_MEMO_DIR names ("" when unset or empty): one kept
+/// across runs, which replay and `_job` use instead of a private one in compile-only mode.
+std::string shared_compile_memo_dir();
 
 }  // namespace coldstart::cli
