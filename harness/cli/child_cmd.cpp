@@ -89,6 +89,8 @@ void install_crash_backtrace() {
 }  // namespace
 
 int child_main(const std::string& job_file) {
+  // A child never outlives the `coldstart replay` that started it, even one killed by SIGKILL.
+  isolate::die_with_parent();
   std::signal(SIGPIPE, SIG_IGN);
   install_crash_backtrace();
   // Without the channel nothing the child does reaches anyone: refuse before running.

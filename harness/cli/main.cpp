@@ -20,7 +20,7 @@
 // Exit status: 0 when every strategy ran (a reproduced crash or timeout is a result), 1 when the
 // harness failed for some strategy (outcome "error") or every strategy run timed out, 2 on bad
 // input, 3 with --check when an expect: rule is unmet, 128 + the signal (130 for SIGINT, 143 for
-// SIGTERM) when interrupted. README.md has the details.
+// SIGTERM, 129 for SIGHUP) when interrupted. README.md has the details.
 #include <CLI/CLI.hpp>
 
 #include <iostream>

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <csignal>
 #include <iostream>
 #include <regex>
 
@@ -263,6 +264,10 @@ bool selected(const ReplayArgs& a, const Scenario& s, const StrategySpec& st) {
 }  // namespace
 
 int replay_main(ReplayArgs a, const std::string& cmdline) {
+  // A reader that went away (`coldstart replay ... | head`) must not cost the run its exit status
+  // and --check verdict: the results files are written anyway, and a write to the closed stdout
+  // just fails instead of killing the process. (Children get the default action back.)
+  std::signal(SIGPIPE, SIG_IGN);
   if (a.repeat < 1) throw InputError("--repeat must be at least 1");
   const std::vector<std::string> outputs = {a.json, a.junit, a.md, a.html, a.trace};
   validate_run_options(a);

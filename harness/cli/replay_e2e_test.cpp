@@ -869,27 +869,63 @@ TEST_F(ReplayE2E, SigintKeepsWhatFinishedRecordsTheRunningStrategyAndStopsItsChi
 /// SIGTERM (a CI job cancelled) while the first strategy runs: it is recorded as interrupted,
 /// nothing else runs, exit status 143, and no temporary directory is left.
 TEST_F(ReplayE2E, SigtermInTheFirstStrategyExits143) {
-  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
-  const std::string tmp = paths::join(dir_, "tmp");
-  paths::make_dirs(tmp);
+  // SIGHUP (the terminal or ssh session closed) stops the run the same way (issue 26).
+  for (const auto& [sig, name] : {std::pair<int, std::string>{SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}}) {
+    const std::string json = paths::join(dir_, name + ".json"), out = paths::join(dir_, name + ".txt");
+    const std::string tmp = paths::join(dir_, "tmp-" + name);
+    paths::make_dirs(tmp);
+    const pid_t pid = start_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device "
+                                      "compile-only --arch sm_90 --json " + json,
+                                      out, "TMPDIR=" + tmp);
+    ASSERT_GT(pid, 0);
+    std::vector<pid_t> kids;
+    ASSERT_TRUE(within(120, [&] { return !(kids = children_of(pid)).empty(); })) << read_text(out);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into its first phases
+    ASSERT_EQ(::kill(pid, sig), 0);
+    EXPECT_EQ(wait_status(pid), 128 + sig) << name << ": " << read_text(out);
+    for (pid_t k : kids) {
+      EXPECT_TRUE(within(1.5, [&] { return gone(k); })) << "child " << k << " left running";
+    }
+    const auto results = results_so_far(json);
+    ASSERT_EQ(results.size(), 1u) << read_text(out);
+    EXPECT_EQ(results[0].outcome, Outcome::kInterrupted);
+    EXPECT_EQ(results[0].error.value_or("").rfind("interrupted by " + name, 0), 0u) << name;
+    const std::vector<std::string> left = names_in(tmp);
+    EXPECT_TRUE(left.empty()) << name << ": left in TMPDIR: " << left.front();
+  }
+}
+
+/// A child never outlives its parent, even one killed by SIGKILL (issue 26: it ran on).
+TEST_F(ReplayE2E, TheChildDiesWithAParentKilledBySigkill) {
+  const std::string out = paths::join(dir_, "out.txt");
+  // The child stalls in kernel_warmup for ever: only its parent's death can end it.
   const pid_t pid = start_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device "
-                                    "compile-only --arch sm_90 --json " + json,
-                                    out, "TMPDIR=" + tmp);
+                                    "compile-only --arch sm_90 --strategy tq-decode-warmup",
+                                    out, "COLDSTART_STALL_IN_PHASE=kernel_warmup");
   ASSERT_GT(pid, 0);
   std::vector<pid_t> kids;
   ASSERT_TRUE(within(120, [&] { return !(kids = children_of(pid)).empty(); })) << read_text(out);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into its first phases
-  ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  EXPECT_EQ(wait_status(pid), 143) << read_text(out);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // well into the stall
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(wait_status(pid), 256 + SIGKILL);
   for (pid_t k : kids) {
-    EXPECT_TRUE(within(1.5, [&] { return gone(k); })) << "child " << k << " left running";
+    const bool ended = within(1.0, [&] { return gone(k); });
+    EXPECT_TRUE(ended) << "child " << k << " outlived its parent";
+    if (!ended) ::kill(k, SIGKILL);
   }
-  const auto results = results_so_far(json);
-  ASSERT_EQ(results.size(), 1u) << read_text(out);
-  EXPECT_EQ(results[0].outcome, Outcome::kInterrupted);
-  EXPECT_EQ(results[0].error.value_or("").rfind("interrupted by SIGTERM", 0), 0u);
-  const std::vector<std::string> left = names_in(tmp);
-  EXPECT_TRUE(left.empty()) << "left in TMPDIR: " << left.front();
+}
+
+/// `coldstart replay ... | true`: the reader is gone before the table is printed; the run still
+/// writes its results and exits with its verdict instead of dying by SIGPIPE (issue 26).
+TEST_F(ReplayE2E, AClosedStdoutCostsNeitherTheResultsNorTheExitStatus) {
+  const std::string json = paths::join(dir_, "r.json"), rc = paths::join(dir_, "rc");
+  const std::string cmd = "cd '" + source_dir() + "' && { '" CS_COLDSTART_BIN
+                          "' replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
+                          "--arch sm_90 --strategy none --check --json " + json +
+                          " 2>/dev/null; echo $? >'" + rc + "'; } | true";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(read_text(rc), "0\n") << "128 + 13 is SIGPIPE";
+  EXPECT_EQ(results_so_far(json).size(), 2u);  // none in both variants
 }
 
 /// A watchdog timeout stops a child that cannot clean up after itself: its cold kernel cache

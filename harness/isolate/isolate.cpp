@@ -8,11 +8,15 @@
 #include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -54,7 +58,9 @@ volatile sig_atomic_t g_signals = 0;       // how many arrived
 volatile sig_atomic_t g_child_group = 0;   // the running child's process group, 0 when none
 int g_wake[2] = {-1, -1};                  // the handler writes a byte: poll() wakes at once
 int g_scopes = 0;
-struct sigaction g_old_int, g_old_term;
+struct sigaction g_old_int, g_old_term, g_old_hup;
+// The signals an InterruptScope turns into an orderly stop (SIGHUP: the terminal went away).
+constexpr int kInterruptSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 void on_interrupt(int sig) {
   const int saved = errno;
@@ -66,8 +72,7 @@ void on_interrupt(int sig) {
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
-    ::sigaction(SIGINT, &dfl, nullptr);
-    ::sigaction(SIGTERM, &dfl, nullptr);
+    for (int s : kInterruptSignals) ::sigaction(s, &dfl, nullptr);
   }
   if (g_wake[1] >= 0) (void)!::write(g_wake[1], "!", 1);
   errno = saved;
@@ -130,7 +135,7 @@ class LineSplitter {
 
 std::vector<std::string> child_environment(const ChildSpec& spec, const std::string& tmpdir) {
   auto ours = [&](const std::string& name) {  // set by run_child, whatever spec.env says
-    return name == kResultFdEnv || (!tmpdir.empty() && name == "TMPDIR");
+    return name == kResultFdEnv || name == kParentPidEnv || (!tmpdir.empty() && name == "TMPDIR");
   };
   auto overridden = [&](const char* entry) {
     const char* eq = std::strchr(entry, '=');
@@ -149,6 +154,7 @@ std::vector<std::string> child_environment(const ChildSpec& spec, const std::str
     if (!ours(kv.first)) env.push_back(kv.first + "=" + kv.second);
   }
   env.push_back(fmt::format("{}={}", kResultFdEnv, kResultFd));
+  env.push_back(fmt::format("{}={}", kParentPidEnv, static_cast<long>(::getpid())));
   if (!tmpdir.empty()) env.push_back("TMPDIR=" + tmpdir);
   return env;
 }
@@ -203,17 +209,18 @@ InterruptScope::InterruptScope() {
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
-  sigaddset(&sa.sa_mask, SIGINT);
-  sigaddset(&sa.sa_mask, SIGTERM);
+  for (int s : kInterruptSignals) sigaddset(&sa.sa_mask, s);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking call returns EINTR and the caller looks
   ::sigaction(SIGINT, &sa, &g_old_int);
   ::sigaction(SIGTERM, &sa, &g_old_term);
+  ::sigaction(SIGHUP, &sa, &g_old_hup);
 }
 
 InterruptScope::~InterruptScope() {
   if (--g_scopes > 0) return;
   ::sigaction(SIGINT, &g_old_int, nullptr);
   ::sigaction(SIGTERM, &g_old_term, nullptr);
+  ::sigaction(SIGHUP, &g_old_hup, nullptr);
   for (int& fd : g_wake) {
     if (fd >= 0) ::close(fd);
     fd = -1;
@@ -221,6 +228,22 @@ InterruptScope::~InterruptScope() {
 }
 
 int interrupt_signal() { return static_cast<int>(g_first_signal); }
+
+void die_with_parent() {
+#ifdef __linux__
+  const char* text = std::getenv(kParentPidEnv);
+  if (text == nullptr || *text == '\0') return;
+  char* end = nullptr;
+  const long parent = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || parent <= 1) return;
+  // Armed first, then checked: a parent that died before the prctl is seen by getppid().
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return;  // not fatal: the pipes still break
+  if (static_cast<long>(::getppid()) != parent) {
+    std::fprintf(stderr, "coldstart child: the parent %ld that started it is gone\n", parent);
+    std::_Exit(1);
+  }
+#endif
+}
 
 ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&)> on_message,
                     std::function<void(const std::string&)> on_stderr_line) {

@@ -49,6 +49,9 @@ namespace coldstart::isolate {
 inline constexpr const char* kResultFdEnv = "COLDSTART_RESULT_FD";
 /// The fd number the parent uses for the result channel.
 inline constexpr int kResultFd = 3;
+/// Name of the environment variable that tells the child the pid of the parent that started it
+/// (die_with_parent).
+inline constexpr const char* kParentPidEnv = "COLDSTART_PARENT_PID";
 /// Seconds between the watchdog's SIGTERM and its SIGKILL.
 inline constexpr double kKillGraceSeconds = 2.0;
 /// Bytes of stderr kept in ChildExit::stderr_tail.
@@ -82,8 +85,9 @@ struct ChildExit {
   int interrupt_signal = 0;    ///< the parent's signal (SIGINT, SIGTERM) when how == kInterrupted
 };
 
-/// SIGINT / SIGTERM handling for a parent that runs children (`coldstart replay`). While one
-/// lives, the first SIGINT or SIGTERM does not end the process: it is recorded
+/// SIGINT / SIGTERM / SIGHUP handling for a parent that runs children (`coldstart replay`; SIGHUP:
+/// the terminal or ssh session closed). While one lives, the first of them does not end the
+/// process: it is recorded
 /// (interrupt_signal()), and run_child stops its child as the watchdog would (SIGTERM to the
 /// group, SIGKILL kKillGraceSeconds later) and returns How::kInterrupted, so the caller can keep
 /// what finished, record the running strategy as interrupted and exit 128 + signal. A second
@@ -100,7 +104,13 @@ class InterruptScope {
   InterruptScope& operator=(const InterruptScope&) = delete;
 };
 
-/// The first SIGINT / SIGTERM received while an InterruptScope lived (e.g. SIGINT = 2), or 0.
+/// Child side: from now on the calling process is killed (SIGKILL) when the parent that ran it
+/// (the pid in kParentPidEnv, which run_child sets) ends, even by SIGKILL, so no child outlives
+/// `coldstart replay` (Linux PR_SET_PDEATHSIG). When that parent is already gone, exits with
+/// status 1 at once. Without kParentPidEnv (a child started by hand), or off Linux, does nothing.
+void die_with_parent();
+
+/// The first SIGINT / SIGTERM / SIGHUP received while an InterruptScope lived (e.g. SIGINT = 2), or 0.
 /// Stays set after the scope ends, until the next scope begins.
 int interrupt_signal();
 
