@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <iostream>
 #include <optional>
-#include <regex>
 
 #include "harness/replay/engine_keys.h"
 #include "harness/cli/compare.h"
 #include "harness/cli/replay_options.h"
+#include "harness/common/name_filter.h"
 #include "harness/common/paths.h"
 #include "harness/models/mixer.h"
 #include "harness/models/model.h"
@@ -33,18 +33,14 @@ int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
 }
 
 int list_main(std::vector<std::string> scenarios, const std::string& filter) {
-  std::optional<std::regex> re;
+  std::optional<NameFilter> re;
   if (!filter.empty()) {
     check_filter_size(filter);
-    try {
-      re.emplace(filter);
-    } catch (const std::regex_error& e) {
-      throw InputError(fmt::format("--filter '{}': not a regular expression: {}", filter, e.what()));
-    }
+    re.emplace(filter);  // InputError naming the offset and what is wrong
   }
   size_t matched = 0;  // lines --filter let through
   auto shown = [&](const std::string& text) {
-    const bool yes = !re || std::regex_search(text, *re);
+    const bool yes = !re || re->search(text);
     matched += yes;
     return yes;
   };
@@ -100,14 +96,16 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
   }
   if (!lines.empty()) std::cout << "targets (--target, compile-only mode):\n";
   for (const auto& l : lines) std::cout << l << "\n";
-  if (!re) {
-    std::cout << "config selectors (recorded with every compile):\n"
-                 "  table      vLLM-style tuned JSON (E=..,N=..,device_name=..), nearest batch key\n"
-                 "  heuristic  a function of the problem shape and the target\n"
-                 "  autotune   Triton semantics: compile + benchmark every candidate on a key's\n"
-                 "             first call, keep the fastest (first candidate in compile-only mode)\n"
-                 "  default    a documented default when no tuned table matches\n";
-  }
+  lines.clear();
+  for (const char* sel :
+       {"table      vLLM-style tuned JSON (E=..,N=..,device_name=..), nearest batch key",
+        "heuristic  a function of the problem shape and the target",
+        "autotune   Triton semantics: compile + benchmark every candidate on a key's first call, "
+        "keep the fastest (first candidate in compile-only mode)",
+        "default    a documented default when no tuned table matches"})
+    if (shown(sel)) lines.push_back(std::string("  ") + sel);
+  if (!lines.empty()) std::cout << "config selectors (recorded with every compile):\n";
+  for (const auto& l : lines) std::cout << l << "\n";
   if (scenarios.empty() && paths::is_directory("scenarios")) {
     DIR* d = opendir("scenarios");
     while (d != nullptr) {

@@ -84,7 +84,7 @@ Scenario load(const ReplayArgs& a);
 /// InputError (exit status 2).
 void validate_run_options(const ReplayArgs& a);
 
-/// Refuses a --filter too long or too deeply nested for std::regex (InputError).
+/// Refuses a --filter over 1024 characters or with groups nested over 32 deep (InputError).
 void check_filter_size(const std::string& filter);
 
 /// Writes `runs` to every output a.json / a.junit / a.md / a.html / a.trace names (a merged
