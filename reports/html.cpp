@@ -258,16 +258,15 @@ std::string excess_table(const std::vector<const StrategyResult*>& rows) {
   std::string s = "<table class=\"results\"><thead><tr><th>strategy</th><th>first TTFT</th>"
                   "<th>steady TTFT</th><th>excess</th>";
   for (const auto& p : split.front().second.parts)
-    s += "<th title=\"" + esc_attr(p.source) + "\">" + esc(p.name) + "</th>";
+    s += "<th title=\"" + esc_attr(p.source) + "\">" + esc(p.name) + " (ms)</th>";
   s += "<th>unexplained</th></tr></thead><tbody>\n";
   for (const auto& [r, x] : split) {
     s += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
                      esc(r->strategy), esc(fmt::format("{:.1f} ms", x.first_ms)),
                      esc(fmt::format("{:.1f} ms", x.steady_ms)), esc(fmt::format("{:.1f} ms", x.excess_ms)));
-    for (const auto& p : x.parts) s += fmt::format("<td class=\"num\">{:.1f}</td>", p.ms);
-    std::string rest = fmt::format("{:.1f} ms", x.unexplained_ms);
-    if (x.excess_ms > 0) rest += fmt::format(" ({:.0f}%)", 100.0 * x.unexplained_ms / x.excess_ms);
-    s += "<td class=\"num\">" + esc(rest) + "</td></tr>\n";
+    for (const auto& p : x.parts) s += "<td class=\"num\">" + esc(detail::tenths(p.ms)) + "</td>";
+    s += "<td class=\"num\">" + esc(detail::tenths(x.unexplained_ms) + " ms" + detail::share_of(x)) +
+         "</td></tr>\n";
   }
   return s + "</tbody></table>\n<p class=\"meta\">First request minus steady request over prefill "
              "and continuation prefill, ms; hover a part's title for how it was measured.</p>\n";

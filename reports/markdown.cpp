@@ -191,7 +191,7 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     if (!excess.empty()) {
       out += "<details><summary>First-request TTFT excess by part</summary>\n\n";
       out += "| strategy | variant | first TTFT | steady TTFT | excess |";
-      for (const auto& p : excess.front().second.parts) out += " " + cell(p.name) + " |";
+      for (const auto& p : excess.front().second.parts) out += " " + cell(p.name) + " (ms) |";
       out += " unexplained |\n|---|---|--:|--:|--:|";
       for (size_t i = 0; i < excess.front().second.parts.size(); ++i) out += "--:|";
       out += "--:|\n";
@@ -199,11 +199,8 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
         out += fmt::format("| {} | {} | {:.1f} ms | {:.1f} ms | {:.1f} ms |", cell(r->strategy),
                            r->variant.empty() ? kNull : cell(r->variant), x.first_ms, x.steady_ms,
                            x.excess_ms);
-        for (const auto& p : x.parts) out += fmt::format(" {:.1f} |", p.ms);
-        // The share only of a positive excess (a steady request slower than the first has none).
-        out += x.excess_ms > 0 ? fmt::format(" {:.1f} ms ({:.0f}%) |\n", x.unexplained_ms,
-                                             100.0 * x.unexplained_ms / x.excess_ms)
-                               : fmt::format(" {:.1f} ms |\n", x.unexplained_ms);
+        for (const auto& p : x.parts) out += " " + detail::tenths(p.ms) + " |";
+        out += " " + detail::tenths(x.unexplained_ms) + " ms" + detail::share_of(x) + " |\n";
       }
       std::vector<std::string> sources;
       for (const auto& p : excess.front().second.parts) sources.push_back(cell(p.name) + ": " + cell(p.source));

@@ -297,6 +297,16 @@ std::optional<TtftExcess> ttft_excess(const StrategyResult& r) {
   return x;
 }
 
+std::string tenths(double ms) {
+  const std::string s = fmt::format("{:.1f}", ms);
+  return s == "-0.0" ? std::string("0.0") : s;
+}
+
+std::string share_of(const TtftExcess& x) {
+  if (!(x.excess_ms >= 1.0)) return "";
+  return fmt::format(" ({:.0f}%)", 100.0 * x.unexplained_ms / x.excess_ms);
+}
+
 std::vector<VariantVerdict> verdicts(const RunResults& run) {
   std::vector<VariantVerdict> out;
   for (const std::string& variant : variants_of(run)) {
@@ -318,7 +328,8 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
       v.lines.emplace_back("outcome", fmt::format("every strategy ended ok ({})", rows.size()));
     } else {
       v.lines.emplace_back(crashed ? "avoid the crash" : "avoid the failure",
-                           fmt::format("{}; failed: {}", ok.empty() ? "none" : fmt::format("{}", fmt::join(ok, ", ")),
+                           fmt::format("{}; failed: {}",
+                                       ok.empty() ? "no strategy" : fmt::format("{}", fmt::join(ok, ", ")),
                                        fmt::join(failed, ", ")));
     }
     // Among the strategies that ended ok: a crash stops a run before it compiles the rest.
@@ -357,10 +368,19 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
         if (hot_path_compiled(*r).size() == fewest) pool.push_back(r);
       double lowest = inf;
       for (const StrategyResult* r : pool) lowest = std::min(lowest, finite(r->ttft_ms).value_or(inf));
+      std::vector<const StrategyResult*> fast;
+      for (const StrategyResult* r : pool)
+        if (lowest == inf || finite(r->ttft_ms).value_or(inf) <= lowest * (1 + kTtftTie)) fast.push_back(r);
+      // Then the shortest startup; startups within 5% of it are a tie too, won by the fewest
+      // warmers (a reservation or a warmup that buys nothing measurable is not the pick).
+      double shortest = inf;
+      for (const StrategyResult* r : fast) shortest = std::min(shortest, finite(r->startup_ms).value_or(inf));
       const StrategyResult* best = nullptr;
-      for (const StrategyResult* r : pool) {
-        if (lowest < inf && finite(r->ttft_ms).value_or(inf) > lowest * (1 + kTtftTie)) continue;
-        if (!best || finite(r->startup_ms).value_or(inf) < finite(best->startup_ms).value_or(inf))
+      for (const StrategyResult* r : fast) {
+        const double s = finite(r->startup_ms).value_or(inf);
+        if (shortest < inf && s > shortest * (1 + kTtftTie)) continue;
+        if (!best || r->warmers.size() < best->warmers.size() ||
+            (r->warmers.size() == best->warmers.size() && s < finite(best->startup_ms).value_or(inf)))
           best = r;
       }
       v.best = best->strategy;
@@ -392,7 +412,7 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
     if (!v.best.empty() && none && v.best != "none") {
       for (const StrategyResult* r : rows)
         if (r->strategy == v.best && finite(r->startup_ms))
-          v.best_why += fmt::format(", startup {} over none", signed_ms(*r->startup_ms - *none->startup_ms));
+          v.best_why += fmt::format(", startup {} vs none", signed_ms(*r->startup_ms - *none->startup_ms));
     }
     out.push_back(std::move(v));
   }

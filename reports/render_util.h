@@ -82,9 +82,10 @@ struct VariantVerdict {
   /// The recommended strategy: among those that ended ok (and did not compile on the hot path
   /// against their own allow_hot_path_compiles: false), those with the fewest hot-path
   /// compiles; of these, those whose first-request TTFT is within 5% of the lowest (GPU runs;
-  /// closer is run-to-run noise); of these, the shortest startup. "" when none ended ok.
+  /// closer is run-to-run noise); of these, those whose startup is within 5% of the shortest;
+  /// of these, the one with the fewest warmers (then the shorter startup). "" when none ended ok.
   std::string best;
-  std::string best_why;  ///< "ok, 0 hot-path compiles, first TTFT 85.05 ms, startup +28.5 ms over none"
+  std::string best_why;  ///< "ok, 0 hot-path compiles, first TTFT 85.05 ms, startup +28.5 ms vs none"
   /// Labelled lines in this order: "avoid the crash" (or "outcome" when nothing failed),
   /// "fewest hot-path compiles", "lowest first TTFT", "hot-path compile time", "startup". Plain
   /// text: each renderer escapes it.
@@ -117,6 +118,13 @@ struct TtftExcess {
 /// (compile-only mode, a failed run), no first_time_cost_ms (no steady twin, older files), or a
 /// steady request that pinned another prompt length (steady_not_comparable).
 std::optional<TtftExcess> ttft_excess(const StrategyResult& r);
+
+/// `ms` with one decimal, "0.0" for what rounds to zero (never "-0.0").
+std::string tenths(double ms);
+
+/// " (N%)": the unexplained rest's share of the excess, "" when the excess is under 1 ms (a share
+/// of noise says nothing).
+std::string share_of(const TtftExcess& x);
 
 /// One verdict per variant of `run` (variants_of order); empty when the run has no results.
 std::vector<VariantVerdict> verdicts(const RunResults& run);

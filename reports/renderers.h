@@ -39,8 +39,8 @@ struct JunitOptions {
 ///   * one per expect: rule, name "rule at <file>:<line>: <strategy> [variant]: <checks>
 ///     (<target tag>)", time 0: met passes, unmet is <failure type="expectation"> with one line
 ///     per failed check, not_checked / not_applicable are <skipped> with the reason. So the
-///     JUnit of a run that passes --check has no rule failures and no failure for an expected
-///     crash.
+///     JUnit of a run that passes --check has no rule failures and no failure for a crash a
+///     checked rule expects.
 /// Phases, TTFT and workspace figures go into the test case's <system-out>. All text is escaped;
 /// characters XML cannot carry are shown as "\xNN". Never throws for any RunResults content.
 std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions& options = {});

@@ -508,7 +508,7 @@ TEST(Verdict, FewestCompilesThenTtftWithinFivePercentThenStartup) {
   const auto v = detail::verdicts(run);
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].best, "warm-cheap");
-  EXPECT_EQ(v[0].best_why, "ok, 0 hot-path compiles, first TTFT 83.00 ms, startup +200.0 ms over none");
+  EXPECT_EQ(v[0].best_why, "ok, 0 hot-path compiles, first TTFT 83.00 ms, startup +200.0 ms vs none");
   ASSERT_GE(v[0].lines.size(), 5u);
   EXPECT_EQ(v[0].lines[0].first, "avoid the crash");
   EXPECT_EQ(v[0].lines[0].second,

@@ -234,8 +234,9 @@ class JitMonitor {
   /// Compile-only mode: what the compiles the compile memo served since num_records() was
   /// `first` would have cost this run's wall clock had they been compiled here, milliseconds.
   /// Compiles outside a ParallelCompiles scope ran one after another: their compile_ms add up.
-  /// Those of one scope of N threads are laid out as its work queue would run them: in record
-  /// order, each on the thread that is free first; the scope costs its longest thread. (A
+  /// Those of one scope of N threads are laid out on N threads, longest first, each on the
+  /// thread that is free first (a deterministic order: the threads' record order varies); the
+  /// scope costs its longest thread. (A
   /// scope that also compiled for real overlapped those compiles with the served ones; that
   /// overlap is not modelled, so the charge can only be too high.)
   double memo_charge_ms_since(size_t first) const;

@@ -338,8 +338,16 @@ TEST(Monitor, MemoChargeLaysAPoolsCompilesOnItsThreads) {
     for (double ms : {40.0, 30.0, 20.0, 10.0, 10.0}) m.record(served(ms));
   }
   m.record(served(5));  // after the scope: serial again
-  // Two threads: 40 | 30 -> 30+20=50 -> 40+10=50 -> 50+10=60 ... -> the longest, 60.
+  // Two threads, longest first: 40 | 30 -> 30+20=50 -> 40+10=50 -> 50+10=60: the longest, 60.
   EXPECT_DOUBLE_EQ(m.memo_charge_ms_since(pool_start), 60.0 + 5.0);
+  // Whatever order the pool's threads recorded them in (record order would give 10|10 -> 30|40
+  // -> 70|40: 70).
+  JitMonitor shuffled;
+  {
+    JitMonitor::ParallelCompiles pool(shuffled, 2);
+    for (double ms : {10.0, 10.0, 20.0, 30.0, 40.0}) shuffled.record(served(ms));
+  }
+  EXPECT_DOUBLE_EQ(shuffled.memo_charge_ms_since(0), 60.0);
   EXPECT_DOUBLE_EQ(m.memo_charge_ms_since(0), 10.0 + 60.0 + 5.0);
   EXPECT_DOUBLE_EQ(m.compile_ms_since(0, /*reused_only=*/true), 125.0);  // the plain sum
   // One thread: the sum, as before.

@@ -1,6 +1,7 @@
 // The JIT monitor: records every compile with key, duration and phase. See jit.h.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -118,8 +119,8 @@ double JitMonitor::compile_ms_since(size_t first, bool reused_only) const {
 double JitMonitor::memo_charge_ms_since(size_t first) const {
   std::lock_guard<std::mutex> lock(mu_);
   double ms = 0;
-  // Per scope, each thread's busy time so far: a served compile goes to the least busy one.
-  std::map<int, std::vector<double>> threads;
+  // Per scope: its threads and the served compiles' times.
+  std::map<int, std::pair<int, std::vector<double>>> scopes;
   for (size_t i = first; i < records_.size(); ++i) {
     const CompileRecord& r = records_[i];
     if (!r.reused) continue;
@@ -127,11 +128,19 @@ double JitMonitor::memo_charge_ms_since(size_t first) const {
       ms += r.compile_ms;
       continue;
     }
-    auto& busy = threads[r.parallel_scope];
-    if (busy.empty()) busy.assign(static_cast<size_t>(r.parallel_threads), 0.0);
-    *std::min_element(busy.begin(), busy.end()) += r.compile_ms;
+    auto& scope = scopes[r.parallel_scope];
+    scope.first = r.parallel_threads;
+    scope.second.push_back(r.compile_ms);
   }
-  for (const auto& [scope, busy] : threads) ms += *std::max_element(busy.begin(), busy.end());
+  // Longest first, each on the thread that is free first (LPT). The threads' record order
+  // varies from run to run; this order does not, so identical work is charged identically.
+  for (auto& [id, scope] : scopes) {
+    std::vector<double>& times = scope.second;
+    std::sort(times.begin(), times.end(), std::greater<double>());
+    std::vector<double> busy(static_cast<size_t>(scope.first), 0.0);
+    for (double t : times) *std::min_element(busy.begin(), busy.end()) += t;
+    ms += *std::max_element(busy.begin(), busy.end());
+  }
   return ms;
 }
 

@@ -67,13 +67,14 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
     if (!mv.ok()) continue;
     std::optional<int> prompt, decode, arrival = 0;
     std::optional<bool> steady = false;
-    // The first entry states its shape; a later one may leave it out when it is the steady
-    // request (checked once the roles are known).
-    const Entry* prompt_at = i == 0 ? mv.require("prompt_tokens") : mv.get("prompt_tokens");
-    const Entry* decode_at = i == 0 ? mv.require("decode_steps") : mv.get("decode_steps");
+    // An entry may leave its shape out when it is the steady request (checked once the roles
+    // are known: it then takes the first first-wave request's).
+    const Entry* prompt_at = mv.get("prompt_tokens");
+    const Entry* decode_at = mv.get("decode_steps");
     if (prompt_at) prompt = read_int_in(c, prompt_at->path, prompt_at->value, 1);
     if (decode_at) decode = read_int_in(c, decode_at->path, decode_at->value, 0);
-    if (i > 0 && (!prompt_at || !decode_at)) {
+    const bool partial = !prompt_at || !decode_at;
+    if (partial) {
       inherits.push_back({out.size(), p, n.Mark(), !prompt_at, !decode_at});
       if (!prompt_at) prompt = 0;
       if (!decode_at) decode = 0;
@@ -101,7 +102,8 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
       if (!inherits.empty() && inherits.back().index == out.size()) inherits.pop_back();
       continue;
     }
-    if (max_model_len > 0 && static_cast<long long>(*prompt) + *decode > max_model_len)
+    // (A shape taken in part from the first request is checked once it is complete.)
+    if (!partial && max_model_len > 0 && static_cast<long long>(*prompt) + *decode > max_model_len)
       c.fail(
           p, n.Mark(),
           fmt::format("prompt_tokens {} + decode_steps {} = {} exceeds max_model_len ({})", *prompt,
@@ -126,10 +128,10 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
   for (const Inherits& h : inherits) {
     RequestSpec& r = out[h.index];
     if (!r.steady) {
-      c.fail(h.path, h.mark,
-             fmt::format("missing {}: only the steady request may leave its shape out (it then "
-                         "takes the first request's)",
-                         h.prompt ? "prompt_tokens" : "decode_steps"));
+      const std::string key = h.prompt ? "prompt_tokens" : "decode_steps";
+      c.fail(child(h.path, key), h.mark,
+             "missing (required: only the steady request may leave its shape out; it then takes "
+             "the first request's)");
       continue;
     }
     if (!first) continue;  // reported above: no first-wave request
@@ -137,9 +139,10 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
     if (h.decode) r.decode_steps = first->decode_steps;
     if (max_model_len > 0 && static_cast<long long>(r.prompt_tokens) + r.decode_steps > max_model_len)
       c.fail(h.path, h.mark,
-             fmt::format("prompt_tokens {} + decode_steps {} (taken from the first request) = {} "
-                         "exceeds max_model_len ({})",
+             fmt::format("prompt_tokens {} + decode_steps {} ({} taken from the first request) = "
+                         "{} exceeds max_model_len ({})",
                          r.prompt_tokens, r.decode_steps,
+                         h.prompt && h.decode ? "both" : h.prompt ? "prompt_tokens" : "decode_steps",
                          static_cast<long long>(r.prompt_tokens) + r.decode_steps, max_model_len));
   }
 }

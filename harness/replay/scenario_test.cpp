@@ -418,9 +418,20 @@ TEST_F(ScenarioFiles, SteadyRequestTakesTheFirstRequestsShapeUnlessPinned) {
 
   // Only the steady request may leave its shape out.
   expect_at(error_of(replace(kBase, first, first + "  - {decode_steps: 4, arrival_step: 2}\n")), 13,
-            "requests.1", "missing prompt_tokens: only the steady request may leave its shape out");
+            "requests.1.prompt_tokens", "missing (required: only the steady request may leave");
   expect_at(error_of(replace(kBase, first, "  - {decode_steps: 4}\n")), 12,
-            "requests.0.prompt_tokens", "missing (required)");
+            "requests.0.prompt_tokens", "missing (required");
+  // Listed first, it takes the shape of the first first-wave request after it.
+  Scenario steady_first = load(replace(kBase, first, "  - {steady: true}\n" + first));
+  ASSERT_EQ(steady_first.requests.size(), 2u);
+  EXPECT_TRUE(steady_first.requests[0].steady);
+  EXPECT_EQ(steady_first.requests[0].prompt_tokens, 512);
+  EXPECT_EQ(steady_first.requests[0].decode_steps, 32);
+  // A --set of the part it states: the message counts what it takes (decode_steps 32).
+  expect_at(error_of(replace(kBase, first, first + "  - {steady: true}\n"), {"requests.1.prompt_tokens=32760"}),
+            13, "requests.1",
+            "prompt_tokens 32760 + decode_steps 32 (decode_steps taken from the first request) = "
+            "32792 exceeds max_model_len (32768)");
   // What it takes still has to fit max_model_len... and is checked against it.
   expect_at(error_of(replace(replace(kBase, "max_model_len: 32768", "max_model_len: 600"), first,
                              first + "  - {steady: true, prompt_tokens: 580}\n")),
