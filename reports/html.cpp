@@ -100,6 +100,14 @@ constexpr int kRightW = 150;   // value labels after the bars
 constexpr int kPlotW = kWidth - kLabelW - kRightW;
 constexpr int kAxisH = 30;
 
+// The opening <svg> of a chart `height` pixels high, kWidth wide, described by `label`.
+std::string chart_open(int height, const char* label) {
+  return fmt::format(
+      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
+      "aria-label=\"{}\">",
+      kWidth, height, kWidth, height, label);
+}
+
 // Vertical grid lines and the axis labels under the plot.
 std::string axis(double max, int top, int plot_h, const char* unit) {
   std::string s;
@@ -136,10 +144,7 @@ std::string startup_chart(const std::vector<const StrategyResult*>& rows) {
   const int plot_h = static_cast<int>(rows.size()) * kRowH;
   const int height = kTop + plot_h + kAxisH;
   const double scale = max > 0 ? kPlotW / (max * 1.0) : 0;
-  std::string s = fmt::format(
-      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
-      "aria-label=\"startup time by phase\">",
-      kWidth, height, kWidth, height);
+  std::string s = chart_open(height, "startup time by phase");
   s += axis(max, kTop, plot_h, "ms");
   for (size_t i = 0; i < rows.size(); ++i) {
     const StrategyResult& r = *rows[i];
@@ -182,10 +187,7 @@ std::string ttft_chart(const RunResults& run, const std::vector<const StrategyRe
   const int plot_h = static_cast<int>(rows.size()) * kRowH;
   const int height = kTop + plot_h + kAxisH;
   const double scale = max > 0 ? kPlotW / max : 0;
-  std::string s = fmt::format(
-      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
-      "aria-label=\"first-request TTFT against steady TTFT\">",
-      kWidth, height, kWidth, height);
+  std::string s = chart_open(height, "first-request TTFT against steady TTFT");
   if (max > 0) s += axis(max, kTop, plot_h, "ms");
   for (size_t i = 0; i < rows.size(); ++i) {
     const StrategyResult& r = *rows[i];
@@ -224,10 +226,7 @@ std::string compile_time_chart(const std::vector<const StrategyResult*>& rows) {
   const int plot_h = static_cast<int>(rows.size()) * kRowH;
   const int height = kTop + plot_h + kAxisH;
   const double scale = max > 0 ? kPlotW / max : 0;
-  std::string s = fmt::format(
-      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" "
-      "aria-label=\"hot-path compile time per strategy\">",
-      kWidth, height, kWidth, height);
+  std::string s = chart_open(height, "hot-path compile time per strategy");
   if (max > 0) s += axis(max, kTop, plot_h, "ms");
   for (size_t i = 0; i < rows.size(); ++i) {
     const StrategyResult& r = *rows[i];

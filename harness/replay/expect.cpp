@@ -70,32 +70,32 @@ std::vector<std::string> unmet(const Expectation& e, const StrategyResult& r) {
   return out;
 }
 
-// The rule's checks as one line: "mode cuda, outcome crash, failed_phase first_decode".
+// The checks rule `e` makes, in rule-file order: (field name, "field value" as one phrase).
+std::vector<std::pair<std::string, std::string>> checks_of(const Expectation& e) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (e.outcome) out.emplace_back("outcome", "outcome " + *e.outcome);
+  if (e.failed_phase) out.emplace_back("failed_phase", "failed_phase " + *e.failed_phase);
+  if (e.error_prefix)
+    out.emplace_back("error_prefix", fmt::format("error_prefix '{}'", *e.error_prefix));
+  if (e.hot_path_compiles)
+    out.emplace_back("hot_path_compiles", fmt::format("hot_path_compiles {}", *e.hot_path_compiles));
+  if (e.max_hot_path_compiles)
+    out.emplace_back("max_hot_path_compiles",
+                     fmt::format("max_hot_path_compiles {}", *e.max_hot_path_compiles));
+  if (e.hot_path_kernels)
+    out.emplace_back("hot_path_kernels", "hot_path_kernels " + list_text(*e.hot_path_kernels));
+  return out;
+}
+
+// The rule as one line, its mode and arch limits first: "mode cuda, outcome crash, ...".
 std::string rule_text(const Expectation& e) {
   std::vector<std::string> parts;
   if (e.mode) parts.push_back("mode " + *e.mode);
   if (e.arch) parts.push_back("arch " + *e.arch);
-  if (e.outcome) parts.push_back("outcome " + *e.outcome);
-  if (e.failed_phase) parts.push_back("failed_phase " + *e.failed_phase);
-  if (e.error_prefix) parts.push_back(fmt::format("error_prefix '{}'", *e.error_prefix));
-  if (e.hot_path_compiles) parts.push_back(fmt::format("hot_path_compiles {}", *e.hot_path_compiles));
-  if (e.max_hot_path_compiles)
-    parts.push_back(fmt::format("max_hot_path_compiles {}", *e.max_hot_path_compiles));
-  if (e.hot_path_kernels) parts.push_back("hot_path_kernels " + list_text(*e.hot_path_kernels));
+  for (auto& [name, text] : checks_of(e)) parts.push_back(std::move(text));
   std::string s;
   for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
   return s.empty() ? std::string("(no checks)") : s;
-}
-
-std::vector<std::string> check_names(const Expectation& e) {
-  std::vector<std::string> out;
-  if (e.outcome) out.push_back("outcome");
-  if (e.failed_phase) out.push_back("failed_phase");
-  if (e.error_prefix) out.push_back("error_prefix");
-  if (e.hot_path_compiles) out.push_back("hot_path_compiles");
-  if (e.max_hot_path_compiles) out.push_back("max_hot_path_compiles");
-  if (e.hot_path_kernels) out.push_back("hot_path_kernels");
-  return out;
 }
 
 // Rule `e` against every result it matches: one line per unmet check, and whether any matched.
@@ -148,7 +148,7 @@ RunExpectations check_run_expectations(const Scenario& s, const RunResults& run)
     rc.strategy = e.strategy;
     rc.variant = e.variant;
     rc.rule = rule_text(e);
-    rc.checks = check_names(e);
+    for (const auto& check : checks_of(e)) rc.checks.push_back(check.first);
     if (!applies(e, out.mode, run.meta.sm)) {
       ++out.not_applicable;
       rc.status = "not_applicable";
