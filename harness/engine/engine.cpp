@@ -54,12 +54,32 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
   result_.warmers = strategy_.warmers;
   result_.outcome = Outcome::kError;
   result_.extra["allow_hot_path_compiles"] = strategy_.allow_hot_path_compiles;
+  if (mode() == DeviceMode::kCuda) {
+    // Where the engine's thread spends its time (api_timer.h): CUDA API calls by kind through
+    // CUPTI's callback API (allocator growth, lazy module loading on a first launch, a graph's
+    // first launch, waits), the JIT, the model's host code, the engine's own.
+    std::string why_not;
+    api_timer_ = jit::ApiTimer::start(&why_not);
+    if (!api_timer_) result_.extra["cuda_api_timing"] = "not measured: " + why_not;
+  }
   sdpa_spans_ = std::make_unique<GpuSpans>(mode());
   model_spans_ = std::make_unique<GpuSpans>(mode());
-  // Spans leave out what the JIT held the host for inside them (compiled on the hot path).
-  auto stall = [this] { return jit_ ? jit_->monitor().host_stall_ms() : 0.0; };
-  sdpa_spans_->set_stall_clock(stall);
-  model_spans_->set_stall_clock(stall);
+  mixer_spans_ = std::make_unique<GpuSpans>(mode());
+  // Spans leave out what held the host inside them (a hot-path compile, a cudaMalloc): it is
+  // reported as its own part, not again as GPU time.
+  auto stall = [this] { return host_stall_ms(); };
+  for (GpuSpans* s : {sdpa_spans_.get(), model_spans_.get(), mixer_spans_.get()}) s->set_stall_clock(stall);
+}
+
+nlohmann::json Engine::host_split(const jit::HostTimes& from, const jit::HostTimes& to) {
+  nlohmann::json by_part = nlohmann::json::object();
+  for (size_t k = 0; k < jit::kNumHostParts; ++k)
+    by_part[jit::host_part_name(static_cast<jit::HostPart>(k))] = to[k] - from[k];
+  return by_part;
+}
+
+double Engine::host_stall_ms() const {
+  return (jit_ ? jit_->monitor().host_stall_ms() : 0.0) + (api_timer_ ? api_timer_->stall_ms() : 0.0);
 }
 
 Engine::~Engine() = default;
@@ -123,8 +143,8 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   engine_detail::stall_if_asked(name);
   NvtxRange range(name.c_str());
   const MemoryStats mem0 = request >= 0 ? memory_stats(mode()) : MemoryStats{};
-  sdpa_spans_->set_active(request >= 0);
-  model_spans_->set_active(request >= 0);
+  for (GpuSpans* s : {sdpa_spans_.get(), model_spans_.get(), mixer_spans_.get()}) s->set_active(request >= 0);
+  const jit::HostTimes host0 = api_timer_ ? api_timer_->totals() : jit::HostTimes{};
   const size_t first_record = jit_ ? jit_->monitor().num_records() : 0;  // init creates jit_
   const auto t0 = Clock::now();
   body();
@@ -148,11 +168,14 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
     // requests, so first-minus-steady differences name the first-time costs.
     const double sdpa = sdpa_spans_->take_total_ms();
     const double pieces = model_spans_->take_total_ms();
+    const double mixers = mixer_spans_->take_total_ms();
     if (request >= 0 && mode() == DeviceMode::kCuda) {
       const std::string key = std::to_string(request) + "." + name;
       result_.extra["prefill_attention_gpu_ms"][key] = sdpa;
       result_.extra["model_pieces_gpu_ms"][key] = pieces;
+      result_.extra["mixers_gpu_ms"][key] = mixers;
       result_.extra["sampling_ms"][key] = sampling_ms_;
+      if (api_timer_) result_.extra["host_ms"][key] = host_split(host0, api_timer_->totals());
     }
   }
   sampling_ms_ = 0;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/jit/api_timer.h"
 #include "harness/jit/jit.h"
 #include "harness/models/model.h"
 #include "harness/replay/kv_cache_plan.h"
@@ -134,7 +135,16 @@ class Engine final : public WarmupContext {
   bool has_cache_ = false;  ///< some layer has a cache (else requests need no blocks)
   GraphPool pool_;
   std::unique_ptr<GpuSpans> sdpa_spans_;   ///< libtorch prefill attention (SDPA) calls
-  std::unique_ptr<GpuSpans> model_spans_;  ///< model pieces run eagerly
+  std::unique_ptr<GpuSpans> model_spans_;  ///< model pieces (eager or graph replays), logits
+  std::unique_ptr<GpuSpans> mixer_spans_;  ///< mixers (attention, GDN, Mamba2), run eagerly
+  /// Where the engine's thread spends its time (CUDA API calls by kind through CUPTI, the JIT,
+  /// the model's host code), GPU runs; nullptr without CUPTI.
+  jit::ApiTimer* api_timer_ = nullptr;
+  /// What held the engine's thread while the GPU may have idled, ms, cumulative: the JIT's
+  /// compiles, loads and autotuning plus CUDA API host time (not waits).
+  double host_stall_ms() const;
+  /// {part name: ms} of the engine thread's time between two api_timer_ readings.
+  static nlohmann::json host_split(const jit::HostTimes& from, const jit::HostTimes& to);
   double sampling_ms_ = 0;
   double snapshot_ms_ = 0;                 ///< time spent sending result snapshots
   std::map<int, std::unique_ptr<PiecewiseGraphs>> piecewise_;

@@ -131,7 +131,9 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch) {
     if (batch.skip_attention) {
       mixers_[i]->forward_no_metadata(st.mixer_in, st.mixer_out, batch);
     } else {
+      if (mixer_spans_) mixer_spans_->begin();
       mixers_[i]->forward(st.mixer_in, st.mixer_out, batch);
+      if (mixer_spans_) mixer_spans_->end();
     }
   }
   return st.hidden;
@@ -147,19 +149,27 @@ std::vector<int64_t> Engine::sample(const at::Tensor& logits, int rows) {
   // Greedy sampling and the copy to the host. Timed on its own (after the forward pass has
   // drained) so a first-time cost here shows up by name.
   device_synchronize(mode());
+  const double stall0 = api_timer_ ? api_timer_->stall_ms() : 0.0;
   const auto t0 = Clock::now();
   at::Tensor ids = at::argmax(logits.narrow(0, 0, rows), -1).to(at::kCPU);  // syncs
   for (int r = 0; r < rows; ++r) out[r] = ids[r].item<int64_t>();
-  sampling_ms_ += ms_since(t0);
+  // Less the CUDA API's own host time (a first launch's module load): counted as its own part.
+  sampling_ms_ += ms_since(t0) - ((api_timer_ ? api_timer_->stall_ms() : 0.0) - stall0);
   return out;
 }
 
 std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
+  // The model's host work (libtorch dispatch, library heuristics, config selection), apart from
+  // the CUDA API calls, the JIT and the engine's own scheduling and batch preparation.
+  const jit::HostFrame model_host(jit::HostPart::kModelHost);
   const int N = batch.num_tokens;
   // Logits are computed eagerly for the sampled rows only, outside every graph (vLLM V1
   // execute_model: compute_logits(hidden_states[logits_indices])).
   auto finish = [&](const at::Tensor& hidden) {
-    return sample(model_->compute_logits(last_token_hidden(hidden, batch)), batch.num_reqs);
+    if (model_spans_) model_spans_->begin();
+    at::Tensor logits = model_->compute_logits(last_token_hidden(hidden, batch));
+    if (model_spans_) model_spans_->end();
+    return sample(logits, batch.num_reqs);
   };
   // Full decode graph (mixers inside).
   if (batch.uniform_decode()) {
@@ -181,12 +191,16 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     if (g.size > N) g.mixer_out.narrow(0, N, g.size - N).zero_();
     const int L = model_->num_layers();
     for (int i = 0; i <= L; ++i) {
+      if (model_spans_) model_spans_->begin();
       g.graphs[i].replay();
+      if (model_spans_) model_spans_->end();
       if (i == L) break;
       std::vector<at::Tensor> in;
       for (const at::Tensor& t : g.states[i].mixer_in) in.push_back(t.narrow(0, 0, N));
       at::Tensor out = g.mixer_out.narrow(0, 0, N).narrow(1, 0, mixers_[i]->spec().output_width);
+      if (mixer_spans_) mixer_spans_->begin();
       mixers_[i]->forward(in, out, batch);
+      if (mixer_spans_) mixer_spans_->end();
     }
     return finish(g.states[L].hidden);
   }

@@ -39,7 +39,8 @@ void Engine::record_first_time_costs() {
         costs[first.name] = first.ms - steady.ms;
         const std::string k0 = std::to_string(first_lead) + "." + first.name,
                           k1 = std::to_string(steady_lead) + "." + first.name;
-        for (const char* part : {"prefill_attention_gpu_ms", "model_pieces_gpu_ms", "sampling_ms"}) {
+        for (const char* part :
+             {"prefill_attention_gpu_ms", "model_pieces_gpu_ms", "mixers_gpu_ms", "sampling_ms"}) {
           const auto& m = result_.extra[part];
           if (m.is_object() && m.contains(k0) && m.contains(k1)) {
             costs[first.name + "." + part] = m[k0].get<double>() - m[k1].get<double>();
@@ -120,6 +121,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
   };
   std::map<int, Clock::time_point> arrival;
   std::map<int, double> reporting_at_arrival;
+  jit::HostTimes host_at_arrival{};  // the lead's: where its TTFT's host time goes
   std::map<std::string, double> aggregated;  // role -> ms of steps not timed as their own phase
   std::vector<std::string> aggregated_order;
   std::vector<double> lead_decode_ms;
@@ -132,6 +134,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       if (!arrival.count(id) && st.index >= sched.arrival_step(id)) {
         arrival[id] = t0;
         reporting_at_arrival[id] = snapshot_ms_;
+        if (id == lead && api_timer_) host_at_arrival = api_timer_->totals();
       }
     }
     std::vector<SeqStep> seqs;
@@ -200,6 +203,11 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
         // TTFT: arrival to the first sampled token, without the harness's own reporting.
         const double reporting = snapshot_ms_ - reporting_at_arrival[q.id];
         const double ttft = ms_since(arrival[q.id]) - reporting;
+        // The lead's TTFT window split by what the engine's thread did (api_timer.h): the parts
+        // add up to its wall time, reporting included (TTFT leaves reporting out).
+        if (q.id == lead && timed && api_timer_)
+          result_.extra["ttft_host_ms"][std::to_string(wave)] =
+              host_split(host_at_arrival, api_timer_->totals());
         result_.extra["harness_reporting_ms"][std::to_string(wave)] = reporting;
         if (timed) result_.extra["request_ttft_ms"][std::to_string(q.id)] = ttft;
         if (q.id == lead && timed) (wave == 0 ? result_.ttft_ms : result_.steady_ttft_ms) = ttft;
@@ -215,8 +223,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
   }
   jit_->monitor().set_step(StepContext{});
   // Steps not timed as their own phase: drop what they recorded in the GPU spans.
-  sdpa_spans_->take_total_ms();
-  model_spans_->take_total_ms();
+  for (GpuSpans* s : {sdpa_spans_.get(), model_spans_.get(), mixer_spans_.get()}) s->take_total_ms();
   sampling_ms_ = 0;
   for (const std::string& role : aggregated_order) {
     result_.phases.push_back(PhaseTiming{role, aggregated[role], std::nullopt, lead});

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/jit/api_timer.h"
 #include "harness/jit/compiled_kernel.h"
 #include "harness/jit/driver.h"
 #include "harness/common/paths.h"
@@ -956,6 +957,91 @@ TEST(Driver, NvrtcCheckMacroNamesCall) {
     EXPECT_NE(text.find("nvrtcCreateProgram(nullptr"), std::string::npos) << text;
     EXPECT_NE(text.find("NVRTC_ERROR_INVALID_PROGRAM"), std::string::npos) << text;
   }
+}
+
+// ---------------------------------------------------------------- CUDA API timer
+
+TEST(ApiTimer, ClassifiesCallsByName) {
+  EXPECT_EQ(classify_api_call("cudaMalloc_v3020"), HostPart::kAllocator);
+  EXPECT_EQ(classify_api_call("cudaFree_v3020"), HostPart::kAllocator);
+  EXPECT_EQ(classify_api_call("cuMemAlloc_v2"), HostPart::kAllocator);
+  EXPECT_EQ(classify_api_call("cuMemCreate"), HostPart::kAllocator);
+  EXPECT_EQ(classify_api_call("cuMemSetAccess"), HostPart::kAllocator);
+  EXPECT_EQ(classify_api_call("cudaHostAlloc_v3020"), HostPart::kAllocator);
+  EXPECT_EQ(classify_api_call("cudaLaunchKernel_v7000"), HostPart::kLaunch);
+  EXPECT_EQ(classify_api_call("cuLaunchKernelEx"), HostPart::kLaunch);
+  EXPECT_EQ(classify_api_call("cudaGraphLaunch_v10000"), HostPart::kGraphLaunch);
+  EXPECT_EQ(classify_api_call("cuGraphUpload"), HostPart::kGraphLaunch);
+  EXPECT_EQ(classify_api_call("cuModuleLoadData"), HostPart::kModule);
+  EXPECT_EQ(classify_api_call("cuLibraryLoadData"), HostPart::kModule);
+  EXPECT_EQ(classify_api_call("cudaFuncGetAttributes_v3020"), HostPart::kModule);
+  // Copies and synchronization wait for the GPU, asynchronous ones included.
+  EXPECT_EQ(classify_api_call("cudaMemcpyAsync_v3020"), HostPart::kWait);
+  EXPECT_EQ(classify_api_call("cuMemcpyDtoH_v2"), HostPart::kWait);
+  EXPECT_EQ(classify_api_call("cudaStreamSynchronize_v3020"), HostPart::kWait);
+  EXPECT_EQ(classify_api_call("cudaMemset_v3020"), HostPart::kWait);
+  EXPECT_EQ(classify_api_call("cudaMemsetAsync_v3020"), HostPart::kOtherApi);
+  EXPECT_EQ(classify_api_call("cudaEventRecord_v3020"), HostPart::kOtherApi);
+  EXPECT_EQ(classify_api_call(""), HostPart::kOtherApi);
+  HostTimes t{};
+  t[static_cast<size_t>(HostPart::kAllocator)] = 2;
+  t[static_cast<size_t>(HostPart::kWait)] = 100;
+  t[static_cast<size_t>(HostPart::kOtherApi)] = 0.5;
+  t[static_cast<size_t>(HostPart::kModelHost)] = 7;
+  EXPECT_DOUBLE_EQ(api_stall_ms(t), 2.5);  // waits and frames outside the API are not API stalls
+  EXPECT_STREQ(host_part_name(HostPart::kGraphLaunch), "graph_launch");
+  EXPECT_STREQ(host_part_name(HostPart::kEngineHost), "engine_host");
+}
+
+TEST(ApiTimerGpu, ChargesEachMomentOfItsThreadToOnePart) {
+  if (!driver_available()) GTEST_SKIP() << "no CUDA driver/GPU: " << driver_unavailable_reason();
+  std::string why;
+  const auto w0 = std::chrono::steady_clock::now();
+  ApiTimer* timer = ApiTimer::start(&why);
+  ASSERT_NE(timer, nullptr) << why;
+  const DriverApi& d = driver();
+  ensure_context();
+  auto alloc_free = [&] {
+    CUdeviceptr p = 0;
+    CS_CU_CHECK(d.cuMemAlloc(&p, size_t{256} << 20));
+    CS_CU_CHECK(d.cuMemFree(p));
+  };
+  auto at = [](const HostTimes& h, HostPart p) { return h[static_cast<size_t>(p)]; };
+  const HostTimes t0 = timer->totals();
+  alloc_free();
+  const HostTimes t1 = timer->totals();
+  const double alloc = at(t1, HostPart::kAllocator) - at(t0, HostPart::kAllocator);
+  EXPECT_GT(alloc, 0.0);
+  EXPECT_NEAR(timer->stall_ms() - api_stall_ms(t0), alloc, 1e-6);
+  {
+    // A frame takes its own time; an API call inside it is the API's, not the frame's.
+    const HostFrame model(HostPart::kModelHost);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    alloc_free();
+  }
+  const HostTimes t2 = timer->totals();
+  EXPECT_GE(at(t2, HostPart::kModelHost) - at(t1, HostPart::kModelHost), 19.0);
+  EXPECT_LT(at(t2, HostPart::kModelHost) - at(t1, HostPart::kModelHost), 20.0 + 200.0);
+  EXPECT_GT(at(t2, HostPart::kAllocator), at(t1, HostPart::kAllocator));
+  {
+    // An opaque frame (the JIT's own timed window) keeps the API calls inside to itself.
+    const ApiTimeExcluded excluded;
+    alloc_free();
+  }
+  std::thread other([&] {  // another thread's calls are not this thread's time
+    ensure_context();
+    alloc_free();
+  });
+  other.join();
+  const HostTimes t3 = timer->totals();
+  EXPECT_DOUBLE_EQ(at(t3, HostPart::kAllocator), at(t2, HostPart::kAllocator));
+  EXPECT_GT(at(t3, HostPart::kJitTimed), at(t2, HostPart::kJitTimed));
+  // Every moment since start() is charged to exactly one part.
+  double sum = 0;
+  for (double ms : t3) sum += ms;
+  const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+  EXPECT_LE(sum, wall);
+  EXPECT_GT(sum, 0.9 * wall - 1.0);
 }
 
 // ---------------------------------------------------------------- GPU launch

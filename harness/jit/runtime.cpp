@@ -44,6 +44,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/jit/api_timer.h"
 #include "harness/jit/compiled_kernel.h"
 #include "harness/jit/driver.h"
 #include "harness/common/paths.h"
@@ -361,6 +362,8 @@ struct JitRuntime::Impl {
                                                   const std::vector<Constexpr>& constexprs,
                                                   const std::vector<KernelArg>& args,
                                                   CompileKey key, std::string key_text) {
+    // The JIT monitor times this whole load or compile; the API timer must not count it again.
+    const ApiTimeExcluded timed_by_monitor;
     auto ck = std::make_unique<CompiledKernel>();
     const std::string path = cache_dir + "/" + key.digest() + ".cubin";
     // The launch config's provenance: the innermost SelectionScope of this runtime, if any.
@@ -634,6 +637,7 @@ void check_cluster(const KernelSource& kernel, const LaunchDims& dims) {
 
 void JitRuntime::launch(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
                         const std::vector<KernelArg>& args, const LaunchDims& dims, void* stream) {
+  const HostFrame launch_path(HostPart::kJitLaunch);  // a compile inside is its own frame
   check_cluster(kernel, dims);
   const CompiledKernel& k = ensure(kernel, constexprs, args);
   if (!impl_->options.launch) return;
