@@ -254,21 +254,27 @@ std::string excess_table(const std::vector<const StrategyResult*>& rows) {
   for (const StrategyResult* r : rows)
     if (auto x = detail::ttft_excess(*r)) split.emplace_back(r, *x);
   if (split.empty()) return "";
+  std::vector<detail::TtftExcess> splits;
+  for (const auto& e : split) splits.push_back(e.second);
+  const std::vector<detail::ExcessPart> cols = detail::excess_columns(splits);
   std::string s = "<table class=\"results\"><thead><tr><th>strategy</th><th>first TTFT</th>"
                   "<th>steady TTFT</th><th>excess</th>";
-  for (const auto& p : split.front().second.parts)
-    s += "<th title=\"" + esc_attr(p.source) + "\">" + esc(p.name) + " (ms)</th>";
+  for (const auto& c : cols) s += "<th title=\"" + esc_attr(c.source) + "\">" + esc(c.name) + " (ms)</th>";
   s += "<th>unexplained</th></tr></thead><tbody>\n";
   for (const auto& [r, x] : split) {
     s += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
                      esc(r->strategy), esc(fmt::format("{:.1f} ms", x.first_ms)),
                      esc(fmt::format("{:.1f} ms", x.steady_ms)), esc(fmt::format("{:.1f} ms", x.excess_ms)));
-    for (const auto& p : x.parts) s += "<td class=\"num\">" + esc(detail::tenths(p.ms)) + "</td>";
+    for (const auto& c : cols) {
+      const detail::ExcessPart* p = detail::excess_part(x, c.name);
+      s += "<td class=\"num\">" + (p ? esc(detail::tenths(p->ms)) : std::string("–")) + "</td>";
+    }
     s += "<td class=\"num\">" + esc(detail::tenths(x.unexplained_ms) + " ms" + detail::share_of(x)) +
          "</td></tr>\n";
   }
-  return s + "</tbody></table>\n<p class=\"meta\">First request minus steady request over prefill "
-             "and continuation prefill, ms; hover a part's title for how it was measured.</p>\n";
+  return s + "</tbody></table>\n<p class=\"meta\">First request minus steady request, ms (JIT "
+             "records over prefill and continuation prefill, the rest over the TTFT window); hover "
+             "a part's title for how it was measured; – : not measured in that result.</p>\n";
 }
 
 // The verdict of one variant: the pick and what each strategy costs.

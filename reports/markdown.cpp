@@ -189,25 +189,31 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
     for (const StrategyResult* r : detail::grouped_rows(run))
       if (auto x = detail::ttft_excess(*r)) excess.emplace_back(r, *x);
     if (!excess.empty()) {
+      std::vector<detail::TtftExcess> splits;
+      for (const auto& e : excess) splits.push_back(e.second);
+      const std::vector<detail::ExcessPart> cols = detail::excess_columns(splits);
       out += "<details><summary>First-request TTFT excess by part</summary>\n\n";
       out += "| strategy | variant | first TTFT | steady TTFT | excess |";
-      for (const auto& p : excess.front().second.parts) out += " " + cell(p.name) + " (ms) |";
+      for (const auto& c : cols) out += " " + cell(c.name) + " (ms) |";
       out += " unexplained |\n|---|---|--:|--:|--:|";
-      for (size_t i = 0; i < excess.front().second.parts.size(); ++i) out += "--:|";
+      for (size_t i = 0; i < cols.size(); ++i) out += "--:|";
       out += "--:|\n";
       for (const auto& [r, x] : excess) {
         out += fmt::format("| {} | {} | {:.1f} ms | {:.1f} ms | {:.1f} ms |", cell(r->strategy),
                            r->variant.empty() ? kNull : cell(r->variant), x.first_ms, x.steady_ms,
                            x.excess_ms);
-        for (const auto& p : x.parts) out += " " + detail::tenths(p.ms) + " |";
+        for (const auto& c : cols) {
+          const detail::ExcessPart* p = detail::excess_part(x, c.name);
+          out += " " + (p ? detail::tenths(p->ms) : std::string(kNull)) + " |";
+        }
         out += " " + detail::tenths(x.unexplained_ms) + " ms" + detail::share_of(x) + " |\n";
       }
       std::vector<std::string> sources;
-      for (const auto& p : excess.front().second.parts) sources.push_back(cell(p.name) + ": " + cell(p.source));
-      out += fmt::format("\n<sub>ms, first request minus steady request over prefill and continuation "
-                         "prefill; {}; unexplained: the rest (libtorch and harness host work, "
-                         "allocator growth, first use of libraries)</sub>\n\n</details>\n\n",
-                         fmt::join(sources, "; "));
+      for (const auto& c : cols) sources.push_back(cell(c.name) + ": " + cell(c.source));
+      out += fmt::format("\n<sub>ms, first request minus steady request (JIT records: over prefill "
+                         "and continuation prefill; the rest: over the TTFT window); {}; {}: not "
+                         "measured in this result; unexplained: the rest</sub>\n\n</details>\n\n",
+                         fmt::join(sources, "; "), kNull);
     }
     // The scenario's expect: rules as the run checked them.
     if (!run.rules.empty()) {

@@ -2,6 +2,7 @@
 #include "reports/render_util.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -252,15 +253,19 @@ std::optional<TtftExcess> ttft_excess(const StrategyResult& r) {
   const auto first = finite(r.ttft_ms), steady = finite(r.steady_ttft_ms);
   if (!first || !steady || !r.extra.is_object() || extra_string(r, "steady_not_comparable"))
     return std::nullopt;
+  // The engine thread's TTFT window by part, first request ("0") and steady request ("1").
+  const auto host = r.extra.find("ttft_host_ms");
+  const bool by_host = host != r.extra.end() && host->is_object() && host->contains("0") &&
+                       host->contains("1") && (*host)["0"].is_object() && (*host)["1"].is_object();
   const auto costs = r.extra.find("first_time_cost_ms");
-  if (costs == r.extra.end() || !costs->is_object()) return std::nullopt;
+  if (!by_host && (costs == r.extra.end() || !costs->is_object())) return std::nullopt;
   static const char* const kTtftPhases[] = {"prefill", "continuation_prefill"};
   auto in_ttft = [](const std::string& phase) {
     return phase == kTtftPhases[0] || phase == kTtftPhases[1];
   };
   // Wave 0 adds, wave 1 (the steady request) takes away.
   auto sign = [](int wave) { return wave == 0 ? 1.0 : wave == 1 ? -1.0 : 0.0; };
-  double compile = 0, cache = 0, tune = 0, gpu = 0, sampling = 0;
+  double compile = 0, cache = 0, tune = 0;
   for (const CompileEvent& e : r.hot_path_compiles) {
     if (e.step.request < 0 || !in_ttft(e.phase) || !std::isfinite(e.compile_ms)) continue;
     (e.source == "disk" ? cache : compile) += sign(e.step.wave) * e.compile_ms;
@@ -274,27 +279,86 @@ std::optional<TtftExcess> ttft_excess(const StrategyResult& r) {
       tune += sign(a.value("wave", -1)) * bench->get<double>();
     }
   }
-  for (const char* phase : kTtftPhases) {
-    auto part = [&](const char* what) {
-      const auto it = costs->find(std::string(phase) + "." + what);
-      return it != costs->end() && it->is_number() ? it->get<double>() : 0.0;
-    };
-    gpu += part("model_pieces_gpu_ms") + part("prefill_attention_gpu_ms");
-    sampling += part("sampling_ms");
-  }
   TtftExcess x;
   x.first_ms = *first;
   x.steady_ms = *steady;
   x.excess_ms = *first - *steady;
   x.parts = {{"JIT compile + module load", compile, "host wall time (JIT monitor, NVRTC and cuModuleLoadData)"},
              {"kernel cache load", cache, "host wall time (JIT monitor, on-disk cache)"},
-             {"autotune benchmarking", tune, "host wall time (autotuner, timed candidate runs)"},
-             {"GPU kernel time", gpu,
-              "CUDA events around the model's pieces and libtorch attention, less host stalls inside"},
-             {"sampling", sampling, "host wall time (sampling and copy to host)"}};
+             {"autotune benchmarking", tune, "host wall time (autotuner, timed candidate runs)"}};
+  if (by_host) {
+    // First minus steady of each part of the thread's time; the JIT's own windows are named by
+    // the monitor's records above (what they leave out stays unexplained).
+    auto diff = [&](std::initializer_list<const char*> parts) {
+      double d = 0;
+      for (const char* p : parts) {
+        const auto& a = (*host)["0"];
+        const auto& b = (*host)["1"];
+        if (a.contains(p) && a[p].is_number()) d += a[p].get<double>();
+        if (b.contains(p) && b[p].is_number()) d -= b[p].get<double>();
+      }
+      return d;
+    };
+    const std::string cupti = "CUPTI callback API: engine thread's time inside ";
+    const std::string frames = "host wall time of the engine thread ";
+    x.parts.insert(x.parts.end(), {
+        {"CUDA allocator", diff({"allocator"}), cupti + "cudaMalloc / cudaFree / cuMem* calls"},
+        {"launch + lazy module load", diff({"module", "launch"}),
+         cupti + "kernel launches (a first launch under lazy loading loads its module) and module calls"},
+        {"graph launch", diff({"graph_launch"}), cupti + "graph launches (a first launch uploads the graph)"},
+        {"other CUDA API", diff({"other_api"}), cupti + "other calls (streams, events, queries)"},
+        {"waiting for the GPU", diff({"wait"}),
+         cupti + "synchronize and copy calls: GPU time the host waited for (less when host stalls hid it)"},
+        {"JIT launch path", diff({"jit_launch"}), frames + "in coldstart's JIT launch outside compiles and API calls"},
+        {"model host work", diff({"model_host"}),
+         frames + "in the forward pass outside the JIT and API calls (libtorch dispatch, library heuristics)"},
+        {"engine host work", diff({"engine_host"}),
+         frames + "outside the forward pass (scheduler, batch preparation, bookkeeping)"}});
+    // The parts add up to the thread's TTFT window, so what remains is what the JIT's timed
+    // windows held that no compile or autotune record names, and clock reads apart.
+    const double parts_sum = std::accumulate(x.parts.begin(), x.parts.end(), 0.0,
+                                             [](double s, const ExcessPart& p) { return s + p.ms; });
+    x.unexplained_ms = x.excess_ms - parts_sum;
+    return x;
+  }
+  double gpu = 0, sampling = 0;
+  bool mixers_measured = false;
+  for (const char* phase : kTtftPhases) {
+    auto part = [&](const std::string& what, bool* present = nullptr) {
+      const auto it = costs->find(std::string(phase) + "." + what);
+      const bool found = it != costs->end() && it->is_number();
+      if (present && found) *present = true;
+      return found ? it->get<double>() : 0.0;
+    };
+    gpu += part("model_pieces_gpu_ms");
+    sampling += part("sampling_ms");
+    // Libtorch's attention runs inside the mixers: count the mixers' spans when the run has
+    // them, else (older files) the attention's own.
+    const double mixers = part("mixers_gpu_ms", &mixers_measured);
+    gpu += mixers_measured ? mixers : part("prefill_attention_gpu_ms");
+  }
+  x.parts.insert(x.parts.end(),
+                 {{"GPU time", gpu,
+                   "CUDA events around the model's pieces and attention, less the JIT's host stalls inside"},
+                  {"sampling", sampling, "host wall time (sampling and copy to host)"}});
   x.unexplained_ms = x.excess_ms;
   for (const ExcessPart& p : x.parts) x.unexplained_ms -= p.ms;
   return x;
+}
+
+std::vector<ExcessPart> excess_columns(const std::vector<TtftExcess>& splits) {
+  std::vector<ExcessPart> cols;
+  for (const TtftExcess& x : splits)
+    for (const ExcessPart& p : x.parts)
+      if (std::none_of(cols.begin(), cols.end(), [&](const ExcessPart& c) { return c.name == p.name; }))
+        cols.push_back({p.name, 0.0, p.source});
+  return cols;
+}
+
+const ExcessPart* excess_part(const TtftExcess& x, const std::string& name) {
+  for (const ExcessPart& p : x.parts)
+    if (p.name == name) return &p;
+  return nullptr;
 }
 
 std::string tenths(double ms) {

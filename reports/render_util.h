@@ -101,13 +101,16 @@ struct ExcessPart {
 };
 
 /// first TTFT - steady TTFT split into named parts (GPU runs whose steady request is the first
-/// one's twin): JIT compile + module load and kernel cache loads (the JIT monitor's host wall
-/// time of the hot-path records in the TTFT phases, by wave), autotune benchmarking (the
-/// autotuner's timed candidate runs), GPU kernel time (CUDA events around the model's pieces
-/// and libtorch attention, less the host stalls inside them, first_time_cost_ms) and sampling
-/// (host wall time of sampling and the copy to host). `unexplained_ms` is the rest: host work of
-/// libtorch and the harness, allocator growth, first use of libraries. Compiles and tunings
-/// without a scheduler step (files older than the step fields) are not counted.
+/// one's twin). Always first: JIT compile + module load and kernel cache loads (the JIT
+/// monitor's host wall time of the hot-path records in the TTFT phases, by wave) and autotune
+/// benchmarking (the autotuner's timed candidate runs). Then, for runs with `ttft_host_ms` (the
+/// engine thread's TTFT window split by what it did, api_timer.h), that split's first-minus-steady
+/// parts: CUDA allocator, launch + lazy module load, graph launch, other CUDA API, waiting for the
+/// GPU (CUPTI), JIT launch path, model host work, engine host work; these add up to the window,
+/// so `unexplained_ms` is only what the JIT's timed windows held beyond its records. For older
+/// files or runs without CUPTI: GPU time (CUDA events around the model's pieces and attention,
+/// first_time_cost_ms) and sampling, and the rest is unexplained. Compiles and tunings without a
+/// scheduler step (files older than the step fields) are not counted.
 struct TtftExcess {
   double first_ms = 0, steady_ms = 0, excess_ms = 0;
   std::vector<ExcessPart> parts;
@@ -118,6 +121,13 @@ struct TtftExcess {
 /// (compile-only mode, a failed run), no first_time_cost_ms (no steady twin, older files), or a
 /// steady request that pinned another prompt length (steady_not_comparable).
 std::optional<TtftExcess> ttft_excess(const StrategyResult& r);
+
+/// The parts named in any of `splits`, in first-seen order, with their sources: the columns of
+/// an excess table (splits of different files may name different parts).
+std::vector<ExcessPart> excess_columns(const std::vector<TtftExcess>& splits);
+
+/// `x`'s part named `name`, nullptr when it has none.
+const ExcessPart* excess_part(const TtftExcess& x, const std::string& name);
 
 /// `ms` with one decimal, "0.0" for what rounds to zero (never "-0.0").
 std::string tenths(double ms);

@@ -551,9 +551,44 @@ TEST(TtftExcess, PartsAreFirstMinusSteadyOverTheTtftPhases) {
   EXPECT_DOUBLE_EQ(x->parts[0].ms, 65.0);  // 60 + 10 - 5
   EXPECT_DOUBLE_EQ(x->parts[1].ms, 4.0);
   EXPECT_DOUBLE_EQ(x->parts[2].ms, 12.0);
-  EXPECT_DOUBLE_EQ(x->parts[3].ms, 18.0);
+  EXPECT_DOUBLE_EQ(x->parts[3].ms, 18.0);  // no mixer spans in the file: pieces + attention
   EXPECT_DOUBLE_EQ(x->parts[4].ms, 0.5);
   EXPECT_DOUBLE_EQ(x->unexplained_ms, 110.0 - 65 - 4 - 12 - 18 - 0.5);
+  // With the engine thread's TTFT window split (CUPTI): those parts replace GPU time and
+  // sampling, and only what the JIT's windows held beyond its records stays unexplained.
+  StrategyResult by_host = r;
+  auto window = [](double jit, double alloc, double module, double launch, double wait, double model,
+                   double engine) {
+    return nlohmann::json{{"allocator", alloc}, {"module", module}, {"launch", launch},
+                          {"graph_launch", 0.5}, {"wait", wait}, {"other_api", 1.0},
+                          {"jit_timed", jit}, {"jit_launch", 0.25}, {"model_host", model},
+                          {"engine_host", engine}, {"reporting", 3.0}};
+  };
+  by_host.extra["ttft_host_ms"] = {{"0", window(81, 3, 20, 5, 20, 11, 8.25)},
+                                   {"1", window(5, 0, 0, 2, 27, 3, 1.25)}};
+  const auto y = detail::ttft_excess(by_host);
+  ASSERT_TRUE(y);
+  ASSERT_EQ(y->parts.size(), 11u);
+  EXPECT_EQ(y->parts[3].name, "CUDA allocator");
+  EXPECT_DOUBLE_EQ(y->parts[3].ms, 3.0);
+  EXPECT_DOUBLE_EQ(y->parts[4].ms, 23.0);  // module + launch
+  EXPECT_DOUBLE_EQ(y->parts[5].ms, 0.0);   // graph launch: the same in both
+  EXPECT_EQ(y->parts[7].name, "waiting for the GPU");
+  EXPECT_DOUBLE_EQ(y->parts[7].ms, -7.0);  // the host waited less: its stalls hid GPU work
+  EXPECT_DOUBLE_EQ(y->parts[9].ms, 8.0);
+  EXPECT_DOUBLE_EQ(y->parts[10].ms, 7.0);
+  // The parts add up to the window but the JIT's: its records name 81 ms, its windows held 76.
+  EXPECT_DOUBLE_EQ(y->unexplained_ms, 110.0 - 81 - 3 - 23 + 7 - 8 - 7);
+  // A table with both kinds of split has every part as a column, "–" where a row lacks it.
+  RunResults mixed;
+  mixed.meta.mode = "cuda";
+  mixed.results = {r, by_host};
+  mixed.results[1].strategy = "warm";
+  const std::string mixed_md = render_markdown({mixed});
+  EXPECT_NE(mixed_md.find("| 18.0 | 0.5 | – | – | – | – | – | – | – | – | 10.5 ms (10%) |"), std::string::npos)
+      << mixed_md;
+  EXPECT_NE(mixed_md.find("| – | – | 3.0 | 23.0 | 0.0 | 0.0 | -7.0 | 0.0 | 8.0 | 7.0 |"), std::string::npos)
+      << mixed_md;
   // Markdown shows it per strategy, folded.
   RunResults run;
   run.meta.mode = "cuda";
