@@ -61,6 +61,7 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
     std::string why_not;
     api_timer_ = jit::ApiTimer::start(&why_not);
     if (!api_timer_) result_.extra["cuda_api_timing"] = "not measured: " + why_not;
+    if (api_timer_) api_timer_->set_api_callbacks(false);  // on while requests run (do_wave)
   }
   sdpa_spans_ = std::make_unique<GpuSpans>(mode());
   model_spans_ = std::make_unique<GpuSpans>(mode());

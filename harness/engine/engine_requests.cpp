@@ -83,6 +83,19 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 void Engine::do_wave(const std::vector<int>& ids, int wave) {
+  // CUPTI's API callbacks only while requests run (startup is not slowed by the measurement).
+  struct ApiCallbacksOn {
+    jit::ApiTimer* timer;
+    explicit ApiCallbacksOn(jit::ApiTimer* t) : timer(t) {
+      if (timer) timer->set_api_callbacks(true);
+    }
+    ~ApiCallbacksOn() {
+      try {
+        if (timer) timer->set_api_callbacks(false);
+      } catch (const std::exception&) {  // the wave's own error, if any, is the one to report
+      }
+    }
+  } api_callbacks(api_timer_);
   const EngineConfig& e = scenario_.engine;
   const bool timed = mode() == DeviceMode::kCuda;
   const int lead = ids.front();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -187,6 +188,10 @@ void* open_cupti(std::string* why_not) {
   return nullptr;
 }
 
+EnableDomainFn g_enable = nullptr;
+ResultStringFn g_result_text = nullptr;
+CUpti_SubscriberHandle g_subscriber = nullptr;
+
 bool subscribe(std::string* why_not) {
   void* h = open_cupti(why_not);
   if (h == nullptr) return false;
@@ -207,6 +212,9 @@ bool subscribe(std::string* why_not) {
   if (const CUptiResult r = sub(&handle, reinterpret_cast<CUpti_CallbackFunc>(&on_api_call), nullptr);
       r != CUPTI_SUCCESS)
     return failed("cuptiSubscribe", r);
+  g_enable = enable;
+  g_result_text = text;
+  g_subscriber = handle;
   if (const CUptiResult r = enable(1, handle, CUPTI_CB_DOMAIN_RUNTIME_API); r != CUPTI_SUCCESS)
     return failed("cuptiEnableDomain(runtime API)", r);
   if (const CUptiResult r = enable(1, handle, CUPTI_CB_DOMAIN_DRIVER_API); r != CUPTI_SUCCESS)
@@ -240,6 +248,28 @@ ApiTimer* ApiTimer::start(std::string* why_not) {
   g_state.active.store(true);
   static ApiTimer timer;
   return &timer;
+}
+
+void ApiTimer::set_api_callbacks(bool on) {
+#if CS_HAVE_CUPTI
+  for (CUpti_CallbackDomain domain : {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API}) {
+    if (const CUptiResult r = g_enable(on ? 1 : 0, g_subscriber, domain); r != CUPTI_SUCCESS) {
+      const char* s = nullptr;
+      if (g_result_text == nullptr || g_result_text(r, &s) != CUPTI_SUCCESS || s == nullptr)
+        s = "unknown CUPTI error";
+      throw std::runtime_error(fmt::format("cuptiEnableDomain({}, {} API) failed: {} ({})", on ? 1 : 0,
+                                           domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "runtime" : "driver",
+                                           s, static_cast<int>(r)));
+    }
+  }
+  // A call in flight when callbacks went off never reports its exit: forget it.
+  if (!on) {
+    t.api_depth = 0;
+    t.api_frame = false;
+  }
+#else
+  (void)on;
+#endif
 }
 
 HostTimes ApiTimer::totals() const {

@@ -63,6 +63,12 @@ class ApiTimer {
   HostTimes totals() const;
   /// api_stall_ms(totals()).
   double stall_ms() const { return api_stall_ms(totals()); }
+  /// Turns CUPTI's API callbacks on or off (on after start()). Each callback costs host time on
+  /// every CUDA call of every thread, so the engine keeps them on only while requests run: a
+  /// warmer's startup is not slowed by the measurement. While off, API calls are charged to the
+  /// frame around them. Call it on the timer's thread, outside any API call. Throws
+  /// std::runtime_error naming the CUPTI error when CUPTI refuses.
+  void set_api_callbacks(bool on);
 };
 
 /// Charges the calling thread's time to `part` while alive (nested frames take their own time).
