@@ -605,10 +605,11 @@ std::string CompareReport::render_markdown() const {
 }
 
 int compare_main(const std::string& baseline, const std::string& current,
-                 double max_regression_pct, bool allow_removed, const std::string& md_path) {
+                 double max_regression_pct, bool allow_removed, const std::string& md_path,
+                 bool force) {
   CompareReport report;
   try {
-    if (!md_path.empty()) paths::check_output_paths({md_path}, {baseline, current});
+    if (!md_path.empty()) paths::check_output_paths({md_path}, {baseline, current}, force);
     const auto b = read_any_results(baseline);
     size_t baseline_results = 0;
     for (const RunResults& r : b) baseline_results += r.results.size();

@@ -133,10 +133,11 @@ CompareReport compare_results(const RunResults& baseline, const RunResults& curr
 /// (single-run or merged), prints the report to stdout and, with `md_path`, writes
 /// render_markdown() there (atomically). Returns 1 when regressed (each reason printed), 0 when
 /// not, 2 when a file cannot be read or parsed, the threshold is invalid or the Markdown path is
-/// one of the inputs (message on stderr); a Markdown file that cannot be written is exit 1.
+/// one of the inputs, or a symbolic link, device, FIFO or socket without `force` (message on
+/// stderr); a Markdown file that cannot be written is exit 1.
 int compare_main(const std::string& baseline, const std::string& current,
                  double max_regression_pct, bool allow_removed = false,
-                 const std::string& md_path = "");
+                 const std::string& md_path = "", bool force = false);
 
 /// Writes `runs` as a merged results file {"schema": "coldstart.merged/1", "runs": [...]},
 /// pretty-printed, atomically (temp file in the same directory, fsync, rename).
@@ -159,8 +160,9 @@ std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
 
 /// `coldstart merge INPUT... -o OUTPUT`: reads every input (single-run or merged), merges them
 /// with merge_results (warnings on stderr), writes OUTPUT as a merged file and prints a one-line
-/// summary to stderr. Returns 0 on success, 2 when an input cannot be read or no input was
-/// given, 1 when the output cannot be written.
-int merge_main(const std::vector<std::string>& inputs, const std::string& output);
+/// summary to stderr. Returns 0 on success, 2 when an input cannot be read, no input was given or
+/// OUTPUT is a symbolic link, device, FIFO or socket without `force` (--force), 1 when the output
+/// cannot be written.
+int merge_main(const std::vector<std::string>& inputs, const std::string& output, bool force = false);
 
 }  // namespace coldstart::cli

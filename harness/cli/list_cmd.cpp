@@ -23,7 +23,7 @@ namespace coldstart::cli {
 
 int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
   parse_monitor(a.jit_monitor);
-  paths::check_output_paths({a.json, a.junit, a.md, a.html, a.trace}, inputs);
+  paths::check_output_paths({a.json, a.junit, a.md, a.html, a.trace}, inputs, a.force);
   std::vector<RunResults> runs;
   for (const auto& f : inputs)
     for (auto& r : read_any_results(f)) runs.push_back(std::move(r));

@@ -118,12 +118,18 @@ int main(int argc, char** argv) {
   compare->add_flag("--allow-removed", cmp_allow_removed,
                     "do not fail when baseline strategy results are missing from the current "
                     "file or were interrupted there");
+  bool cmp_force = false;
+  compare->add_flag("--force", cmp_force,
+                    "let --md replace a symbolic link, device, FIFO or socket (refused otherwise)");
 
   std::vector<std::string> merge_in;
   std::string merge_out;
   CLI::App* merge = app.add_subcommand("merge", "fold results files from several machines into one");
   merge->add_option("inputs", merge_in, "results files (single-run or merged)")->required();
   merge->add_option("-o,--output", merge_out, "merged results file to write")->required();
+  bool merge_force = false;
+  merge->add_flag("--force", merge_force,
+                  "let -o replace a symbolic link, device, FIFO or socket (refused otherwise)");
 
   CLI::App* doctor =
       app.add_subcommand("doctor", "show driver, GPU, versions; check NVRTC, driver load, CUDA graphs");
@@ -139,8 +145,9 @@ int main(int argc, char** argv) {
     if (*job) return cli::job_main(ja);
     if (*report) return cli::report_main(report_inputs, rep);
     if (*list) return cli::list_main(list_files, list_filter);
-    if (*compare) return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed, cmp_md);
-    if (*merge) return cli::merge_main(merge_in, merge_out);
+    if (*compare)
+      return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed, cmp_md, cmp_force);
+    if (*merge) return cli::merge_main(merge_in, merge_out, merge_force);
     if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {
     std::cerr << "coldstart: " << e.what() << "\n";

@@ -109,14 +109,14 @@ std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
   return merged;
 }
 
-int merge_main(const std::vector<std::string>& inputs, const std::string& output) {
+int merge_main(const std::vector<std::string>& inputs, const std::string& output, bool force) {
   if (inputs.empty()) {
     std::cerr << "coldstart merge: no input files\n";
     return 2;
   }
   std::vector<RunResults> all;
   try {
-    paths::check_output_paths({output}, inputs);
+    paths::check_output_paths({output}, inputs, force);
     for (const std::string& path : inputs) {
       auto runs = read_any_results(path);
       for (auto& r : runs) all.push_back(std::move(r));

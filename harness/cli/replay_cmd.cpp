@@ -281,7 +281,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   // read results).
   std::vector<std::string> inputs_read;
   for (const Scenario& sc : scenarios) inputs_read.insert(inputs_read.end(), {sc.file, sc.model.config_file});
-  paths::check_output_paths(outputs, inputs_read);
+  paths::check_output_paths(outputs, inputs_read, a.force);
   for (const auto& name : a.strategies) {
     bool found = false;
     for (const auto& s : scenarios)

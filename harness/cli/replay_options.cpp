@@ -190,6 +190,9 @@ void add_report_options(CLI::App* cmd, ReplayArgs& a) {
   cmd->add_option("--md", a.md, "write a Markdown summary (for a pull-request comment)");
   cmd->add_option("--html", a.html, "write a self-contained HTML report with charts");
   cmd->add_option("--trace", a.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
+  cmd->add_flag("--force", a.force,
+                "let an output replace a symbolic link, device, FIFO or socket at its path "
+                "(refused otherwise)");
 }
 
 }  // namespace coldstart::cli

@@ -48,6 +48,7 @@ struct ReplayArgs {
   double timeout_s = 0;
   bool no_isolate = false;
   bool check = false;  // exit 3 when an `expect:` rule is unmet
+  bool force = false;  // --force: outputs may replace a symbolic link, device, FIFO or socket
   std::string progress = "auto";  // --progress: auto, live, plain or none
   bool verbose = false;
   uint64_t seed = 1234;

@@ -277,12 +277,29 @@ bool same_existing_file(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
+std::string special_file_kind(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  if (S_ISLNK(st.st_mode)) {
+    std::vector<char> target(4096, '\0');
+    const ssize_t n = ::readlink(path.c_str(), target.data(), target.size() - 1);
+    return n > 0 ? "is a symbolic link (to '" + std::string(target.data(), static_cast<size_t>(n)) + "')"
+                 : std::string("is a symbolic link");
+  }
+  if (S_ISDIR(st.st_mode)) return "is a directory";
+  return file_kind(st.st_mode);
+}
+
 void check_output_paths(const std::vector<std::string>& outputs,
-                        const std::vector<std::string>& inputs) {
+                        const std::vector<std::string>& inputs, bool replace_special) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const std::string& out = outputs[i];
     if (out.empty()) continue;
     if (is_directory(out)) throw InputError("output '" + out + "': is a directory");
+    if (const std::string kind = special_file_kind(out); !kind.empty() && !replace_special)
+      throw InputError("output '" + out + "': " + kind +
+                       "; outputs are written as a new regular file renamed over the path, which "
+                       "would replace it (pass --force to replace it)");
     const std::string dir = parent(out).empty() ? "." : parent(out);
     if (!is_directory(dir) || ::access(dir.c_str(), W_OK) != 0)
       throw InputError("output '" + out + "': directory '" + dir +

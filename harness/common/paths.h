@@ -74,11 +74,19 @@ std::string size_text(size_t bytes);
 /// The running executable (readlink /proc/self/exe). Throws Error.
 std::string self_executable();
 
+/// What `path` is when it exists and is not a regular file, as "is a symbolic link (to 'x')",
+/// "is a character device", "is a FIFO", "is a socket", "is a block device"; "" when it is a
+/// regular file or does not exist. The link itself is looked at (lstat), not what it points to.
+std::string special_file_kind(const std::string& path);
+
 /// Checks, before anything is written, every non-empty path of `outputs` (files a command will
 /// write) against `inputs` (files it reads): each must not be a directory, its directory must
 /// exist and be writable, it must not be one of the inputs (the same file, by device and inode),
-/// and no two outputs may be the same file or path. Throws InputError naming the output.
+/// and no two outputs may be the same file or path. Outputs are written by renaming a new file
+/// over the path, which would replace a symbolic link, a device node, a FIFO or a socket with a
+/// regular file: such a path is refused unless `replace_special` (the commands' --force). Throws
+/// InputError naming the output.
 void check_output_paths(const std::vector<std::string>& outputs,
-                        const std::vector<std::string>& inputs);
+                        const std::vector<std::string>& inputs, bool replace_special = false);
 
 }  // namespace coldstart::paths

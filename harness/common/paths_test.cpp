@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -150,6 +151,38 @@ TEST(Paths, CheckOutputPathsRefusesInputsDuplicatesDirectoriesAndMissingDirs) {
   EXPECT_NE(message({root}).find("is a directory"), std::string::npos);
   EXPECT_NE(message({join(root, "missing/a.md")}).find("does not exist or is not writable"),
             std::string::npos);
+  EXPECT_TRUE(remove_tree(root));
+}
+
+// Outputs are renamed over their path: a symbolic link, device node or FIFO there would be
+// replaced by a regular file, so only --force (replace_special) lets one through.
+TEST(Paths, CheckOutputPathsRefusesLinksDevicesAndFifosUnlessForced) {
+  const std::string root = make_temp_dir("cs-paths-special-");
+  const std::string target = join(root, "elsewhere.json");
+  write_file_atomic(target, "{}");
+  const std::string link = join(root, "link.json"), fifo = join(root, "fifo.json");
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto message = [&](const std::string& out, bool force) {
+    try {
+      check_output_paths({out}, {}, force);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message(link, false).find("is a symbolic link (to '" + target + "')"), std::string::npos)
+      << message(link, false);
+  EXPECT_NE(message(link, false).find("--force"), std::string::npos);
+  EXPECT_NE(message(fifo, false).find("is a FIFO"), std::string::npos) << message(fifo, false);
+  EXPECT_NE(message("/dev/null", false).find("is a character device"), std::string::npos);
+  EXPECT_EQ(message(link, true), "(accepted)");
+  EXPECT_EQ(message(fifo, true), "(accepted)");
+  // A regular file or a new path is fine without --force.
+  EXPECT_EQ(message(target, false), "(accepted)");
+  EXPECT_EQ(message(join(root, "new.json"), false), "(accepted)");
+  EXPECT_EQ(special_file_kind(target), "");
+  EXPECT_EQ(special_file_kind(join(root, "new.json")), "");
   EXPECT_TRUE(remove_tree(root));
 }
 
