@@ -123,6 +123,45 @@ std::string clean_text(const std::string& text) {
   return out;
 }
 
+std::string terminal_text(const std::string& text, bool keep_newlines) {
+  std::string out;
+  out.reserve(text.size());
+  for_each_code_point(text, [&](unsigned cp) {
+    if ((cp < 0x20 && !(keep_newlines && cp == '\n')) || cp == 0x7F) {
+      out += fmt::format("\\x{:02X}", cp);
+    } else if (cp >= 0x80 && cp <= 0x9F) {
+      out += fmt::format("\\u{:04X}", cp);
+    } else {
+      put_utf8(out, cp);
+    }
+  });
+  return out;
+}
+
+namespace {
+void make_terminal_safe(nlohmann::json& j, bool keep_newlines) {
+  if (j.is_string()) {
+    j = terminal_text(j.get_ref<const std::string&>(), keep_newlines);
+  } else if (j.is_array()) {
+    for (auto& e : j) make_terminal_safe(e, false);
+  } else if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto& [key, value] : j.items()) {
+      nlohmann::json v = value;
+      make_terminal_safe(v, key == "error");
+      out[terminal_text(key)] = std::move(v);
+    }
+    j = std::move(out);
+  }
+}
+}  // namespace
+
+RunResults terminal_safe(const RunResults& run) {
+  nlohmann::json j = run;
+  make_terminal_safe(j, false);
+  return j.get<RunResults>();
+}
+
 std::string first_line(const std::string& text) {
   std::string line = text.substr(0, text.find('\n'));
   if (!line.empty() && line.back() == '\r') line.pop_back();

@@ -23,6 +23,16 @@ std::string xml_escape(const std::string& text, bool attribute = false);
 /// "\xNN"; used for Markdown and JSON strings.
 std::string clean_text(const std::string& text);
 
+/// The text safe to print on a terminal: invalid UTF-8 becomes U+FFFD, every C0 control (tab,
+/// CR and ESC among them; newline too unless `keep_newlines`) and DEL become "\xNN", C1 controls
+/// (U+0080..U+009F) "\u00NN", so a name or error string from a results or scenario file cannot
+/// move the cursor, set the window title or fake a line.
+std::string terminal_text(const std::string& text, bool keep_newlines = false);
+
+/// `run` with every string in it (names, errors, kernel names, extra fields and their keys) made
+/// terminal_text; error texts keep their newlines (they are printed line by line).
+RunResults terminal_safe(const RunResults& run);
+
 /// First line of `text` (up to the first '\n', '\r' dropped).
 std::string first_line(const std::string& text);
 

@@ -13,6 +13,7 @@
 #include "harness/common/error.h"
 #include "harness/replay/result.h"
 #include "reports/golden_test_util.h"
+#include "reports/render_util.h"
 #include "reports/json_report.h"
 #include "reports/renderers.h"
 #include "reports/table.h"
@@ -161,6 +162,34 @@ TEST(Table, ShowsEveryRowAndEveryErrorInFull) {
   EXPECT_NE(text.find("crash @ first_decode"), std::string::npos);
   EXPECT_NE(text.find("timeout @ graph_capture"), std::string::npos);
   EXPECT_NE(text.find("  second line\n"), std::string::npos);
+}
+
+// Names and errors from a results file never reach the terminal as control characters: an ESC
+// sequence, an OSC title, CR or a newline in a name are shown escaped, and the only escapes in a
+// colored table are its own colors.
+TEST(Table, ControlCharactersInNamesAndErrorsAreShownEscaped) {
+  RunResults run = fixed_run();
+  run.scenario.name = "evil\033]0;owned\007title";
+  run.results[0].strategy = "none\r\nFAKE  ok";
+  run.results[0].variant = "v\x9b" "2J";  // not valid UTF-8 alone: shown as U+FFFD
+  run.results[0].error = "line one\033[2J\nline two\rover";
+  run.results[1].extra["jit_warnings"] = nlohmann::json::array({"warn \u0085 \x7f"});
+  for (bool color : {false, true}) {
+    const std::string text = render_table(run, color);
+    const std::string stripped = std::regex_replace(text, std::regex("\033\\[[0-9;]*m"), "");
+    EXPECT_EQ(stripped.find('\033'), std::string::npos) << text;
+    EXPECT_EQ(stripped.find('\r'), std::string::npos);
+    EXPECT_EQ(stripped.find('\x07'), std::string::npos);
+    EXPECT_EQ(stripped.find('\x7f'), std::string::npos);
+    EXPECT_EQ(stripped.find("\nFAKE"), std::string::npos) << "a newline in a name made a line";
+    EXPECT_NE(stripped.find("evil\\x1B]0;owned\\x07title"), std::string::npos) << stripped;
+    EXPECT_NE(stripped.find("none\\x0D\\x0AFAKE  ok"), std::string::npos);
+    EXPECT_NE(stripped.find("  line one\\x1B[2J\n  line two\\x0Dover\n"), std::string::npos)
+        << "an error keeps its lines, indented";
+    EXPECT_NE(stripped.find("warn \\u0085 \\x7F"), std::string::npos);
+  }
+  EXPECT_EQ(detail::terminal_text("a\tb\nc", true), "a\\x09b\nc");
+  EXPECT_EQ(detail::terminal_text("a\nc"), "a\\x0Ac");
 }
 
 // The table calls things what JUnit, Markdown and HTML call them: a strategy that compiled on the

@@ -95,7 +95,10 @@ std::string label(const StrategyResult& r) {
 
 }  // namespace
 
-std::string render_table(const RunResults& run, bool color) {
+std::string render_table(const RunResults& raw_run, bool color) {
+  // Names and errors come from results and scenario files: nothing in them reaches the terminal
+  // as a control character.
+  const RunResults run = detail::terminal_safe(raw_run);
   auto paint = [&](const std::string& text, const char* code) {
     return color && code && *code ? std::string(code) + text + kReset : text;
   };

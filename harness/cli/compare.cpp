@@ -2,6 +2,7 @@
 // files (read_any_results, merge) are merge.cpp. This file only reads RunResults.
 #include "harness/cli/compare.h"
 
+#include "reports/render_util.h"
 #include "harness/common/paths.h"
 
 #include <algorithm>
@@ -610,12 +611,16 @@ int compare_main(const std::string& baseline, const std::string& current,
   CompareReport report;
   try {
     if (!md_path.empty()) paths::check_output_paths({md_path}, {baseline, current}, force);
-    const auto b = read_any_results(baseline);
+    // Names from the files reach the terminal (and the Markdown) as text, never as control
+    // characters.
+    std::vector<RunResults> b = read_any_results(baseline);
+    for (RunResults& run : b) run = reports::detail::terminal_safe(run);
     size_t baseline_results = 0;
     for (const RunResults& r : b) baseline_results += r.results.size();
     if (baseline_results == 0)
       throw InputError(baseline + ": holds no strategy results: nothing to compare against");
-    const auto c = read_any_results(current);
+    std::vector<RunResults> c = read_any_results(current);
+    for (RunResults& run : c) run = reports::detail::terminal_safe(run);
     CompareOptions options;
     options.max_regression_pct = max_regression_pct;
     options.allow_removed = allow_removed;

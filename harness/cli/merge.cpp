@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "reports/render_util.h"
 #include "harness/cli/compare.h"
 #include "harness/common/error.h"
 #include "harness/common/paths.h"
@@ -127,7 +128,8 @@ int merge_main(const std::vector<std::string>& inputs, const std::string& output
   }
   std::vector<std::string> warnings;
   const auto merged = merge_results(all, &warnings);
-  for (const std::string& w : warnings) std::cerr << "coldstart merge: warning: " << w << "\n";
+  for (const std::string& w : warnings)
+    std::cerr << "coldstart merge: warning: " << reports::detail::terminal_text(w) << "\n";
   try {
     write_merged_json(output, merged);
   } catch (const Error& e) {

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "reports/render_util.h"
 #include "harness/cli/cache_snapshot.h"
 #include "harness/cli/replay_options.h"
 #include "harness/cli/run_inputs.h"
@@ -165,23 +166,26 @@ class Progress {
     job_start_ = Clock::now();
     if (mode_ == ProgressMode::kPlain) {
       std::cerr << fmt::format("[{}/{}] {}: started ({:.1f} s into the run)\n", index + 1, total_,
-                               label, seconds(start_))
+                               reports::detail::terminal_text(label), seconds(start_))
                 << std::flush;
     }
     update(index, label, "");
   }
   void update(size_t index, const std::string& label, const std::string& phase) {
     if (mode_ != ProgressMode::kLive) return;
-    std::cerr << fmt::format("\r\033[K[{}/{}] {}{} ({:.1f} s)", index + 1, total_, label,
-                             phase.empty() ? "" : ": " + phase, seconds(start_))
+    std::cerr << fmt::format("\r\033[K[{}/{}] {}{} ({:.1f} s)", index + 1, total_,
+                             reports::detail::terminal_text(label),
+                             phase.empty() ? "" : ": " + reports::detail::terminal_text(phase),
+                             seconds(start_))
               << std::flush;
   }
   void done(size_t index, const std::string& label, const StrategyResult& r) {
     if (mode_ == ProgressMode::kNone) return;
     std::cerr << fmt::format("{}[{}/{}] {}: {}{} in {:.1f} s\n",
                              mode_ == ProgressMode::kLive ? "\r\033[K" : "", index + 1, total_,
-                             label, outcome_name(r.outcome),
-                             r.failed_phase ? " in " + *r.failed_phase : std::string(),
+                             reports::detail::terminal_text(label), outcome_name(r.outcome),
+                             r.failed_phase ? " in " + reports::detail::terminal_text(*r.failed_phase)
+                                            : std::string(),
                              seconds(job_start_))
               << std::flush;
   }
