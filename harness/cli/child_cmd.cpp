@@ -46,6 +46,7 @@ StrategyResult run_in_process(const ChildJob& job,
   o.jit.compile_memo_dir = job.compile_memo;
   o.jit.monitor = parse_monitor(job.jit_monitor);
   o.seed = job.seed;
+  o.host_split = job.host_split;
   o.on_snapshot = std::move(on_snapshot);
   if (job.verbose) o.on_log = [](const std::string& l) { std::cerr << "  | " << l << "\n"; };
   Engine engine(s, job.strategy, variant, o);
@@ -66,6 +67,7 @@ ChildJob make_child_job(const ReplayArgs& a, const Scenario& variant_scenario,
   job.jit_monitor = a.jit_monitor;
   job.seed = a.seed;
   job.verbose = a.verbose;
+  job.host_split = a.host_split;
   return job;
 }
 

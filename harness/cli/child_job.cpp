@@ -31,7 +31,8 @@ void to_json(json& j, const ChildJob& job) {
            {"compile_memo", job.compile_memo},
            {"jit_monitor", job.jit_monitor},
            {"seed", job.seed},
-           {"verbose", job.verbose}};
+           {"verbose", job.verbose},
+           {"host_split", job.host_split}};
 }
 
 void from_json(const json& j, ChildJob& job) {
@@ -49,6 +50,7 @@ void from_json(const json& j, ChildJob& job) {
   j.at("jit_monitor").get_to(job.jit_monitor);
   j.at("seed").get_to(job.seed);
   j.at("verbose").get_to(job.verbose);
+  j.at("host_split").get_to(job.host_split);
   // What the parent always writes; a hand-edited job that breaks it is refused here.
   if (job.scenario.variants.size() != 1)
     throw Error(fmt::format("the scenario holds {} variants; a job runs exactly one",

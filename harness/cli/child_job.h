@@ -31,6 +31,7 @@ struct ChildJob {
   std::string jit_monitor = "record";  ///< --jit-monitor: record, warn or error
   uint64_t seed = 1234;    ///< --seed
   bool verbose = false;    ///< -v: the engine's log lines go to stderr
+  bool host_split = false;  ///< --host-split: EngineOptions::host_split
 };
 
 void to_json(nlohmann::json& j, const ChildJob& job);

@@ -250,6 +250,14 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
                           "--md fixtures/hf-configs/qwen3-8b.json"),
             2);
   EXPECT_EQ(read_text(source_dir() + "/fixtures/hf-configs/qwen3-8b.json"), before);
+  // --host-split times CUDA calls: compile-only mode makes none. A symbolic link as an output
+  // would be replaced by the rename: refused unless --force.
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --host-split"), 2);
+  const std::string link = paths::join(dir_, "link.md");
+  ASSERT_EQ(::symlink(json.c_str(), link.c_str()), 0);
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --md " + link), 2);
+  EXPECT_FALSE(paths::exists(json));
+  ::unlink(link.c_str());
   // std::regex recurses per nested group: a deep --filter is refused, not a stack overflow.
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --filter '" +
                           std::string(5000, '(') + std::string(5000, ')') + "'"),

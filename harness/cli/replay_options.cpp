@@ -78,6 +78,8 @@ Scenario load(const ReplayArgs& a) {
 void validate_run_options(const ReplayArgs& a) {
   parse_monitor(a.jit_monitor);
   parse_progress(a.progress, false);
+  if (a.host_split && a.device == "compile-only")
+    throw InputError("--host-split times CUDA calls on a GPU; compile-only mode makes none");
   if (a.device != "auto" && a.device != "cuda" && a.device != "compile-only") {
     throw InputError("--device '" + a.device + "': expected auto, cuda or compile-only");
   }
@@ -183,6 +185,9 @@ void add_common_options(CLI::App* cmd, ReplayArgs& a) {
       ->envname("COLDSTART_JIT_MONITOR")->capture_default_str();
   cmd->add_option("--seed", a.seed, "seed of weights and prompts")->capture_default_str();
   cmd->add_flag("-v,--verbose", a.verbose, "print each phase and the children's stderr");
+  cmd->add_flag("--host-split", a.host_split,
+                "GPU runs: split each request's host time by what the engine did, CUDA API calls "
+                "by kind through CUPTI (adds host time to every CUDA call while requests run)");
 }
 
 void add_report_options(CLI::App* cmd, ReplayArgs& a) {

@@ -54,15 +54,6 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
   result_.warmers = strategy_.warmers;
   result_.outcome = Outcome::kError;
   result_.extra["allow_hot_path_compiles"] = strategy_.allow_hot_path_compiles;
-  if (mode() == DeviceMode::kCuda) {
-    // Where the engine's thread spends its time (api_timer.h): CUDA API calls by kind through
-    // CUPTI's callback API (allocator growth, lazy module loading on a first launch, a graph's
-    // first launch, waits), the JIT, the model's host code, the engine's own.
-    std::string why_not;
-    api_timer_ = jit::ApiTimer::start(&why_not);
-    if (!api_timer_) result_.extra["cuda_api_timing"] = "not measured: " + why_not;
-    if (api_timer_) api_timer_->set_api_callbacks(false);  // on while requests run (do_wave)
-  }
   sdpa_spans_ = std::make_unique<GpuSpans>(mode());
   model_spans_ = std::make_unique<GpuSpans>(mode());
   mixer_spans_ = std::make_unique<GpuSpans>(mode());

@@ -31,6 +31,10 @@ struct EngineOptions {
   DeviceInfo device;                 ///< from select_device()
   jit::JitOptions jit;               ///< arch is filled from `device` when empty
   uint64_t seed = 1234;              ///< weights and prompt tokens
+  /// GPU runs: split the engine thread's time while requests run (ttft_host_ms, host_ms) with
+  /// CUPTI's API callbacks (api_timer.h). Off by default: the callbacks cost host time on every
+  /// CUDA call, which a launch-bound step's TTFT shows (up to 2x on the H200).
+  bool host_split = false;
   /// Called with the result so far and the phase running ("" when none) when each phase starts
   /// and ends (the child streams both to its parent).
   std::function<void(const StrategyResult&, const std::string& current_phase)> on_snapshot;

@@ -83,6 +83,20 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 void Engine::do_wave(const std::vector<int>& ids, int wave) {
+  if (options_.host_split && mode() == DeviceMode::kCuda && !api_timer_ &&
+      !result_.extra.contains("cuda_api_timing")) {
+    // Where the engine's thread spends its time (api_timer.h): CUDA API calls by kind through
+    // CUPTI's callback API (allocator growth, lazy module loading on a first launch, a graph's
+    // first launch, waits), the JIT, the model's host code, the engine's own. Started only now:
+    // CUPTI takes device memory when it starts, which before kv_cache_alloc would shrink the
+    // KV cache (6 blocks fewer on the H200) and with it the kernels' compile keys.
+    std::string why_not;
+    api_timer_ = jit::ApiTimer::start(&why_not);
+    result_.extra["cuda_api_timing"] =
+        api_timer_ ? "on while requests ran: CUPTI's callbacks add host time to every CUDA call, "
+                     "so this run's TTFT is not comparable with one without --host-split"
+                   : "not measured: " + why_not;
+  }
   // CUPTI's API callbacks only while requests run (startup is not slowed by the measurement).
   struct ApiCallbacksOn {
     jit::ApiTimer* timer;
