@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <limits>
 
 namespace coldstart::scenario_detail {
 namespace {
@@ -32,9 +33,6 @@ std::string decode_key(const std::string& raw) {
 
 }  // namespace
 
-// One pass over the text: copies it, replacing the bare tokens Infinity, -Infinity and NaN outside
-// strings, notes where each object key starts and finds duplicate keys (nlohmann::json keeps
-// the last one silently) and nesting deeper than kMaxJsonDepth (the pass stops there).
 JsonSource prepare_json(const std::string& in) {
   JsonSource out;
   out.text.reserve(in.size() + 32);
@@ -128,12 +126,42 @@ JsonSource prepare_json(const std::string& in) {
     } else if (ch == 'I' && token_at("Infinity")) {
       replace("Infinity", kInfText);
     } else if (ch == 'N' && token_at("NaN")) {
+      std::vector<std::string> where;
+      for (const Frame& f : stack)
+        where.push_back(f.open == '{' ? f.key : std::to_string(f.index));
+      out.nan_paths.push_back(std::move(where));
       replace("NaN", "null");
+    } else if (ch == '\0') {
+      // nlohmann::json's lexer takes a NUL for the end of the input: whatever follows it (a
+      // second object, the rest of the file) was ignored without a word.
+      out.problems.push_back({line, col, path_of(stack.size(), ""),
+                              "a NUL byte; JSON text has none (a reader stops at it and ignores "
+                              "the rest of the file)"});
+      return out;
     } else {
       advance(1);
     }
   }
   return out;
+}
+
+void restore_nans(const JsonSource& src, json& cfg) {
+  for (const auto& where : src.nan_paths) {
+    json* at = &cfg;
+    for (const std::string& part : where) {
+      if (at->is_object() && at->contains(part)) {
+        at = &(*at)[part];
+      } else if (at->is_array() && !part.empty() &&
+                 part.find_first_not_of("0123456789") == std::string::npos &&
+                 std::stoul(part) < at->size()) {
+        at = &(*at)[std::stoul(part)];
+      } else {
+        at = nullptr;
+        break;
+      }
+    }
+    if (at != nullptr && at->is_null()) *at = std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
 std::pair<int, int> line_col(const std::string& text, size_t off) {

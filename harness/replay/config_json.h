@@ -1,6 +1,6 @@
 // coldstart: the text layer of reading an HF config.json (internal to harness/replay): the pass
 // that makes a config's text acceptable to nlohmann::json (bare Infinity / -Infinity / NaN
-// replaced, positions mapped back, duplicate keys and deep nesting found) and the SAX
+// replaced, positions mapped back, duplicate keys, deep nesting and NUL bytes found) and the SAX
 // builder that gives every parse failure a position and a key. hf_config.cpp reads the values.
 #pragma once
 
@@ -30,7 +30,10 @@ struct JsonSource {
     int line, col;
     std::string key, text;
   };
-  std::vector<Problem> problems;  ///< duplicate keys; nesting deeper than kMaxJsonDepth
+  std::vector<Problem> problems;  ///< duplicate keys; nesting deeper than kMaxJsonDepth; NULs
+  /// Where a bare NaN token stood (handed to nlohmann::json as null): the path of each, as
+  /// object keys and array indices from the top.
+  std::vector<std::vector<std::string>> nan_paths;
 
   size_t to_original(size_t off) const {
     long delta = 0;
@@ -48,10 +51,16 @@ struct JsonSource {
 };
 
 /// One pass over the config text `in`: copies it, replacing the bare tokens Infinity, -Infinity
-/// and NaN outside strings (NaN by null), notes where each object key starts, and finds
-/// duplicate keys (nlohmann::json keeps the last one silently) and nesting deeper than 64 levels
-/// (the pass stops there).
+/// and NaN outside strings (NaN by null; JsonSource::nan_paths says where, see restore_nans),
+/// notes where each object key starts, and finds duplicate keys (nlohmann::json keeps the last
+/// one silently), NUL bytes outside strings (nlohmann::json stops reading at one, so whatever
+/// follows it was ignored) and nesting deeper than 64 levels (the pass stops there).
 JsonSource prepare_json(const std::string& in);
+
+/// Puts a quiet NaN back at every place of `cfg` where `src` read a bare NaN token (prepare_json
+/// handed nlohmann::json a null there), so a reader that needs a number sees a NaN it refuses
+/// rather than an absent key it would default (a NaN rope factor was read as no scaling).
+void restore_nans(const JsonSource& src, json& cfg);
 
 /// 1-based line and column of byte `off` of `text`.
 std::pair<int, int> line_col(const std::string& text, size_t off);

@@ -19,6 +19,28 @@
 namespace coldstart::scenario_detail {
 namespace {
 
+// The most decoder layers a config may have. A harness bound, not an engine one (vLLM has none):
+// the loader and every family build per-layer plans before anything runs, and 2^31 - 1 layers
+// took the parent to 21 GB during validation. The deepest published decoders have about 126
+// layers (Llama 3.1 405B), so this leaves room for stress shapes.
+constexpr int kMaxLayers = 4096;
+
+// The names torch_dtype (or dtype) may hold: transformers reads the value as an attribute of the
+// torch module (getattr(torch, name), PretrainedConfig), so any other name fails there; these are
+// torch's floating-point dtypes, the ones a checkpoint's weights are stored in.
+const std::vector<std::string> kTorchDtypes = {
+    "bfloat16", "float16", "half", "float32", "float", "float64", "double",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"};
+
+// Whether `v` holds a NaN at any depth.
+bool has_nan(const json& v) {
+  if (v.is_number_float()) return std::isnan(v.get<double>());
+  if (v.is_structured())
+    for (const auto& x : v)
+      if (has_nan(x)) return true;
+  return false;
+}
+
 // Length keys vLLM considers when deriving a model's max length (the smallest one wins).
 const std::vector<std::string> kLengthKeys = {
     "max_position_embeddings", "n_positions",         "max_seq_len",    "seq_length",
@@ -104,6 +126,7 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
            fmt::format("HF config '{}' is {}, not a JSON object", m.config_file, json_kind(cfg)));
     return false;
   }
+  restore_nans(src, cfg);
 
   const size_t errors_before = c.error_count();
   std::vector<std::string> cfg_keys;
@@ -126,6 +149,13 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
         v = to_json(e.value);
       } catch (const coldstart::InputError& err) {  // e.g. an alias that contains itself
         c.fail(e.path, e.value.Mark(), err.what());
+        continue;
+      }
+      if (has_nan(v)) {
+        // A config value is a size, a rate or a switch: a NaN is none of them, and JSON has no
+        // NaN to hand the child (its scenario travels as JSON, where a NaN becomes null).
+        c.fail(e.path, e.value.Mark(),
+               "NaN is not a value an HF config key can take (use null to unset a key)");
         continue;
       }
       if (!same_type(cfg[e.key], v)) {
@@ -163,7 +193,8 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
     auto it = cfg.find(key);
     return (it == cfg.end() || it->is_null()) ? nullptr : &*it;
   };
-  auto get_int = [&](const std::string& key, bool required, long long lo) -> std::optional<int> {
+  auto get_int = [&](const std::string& key, bool required, long long lo,
+                     long long hi = std::numeric_limits<int>::max()) -> std::optional<int> {
     const json* v = find(key);
     if (!v) {
       if (required) missing("'" + key + "'");
@@ -177,9 +208,8 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
                       ? static_cast<long long>(std::min<uint64_t>(
                             v->get<uint64_t>(), std::numeric_limits<int>::max() + 1ULL))
                       : v->get<long long>();
-    if (x < lo || x > std::numeric_limits<int>::max()) {
-      fail_key(key,
-               fmt::format("must be in [{}, {}], got {}", lo, std::numeric_limits<int>::max(), x));
+    if (x < lo || x > hi) {
+      fail_key(key, fmt::format("must be in [{}, {}], got {}", lo, hi, x));
       return std::nullopt;
     }
     return static_cast<int>(x);
@@ -218,7 +248,7 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
 
   // Shape.
   auto hidden = get_int("hidden_size", true, 1);
-  auto layers = get_int("num_hidden_layers", true, 1);
+  auto layers = get_int("num_hidden_layers", true, 1, kMaxLayers);
   auto heads = get_int("num_attention_heads", true, 1);
   auto vocab = get_int("vocab_size", true, 1);
   std::optional<int> kv_heads =
@@ -255,6 +285,11 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
     fail_key("rope_theta", fmt::format("must be positive, got {}", *theta));
   std::optional<std::string> dtype =
       find("torch_dtype") ? get_string("torch_dtype") : get_string("dtype");
+  if (dtype && std::find(kTorchDtypes.begin(), kTorchDtypes.end(), *dtype) == kTorchDtypes.end())
+    fail_key(find("torch_dtype") ? "torch_dtype" : "dtype",
+             fmt::format("'{}' is not a torch floating-point dtype (transformers reads it as "
+                         "getattr(torch, name)); known: {}{}",
+                         *dtype, names(kTorchDtypes), suggest(*dtype, kTorchDtypes)));
   bool tie = true;
   if (const json* t = find("tie_word_embeddings")) {
     if (!t->is_boolean())
@@ -308,6 +343,14 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
       return &*it;
     };
     const json* factor = value_of("factor", false);
+    // A factor must be a positive number for every rope type, those whose length limit vLLM
+    // leaves alone (su, longrope, llama3) included: transformers' rope validation expects a
+    // float >= 1 (it only warns otherwise), and a NaN one gives no scaling at all.
+    if (factor && !(factor->get<double>() > 0 && std::isfinite(factor->get<double>()))) {
+      fail_key("rope_scaling.factor",
+               fmt::format("must be a positive number, got {}", factor->get<double>()));
+      factor = nullptr;
+    }
     if (factor && type != "su" && type != "longrope" && type != "llama3") {
       const double f = factor->get<double>();
       double base = static_cast<double>(limit.tokens);

@@ -408,6 +408,8 @@ Scenario build_from_text(const std::string& file, const std::string& text,
   written_names(root, written_strategies, written_variants);
   apply_set_overrides(c, root, sets);
   if (variant) apply_variant_overrides(c, root, *variant);
+  // A tag would be read as if it were not there (after the overrides: a --set value is YAML too).
+  if (refuse_tags(c, root)) c.throw_if_failed();
 
   Scenario s = build(c, root, rules, written_strategies, written_variants);
   s.file = file;

@@ -4,6 +4,7 @@
 // document in the YAML. Each must be a clean InputError naming the file, the line and the key,
 // quickly, never a hang, a crash or a wrapped number.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -306,6 +307,90 @@ TEST_F(ScenarioFiles, SecondYamlDocumentIsRefused) {
   EXPECT_EQ(load(std::string(kBase) + "---\n").name, "t");
   EXPECT_EQ(load("---\n" + std::string(kBase)).name, "t");
 }
+
+// --- 7. values accepted silently before issue 26 (each must name the file, line and key)
+
+TEST_F(ScenarioFiles, TorchDtypeMustBeATorchDtypeName) {
+  const std::string text = read_text(dir_ + "/qwen3.json");
+  write("dt.json", replace(text, "\"torch_dtype\": \"bfloat16\"", "\"torch_dtype\": \"float7\""));
+  const std::string err = error_of(replace(kBase, "qwen3.json", "dt.json"));
+  EXPECT_NE(err.find(dir_ + "/dt.json:25:"), std::string::npos) << err;
+  EXPECT_NE(err.find("key 'torch_dtype': 'float7' is not a torch floating-point dtype"),
+            std::string::npos)
+      << err;
+  write("dt2.json", replace(text, "\"torch_dtype\": \"bfloat16\"", "\"torch_dtype\": \"float16\""));
+  EXPECT_EQ(load(replace(kBase, "qwen3.json", "dt2.json")).model.torch_dtype, "float16");
+}
+
+TEST_F(ScenarioFiles, NulByteInConfigIsRefused) {
+  const std::string text = read_text(dir_ + "/qwen3.json");
+  // nlohmann::json stopped at the NUL: the second object after it was never read.
+  write("nul.json", text + std::string(1, '\0') + "{\"hidden_size\": 1}\n");
+  std::string err = error_of(replace(kBase, "qwen3.json", "nul.json"));
+  EXPECT_NE(err.find(dir_ + "/nul.json:"), std::string::npos) << err;
+  EXPECT_NE(err.find("a NUL byte"), std::string::npos) << err;
+  write("nul2.json", text + std::string(1, '\0'));
+  err = error_of(replace(kBase, "qwen3.json", "nul2.json"));
+  EXPECT_NE(err.find("a NUL byte"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, NanInConfigIsRefusedWhereANumberIsRead) {
+  const std::string text = read_text(dir_ + "/qwen3.json");
+  auto with_rope = [&](const std::string& rope) {
+    write("rope.json", replace(text, "\"rope_scaling\": null", "\"rope_scaling\": " + rope));
+    return replace(kBase, "qwen3.json", "rope.json");
+  };
+  // A NaN factor read as null: no scaling at all, silently.
+  for (const char* type : {"yarn", "linear", "llama3"}) {
+    const std::string err = error_of(with_rope(
+        fmt::format("{{\"rope_type\": \"{}\", \"factor\": NaN, "
+                    "\"original_max_position_embeddings\": 4096}}", type)));
+    EXPECT_NE(err.find("key 'rope_scaling.factor': must be a positive number, got nan"),
+              std::string::npos)
+        << type << ": " << err;
+  }
+  write("eps.json", replace(text, "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": NaN"));
+  const std::string err = error_of(replace(kBase, "qwen3.json", "eps.json"));
+  EXPECT_NE(err.find("key 'rms_norm_eps': must be positive, got nan"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, NanOverrideIsABadValueAtItsKey) {
+  // Refused later as "changed while the run was starting" with no key (issue 26).
+  const std::string err =
+      error_of(replace(kBase, "  config: qwen3.json\n",
+                       "  config: qwen3.json\n  overrides: {sliding_window: .nan}\n"));
+  expect_at(err, 4, "model.overrides.sliding_window", "NaN is not a value");
+  EXPECT_EQ(err.find("changed while"), std::string::npos) << err;
+}
+
+TEST_F(ScenarioFiles, LayerCountIsBoundedBeforeAnyPlan) {
+  const auto t0 = Clock::now();
+  const std::string err =
+      error_of(replace(kBase, "  config: qwen3.json\n",
+                       "  config: qwen3.json\n  overrides: {num_hidden_layers: 2147483647}\n"));
+  expect_at(err, 4, "model.overrides.num_hidden_layers", "must be in [1, 4096]");
+  EXPECT_LT(seconds_since(t0), 5.0);
+}
+
+TEST_F(ScenarioFiles, YamlTagsAreRefused) {
+  std::string err = error_of(replace(kBase, "  max_num_seqs: 4\n", "  max_num_seqs: !foo 4\n"));
+  expect_at(err, 5, "engine.max_num_seqs", "YAML tag '!foo'");
+  err = error_of(std::string(kBase) + "description: !!binary aGVsbG8=\n");
+  expect_at(err, 16, "description", "YAML tag '!!binary'");
+  err = error_of(kBase, {"engine.max_num_seqs=!foo 4"});
+  EXPECT_NE(err.find("YAML tag '!foo'"), std::string::npos) << err;
+  // !!str is read (a quoted string), so it stays allowed.
+  EXPECT_EQ(load(replace(kBase, "name: t\n", "name: !!str t\n")).name, "t");
+}
+
+TEST_F(ScenarioFiles, ConfigPathWithNewlineLoads) {
+  // Was refused as "changed while the run was starting" (issue 26): a path may hold any byte.
+  fs::copy_file(fs::path(dir_) / "qwen3.json", fs::path(dir_) / "qw\nen.json");
+  const Scenario s = load(replace(kBase, "config: qwen3.json", "config: \"qw\\nen.json\""));
+  EXPECT_EQ(s.model.config_file, dir_ + "/qw\nen.json");
+  EXPECT_EQ(s.model.hidden_size, 4096);
+}
+
 
 }  // namespace
 }  // namespace coldstart

@@ -449,6 +449,51 @@ bool refuse_alias_bomb(Checker& c, const YAML::Node& map, const Path& path, size
   return false;
 }
 
+namespace {
+
+// The tag of a node the readers take as written: none ("?" for a plain scalar or a collection,
+// "!" for a quoted scalar) or !!str.
+bool tag_is_read(const std::string& tag) {
+  return tag.empty() || tag == "?" || tag == "!" || tag == "tag:yaml.org,2002:str";
+}
+
+// The tag as its author wrote it, for messages ("!!binary" rather than its expanded form).
+std::string tag_text(const std::string& tag) {
+  const std::string core = "tag:yaml.org,2002:";
+  return tag.compare(0, core.size(), core) == 0 ? "!!" + tag.substr(core.size()) : tag;
+}
+
+bool refuse_tags_at(Checker& c, const YAML::Node& n, const Path& path, int depth, size_t& left) {
+  if (!n.IsDefined() || left == 0 || depth > 64) return false;
+  --left;
+  bool found = false;
+  if (!tag_is_read(n.Tag())) {
+    c.fail(path, n.Mark(),
+           fmt::format("YAML tag '{}': coldstart reads no tags but !!str (the value would be read "
+                       "as if untagged); remove it",
+                       tag_text(n.Tag())));
+    found = true;
+  }
+  if (n.IsMap()) {
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const Path p = child(path, it->first.IsScalar() ? it->first.Scalar() : "?");
+      found = refuse_tags_at(c, it->first, p, depth + 1, left) || found;
+      found = refuse_tags_at(c, it->second, p, depth + 1, left) || found;
+    }
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i)
+      found = refuse_tags_at(c, n[i], child(path, std::to_string(i)), depth + 1, left) || found;
+  }
+  return found;
+}
+
+}  // namespace
+
+bool refuse_tags(Checker& c, const YAML::Node& n, const Path& path) {
+  size_t left = kMaxYamlValues;
+  return refuse_tags_at(c, n, path, 0, left);
+}
+
 // ------------------------------------------------------------------------------------------
 // Typed readers
 

@@ -163,6 +163,13 @@ class MapView {
   std::vector<Entry> entries_;
 };
 
+/// Records a problem at every node below `n` (at `path`; map keys included) that carries a YAML
+/// tag the loader does not read: any but the non-specific ones and !!str, which the readers
+/// honour (is_quoted). A tagged value (`!foo 4`, `!!binary ...`) was read as if untagged, so what
+/// its author meant never reached the run. Visits at most kMaxYamlValues nodes and 64 levels (an
+/// alias bomb is refuse_alias_bomb's to report). Returns true when it recorded one.
+bool refuse_tags(Checker& c, const YAML::Node& n, const Path& path = {});
+
 /// When the mapping `map` (at `path`) expands to more than `budget` values (expanded_size),
 /// records the problem at the deepest mapping key whose value alone passes what is left (e.g.
 /// model.overrides.x), so no later walk has to expand it, and returns true; else returns false.
