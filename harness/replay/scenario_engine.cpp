@@ -70,17 +70,26 @@ void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
   }
 }
 
+constexpr long long kMaxBatchedTokens = 1LL << 26;
+constexpr long long kMaxNumSeqs = 65535;
+
 }  // namespace
 
 // Reads `engine:`. `model` is null when the model could not be read (cross checks are skipped).
 void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const LengthLimit& limit,
                  EngineConfig& e) {
-  auto int_key = [&](const char* key, bool required, long long lo) -> std::optional<int> {
+  auto int_key = [&](const char* key, bool required, long long lo,
+                     long long hi = std::numeric_limits<int>::max()) -> std::optional<int> {
     const Entry* x = required ? ev.require(key) : ev.get(key);
-    return x ? read_int_in(c, x->path, x->value, lo) : std::nullopt;
+    return x ? read_int_in(c, x->path, x->value, lo, hi) : std::nullopt;
   };
-  auto mns = int_key("max_num_seqs", true, 1);
-  auto mnbt = int_key("max_num_batched_tokens", true, 1);
+  // Harness bounds, not vLLM's (it has none): the replay builds per-token host tables
+  // (positions, slot mapping, the profile run's dummy batch) of max_num_batched_tokens entries and
+  // per-sequence tables of max_num_seqs rows; 2^31 - 1 tokens ended the child in std::bad_alloc.
+  // 2^26 tokens covers a 1M-token prefill without chunking, and 65535 sequences is also the most
+  // rows the Mamba2 state-update grid takes (mamba_ssu.cpp).
+  auto mns = int_key("max_num_seqs", true, 1, kMaxNumSeqs);
+  auto mnbt = int_key("max_num_batched_tokens", true, 1, kMaxBatchedTokens);
   auto mml = int_key("max_model_len", false, 1);
   if (mns) e.max_num_seqs = *mns;
   if (mnbt) e.max_num_batched_tokens = *mnbt;

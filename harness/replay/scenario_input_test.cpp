@@ -392,5 +392,14 @@ TEST_F(ScenarioFiles, ConfigPathWithNewlineLoads) {
 }
 
 
+TEST_F(ScenarioFiles, BatchAndSequenceCountsAreBounded) {
+  // 2^31 - 1 tokens ended the child in std::bad_alloc after validation passed (issue 26).
+  std::string err = error_of(replace(kBase, "  max_num_batched_tokens: 2048\n",
+                                     "  max_num_batched_tokens: 2147483647\n"));
+  expect_at(err, 6, "engine.max_num_batched_tokens", "must be in [1, 67108864]");
+  err = error_of(replace(kBase, "  max_num_seqs: 4\n", "  max_num_seqs: 2147483647\n"));
+  expect_at(err, 5, "engine.max_num_seqs", "must be in [1, 65535]");
+}
+
 }  // namespace
 }  // namespace coldstart

@@ -280,9 +280,9 @@ TEST_F(ScenarioFiles, WrongTypes) {
 
 TEST_F(ScenarioFiles, NonPositiveSizes) {
   expect_at(error_of(replace(kBase, "max_num_seqs: 4", "max_num_seqs: 0")), 5,
-            "engine.max_num_seqs", "must be at least 1");
+            "engine.max_num_seqs", "must be in [1, 65535], got 0");
   expect_at(error_of(replace(kBase, "max_num_batched_tokens: 2048", "max_num_batched_tokens: -1")),
-            6, "engine.max_num_batched_tokens", "must be at least 1");
+            6, "engine.max_num_batched_tokens", "must be in [1, 67108864], got -1");
   expect_at(error_of(replace(kBase, "prompt_tokens: 512", "prompt_tokens: 0")), 12,
             "requests.0.prompt_tokens", "must be at least 1");
   expect_at(error_of(replace(kBase, "decode_steps: 32", "decode_steps: -2")), 12,
