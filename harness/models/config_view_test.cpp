@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "harness/common/error.h"
 #include "harness/models/model.h"
@@ -50,6 +52,18 @@ class ConfigViewChecks : public ::testing::Test {
     std::string text = ss.str();
     const size_t at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from << " not in " << name;
+    text.replace(at, from.size(), to);
+    std::ofstream(dir_ + "/cfg.json") << text;
+  }
+
+  // Replaces `from` (which must occur) by `to` in cfg.json, as written by write_config.
+  void edit_config(const std::string& from, const std::string& to) {
+    std::ifstream in(dir_ + "/cfg.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in cfg.json";
     text.replace(at, from.size(), to);
     std::ofstream(dir_ + "/cfg.json") << text;
   }
@@ -131,6 +145,66 @@ TEST_F(ConfigViewChecks, IntegersPast32BitsAreRefusedNotWrapped) {
                "\"compress_ratios\": [\n    4294967300,");
   err = error_of(4, kV4Engine);
   EXPECT_NE(err.find("key 'model.compress_ratios': entry 0 is 4294967300"), std::string::npos)
+      << err;
+}
+
+// Issue 26: values validation passed that then failed in the child with exit 1 (grid out of
+// range, storage size overflow, grouped top-k the kernels refuse) or that no kernel could run.
+// Each is now a problem at its key before anything runs.
+TEST_F(ConfigViewChecks, GridAndStorageLimitsAreCheckedAtValidation) {
+  write_config("qwen3-8b.json", "\"num_attention_heads\": 32",
+               "\"num_attention_heads\": 1073741824");
+  edit_config("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 1073741824");
+  std::string err = error_of(1, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.num_attention_heads': 1073741824 query heads on a rank"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("caps at 65535"), std::string::npos) << err;
+
+  write_config("qwen3-8b.json", "\"intermediate_size\": 12288", "\"intermediate_size\": 2147483647");
+  edit_config("\"hidden_size\": 4096", "\"hidden_size\": 2147483647");
+  err = error_of(1, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.intermediate_size': the MLP gate/up projection"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("int64 byte size"), std::string::npos) << err;
+}
+
+TEST_F(ConfigViewChecks, GroupedTopkTheKernelsCannotRunIsRefused) {
+  write_config("nemotron-3-nano-30b-a3b.json", "\"n_group\": 1", "\"n_group\": 3");
+  std::string err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.n_group': the fused-MoE kernels cannot route it: grouped top-k"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("n_group in [1, 32] dividing E"), std::string::npos) << err;
+  write_config("nemotron-3-nano-30b-a3b.json", "\"topk_group\": 1", "\"topk_group\": 5");
+  err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.topk_group': the fused-MoE kernels cannot route it"),
+            std::string::npos)
+      << err;
+}
+
+TEST_F(ConfigViewChecks, DeepSeekV4ValuesNoKernelRunsAreRefused) {
+  const std::vector<std::array<std::string, 3>> cases = {
+      {"\"qk_rope_head_dim\": 64", "\"qk_rope_head_dim\": 1024", "model.qk_rope_head_dim"},
+      {"\"hc_eps\": 1e-06", "\"hc_eps\": -1", "model.hc_eps"},
+      {"\"hc_eps\": 1e-06", "\"hc_eps\": NaN", "model.hc_eps"},
+      {"\"index_topk\": 512", "\"index_topk\": 0", "model.index_topk"},
+      {"\"expert_dtype\": \"fp4\"", "\"expert_dtype\": \"int3\"", "model.expert_dtype"},
+      {"\"routed_scaling_factor\": 1.5", "\"routed_scaling_factor\": NaN",
+       "model.routed_scaling_factor"}};
+  for (const auto& [from, to, key] : cases) {
+    write_config("deepseek-v4-flash.json", from, to);
+    const std::string err = error_of(4, kV4Engine);
+    EXPECT_NE(err.find("key '" + key + "'"), std::string::npos) << to << ": " << err;
+  }
+}
+
+TEST_F(ConfigViewChecks, Qwen3NextSparseStepZeroIsRefused) {
+  write_config("qwen3-next-80b-a3b.json", "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 0");
+  const std::string err = error_of(8, "kv_cache_dtype: auto");
+  EXPECT_NE(err.find("key 'model.decoder_sparse_step': 0: vLLM divides the layer index by it"),
+            std::string::npos)
       << err;
 }
 

@@ -92,6 +92,31 @@ Dims dims(const ModelConfig& c, const EngineConfig* e) {
     pr.push_back({"model.o_groups", fmt::format("{} does not split {} heads x {} into 128-multiples", d.o_groups,
                                                 d.heads, d.head_dim)});
   }
+  // qk_rope_head_dim is the rotary slice of each head (qk_nope = head_dim - qk_rope, as in
+  // DeepSeek's MLA), rotated in pairs.
+  if (d.rope_dim % 2 != 0 || d.rope_dim > d.head_dim) {
+    pr.push_back({"model.qk_rope_head_dim",
+                   fmt::format("{} must be even and at most head_dim {} (the rotary part of each "
+                               "head)",
+                               d.rope_dim, d.head_dim)});
+  }
+  // Harness rules, not V4's: the indexer keeps index_topk tokens per query (0 keeps none, and
+  // sparse attention would read nothing), and hc_eps floors the sigmoid / softmax mixing weights
+  // (a negative or NaN one can zero or negate them).
+  if (d.index_topk < 1) {
+    pr.push_back({"model.index_topk",
+                  fmt::format("{}: the indexer must keep at least one token per query", d.index_topk)});
+  }
+  if (!(d.hc_eps > 0) || !std::isfinite(d.hc_eps)) {
+    pr.push_back({"model.hc_eps", fmt::format("must be a positive number, got {}", d.hc_eps)});
+  }
+  // The expert formats the replay knows: fp4 (the Flash checkpoint's) and fp8 (the default when
+  // the key is absent). Both are replayed as FP8 blocks; another name is refused rather than
+  // reported as replayed.
+  if (d.expert_dtype != "fp4" && d.expert_dtype != "fp8") {
+    pr.push_back({"model.expert_dtype",
+                  fmt::format("'{}': the replay knows fp4 and fp8 experts", d.expert_dtype)});
+  }
   if (d.hc_mult < 2) pr.push_back({"model.hc_mult", fmt::format("{}: the replay needs hyper-connections (>= 2)", d.hc_mult)});
   if (d.mix_hc() > 32 || d.mix_hc() % 8 != 0) {
     pr.push_back({"model.hc_mult", fmt::format("gives an HC GEMM of N = {}; DeepGEMM's SM90 tf32_hc_prenorm_gemm "

@@ -129,6 +129,22 @@ std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig& e) {
     out.push_back({"model.num_experts", fmt::format("{} experts: the fused-MoE kernels take 1..{}",
                                                     s.num_experts, fused_moe::kMaxExperts)});
   }
+  // The router kernels' own limits (grouped top-k: n_group dividing E, topk_group <= n_group,
+  // ...), asked of the kernel family so the two never disagree; the key is the HF config's.
+  if (s.routing != MoeRouting::kByModel && s.activation != MoeActivation::kClampedSwiglu &&
+      s.num_experts <= fused_moe::kMaxExperts) {
+    const std::string why = fused_moe::unsupported_shape(shape_of(s));
+    if (!why.empty()) {
+      const bool groups = s.routing == MoeRouting::kSigmoidGroupedTopk &&
+                          why.compare(0, 7, "grouped") == 0;
+      out.push_back({groups ? (s.n_group < 1 || s.n_group > fused_moe::kMaxExpertGroups ||
+                                       s.num_experts % s.n_group != 0
+                                   ? "model.n_group"
+                                   : "model.topk_group")
+                            : "model.num_experts_per_tok",
+                     "the fused-MoE kernels cannot route it: " + why});
+    }
+  }
   if (s.routing == MoeRouting::kByModel) {
     out.push_back({"model", "fused_moe_triton routes with topk_softmax or grouped_topk; this "
                             "model's experts are routed by the model"});

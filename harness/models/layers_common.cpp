@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -74,6 +75,12 @@ double config_double(const ConfigView& c, const char* key, double fallback) {
   if (v == nullptr) return fallback;
   if (!v->is_number()) {
     wrong_type(c, key, "a number", *v);
+    return fallback;
+  }
+  // A NaN (a bare NaN token in config.json) is no scale, rate or epsilon a family could use.
+  if (std::isnan(v->get<double>())) {
+    config_problem(c, key, fmt::format("NaN (in {}) is not a number the replay can use",
+                                       config_name(c)));
     return fallback;
   }
   return v->get<double>();

@@ -33,7 +33,7 @@ struct ConfigView {
 /// pass lo = 1 (or 0), else a negative one reaches the shapes.
 int64_t config_int(const ConfigView& c, const char* key, int64_t fallback,
                    int64_t lo = INT32_MIN);
-/// `key` as a number, an integer included (see ConfigView).
+/// `key` as a number, an integer included (see ConfigView); a NaN is a problem too.
 double config_double(const ConfigView& c, const char* key, double fallback);
 /// `key` as a string (see ConfigView).
 std::string config_string(const ConfigView& c, const char* key, const std::string& fallback);

@@ -291,6 +291,22 @@ std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig
     out.push_back({"model.full_attention_interval",
                    fmt::format("must be positive, got {}", d.interval)});
   }
+  // Which layers hold the sparse MoE: vLLM's Qwen3NextDecoderLayer (as Qwen2-MoE's) takes a layer
+  // out of mlp_only_layers with (layer + 1) % decoder_sparse_step == 0, so a step of 0 divides by
+  // zero there. The replay puts the MoE in every layer: step 1 and no mlp_only_layers only.
+  const ConfigView r{c, &out};
+  const int64_t step = config_int(r, "decoder_sparse_step", 1);
+  if (step != 1) {
+    out.push_back({"model.decoder_sparse_step",
+                   fmt::format("{}: {}the replay puts the sparse MoE in every layer "
+                               "(decoder_sparse_step 1)",
+                               step, step <= 0 ? "vLLM divides the layer index by it; " : "")});
+  }
+  const auto only = c.raw.find("mlp_only_layers");
+  if (only != c.raw.end() && !only->is_null() && !(only->is_array() && only->empty())) {
+    out.push_back({"model.mlp_only_layers",
+                   "must be empty: the replay puts the sparse MoE in every layer"});
+  }
   if (d.hk <= 0 || d.hv % std::max<int64_t>(d.hk, 1) != 0) {
     out.push_back({"model.linear_num_value_heads",
                    fmt::format("{} value heads is not a multiple of {} key heads", d.hv, d.hk)});

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -39,6 +41,69 @@ std::vector<std::string> dtypes_of(const std::string& kind) {
     out.insert(b.kv_cache_dtypes.begin(), b.kv_cache_dtypes.end());
   }
   return {out.begin(), out.end()};
+}
+
+// a * b * ..., saturating at INT64_MAX (the inputs are non-negative).
+int64_t product(std::initializer_list<int64_t> v) {
+  __int128 p = 1;
+  for (int64_t x : v) {
+    p *= std::max<int64_t>(x, 0);
+    if (p > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();
+  }
+  return static_cast<int64_t>(p);
+}
+
+// Shape limits every family shares, from the model's config, its layer plan and MoE specs:
+// - the grids of the attention kernels: the cache store runs (tokens, KV heads) and the split-KV
+//   decode (batch, query heads, splits), so heads go in grid y, which CUDA caps at 65535
+//   (kernels/launch_util.h: store_grid, decode_grid; heads = 2^30 failed in the child);
+// - torch's storage sizes: a tensor's bytes must fit int64 (computeStorageNbytes throws "storage
+//   size overflow"; hidden_size = intermediate_size = 2^31 - 1 failed in the child). Checked for
+//   the weights every family has (embedding, attention, dense MLP, routed experts) and the
+//   widest activation of a max_num_batched_tokens step, at 4 bytes an element (float32 is the
+//   widest dtype the replay keeps them in).
+void check_shape_limits(const Scenario& s, const std::vector<MixerSpec>& plan,
+                        const std::vector<MoeSpec>& moe, std::vector<ScenarioProblem>& out) {
+  const ModelConfig& m = s.model;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& key, const std::string& text) {
+    if (seen.insert(key).second) out.push_back({key, text});
+  };
+  constexpr int64_t kMaxGridYZ = 65535;
+  for (const MixerSpec& spec : plan) {
+    if (spec.kind != "attention") continue;
+    if (spec.num_heads > kMaxGridYZ)
+      add("model.num_attention_heads",
+          fmt::format("{} query heads on a rank: the attention kernels put heads in grid y, "
+                      "which CUDA caps at {}", spec.num_heads, kMaxGridYZ));
+    if (spec.num_kv_heads > kMaxGridYZ)
+      add("model.num_key_value_heads",
+          fmt::format("{} KV heads on a rank: the cache-store kernels put them in grid y, "
+                      "which CUDA caps at {}", spec.num_kv_heads, kMaxGridYZ));
+  }
+  constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / 4;
+  auto bytes_fit = [&](const std::string& key, const char* what, int64_t elements) {
+    if (elements > kMaxElements)
+      add(key, fmt::format("the {} would hold {} elements: past the int64 byte size of a torch "
+                           "tensor",
+                           what, elements == std::numeric_limits<int64_t>::max()
+                                     ? std::string("more than 2^63")
+                                     : std::to_string(elements)));
+  };
+  const int64_t H = m.hidden_size;
+  bytes_fit("model.vocab_size", "embedding [vocab_size, hidden_size]", product({m.vocab_size, H}));
+  bytes_fit("model.num_attention_heads", "attention projection",
+            product({m.num_attention_heads + 2LL * m.num_key_value_heads, m.head_dim, H}));
+  bytes_fit("model.intermediate_size", "MLP gate/up projection [2 x intermediate_size, hidden_size]",
+            product({2, m.intermediate_size, H}));
+  for (const MoeSpec& e : moe)
+    bytes_fit("model.moe_intermediate_size", "routed experts' w13 [E, 2N, H]",
+              product({e.num_experts, 2, e.intermediate, e.hidden}));
+  int64_t widest = std::max<int64_t>({H, 2LL * m.intermediate_size, m.vocab_size});
+  for (const MixerSpec& spec : plan)
+    for (int64_t w : spec.input_widths) widest = std::max(widest, w);
+  bytes_fit("engine.max_num_batched_tokens", "widest activation of a step [tokens, width]",
+            product({s.engine.max_num_batched_tokens, widest}));
 }
 
 }  // namespace
@@ -207,7 +272,11 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
       }
     }
   };
-  for (const MixerSpec& spec : m->layer_plan()) {
+  const std::vector<MixerSpec> plan = m->layer_plan();
+  const std::vector<MoeSpec> moe = m->moe_specs();
+  check_shape_limits(s, plan, moe, out);
+  if (!out.empty()) return out;  // the backends' checks assume shapes that fit
+  for (const MixerSpec& spec : plan) {
     const MixerBackendInfo* b = find_mixer_backend(spec.kind, e.kv_cache_dtype);
     if (b == nullptr) {
       if (seen.insert("missing:" + spec.kind).second) {
@@ -223,7 +292,7 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
       if (seen.insert(p.key + ":" + p.message).second) out.push_back(std::move(p));
     }
   }
-  for (const MoeSpec& spec : m->moe_specs()) {
+  for (const MoeSpec& spec : moe) {
     const MoeBackendInfo* b = find_moe_backend(spec.weight_format);
     if (b == nullptr) {
       out.push_back({"model", fmt::format("the model's {} experts have no MoE backend ({})",

@@ -12,6 +12,26 @@
 #include "harness/runtime/tensor_args.h"
 
 namespace coldstart::fused_moe {
+std::string unsupported_shape(const MoeShape& s) {
+  if (s.num_experts < 1 || s.num_experts > kMaxExperts || s.intermediate < 1 || s.hidden < 1 ||
+      s.top_k < 1 || s.top_k > s.num_experts) {
+    return fmt::format(
+        "shape E={} N={} H={} top_k={} is not supported (E in [1, {}], N, H >= 1, top_k in [1, E])",
+        s.num_experts, s.intermediate, s.hidden, s.top_k, kMaxExperts);
+  }
+  if (s.use_grouped_topk &&
+      (s.top_k > kMaxGroupedTopk || s.n_group < 1 || s.n_group > kMaxExpertGroups ||
+       s.num_experts % s.n_group != 0 || s.topk_group < 1 || s.topk_group > s.n_group ||
+       s.top_k > s.topk_group * (s.num_experts / s.n_group))) {
+    return fmt::format(
+        "grouped top-k with E={} top_k={} n_group={} topk_group={} is not supported (top_k <= {}, "
+        "n_group in [1, {}] dividing E, topk_group in [1, n_group], top_k <= topk_group * E / "
+        "n_group)",
+        s.num_experts, s.top_k, s.n_group, s.topk_group, kMaxGroupedTopk, kMaxExpertGroups);
+  }
+  return "";
+}
+
 namespace {
 
 using jit::DType;
@@ -21,24 +41,8 @@ using namespace kernels;  // launch_util.h
 constexpr const char* kFamily = "fused_moe";
 
 void check_shape(const CallSite& fn, const MoeShape& s) {
-  if (s.num_experts < 1 || s.num_experts > kMaxExperts || s.intermediate < 1 || s.hidden < 1 ||
-      s.top_k < 1 || s.top_k > s.num_experts) {
-    throw InputError(fmt::format(
-        "{}::{}: shape E={} N={} H={} top_k={} is not supported (E in [1, {}], N, H >= 1, "
-        "top_k in [1, E])",
-        fn.family, fn.name, s.num_experts, s.intermediate, s.hidden, s.top_k, kMaxExperts));
-  }
-  if (s.use_grouped_topk &&
-      (s.top_k > kMaxGroupedTopk || s.n_group < 1 || s.n_group > kMaxExpertGroups ||
-       s.num_experts % s.n_group != 0 || s.topk_group < 1 || s.topk_group > s.n_group ||
-       s.top_k > s.topk_group * (s.num_experts / s.n_group))) {
-    throw InputError(fmt::format(
-        "{}::{}: grouped top-k with E={} top_k={} n_group={} topk_group={} is not supported "
-        "(top_k <= {}, n_group in [1, {}] dividing E, topk_group in [1, n_group], top_k <= "
-        "topk_group * E / n_group)",
-        fn.family, fn.name, s.num_experts, s.top_k, s.n_group, s.topk_group, kMaxGroupedTopk,
-        kMaxExpertGroups));
-  }
+  const std::string why = unsupported_shape(s);
+  if (!why.empty()) throw InputError(fmt::format("{}::{}: {}", fn.family, fn.name, why));
 }
 
 bool gated(const MoeShape& s) { return s.activation == Activation::kSilu; }

@@ -49,6 +49,11 @@ struct MoeShape {
   float routed_scaling_factor = 1.0f;
 };
 
+/// Why the kernels cannot run shape `s` (experts, top-k, and for grouped_topk the groups), or ""
+/// when they can. Every wrapper throws InputError with this text; the MoE backend's check asks
+/// it at validation, so a scenario with such a shape is refused before anything runs.
+std::string unsupported_shape(const MoeShape& s);
+
 /// Compiles the AOT kernels for this shape: the router (topk_softmax for bf16 and float32 logits,
 /// or grouped_topk for float32 logits when use_grouped_topk), align, silu_and_mul (gated
 /// activation only) and sum. The model calls it while loading weights, as vLLM's are built ahead
