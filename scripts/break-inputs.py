@@ -13,7 +13,10 @@ signal, hung, or failed uncleanly.
 
 Classes: alias (YAML alias bombs), files (FIFOs, devices, directories, oversized files as any
 input), overflow (integers whose products overflow), config (numbers, types and syntax in
-config.json), duplicates (repeated keys in YAML and JSON), documents (several YAML documents).
+config.json), duplicates (repeated keys in YAML and JSON), documents (several YAML documents),
+validation (issue 26: shapes past the kernels' grid and storage limits, values no kernel runs,
+NaN, NUL, tags, unknown dtypes; each must be refused with exit 2 before anything runs, so here an
+accepted run or an exit 1 counts as a failure; and two inputs that must be accepted).
 Accepted inputs really run (one layer of Qwen3-8B, 16 prompt tokens); --cache-dir keeps their
 kernel compiles warm across inputs.
 """
@@ -89,7 +92,7 @@ class Campaign:
     def config(self, text=None, name="cfg.json"):
         return self.write(name, self.qwen if text is None else text)
 
-    def run(self, cls, label, argv, where=None):
+    def run(self, cls, label, argv, where=None, must_refuse=False, must_accept=False):
         """Runs coldstart with argv; `where` is the regex a clean error must contain (default:
         file:line: or --set)."""
         self.n += 1
@@ -117,20 +120,25 @@ class Campaign:
         else:
             kind = "other"
         s[kind] += 1
-        if kind in ("hang", "signal", "other"):
+        # An input the harness can refuse must never run (exit 0) nor fail after validation
+        # (exit 1); a valid one must run.
+        failed = kind in ("hang", "signal", "other") or (must_refuse and kind == "accepted") or \
+            (must_accept and kind != "accepted")
+        if failed:
             self.bad.append((cls, label, kind, rc, out.strip()[-400:]))
         if self.args.verbose:
             first = out.strip().splitlines()[0][:160] if out.strip() else ""
             print(f"[{cls}] {label}: {kind} rc={rc} {secs:.1f}s  {first}", flush=True)
 
-    def replay(self, cls, label, text=None, file=None, sets=(), where=None):
+    def replay(self, cls, label, text=None, file=None, sets=(), where=None, must_refuse=False,
+               must_accept=False):
         f = file or self.write("s.yaml", text)
         # The watchdog stops a slow child first: a run past the limit is then the parent's hang.
         argv = ["replay", f, "--device", "compile-only", "--strategy", "none",
                 "--cache-dir", self.cache, "--timeout", str(max(1, int(self.args.timeout) - 10))]
         for s in sets:
             argv += ["--set", s]
-        self.run(cls, label, argv, where)
+        self.run(cls, label, argv, where, must_refuse, must_accept)
 
     # ---- classes
 
@@ -402,6 +410,82 @@ class Campaign:
             else:
                 self.replay("documents", label, text)
 
+    def validation(self):
+        """Issue 26: inputs validation must refuse (exit 2 naming file, line or key) that used to
+        be accepted silently or fail in the child with exit 1."""
+        cls = "validation"
+        q = json.loads(self.qwen)
+
+        def cfg_case(label, changes, base=None, name="cfg.json", layers=1, engine=None):
+            cfg = dict(base if base is not None else q)
+            cfg.update(changes)
+            self.config(json.dumps(cfg, indent=1), name=name)
+            self.replay(cls, label, scenario(config=name, overrides=f"{{num_hidden_layers: {layers}}}",
+                                             engine=engine), must_refuse=True)
+
+        # (a) failed in the child with exit 1 after validation passed
+        cfg_case("heads = KV heads = 2^30", {"num_attention_heads": 1 << 30,
+                                             "num_key_value_heads": 1 << 30})
+        cfg_case("hidden = intermediate = 2^31-1", {"hidden_size": 2147483647,
+                                                    "intermediate_size": 2147483647})
+        self.config()
+        self.replay(cls, "max_num_batched_tokens 2^31-1",
+                    scenario(engine={"max_num_batched_tokens": "2147483647"}), must_refuse=True)
+        self.replay(cls, "max_num_seqs and max_num_batched_tokens 2^31-1",
+                    scenario(engine={"max_num_seqs": "2147483647",
+                                     "max_num_batched_tokens": "2147483647"}), must_refuse=True)
+        self.replay(cls, "num_hidden_layers 2^31-1 (override)",
+                    scenario(overrides="{num_hidden_layers: 2147483647}"), must_refuse=True)
+        cfg_case("num_hidden_layers 2^31-1 (config.json)", {"num_hidden_layers": 2147483647},
+                 layers=2147483647)
+        tuned = {"tuned_config_dir": os.path.join(ROOT, "fixtures/tuned-configs")}
+        with open(os.path.join(ROOT, "fixtures/hf-configs/nemotron-3-nano-30b-a3b.json")) as f:
+            nemo = json.load(f)
+        for k, v in (("n_group", 3), ("topk_group", 5)):
+            cfg_case(f"nemotron {k} {v}", {k: v}, base=nemo, name="fam.json", layers=8,
+                     engine=tuned)
+        # (b) accepted silently
+        cfg_case("torch_dtype float7", {"torch_dtype": "float7"})
+        self.config(self.qwen + "\x00")
+        self.replay(cls, "config.json then a NUL byte", scenario(), must_refuse=True)
+        self.config(self.qwen + "\x00{\"hidden_size\": 1}")
+        self.replay(cls, "config.json, NUL, a second object", scenario(), must_refuse=True)
+        for t in ("yarn", "linear", "llama3"):
+            self.config(self.qwen.replace(
+                '"rope_scaling": null', f'"rope_scaling": {{"rope_type": "{t}", "factor": NaN, '
+                '"original_max_position_embeddings": 4096}'))
+            self.replay(cls, f"rope {t} factor NaN", scenario(), must_refuse=True)
+        self.config(self.qwen.replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN'))
+        self.replay(cls, "rms_norm_eps NaN", scenario(), must_refuse=True)
+        self.config()
+        self.replay(cls, "YAML tag !foo", scenario(engine={"max_num_seqs": "!foo 2"}),
+                    must_refuse=True)
+        self.replay(cls, "YAML tag !!binary", scenario(extra="description: !!binary aGVsbG8=\n"),
+                    must_refuse=True)
+        self.replay(cls, "YAML tag in --set", scenario(), sets=["engine.max_num_seqs=!foo 2"],
+                    must_refuse=True)
+        with open(os.path.join(ROOT, "fixtures/hf-configs/deepseek-v4-flash.json")) as f:
+            v4 = json.load(f)
+        v4_engine = {"block_size": "64", "kv_cache_dtype": "auto"}
+        for k, v in (("qk_rope_head_dim", 1024), ("hc_eps", -1), ("index_topk", 0),
+                     ("expert_dtype", "int3")):
+            cfg_case(f"deepseek {k} {v}", {k: v}, base=v4, name="fam.json", layers=4,
+                     engine=v4_engine)
+        with open(os.path.join(ROOT, "fixtures/hf-configs/qwen3-next-80b-a3b.json")) as f:
+            nxt = json.load(f)
+        cfg_case("qwen3-next decoder_sparse_step 0", {"decoder_sparse_step": 0}, base=nxt,
+                 name="fam.json", layers=4, engine=tuned)
+        # (c) wrong refusals: one must run, one must be refused as a bad value at its key
+        self.config()
+        self.replay(cls, "overrides sliding_window .nan",
+                    scenario(overrides="{num_hidden_layers: 1, sliding_window: .nan}"),
+                    where=r"sliding_window", must_refuse=True)
+        nl = self.path("cf\ng.json")
+        with open(nl, "w") as f:
+            f.write(self.qwen)
+        self.replay(cls, "config path with a newline (valid)", scenario(config='"cf\\ng.json"'),
+                    must_accept=True)
+
     # ---- report
 
     def report(self):
@@ -421,7 +505,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=30)
     ap.add_argument("--cache-dir", help="kernel cache kept across inputs (default: a new one)")
     ap.add_argument("--only", action="append",
-                    choices=["alias", "files", "overflow", "config", "duplicates", "documents"])
+                    choices=["alias", "files", "overflow", "config", "duplicates", "documents",
+                             "validation"])
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     c = Campaign(args)
@@ -433,7 +518,8 @@ def main():
                         "none", "--cache-dir", c.cache, "--json", c.path("ok.json")],
                        cwd=c.dir, capture_output=True, timeout=600)
         steps = {"alias": c.alias, "files": c.files, "overflow": c.overflow,
-                 "config": c.config_json, "duplicates": c.duplicates, "documents": c.documents}
+                 "config": c.config_json, "duplicates": c.duplicates, "documents": c.documents,
+                 "validation": c.validation}
         for name, step in steps.items():
             if not args.only or name in args.only:
                 step()
