@@ -111,9 +111,15 @@ std::string chart_open(int height, const char* label) {
 // Vertical grid lines and the axis labels under the plot.
 std::string axis(double max, int top, int plot_h, const char* unit) {
   std::string s;
-  double step = nice_step(max, 5);
-  double scale_max = max > 0 ? max : 1;
-  for (double v = 0; v <= scale_max * 1.0001; v += step) {
+  // A huge or infinite max (a results file's 1.7976e308 ms) made `v += step` stall at infinity:
+  // count the ticks instead (nice_step gives at most about 10 over [0, max]).
+  const bool usable = std::isfinite(max) && max > 0;
+  double scale_max = usable ? max : 1;
+  double step = nice_step(scale_max, 5);
+  if (!std::isfinite(step) || step <= 0) step = scale_max;
+  for (int i = 0; i <= 20; ++i) {
+    const double v = i * step;
+    if (!(v <= scale_max * 1.0001)) break;
     double x = kLabelW + v / scale_max * kPlotW;
     s += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" class=\"grid\"/>", x, top, x,
                      top + plot_h);

@@ -49,6 +49,54 @@ T required(const json& j, const char* key) {
   return j.at(key).get<T>();
 }
 
+// Range checks of what a results file may hold (files are inputs too: `report`, `compare` and
+// `merge` read files from other machines). A time in ms is finite and in [0, kMaxMs] (31 years;
+// a 1.7976e308 startup made the HTML axis loop for ever); counts and SM numbers are integers in
+// their range (`sm: 1e300` read as -2147483648).
+constexpr double kMaxMs = 1e12;
+
+[[noreturn]] void out_of_range(const json& j, const std::string& what) {
+  throw json::other_error::create(501, what, &j);
+}
+
+double checked_ms(const json& j, const char* key, double v, bool allow_nan) {
+  if (std::isnan(v) && allow_nan) return v;
+  if (!(v >= 0 && v <= kMaxMs))
+    out_of_range(j, fmt::format("\"{}\" is {}: a time in ms must be a number in [0, {:g}]", key, v, kMaxMs));
+  return v;
+}
+
+// An optional time in ms (missing or null: empty).
+std::optional<double> opt_ms(const json& j, const char* key) {
+  const auto v = opt_from<double>(j, key);
+  if (v) checked_ms(j, key, *v, false);
+  return v;
+}
+
+// A time in ms with a default (null reads as NaN: the writer turns NaN into null).
+double ms_or(const json& j, const char* key, double dflt) {
+  return checked_ms(j, key, value_or<double>(j, key, dflt), true);
+}
+
+// An integer field in [lo, hi] with a default when missing.
+long long int_in(const json& j, const char* key, long long dflt, long long lo, long long hi) {
+  const auto it = j.find(key);
+  if (it == j.end()) return dflt;
+  if (!it->is_number_integer())
+    out_of_range(j, fmt::format("\"{}\" is {}: expected an integer in [{}, {}]", key, it->dump(), lo, hi));
+  const long long v = it->is_number_unsigned() && it->get<unsigned long long>() > 9223372036854775807ULL
+                          ? hi + 1
+                          : it->get<long long>();
+  if (v < lo || v > hi)
+    out_of_range(j, fmt::format("\"{}\" is {}: expected an integer in [{}, {}]", key, it->dump(), lo, hi));
+  return v;
+}
+
+void require_object(const json& j, const char* what) {
+  if (!j.is_object())
+    throw json::type_error::create(302, fmt::format("{} must be an object, not {}", what, j.type_name()), &j);
+}
+
 // Doubles compare equal when both are NaN (a NaN round-trips as null and reads back as NaN).
 bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 bool same(const std::optional<double>& a, const std::optional<double>& b) {
@@ -200,10 +248,11 @@ void to_json(json& j, const PhaseTiming& v) {
 }
 
 void from_json(const json& j, PhaseTiming& v) {
+  require_object(j, "a phase");
   v.name = required<std::string>(j, "name");
-  v.ms = value_or<double>(j, "ms", 0.0);
-  v.gpu_ms = opt_from<double>(j, "gpu_ms");
-  v.request = value_or<int>(j, "request", -1);
+  v.ms = ms_or(j, "ms", 0.0);
+  v.gpu_ms = opt_ms(j, "gpu_ms");
+  v.request = static_cast<int>(int_in(j, "request", -1, -1, 1 << 30));
 }
 
 void to_json(json& j, const CompileEvent& v) {
@@ -227,9 +276,10 @@ void to_json(json& j, const CompileEvent& v) {
 }
 
 void from_json(const json& j, CompileEvent& v) {
+  require_object(j, "a compile record");
   v.kernel = required<std::string>(j, "kernel");
   v.key = value_or<std::string>(j, "key", "");
-  v.compile_ms = value_or<double>(j, "compile_ms", 0.0);
+  v.compile_ms = ms_or(j, "compile_ms", 0.0);
   v.phase = value_or<std::string>(j, "phase", "");
   v.source = value_or<std::string>(j, "source", "");
   v.selector = value_or<std::string>(j, "selector", "");
@@ -309,19 +359,19 @@ void from_json(const json& j, StrategyResult& v) {
   // Files written before kSkipped existed kept a skipped run as "error" with a "skipped" reason.
   if (v.outcome == Outcome::kError && v.skipped) v.outcome = Outcome::kSkipped;
   v.failed_phase = opt_from<std::string>(j, "failed_phase");
-  v.startup_ms = opt_from<double>(j, "startup_ms");
+  v.startup_ms = opt_ms(j, "startup_ms");
   v.phases = value_or<std::vector<PhaseTiming>>(j, "phases", {});
-  v.ttft_ms = opt_from<double>(j, "ttft_ms");
-  v.first_decode_ms = opt_from<double>(j, "first_decode_ms");
-  v.steady_ttft_ms = opt_from<double>(j, "steady_ttft_ms");
-  v.steady_decode_ms = opt_from<double>(j, "steady_decode_ms");
-  v.startup_compiles = value_or<int>(j, "startup_compiles", 0);
+  v.ttft_ms = opt_ms(j, "ttft_ms");
+  v.first_decode_ms = opt_ms(j, "first_decode_ms");
+  v.steady_ttft_ms = opt_ms(j, "steady_ttft_ms");
+  v.steady_decode_ms = opt_ms(j, "steady_decode_ms");
+  v.startup_compiles = static_cast<int>(int_in(j, "startup_compiles", 0, 0, 1 << 30));
   v.hot_path_compiles = value_or<std::vector<CompileEvent>>(j, "hot_path_compiles", {});
   v.startup_compile_list = value_or<std::vector<CompileEvent>>(j, "startup_compile_list", {});
   v.workspace = value_or<WorkspaceStats>(j, "workspace", WorkspaceStats{});
   v.exit_code = opt_from<int>(j, "exit_code");
   v.signal = opt_from<std::string>(j, "signal");
-  v.wall_ms = value_or<double>(j, "wall_ms", 0.0);
+  v.wall_ms = ms_or(j, "wall_ms", 0.0);
   v.extra = json::object();
   const auto& known = strategy_keys();
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -361,12 +411,13 @@ void from_json(const json& j, InputFile& v) {
 }
 
 void from_json(const json& j, RunMeta& v) {
+  require_object(j, "\"meta\"");
   v.coldstart_version = value_or<std::string>(j, "coldstart_version", "");
   v.git_sha = value_or<std::string>(j, "git_sha", "");
   v.mode = value_or<std::string>(j, "mode", "");
   v.device_name = value_or<std::string>(j, "device_name", "");
-  v.sm = value_or<int>(j, "sm", 0);
-  v.sm_count = value_or<int>(j, "sm_count", 0);
+  v.sm = static_cast<int>(int_in(j, "sm", 0, 0, 10000));
+  v.sm_count = static_cast<int>(int_in(j, "sm_count", 0, 0, 100000));
   v.driver = value_or<std::string>(j, "driver", "");
   v.cuda = value_or<std::string>(j, "cuda", "");
   v.nvrtc = value_or<std::string>(j, "nvrtc", "");
@@ -383,10 +434,13 @@ void to_json(json& j, const ScenarioSummary& v) {
 }
 
 void from_json(const json& j, ScenarioSummary& v) {
+  require_object(j, "\"scenario\"");
   v.name = value_or<std::string>(j, "name", "");
   v.file = value_or<std::string>(j, "file", "");
   v.model = value_or<json>(j, "model", json::object());
   v.engine = value_or<json>(j, "engine", json::object());
+  require_object(v.model, "\"scenario.model\"");
+  require_object(v.engine, "\"scenario.engine\"");
 }
 
 void to_json(json& j, const RuleCheck& v) {

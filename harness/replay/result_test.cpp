@@ -265,6 +265,32 @@ TEST(ResultsFile, HostileFilesAreInputErrors) {
                      "not valid JSON: nests more than 128 levels deep");
 }
 
+// Values a results file may not hold are refused when it is read, naming the key, before any
+// report renders them: a 1.7976e308 ms startup made the HTML axis loop for ever, `sm: 1e300`
+// showed as sm_-2147483648, and a `meta` or `scenario.model` of the wrong type was dropped.
+TEST(ResultsFile, OutOfRangeValuesAndWrongTypesAreInputErrors) {
+  const std::string head = R"({"schema": "coldstart.replay/1", )";
+  const std::string one = R"("results": [{"strategy": "x", "outcome": "ok")";
+  expect_input_error(head + one + R"(, "startup_ms": 1.7976e308}]})", "\"startup_ms\" is 1.7976e+308");
+  expect_input_error(head + one + R"(, "ttft_ms": -3}]})", "\"ttft_ms\" is -3");
+  expect_input_error(head + one + R"(, "phases": [{"name": "init", "ms": 1e300}]}]})", "\"ms\" is 1e+300");
+  expect_input_error(head + one + R"(, "hot_path_compiles": [{"kernel": "k", "compile_ms": 1e13}]}]})",
+                     "\"compile_ms\"");
+  expect_input_error(head + R"("meta": {"sm": 1e300}, "results": []})", "\"sm\" is 1e+300");
+  expect_input_error(head + R"("meta": {"sm": -90}, "results": []})", "\"sm\" is -90");
+  expect_input_error(head + R"("meta": 5, "results": []})", "\"meta\" must be an object");
+  expect_input_error(head + R"("scenario": {"model": "x"}, "results": []})",
+                     "\"scenario.model\" must be an object");
+  // Null times stay null (not measured), and a phase's null ms reads as not measured too.
+  const std::string ok = head + one + R"(, "ttft_ms": null, "phases": [{"name": "init", "ms": null}]}]})";
+  const std::string path = temp_path("nulls.json");
+  {
+    std::ofstream(path) << ok;
+  }
+  EXPECT_NO_THROW(read_results_json(path));
+  std::remove(path.c_str());
+}
+
 TEST(JsonErrorText, DropsTheLibraryTagOnly) {
   try {
     nlohmann::json::object().at("results");
