@@ -49,17 +49,23 @@ bool link_or_copy(const std::string& src, const std::string& dst) {
   }
 }
 
+/// Whether `path` is a directory itself, not a symbolic link to one.
+bool real_directory(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 /// Every regular file under `from` that `to` lacks, linked or copied into `to` (directories
-/// created as needed); what `to` has is kept. Returns the number added.
+/// created as needed); what `to` has is kept. A symbolic link in `to` where a directory goes is
+/// never followed (a link planted in a shared cache would have the merge write elsewhere).
+/// Returns the number added.
 int mirror(const std::string& from, const std::string& to) {
   int added = 0;
   for (const auto& [name, is_dir] : entries(from)) {
     const std::string src = paths::join(from, name), dst = paths::join(to, name);
     if (is_dir) {
-      try {
-        paths::make_dirs(dst);
-      } catch (const Error&) {
-        continue;
+      if (!real_directory(dst)) {
+        if (::mkdir(dst.c_str(), 0755) != 0 || !real_directory(dst)) continue;
       }
       added += mirror(src, dst);
     } else if (!paths::exists(dst) && link_or_copy(src, dst)) {
@@ -67,6 +73,39 @@ int mirror(const std::string& from, const std::string& to) {
     }
   }
   return added;
+}
+
+/// Entries a strategy rewrote in its view (a damaged entry it recompiled: another inode than the
+/// run-start snapshot's) replace the cache directory's copy, when that copy is still the one the
+/// run started from (same inode as the snapshot's hard link; another process may have replaced
+/// it meanwhile, and then it is kept). Atomic: a link beside the entry, renamed over it. Returns
+/// the number replaced.
+int replace_rewritten(const std::string& view, const std::string& snapshot, const std::string& cache) {
+  int replaced = 0;
+  for (const auto& [name, is_dir] : entries(view)) {
+    const std::string v = paths::join(view, name), s = paths::join(snapshot, name),
+                      c = paths::join(cache, name);
+    if (is_dir) {
+      if (real_directory(s) && real_directory(c)) replaced += replace_rewritten(v, s, c);
+      continue;
+    }
+    struct stat vs {}, ss {}, cs {};
+    if (::lstat(v.c_str(), &vs) != 0 || ::lstat(s.c_str(), &ss) != 0 || ::lstat(c.c_str(), &cs) != 0)
+      continue;
+    if (!S_ISREG(vs.st_mode) || !S_ISREG(cs.st_mode)) continue;
+    const bool rewritten = vs.st_ino != ss.st_ino || vs.st_dev != ss.st_dev;
+    const bool unchanged = cs.st_ino == ss.st_ino && cs.st_dev == ss.st_dev;
+    if (!rewritten || !unchanged) continue;
+    const std::string tmp = c + ".tmp.replace";
+    ::unlink(tmp.c_str());
+    if (::link(v.c_str(), tmp.c_str()) != 0) continue;
+    if (::rename(tmp.c_str(), c.c_str()) == 0) {
+      ++replaced;
+    } else {
+      ::unlink(tmp.c_str());
+    }
+  }
+  return replaced;
 }
 
 std::string make_dir_in(const std::string& parent, const std::string& prefix) {
@@ -98,7 +137,10 @@ std::string CacheSnapshots::begin_job() {
 
 int CacheSnapshots::end_job(const std::string& view) {
   int added = 0;
-  if (::access(cache_dir_.c_str(), W_OK) == 0) added = mirror(view, cache_dir_);
+  if (::access(cache_dir_.c_str(), W_OK) == 0) {
+    added = mirror(view, cache_dir_);
+    added += replace_rewritten(view, snapshot_, cache_dir_);
+  }
   paths::remove_tree(view);
   return added;
 }

@@ -35,8 +35,10 @@ class CacheSnapshots {
   /// A fresh directory holding the run-start entries, for one strategy run. Throws Error.
   std::string begin_job();
   /// Adds the entries `view` has and the cache directory lacks to the cache directory (an entry
-  /// another process added meanwhile is kept), then removes `view`. Never throws: a cache that
-  /// cannot be written keeps what it had. Returns the number of entries added.
+  /// another process added meanwhile is kept), and replaces an entry the strategy rewrote (a
+  /// damaged one it recompiled) when the directory still holds the run-start copy; then removes
+  /// `view`. Symbolic links in the cache directory are never followed. Never throws: a cache
+  /// that cannot be written keeps what it had. Returns the number of entries added or replaced.
   int end_job(const std::string& view);
 
  private:

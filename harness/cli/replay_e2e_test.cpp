@@ -457,6 +457,43 @@ TEST_F(ReplayE2E, PersistentCacheDirEveryStrategyStartsFromTheRunStartState) {
     for (const auto& c : r.startup_compile_list) EXPECT_EQ(c.source, "disk") << name << c.kernel;
     for (const auto& c : r.hot_path_compiles) EXPECT_EQ(c.source, "disk") << name << c.kernel;
   }
+  // Damaged entries are recompiled and replaced in the cache directory itself, not only in the
+  // strategy's private view (every later run recompiled and warned again), and a symbolic link
+  // planted in the cache is never followed by the merge.
+  std::vector<std::string> cubins;
+  if (DIR* d = opendir(cache.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.size() > 6 && n.compare(n.size() - 6, 6, ".cubin") == 0) cubins.push_back(n);
+    }
+    closedir(d);
+  }
+  ASSERT_FALSE(cubins.empty());
+  for (const std::string& n : cubins) {  // a flipped byte in each cubin, in place (same inode)
+    const std::string p = paths::join(cache, n);
+    std::string bytes = read_text(p);
+    ASSERT_FALSE(bytes.empty());
+    bytes.back() = static_cast<char>(bytes.back() ^ 0x5a);
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  const std::string elsewhere = paths::join(dir_, "elsewhere");
+  paths::make_dirs(elsewhere);
+  for (const char* planted : {"autotune", "sub"})
+    if (!paths::exists(paths::join(cache, planted)))
+      ASSERT_EQ(::symlink(elsewhere.c_str(), paths::join(cache, planted).c_str()), 0);
+  const std::string one = "--strategy none --set cudagraph_mode=piecewise --cache-dir " + cache;
+  auto third = replay("scenarios/qwen3-8b-turboquant.yaml", one);
+  ASSERT_EQ(third.size(), 1u);
+  const nlohmann::json& warnings = third.begin()->second.extra.value("jit_warnings", nlohmann::json::array());
+  EXPECT_NE(warnings.dump().find("is damaged"), std::string::npos) << warnings.dump();
+  auto fourth = replay("scenarios/qwen3-8b-turboquant.yaml", one);
+  for (const auto& [name, r] : fourth) {
+    for (const auto& c : r.startup_compile_list) EXPECT_EQ(c.source, "disk") << name << c.kernel;
+    for (const auto& c : r.hot_path_compiles) EXPECT_EQ(c.source, "disk") << name << c.kernel;
+    EXPECT_FALSE(r.extra.contains("jit_warnings")) << r.extra["jit_warnings"].dump();
+  }
+  EXPECT_TRUE(paths::directory_entries(elsewhere).value_or(std::vector<std::string>{"?"}).empty())
+      << "the merge wrote through a symbolic link in the cache";
 }
 
 TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {

@@ -731,8 +731,15 @@ TEST(DiskCache, AnEntryThatCannotBeWrittenIsAWarningNotAnError) {
   EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 64)));
   EXPECT_NO_THROW(rt.ensure(k, kBlock128, axpy_args(4096, 1)));
   EXPECT_EQ(rt.monitor().records().size(), 2u);
-  ASSERT_EQ(rt.monitor().warnings().size(), 1u) << "warned once";
-  EXPECT_NE(rt.monitor().warnings()[0].find("cannot be written"), std::string::npos);
+  // The directory in the entry's place is a damaged entry (a warning), and the write that would
+  // replace it fails: warned once, not per compile.
+  int damaged = 0, unwritable = 0;
+  for (const std::string& w : rt.monitor().warnings()) {
+    damaged += w.find("is damaged: is a directory") != std::string::npos;
+    unwritable += w.find("cannot be written") != std::string::npos;
+  }
+  EXPECT_EQ(damaged, 1);
+  EXPECT_EQ(unwritable, 1) << "warned once";
 }
 
 // ---------------------------------------------------------------- processes sharing a cache

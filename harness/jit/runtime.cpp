@@ -224,23 +224,34 @@ struct JitRuntime::Impl {
   //   then the cubin. A short file, a wrong size or checksum, or a non-ELF body is damaged:
   // never loaded, reported by the caller, and replaced by the fresh compile.
   enum class EntryRead { kMissing, kForeign, kDamaged, kOk };
+  /// The largest entry read: cubins of the harness's kernels are at most a few MiB.
+  static constexpr size_t kMaxEntryBytes = 256u << 20;
 
   static EntryRead read_entry(const std::string& path, const std::string& magic,
                               const std::string& key_text, std::vector<char>* cubin,
                               std::optional<double>* ms, std::string* why) {
-    if (!paths::exists(path)) return EntryRead::kMissing;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      *why = "cannot open: " + errno_text();
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return EntryRead::kMissing;
+    // Never followed: a link planted in a shared cache could make the run read (or, replacing
+    // it, write) any file. Never read past kMaxEntryBytes: a sparse 20 GB entry was read whole.
+    if (S_ISLNK(st.st_mode)) {
+      *why = "is a symbolic link";
       return EntryRead::kDamaged;
     }
-    std::string header, meta;
-    if (!std::getline(in, header) || header != magic + key_text) return EntryRead::kForeign;
-    if (!std::getline(in, meta)) {
+    std::string data;
+    if (const std::string err = paths::read_input_file(path, kMaxEntryBytes, data); !err.empty()) {
+      *why = err;
+      return EntryRead::kDamaged;
+    }
+    const size_t nl1 = data.find('\n');
+    if (nl1 == std::string::npos || data.compare(0, nl1, magic + key_text) != 0) return EntryRead::kForeign;
+    const size_t nl2 = data.find('\n', nl1 + 1);
+    if (nl2 == std::string::npos) {
       *why = "truncated before its checksum line";
       return EntryRead::kDamaged;
     }
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string meta = data.substr(nl1 + 1, nl2 - nl1 - 1);
+    std::vector<char> bytes(data.begin() + static_cast<std::ptrdiff_t>(nl2 + 1), data.end());
     unsigned long long size = 0;
     char sum[17] = {0}, ms_text[64] = {0};
     if (std::sscanf(meta.c_str(), "%llu %16s %63s", &size, sum, ms_text) != 3) {
