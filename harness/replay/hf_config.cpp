@@ -113,11 +113,15 @@ bool load_model(Checker& c, const MapView& model, ModelConfig& m, LengthLimit& l
   if (sax.failed) {
     const size_t off = src.to_original(sax.error_byte > 0 ? sax.error_byte - 1 : 0);
     auto [line, col] = line_col(original, off);
+    // The parser's message ends with "; last read: '<bytes>'", the file's own content: a config
+    // path that names the wrong file (a secrets file) would put it in CI logs. Position only.
+    std::string text = sax.error_text;
+    if (const size_t at = text.find("; last read:"); at != std::string::npos) text.erase(at);
     c.fail(cfg_key, cfg_mark,
            fmt::format("invalid JSON in HF config {}:{}:{} (byte {}{}): {}", m.config_file, line,
                        col, off + 1,
                        sax.error_key.empty() ? "" : fmt::format(", key '{}'", sax.error_key),
-                       sax.error_text));
+                       text));
     return false;
   }
   json cfg = std::move(sax.root);

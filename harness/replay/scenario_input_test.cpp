@@ -228,6 +228,19 @@ TEST_F(ScenarioFiles, RopeScalingFactorNeverGivesAWrappedLimit) {
 
 // --- 4. numbers and types in config.json
 
+// model.config naming the wrong file (a secrets file) must not echo its content into the error
+// (CI logs): the position only.
+TEST_F(ScenarioFiles, ConfigParseErrorDoesNotEchoTheFile) {
+  write("token.env", "hf_SECRETSECRETSECRET\nmore\n");
+  write("creds.json", "{\"user\": \"me\", \"token\": \"hf_SECRETSECRETSECRET\" oops}");
+  for (const char* file : {"token.env", "creds.json"}) {
+    const std::string err = error_of(replace(kBase, "qwen3.json", file));
+    expect_at(err, 3, "model.config", "invalid JSON in HF config");
+    EXPECT_EQ(err.find("SECRET"), std::string::npos) << err;
+    EXPECT_EQ(err.find("last read"), std::string::npos) << err;
+  }
+}
+
 TEST_F(ScenarioFiles, ConfigNumberOutOfRangeNamesLineAndKey) {
   const std::string text = read_text(dir_ + "/qwen3.json");
   write("eps.json", replace(text, "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e400"));
