@@ -3,6 +3,7 @@
 #include "reports/render_util.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -69,14 +70,21 @@ const char* outcome_color(Outcome o) {
   return "";
 }
 
+// Distinct kernel names of `events` in first-seen order (a set: a file with 100,000 compiles
+// made a linear search per name take 20 s).
+std::vector<std::string> distinct_kernels(const std::vector<CompileEvent>& events) {
+  std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
+  for (const auto& e : events)
+    if (seen.insert(e.kernel).second) names.push_back(e.kernel);
+  return names;
+}
+
 // "0", or "3: tq_store, tq_decode_stage1, +1 more": distinct kernel names in first-seen order,
 // cut to kMaxKernelText characters.
 std::string compiles_cell(const std::vector<CompileEvent>& events) {
   if (events.empty()) return "0";
-  std::vector<std::string> names;
-  for (const auto& e : events) {
-    if (std::find(names.begin(), names.end(), e.kernel) == names.end()) names.push_back(e.kernel);
-  }
+  const std::vector<std::string> names = distinct_kernels(events);
   std::string text;
   size_t shown = 0;
   for (const auto& n : names) {
@@ -257,11 +265,8 @@ std::string render_table(const RunResults& raw_run, bool color) {
     } else if (hot) {
       out += paint(fmt::format("{}: failed: allow_hot_path_compiles is false", label(*r)), kRed) +
              "\n";
-      std::vector<std::string> names;
       const std::vector<CompileEvent> compiled = hot_path_compiled(*r);
-      for (const auto& e : compiled) {
-        if (std::find(names.begin(), names.end(), e.kernel) == names.end()) names.push_back(e.kernel);
-      }
+      const std::vector<std::string> names = distinct_kernels(compiled);
       text = fmt::format("{} hot-path compile(s): {}", compiled.size(),
                          fmt::join(names, ", "));
     } else {
