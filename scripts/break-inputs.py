@@ -16,7 +16,9 @@ input), overflow (integers whose products overflow), config (numbers, types and 
 config.json), duplicates (repeated keys in YAML and JSON), documents (several YAML documents),
 validation (issue 26: shapes past the kernels' grid and storage limits, values no kernel runs,
 NaN, NUL, tags, unknown dtypes; each must be refused with exit 2 before anything runs, so here an
-accepted run or an exit 1 counts as a failure; and two inputs that must be accepted).
+accepted run or an exit 1 counts as a failure; and two inputs that must be accepted), results
+(issue 26: outputs at links, devices or one path twice; results files out of range or huge; names
+with control characters on the terminal; a link planted in the kernel cache).
 Accepted inputs really run (one layer of Qwen3-8B, 16 prompt tokens); --cache-dir keeps their
 kernel compiles warm across inputs.
 """
@@ -486,6 +488,88 @@ class Campaign:
         self.replay(cls, "config path with a newline (valid)", scenario(config='"cf\\ng.json"'),
                     must_accept=True)
 
+    def results(self):
+        """Issue 26: outputs, results files, the terminal and the kernel cache. Outputs at a
+        symbolic link or device and two outputs on one path are refused before anything runs;
+        results files with values out of range or of the wrong type are refused naming the file;
+        huge results files are read in linear time (accepted within the limit); names with
+        control characters reach the terminal escaped."""
+        cls = "results"
+        self.config()
+        s = self.write("s.yaml", scenario())
+        out = r"output '"
+        target = self.write("target.json", "{}")
+        link = self.path("link.json")
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(target, link)
+        for label, argv in (("--json at a symbolic link", ["--json", link]),
+                            ("--json /dev/null", ["--json", "/dev/null"]),
+                            ("--json X --md X", ["--json", self.path("x.out"), "--md", self.path("x.out")]),
+                            ("--md at a symbolic link", ["--md", link])):
+            self.run(cls, label, ["replay", s, "--device", "compile-only", "--strategy", "none"] + argv,
+                     where=out, must_refuse=True)
+        with open(target) as f:
+            if f.read() != "{}":
+                self.bad.append((cls, "symbolic link target", "other", None, "was written through"))
+        # Results files: each value is refused naming the file (report, compare, merge).
+        ok = json.load(open(self.path("ok.json")))
+        def bad_results(label, change):
+            doc = json.loads(json.dumps(ok))
+            change(doc)
+            f = self.write("bad-results.json", json.dumps(doc))
+            self.run(cls, f"report: {label}", ["report", f], where=re.escape(f) + ": ",
+                     must_refuse=True)
+        bad_results("startup_ms 1.7976e308", lambda d: d["results"][0].update(startup_ms=1.7976e308))
+        bad_results("phase ms 1e300", lambda d: d["results"][0]["phases"].append({"name": "x", "ms": 1e300}))
+        bad_results("sm 1e300", lambda d: d["meta"].update(sm=1e300))
+        bad_results("meta 5", lambda d: d.update(meta=5))
+        bad_results("scenario.model \"x\"", lambda d: d["scenario"].update(model="x"))
+        # Huge but valid files: linear time (300,000 phases; 100,000 hot-path compiles).
+        big = json.loads(json.dumps(ok))
+        big["results"][0]["phases"] = [{"name": f"p{i}", "ms": 1.0, "request": -1} for i in range(300000)]
+        f = self.write("big-phases.json", json.dumps(big))
+        self.run(cls, "merge: 300,000 phases (valid)", ["merge", f, "-o", self.path("m.json")],
+                 must_accept=True)
+        big = json.loads(json.dumps(ok))
+        big["results"][0]["hot_path_compiles"] = [
+            {"kernel": f"k{i}", "key": f"k{i}", "compile_ms": 1.0, "phase": "prefill",
+             "source": "nvrtc"} for i in range(100000)]
+        f = self.write("big-compiles.json", json.dumps(big))
+        self.run(cls, "report: 100,000 hot-path compiles (valid)", ["report", f, "--html",
+                 self.path("big.html")], must_accept=True)
+        # The terminal: control characters in names come out escaped.
+        evil = json.loads(json.dumps(ok))
+        evil["scenario"]["name"] = "x\x1b]0;title\x07\r\nFAKE"
+        evil["results"][0]["strategy"] = "none\x1b[2J"
+        evil["results"][0]["error"] = "e\x1b[31m\rr"
+        f = self.write("evil.json", json.dumps(evil))
+        self.n += 1
+        st = self.stats.setdefault(cls, {"tried": 0, "clean": 0, "accepted": 0, "signal": 0,
+                                         "hang": 0, "other": 0, "max_s": 0.0})
+        st["tried"] += 1
+        p = subprocess.run([self.bin, "report", f], cwd=self.dir, capture_output=True,
+                           timeout=self.args.timeout)
+        raw = p.stdout + p.stderr
+        if p.returncode == 0 and b"\x1b" not in raw and b"\r" not in raw and b"\x07" not in raw:
+            st["accepted"] += 1
+        else:
+            st["other"] += 1
+            self.bad.append((cls, "terminal escapes", "other", p.returncode, repr(raw[-400:])))
+        # The kernel cache: a symbolic link planted in it is not written through.
+        cache = self.path("cache-planted")
+        shutil.rmtree(cache, ignore_errors=True)
+        os.makedirs(cache)
+        elsewhere = self.path("elsewhere")
+        shutil.rmtree(elsewhere, ignore_errors=True)
+        os.makedirs(elsewhere)
+        os.symlink(elsewhere, os.path.join(cache, "autotune"))
+        self.run(cls, "cache with a planted autotune link (valid)",
+                 ["replay", s, "--device", "compile-only", "--strategy", "none", "--cache-dir", cache],
+                 must_accept=True)
+        if os.listdir(elsewhere):
+            self.bad.append((cls, "planted link", "other", None, "the cache merge wrote through it"))
+
     # ---- report
 
     def report(self):
@@ -506,7 +590,7 @@ def main():
     ap.add_argument("--cache-dir", help="kernel cache kept across inputs (default: a new one)")
     ap.add_argument("--only", action="append",
                     choices=["alias", "files", "overflow", "config", "duplicates", "documents",
-                             "validation"])
+                             "validation", "results"])
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     c = Campaign(args)
@@ -519,7 +603,7 @@ def main():
                        cwd=c.dir, capture_output=True, timeout=600)
         steps = {"alias": c.alias, "files": c.files, "overflow": c.overflow,
                  "config": c.config_json, "duplicates": c.duplicates, "documents": c.documents,
-                 "validation": c.validation}
+                 "validation": c.validation, "results": c.results}
         for name, step in steps.items():
             if not args.only or name in args.only:
                 step()
