@@ -185,6 +185,7 @@ TunedTable load_tuned_table(const std::string& path) {
     }
     TunedEntry entry;
     entry.batch = std::stoll(key);
+
     auto [dup, fresh] = seen.emplace(entry.batch, key);
     if (!fresh) {
       throw InputError(fmt::format("{}: key \"{}\": batch size {} is already given by key \"{}\"",
@@ -206,7 +207,26 @@ TunedTable load_tuned_table(const std::string& path) {
                                      where(path, fline > 0 ? fline : line), key, field.key(),
                                      v.dump()));
       }
-      entry.values.emplace_back(field.key(), v.get<int64_t>());
+      const int64_t x = v.get<int64_t>();
+      // Bounds of what the kernels can be launched with (see select.h); a BLOCK_SIZE_K of 1e9
+      // reached the kernel launch and failed in the child.
+      const std::string& f = field.key();
+      const bool pow2 = x > 0 && (x & (x - 1)) == 0;
+      std::string bad;
+      if ((f == "BLOCK_SIZE_M" || f == "BLOCK_SIZE_N" || f == "BLOCK_SIZE_K") && !(pow2 && x <= 1024))
+        bad = "a power of two in [1, 1024]";
+      else if (f == "GROUP_SIZE_M" && !(x >= 1 && x <= 1024))
+        bad = "in [1, 1024]";
+      else if (f == "num_warps" && !(pow2 && x <= 32))
+        bad = "a power of two in [1, 32]";
+      else if (f == "num_stages" && !(x >= 1 && x <= 16))
+        bad = "in [1, 16]";
+      if (!bad.empty()) {
+        const auto [fline, fat] = line_of_key(text, f, at == std::string::npos ? 0 : at);
+        throw InputError(fmt::format("{}: key \"{}\" -> \"{}\": {} must be {}",
+                                     where(path, fline > 0 ? fline : line), key, f, x, bad));
+      }
+      entry.values.emplace_back(f, x);
     }
     table.entries.push_back(std::move(entry));
   }

@@ -134,7 +134,11 @@ struct TunedTable {
 /// not an object, has a key that is not a decimal batch size (Python's int() accepts more, e.g.
 /// " 1", "+1", "1_0"; such files do not occur in vLLM), has two keys for one batch size ("1" and
 /// "01"; vLLM would silently keep the later value), has an entry that is not an object of
-/// integers, a "triton_version" that is not a string, or no entry at all.
+/// integers, a "triton_version" that is not a string, or no entry at all; and when a field the
+/// kernels read is out of what they can launch (harness bounds, not vLLM's, which passes them to
+/// Triton as they are): BLOCK_SIZE_M / _N / _K a power of two in [1, 1024], GROUP_SIZE_M in
+/// [1, 1024], num_warps a power of two in [1, 32], num_stages in [1, 16] (vLLM's shipped tables
+/// use 4..256, 1..64, 1..8 and 2..5).
 TunedTable load_tuned_table(const std::string& path);
 
 /// The entry whose batch size is nearest to `M`: vLLM's

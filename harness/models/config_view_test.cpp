@@ -70,11 +70,12 @@ class ConfigViewChecks : public ::testing::Test {
 
   // The InputError text of a scenario of cfg.json with `layers` layers and `engine` settings,
   // loaded with the model families' check_replayable ("" when it loads).
-  std::string error_of(int layers, const std::string& engine) {
+  std::string error_of(int layers, const std::string& engine, const std::string& tuned = "") {
     std::ofstream(dir_ + "/s.yaml")
         << "model: {config: cfg.json, overrides: {num_hidden_layers: " << layers << "}}\n"
         << "engine: {max_num_seqs: 4, max_num_batched_tokens: 2048, max_model_len: 4096, "
-        << "tuned_config_dir: " << source_dir() << "/fixtures/tuned-configs, " << engine << "}\n"
+        << "tuned_config_dir: " << (tuned.empty() ? source_dir() + "/fixtures/tuned-configs" : tuned)
+        << ", " << engine << "}\n"
         << "requests: [{prompt_tokens: 64, decode_steps: 2}]\n"
         << "strategies: {none: []}\n";
     ScenarioRules rules;
@@ -206,6 +207,41 @@ TEST_F(ConfigViewChecks, Qwen3NextSparseStepZeroIsRefused) {
   EXPECT_NE(err.find("key 'model.decoder_sparse_step': 0: vLLM divides the layer index by it"),
             std::string::npos)
       << err;
+}
+
+}  // namespace
+}  // namespace coldstart
+
+namespace coldstart {
+namespace {
+
+// A tuned table the kernels cannot use is refused before anything runs, naming the table file,
+// its line and key (a BLOCK_SIZE_K of 1e9, a "NaN" batch size: both failed in the child).
+TEST_F(ConfigViewChecks, BrokenTunedTablesAreRefusedAtValidation) {
+  write_config("nemotron-3-nano-30b-a3b.json", "{", "{");
+  const std::string tuned = dir_ + "/tuned";
+  fs::create_directories(tuned + "/fused_moe");
+  fs::create_directories(tuned + "/selective_state_update");
+  struct Case {
+    std::string table, needle;
+  };
+  const std::vector<Case> cases = {
+      {"{\n \"16\": {\"BLOCK_SIZE_M\": 16, \"BLOCK_SIZE_K\": 1000000000}\n}",
+       "t.json:2: key \"16\" -> \"BLOCK_SIZE_K\": 1000000000 must be a power of two in [1, 1024]"},
+      {"{\"16\": {\"BLOCK_SIZE_K\": 1e9}}", "expected an integer, got 1000000000.0"},
+      {"{\"NaN\": {\"BLOCK_SIZE_K\": 64}}", "key \"NaN\": expected a batch size"},
+      {"{\"16\": {\"num_warps\": 3}}", "3 must be a power of two in [1, 32]"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(tuned + "/fused_moe/t.json") << c.table;
+    const std::string err = error_of(8, "kv_cache_dtype: auto", tuned);
+    EXPECT_NE(err.find("key 'engine.tuned_config_dir'"), std::string::npos) << err;
+    EXPECT_NE(err.find(c.needle), std::string::npos) << err;
+  }
+  // The shipped tables load.
+  std::ofstream(tuned + "/fused_moe/t.json") << "{\"16\": {\"BLOCK_SIZE_M\": 16, \"num_warps\": 4}}";
+  EXPECT_EQ(error_of(8, "kv_cache_dtype: auto", tuned), "");
+  EXPECT_EQ(error_of(8, "kv_cache_dtype: auto"), "");
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 #include <set>
 
 #include "harness/common/error.h"
+#include "harness/jit/tuned_tables.engine_keys.h"
+#include "harness/jit/select.h"
+#include "harness/common/paths.h"
 #include "harness/jit/nvrtc_archs.h"
 #include "harness/models/model.h"
 
@@ -104,6 +107,31 @@ void check_shape_limits(const Scenario& s, const std::vector<MixerSpec>& plan,
     for (int64_t w : spec.input_widths) widest = std::max(widest, w);
   bytes_fit("engine.max_num_batched_tokens", "widest activation of a step [tokens, width]",
             product({s.engine.max_num_batched_tokens, widest}));
+}
+
+// Every tuned table under the scenario's tuned_config_dir, read as the kernels will read it, so a
+// broken one is refused before anything runs (it failed in the child, exit 1). Two levels deep:
+// <dir>/<kernel>/<table>.json.
+void check_tuned_tables(const Scenario& s, std::vector<ScenarioProblem>& out) {
+  const std::string& dir = tuned_config_dir(s.engine);
+  if (dir.empty()) return;
+  std::vector<std::string> tables;
+  for (const std::string& sub : paths::directory_entries(dir).value_or(std::vector<std::string>{})) {
+    const std::string p = paths::join(dir, sub);
+    if (paths::is_directory(p)) {
+      for (const std::string& f : paths::directory_entries(p).value_or(std::vector<std::string>{}))
+        if (f.size() > 5 && f.compare(f.size() - 5, 5, ".json") == 0) tables.push_back(paths::join(p, f));
+    } else if (sub.size() > 5 && sub.compare(sub.size() - 5, 5, ".json") == 0) {
+      tables.push_back(p);
+    }
+  }
+  for (const std::string& t : tables) {
+    try {
+      jit::load_tuned_table(t);
+    } catch (const InputError& e) {
+      out.push_back({"engine.tuned_config_dir", e.what()});
+    }
+  }
 }
 
 }  // namespace
@@ -275,6 +303,7 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
   const std::vector<MixerSpec> plan = m->layer_plan();
   const std::vector<MoeSpec> moe = m->moe_specs();
   check_shape_limits(s, plan, moe, out);
+  check_tuned_tables(s, out);
   if (!out.empty()) return out;  // the backends' checks assume shapes that fit
   for (const MixerSpec& spec : plan) {
     const MixerBackendInfo* b = find_mixer_backend(spec.kind, e.kv_cache_dtype);
