@@ -446,6 +446,17 @@ class Campaign:
         for k, v in (("n_group", 3), ("topk_group", 5)):
             cfg_case(f"nemotron {k} {v}", {k: v}, base=nemo, name="fam.json", layers=8,
                      engine=tuned)
+        # tuned tables the kernels cannot launch with (read in the child before)
+        for label, table in (("BLOCK_SIZE_K 1e9", '{"16": {"BLOCK_SIZE_K": 1e9}}'),
+                             ("BLOCK_SIZE_K 1000000000", '{"16": {"BLOCK_SIZE_K": 1000000000}}'),
+                             ("batch size key NaN", '{"NaN": {"BLOCK_SIZE_K": 64}}')):
+            tdir = self.path("tuned")
+            shutil.rmtree(tdir, ignore_errors=True)
+            os.makedirs(os.path.join(tdir, "fused_moe"))
+            with open(os.path.join(tdir, "fused_moe", "t.json"), "w") as f:
+                f.write(table)
+            cfg_case(f"tuned table {label}", {}, base=nemo, name="fam.json", layers=8,
+                     engine={"tuned_config_dir": tdir})
         # (b) accepted silently
         cfg_case("torch_dtype float7", {"torch_dtype": "float7"})
         self.config(self.qwen + "\x00")
