@@ -167,7 +167,7 @@ TEST(MambaSsuConfig, MalformedTablesNameFileAndKey) {
   EXPECT_NE(error("badkey", R"({"eight": {"BLOCK_SIZE_M": 4, "num_warps": 1}})", 8).find("key \"eight\""),
             std::string::npos);
   EXPECT_NE(error("bm3", R"({"8": {"BLOCK_SIZE_M": 3, "num_warps": 1}})", 8)
-                .find("key \"8\": BLOCK_SIZE_M 3 is not a power of two"),
+                .find("key \"8\" -> \"BLOCK_SIZE_M\": 3 must be a power of two"),
             std::string::npos);
   EXPECT_NE(error("json", "{\"8\": {", 8).find("not a valid JSON"), std::string::npos);
   EXPECT_NE(error("empty", "{}", 8).find("no batch-size entry"), std::string::npos);
