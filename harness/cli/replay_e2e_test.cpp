@@ -293,6 +293,14 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
       {"--set model.overrides.linear_conv_kernel_dim=5", "key 'model.linear_conv_kernel_dim'", next},
       {"--set model.overrides.linear_value_head_dim=256", "key 'model.linear_value_head_dim'", next},
       {"--set model.overrides.num_experts_per_tok=600", "key 'model.num_experts_per_tok'", next},
+      // Sizes the fused-MoE GEMMs cannot launch: a 32-bit expert stride, a grid past 2^31 - 1.
+      {"--set model.overrides.moe_intermediate_size=2147483647",
+       "key 'model.moe_intermediate_size'", next},
+      {"--set model.overrides.moe_latent_size=2147483647", "key 'model.moe_latent_size'", super},
+      {"--set engine.max_num_batched_tokens=4194304 --set engine.fused_moe_chunk_size=1048576 "
+       "--set model.overrides.moe_intermediate_size=524287",
+       "key 'engine.max_num_batched_tokens'", next},
+      {"--set model.overrides.num_experts_per_tok=64", "key 'model.num_experts_per_tok'", nano},
       // DeepSeek V4: what the DeepGEMM kernels or the replay do not take.
       {"--set engine.block_size=16", "key 'engine.block_size'", v4},
       {"--set cudagraph_mode=full_and_piecewise", "key 'engine.cudagraph_mode'", v4},

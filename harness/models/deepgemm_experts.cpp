@@ -74,7 +74,7 @@ class DeepGemmExperts final : public MoeExperts {
   dg::GemmTarget target_;
 };
 
-std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig&) {
+std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig&, const Target*) {
   std::vector<ScenarioProblem> out;
   if (s.routing != MoeRouting::kByModel) {
     out.push_back({"model", "deepgemm_m_grouped takes the model's own top-k (no router kernel)"});

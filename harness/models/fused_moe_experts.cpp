@@ -123,7 +123,7 @@ class FusedMoeExperts final : public MoeExperts {
   ConfigLog log_;
 };
 
-std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig& e) {
+std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig& e, const Target* target) {
   std::vector<ScenarioProblem> out;
   if (s.num_experts > fused_moe::kMaxExperts) {
     out.push_back({"model.num_experts", fmt::format("{} experts: the fused-MoE kernels take 1..{}",
@@ -137,11 +137,12 @@ std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig& e) {
     if (!why.empty()) {
       const bool groups = s.routing == MoeRouting::kSigmoidGroupedTopk &&
                           why.compare(0, 7, "grouped") == 0;
-      out.push_back({groups ? (s.n_group < 1 || s.n_group > fused_moe::kMaxExpertGroups ||
-                                       s.num_experts % s.n_group != 0
-                                   ? "model.n_group"
-                                   : "model.topk_group")
-                            : "model.num_experts_per_tok",
+      const bool bad_groups = s.n_group < 1 || s.n_group > fused_moe::kMaxExpertGroups ||
+                              s.num_experts % s.n_group != 0;
+      const bool bad_kept = s.topk_group < 1 || s.topk_group > s.n_group;
+      out.push_back({groups && bad_groups ? "model.n_group"
+                     : groups && bad_kept ? "model.topk_group"
+                                          : "model.num_experts_per_tok",
                      "the fused-MoE kernels cannot route it: " + why});
     }
   }
@@ -151,6 +152,29 @@ std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig& e) {
   }
   if (s.activation == MoeActivation::kClampedSwiglu) {
     out.push_back({"model", "fused_moe_triton has no clamped SwiGLU activation"});
+  }
+  // The largest single call: a step of max_num_batched_tokens tokens, cut into chunks of
+  // fused_moe_chunk_size, under the config the replay will pick for it (the target's tuned table,
+  // else vLLM's default). Shapes the kernels cannot launch fail here instead of in the profile run.
+  if (out.empty()) {
+    const int64_t M = std::min<int64_t>(e.max_num_batched_tokens, fused_moe_chunk_size(e));
+    fused_moe::ConfigSource src;
+    if (!tuned_config_dir(e).empty()) src.table_dir = paths::join(tuned_config_dir(e), "fused_moe");
+    if (target) src.device_name = target->device_name;
+    const fused_moe::MoeShape shape = shape_of(s);
+    const std::string why =
+        fused_moe::unsupported_launch(shape, fused_moe::select_config(src, shape, M).config, M);
+    if (!why.empty()) {
+      const bool stride = why.find("stride") != std::string::npos;
+      // The stride is N x H: blame the wider of the two (H is the latent size for a latent MoE).
+      const char* key = !stride                        ? "engine.max_num_batched_tokens"
+                        : s.intermediate >= s.hidden ? "model.moe_intermediate_size"
+                                                     : s.hidden_key.c_str();
+      out.push_back({key,
+                     fmt::format("the fused-MoE kernels cannot run a call of {} tokens "
+                                 "(min(max_num_batched_tokens, fused_moe_chunk_size)): {}",
+                                 M, why)});
+    }
   }
   if (tuned_config_dir(e).empty()) {
     out.push_back({"engine.tuned_config_dir",

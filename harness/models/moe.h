@@ -44,6 +44,9 @@ struct MoeSpec {
   int64_t intermediate = 0;  ///< N: one expert's intermediate width on this rank
   int64_t hidden = 0;        ///< the experts' input and output width (the latent size for a
                              ///< latent MoE)
+  /// The HF config key `hidden` comes from, for messages that refuse a size ("model.hidden_size",
+  /// or "model.moe_latent_size" for a latent MoE).
+  std::string hidden_key = "model.hidden_size";
   int top_k = 0;             ///< experts per token
   bool renormalize = true;   ///< divide the top-k weights by their sum (norm_topk_prob)
   MoeRouting routing = MoeRouting::kSoftmaxTopk;
@@ -107,8 +110,10 @@ struct MoeBackendInfo {
   std::function<std::unique_ptr<MoeExperts>(const MoeSpec&, const MixerContext&)> make;
   /// The runtime-compiled kernels it launches (their archs are checked against the target).
   std::vector<const jit::KernelSource*> kernels;
-  /// What it cannot run of this spec (routing, activation, sizes); may be empty.
-  std::function<std::vector<ScenarioProblem>(const MoeSpec&, const EngineConfig&)> check;
+  /// What it cannot run of this spec (routing, activation, sizes) with this engine on `target`
+  /// (nullptr: the target is not known yet); may be empty.
+  std::function<std::vector<ScenarioProblem>(const MoeSpec&, const EngineConfig&, const Target*)>
+      check;
 };
 
 /// Registers a backend (static registration). Throws Error when its weight format is taken.

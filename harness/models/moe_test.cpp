@@ -64,21 +64,33 @@ TEST(MoeRegistry, BackendsAreFoundByWeightFormat) {
 TEST(MoeRegistry, BackendsRefuseWhatTheyCannotRun) {
   EngineConfig e;
   e.set_key("tuned_config_dir", "tables");
-  EXPECT_TRUE(find_moe_backend("bf16")->check(kNano, e).empty());
+  EXPECT_TRUE(find_moe_backend("bf16")->check(kNano, e, nullptr).empty());
   MoeSpec by_model = kNano;
   by_model.routing = MoeRouting::kByModel;
   by_model.activation = MoeActivation::kClampedSwiglu;
-  EXPECT_EQ(find_moe_backend("bf16")->check(by_model, e).size(), 2u);
+  EXPECT_EQ(find_moe_backend("bf16")->check(by_model, e, nullptr).size(), 2u);
+  // A call the GEMMs cannot launch: the expert stride 2N x H past 32 bits, blamed on N.
+  MoeSpec wide = kNano;
+  wide.intermediate = int64_t{1} << 30;
+  const auto stride = find_moe_backend("bf16")->check(wide, e, nullptr);
+  ASSERT_EQ(stride.size(), 1u);
+  EXPECT_EQ(stride[0].key, "model.moe_intermediate_size");
+  wide.intermediate = kNano.intermediate;
+  wide.hidden = int64_t{1} << 30;
+  wide.hidden_key = "model.moe_latent_size";
+  const auto latent = find_moe_backend("bf16")->check(wide, e, nullptr);
+  ASSERT_EQ(latent.size(), 1u);
+  EXPECT_EQ(latent[0].key, "model.moe_latent_size");
   e.set_key("tuned_config_dir", "");
-  const auto no_dir = find_moe_backend("bf16")->check(kNano, e);
+  const auto no_dir = find_moe_backend("bf16")->check(kNano, e, nullptr);
   ASSERT_EQ(no_dir.size(), 1u);
   EXPECT_EQ(no_dir[0].key, "engine.tuned_config_dir");
   // The DeepGEMM experts take the model's routing, gated activations and 128-multiples.
-  EXPECT_EQ(find_moe_backend("fp8_block128")->check(kNano, e).size(), 3u);
+  EXPECT_EQ(find_moe_backend("fp8_block128")->check(kNano, e, nullptr).size(), 3u);
   by_model.hidden = 4096;
   by_model.intermediate = 2048;
   by_model.weight_format = "fp8_block128";
-  EXPECT_TRUE(find_moe_backend("fp8_block128")->check(by_model, e).empty());
+  EXPECT_TRUE(find_moe_backend("fp8_block128")->check(by_model, e, nullptr).empty());
 }
 
 // Routes every token to expert 0 with weight 1; its "expert" doubles the input.

@@ -206,6 +206,7 @@ class NemotronHModel final : public Model {
     s.num_experts = d_.experts;
     s.intermediate = d_.moe_inter;
     s.hidden = d_.moe_hidden(c_.hidden_size);
+    if (d_.latent > 0) s.hidden_key = "model.moe_latent_size";
     s.top_k = static_cast<int>(d_.top_k);
     s.renormalize = d_.norm_topk;
     s.routing = MoeRouting::kSigmoidGroupedTopk;

@@ -330,7 +330,7 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
     }
     check_archs(b->name, b->kernels, "model");
     if (!b->check) continue;
-    for (auto& p : b->check(spec, e)) {
+    for (auto& p : b->check(spec, e, target)) {
       if (seen.insert(p.key + ":" + p.message).second) out.push_back(std::move(p));
     }
   }

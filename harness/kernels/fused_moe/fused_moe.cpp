@@ -32,6 +32,42 @@ std::string unsupported_shape(const MoeShape& s) {
   return "";
 }
 
+std::string unsupported_launch(const MoeShape& s, const jit::KernelConfig& cfg, int64_t M) {
+  constexpr int64_t kMaxI32 = std::numeric_limits<int32_t>::max();
+  const GemmBlock blk = gemm_block(cfg);
+  const int64_t n = s.intermediate, h = s.hidden;
+  const int64_t w13_rows = s.activation == Activation::kSilu ? 2 * n : n;
+  // Expert strides of w13 [E, w13_rows, H] and w2 [E, H, N] (stride_be of the two GEMMs).
+  if (w13_rows > kMaxI32 / h)
+    return fmt::format("w13's expert stride {} x {} elements is past the GEMM's 32-bit strides",
+                       w13_rows, h);
+  if (h > kMaxI32 / n)
+    return fmt::format("w2's expert stride {} x {} elements is past the GEMM's 32-bit strides", h, n);
+  const int64_t pairs = M * s.top_k;
+  if (pairs > kMaxI32)
+    return fmt::format("{} tokens x top_k {} = {} (token, expert) pairs: past the kernels' "
+                       "32-bit counts", M, s.top_k, pairs);
+  const bool naive = uses_naive_block_assignment(M, s.top_k, s.num_experts);
+  const int64_t sorted = naive ? 0 : max_num_tokens_padded(pairs, s.num_experts, blk.block_m);
+  // w13's GEMM reads M rows of hidden with top_k experts each; w2's reads the pairs with one.
+  const struct {
+    const char* name;
+    int64_t em, n_out;
+  } gemms[] = {{"w13", gemm_em(naive, pairs, sorted, M, s.top_k, blk.block_m), w13_rows},
+               {"w2", gemm_em(naive, pairs, sorted, pairs, 1, blk.block_m), h}};
+  for (const auto& g : gemms) {
+    if (g.em > kMaxI32)
+      return fmt::format("the {} GEMM of {} tokens pads to {} rows (BLOCK_SIZE_M {}): past the "
+                         "kernels' 32-bit row count", g.name, M, g.em, blk.block_m);
+    const int64_t blocks_m = (g.em + blk.block_m - 1) / blk.block_m;
+    const int64_t blocks_n = (g.n_out + blk.block_n - 1) / blk.block_n;
+    if (blocks_m > 0 && blocks_n > kMaxI32 / blocks_m)
+      return fmt::format("the {} GEMM of {} tokens needs {} x {} blocks (config {}): past CUDA's "
+                         "grid x limit of {}", g.name, M, blocks_m, blocks_n, cfg.name, kMaxI32);
+  }
+  return "";
+}
+
 namespace {
 
 using jit::DType;

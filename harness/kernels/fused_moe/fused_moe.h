@@ -54,6 +54,13 @@ struct MoeShape {
 /// it at validation, so a scenario with such a shape is refused before anything runs.
 std::string unsupported_shape(const MoeShape& s);
 
+/// Why one fused_experts call of M tokens under GEMM config `cfg` cannot launch, or "" when it
+/// can: the kernels take N, K, strides, the padded row count EM and the (token, expert) pair
+/// count as 32-bit ints, and a GEMM's grid (cdiv(EM, BLOCK_SIZE_M) * cdiv(N_out, BLOCK_SIZE_N)
+/// blocks in x) must stay within CUDA's 2^31 - 1. Both GEMMs (w13: N_out = 2N or N, K = H;
+/// w2: N_out = H, K = N) are checked. M >= 0; throws InputError for a bad cfg (as gemm_block).
+std::string unsupported_launch(const MoeShape& s, const jit::KernelConfig& cfg, int64_t M);
+
 /// Compiles the AOT kernels for this shape: the router (topk_softmax for bf16 and float32 logits,
 /// or grouped_topk for float32 logits when use_grouped_topk), align, silu_and_mul (gated
 /// activation only) and sum. The model calls it while loading weights, as vLLM's are built ahead

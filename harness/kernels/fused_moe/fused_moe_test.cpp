@@ -77,6 +77,37 @@ TEST(FusedMoeRules, SortedLengthAndEm) {
   EXPECT_EQ(gemm_em(false, 20, 500, 2, 10, 16), 320);         // min(500, 2 * 10 * 16)
 }
 
+TEST(FusedMoeRules, LaunchLimitsNameTheStrideOrGridThatDoesNotFit) {
+  const jit::KernelConfig big = default_config(4096, 512);  // BLOCK_SIZE_M 64, BLOCK_SIZE_N 64
+  // Qwen3-Next at a 16K-token chunk: well inside every limit.
+  EXPECT_EQ(unsupported_launch(kQwen, big, 16384), "");
+  EXPECT_EQ(unsupported_launch(kQwen, default_config(0, 512), 0), "");
+  // w13 [E, 2N, H]: 2N * H must fit a 32-bit stride; 2N = 2^20, H = 2048 is 2^31.
+  MoeShape wide = kQwen;
+  wide.intermediate = 1 << 19;
+  EXPECT_NE(unsupported_launch(wide, big, 1).find("w13's expert stride"), std::string::npos);
+  wide.intermediate = (1 << 19) - 1;  // 2^31 - 4096: fits
+  EXPECT_EQ(unsupported_launch(wide, big, 1), "");
+  // Non-gated (relu2): w13 is [E, N, H], so N = 2^19 fits where the gated w13 does not.
+  MoeShape relu = kQwen;
+  relu.intermediate = 1 << 19;
+  relu.activation = Activation::kRelu2NoMul;
+  EXPECT_EQ(unsupported_launch(relu, big, 1), "");
+  relu.intermediate = 1 << 20;
+  EXPECT_NE(unsupported_launch(relu, big, 1).find("expert stride"), std::string::npos);
+  // Grid x: cdiv(EM, 64) * cdiv(2N, 64) blocks. N = 2^18 gives 8192 column blocks, so EM past
+  // 2^18 * 64 rows (about 16.8M; here 2M tokens x 10 experts) needs more than 2^31 - 1 blocks.
+  MoeShape tall = kQwen;
+  tall.intermediate = 1 << 18;
+  const std::string grid = unsupported_launch(tall, big, 1 << 21);
+  EXPECT_NE(grid.find("grid x"), std::string::npos) << grid;
+  EXPECT_NE(grid.find("w13 GEMM"), std::string::npos) << grid;
+  EXPECT_EQ(unsupported_launch(tall, big, 16384), "");
+  // (token, expert) pairs are a 32-bit count.
+  EXPECT_NE(unsupported_launch(kQwen, big, int64_t{1} << 28).find("pairs"), std::string::npos);
+  EXPECT_THROW(unsupported_launch(kQwen, jit::make_config({{"BLOCK_SIZE_M", 3}}), 1), InputError);
+}
+
 TEST(FusedMoeRules, GemmConstexprsAndSharedMemory) {
   const jit::KernelConfig cfg = jit::make_config(
       {{"BLOCK_SIZE_M", 128}, {"BLOCK_SIZE_N", 256}, {"BLOCK_SIZE_K", 64}, {"GROUP_SIZE_M", 1}}, 8, 4);
