@@ -290,16 +290,41 @@ std::string special_file_kind(const std::string& path) {
   return file_kind(st.st_mode);
 }
 
+namespace {
+
+// Where an output will land: its directory with every link resolved, then its own name (the
+// file itself need not exist). Two outputs written through different spellings of one directory
+// ("out/a.md", "link-to-out/a.md", "out/sub/../a.md") get the same identity.
+std::string output_identity(const std::string& out, const std::string& dir) {
+  std::vector<char> buf(PATH_MAX + 1, '\0');
+  const std::string name = filename(out);
+  if (::realpath(dir.c_str(), buf.data()) == nullptr) return normalize(out);
+  return join(buf.data(), name);
+}
+
+}  // namespace
+
 void check_output_paths(const std::vector<std::string>& outputs,
                         const std::vector<std::string>& inputs, bool replace_special) {
+  std::vector<std::string> identities(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     const std::string& out = outputs[i];
     if (out.empty()) continue;
     if (is_directory(out)) throw InputError("output '" + out + "': is a directory");
-    if (const std::string kind = special_file_kind(out); !kind.empty() && !replace_special)
-      throw InputError("output '" + out + "': " + kind +
-                       "; outputs are written as a new regular file renamed over the path, which "
-                       "would replace it (pass --force to replace it)");
+    if (const std::string kind = special_file_kind(out); !kind.empty()) {
+      // A link (or a FIFO the user made) may be replaced on request; a device node or socket
+      // never: renaming a regular file over /dev/null would break the machine for everyone.
+      const bool replaceable =
+          kind.rfind("is a symbolic link", 0) == 0 || kind.rfind("is a FIFO", 0) == 0;
+      if (!replaceable)
+        throw InputError("output '" + out + "': " + kind +
+                         "; outputs are written as a new regular file renamed over the path, so "
+                         "they must go to a file (leave the option out to skip this output)");
+      if (!replace_special)
+        throw InputError("output '" + out + "': " + kind +
+                         "; outputs are written as a new regular file renamed over the path, which "
+                         "would replace it (pass --force to replace it)");
+    }
     const std::string dir = parent(out).empty() ? "." : parent(out);
     if (!is_directory(dir) || ::access(dir.c_str(), W_OK) != 0)
       throw InputError("output '" + out + "': directory '" + dir +
@@ -307,9 +332,10 @@ void check_output_paths(const std::vector<std::string>& outputs,
     for (const std::string& in : inputs)
       if (!in.empty() && same_existing_file(out, in))
         throw InputError("output '" + out + "': is an input of this run (" + in + ")");
+    identities[i] = output_identity(out, dir);
     for (size_t j = 0; j < i; ++j)
       if (!outputs[j].empty() &&
-          (normalize(outputs[j]) == normalize(out) || same_existing_file(outputs[j], out)))
+          (identities[j] == identities[i] || same_existing_file(outputs[j], out)))
         throw InputError("output '" + out + "': also given as another output ('" + outputs[j] +
                          "'); each output needs its own file");
   }

@@ -82,10 +82,11 @@ std::string special_file_kind(const std::string& path);
 /// Checks, before anything is written, every non-empty path of `outputs` (files a command will
 /// write) against `inputs` (files it reads): each must not be a directory, its directory must
 /// exist and be writable, it must not be one of the inputs (the same file, by device and inode),
-/// and no two outputs may be the same file or path. Outputs are written by renaming a new file
-/// over the path, which would replace a symbolic link, a device node, a FIFO or a socket with a
-/// regular file: such a path is refused unless `replace_special` (the commands' --force). Throws
-/// InputError naming the output.
+/// and no two outputs may land on one file (compared by their directory with links resolved plus
+/// their name, so "d/a.md" and "link-to-d/a.md" collide even before either exists). Outputs are
+/// written by renaming a new file over the path, which would replace what is there with a regular
+/// file: a symbolic link or FIFO is refused unless `replace_special` (the commands' --force), a
+/// device node or socket always. Throws InputError naming the output.
 void check_output_paths(const std::vector<std::string>& outputs,
                         const std::vector<std::string>& inputs, bool replace_special = false);
 

@@ -154,6 +154,34 @@ TEST(Paths, CheckOutputPathsRefusesInputsDuplicatesDirectoriesAndMissingDirs) {
   EXPECT_TRUE(remove_tree(root));
 }
 
+// Two outputs through different spellings of one directory land on one file, even before it
+// exists; a spelling through a link and "..", which lands elsewhere, is no collision.
+TEST(Paths, CheckOutputPathsComparesOutputsByResolvedDirectory) {
+  const std::string root = make_temp_dir("cs-paths-identity-");
+  const std::string out = join(root, "out"), sub = join(root, "out/sub");
+  make_dirs(sub);
+  const std::string link = join(root, "link");
+  ASSERT_EQ(::symlink(sub.c_str(), link.c_str()), 0);  // link -> out/sub
+  auto message = [&](const std::vector<std::string>& outs) {
+    try {
+      check_output_paths(outs, {});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  // link/../a.md is out/a.md (the kernel resolves link first), as is out/sub/../a.md.
+  EXPECT_NE(message({join(out, "a.md"), join(link, "../a.md")}).find("also given as another output"),
+            std::string::npos);
+  EXPECT_NE(message({join(out, "a.md"), join(sub, "../a.md")}).find("also given as another output"),
+            std::string::npos);
+  EXPECT_NE(message({join(sub, "q.md"), join(link, "q.md")}).find("also given as another output"),
+            std::string::npos);
+  // Lexically link/../q.md is root/q.md, but it lands in out/: no collision with root/q.md.
+  EXPECT_EQ(message({join(root, "q.md"), join(link, "../q.md")}), "(accepted)");
+  EXPECT_TRUE(remove_tree(root));
+}
+
 // Outputs are renamed over their path: a symbolic link, device node or FIFO there would be
 // replaced by a regular file, so only --force (replace_special) lets one through.
 TEST(Paths, CheckOutputPathsRefusesLinksDevicesAndFifosUnlessForced) {
@@ -176,6 +204,9 @@ TEST(Paths, CheckOutputPathsRefusesLinksDevicesAndFifosUnlessForced) {
   EXPECT_NE(message(link, false).find("--force"), std::string::npos);
   EXPECT_NE(message(fifo, false).find("is a FIFO"), std::string::npos) << message(fifo, false);
   EXPECT_NE(message("/dev/null", false).find("is a character device"), std::string::npos);
+  // A device node is never replaced, and --force is not offered for it.
+  EXPECT_EQ(message("/dev/null", false).find("--force"), std::string::npos);
+  EXPECT_NE(message("/dev/null", true).find("is a character device"), std::string::npos);
   EXPECT_EQ(message(link, true), "(accepted)");
   EXPECT_EQ(message(fifo, true), "(accepted)");
   // A regular file or a new path is fine without --force.
