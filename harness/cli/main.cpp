@@ -32,6 +32,7 @@
 #include "harness/cli/replay_options.h"
 #include "harness/cli/version.h"
 #include "harness/common/error.h"
+#include "reports/render_util.h"
 
 int main(int argc, char** argv) {
   using namespace coldstart;
@@ -150,10 +151,12 @@ int main(int argc, char** argv) {
     if (*merge) return cli::merge_main(merge_in, merge_out, merge_force);
     if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {
-    std::cerr << "coldstart: " << e.what() << "\n";
+    // Messages quote file names, keys and bytes from the user's files: escape what a terminal
+    // would act on (ESC, CR, invalid UTF-8).
+    std::cerr << "coldstart: " << reports::detail::terminal_text(e.what(), true) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "coldstart: error: " << e.what() << "\n";
+    std::cerr << "coldstart: error: " << reports::detail::terminal_text(e.what(), true) << "\n";
     return 1;
   }
   return 0;

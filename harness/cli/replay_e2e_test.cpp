@@ -258,6 +258,12 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --md " + link), 2);
   EXPECT_FALSE(paths::exists(json));
   ::unlink(link.c_str());
+  // A file name with terminal escapes is quoted escaped in the error, never sent raw.
+  const std::string out = paths::join(dir_, "escaped.txt");
+  EXPECT_EQ(run_coldstart("replay \"$(printf 'scenarios/\\033]0;title\\007.yaml')\"", out), 2);
+  const std::string said = read_text(out);
+  EXPECT_EQ(said.find('\x1b'), std::string::npos) << said;
+  EXPECT_NE(said.find("\\x1B]0;title\\x07.yaml"), std::string::npos) << said;
   // std::regex recurses per nested group: a deep --filter is refused, not a stack overflow.
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --filter '" +
                           std::string(5000, '(') + std::string(5000, ')') + "'"),
