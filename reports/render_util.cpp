@@ -311,11 +311,19 @@ std::optional<TtftExcess> ttft_excess(const StrategyResult& r) {
   }
   const auto tunes = r.extra.find("autotunes");
   if (tunes != r.extra.end() && tunes->is_array()) {
+    // A results file is the user's input: a field of another type counts as absent (json's
+    // value() would throw on it).
     for (const auto& a : *tunes) {
-      if (!a.is_object() || !a.value("hot_path", false) || !a.contains("wave")) continue;
+      if (!a.is_object()) continue;
+      const auto hot = a.find("hot_path"), wave = a.find("wave"), phase = a.find("phase");
       const auto bench = a.find("benchmark_ms");
-      if (bench == a.end() || !bench->is_number() || !in_ttft(a.value("phase", ""))) continue;
-      tune += sign(a.value("wave", -1)) * bench->get<double>();
+      if (hot == a.end() || !hot->is_boolean() || !hot->get<bool>() || wave == a.end() ||
+          !wave->is_number_integer() || phase == a.end() || !phase->is_string() ||
+          !in_ttft(phase->get<std::string>()) || bench == a.end() || !bench->is_number() ||
+          !std::isfinite(bench->get<double>()))
+        continue;
+      tune += sign(static_cast<int>(std::clamp<long long>(wave->get<long long>(), -1, 2))) *
+              bench->get<double>();
     }
   }
   TtftExcess x;

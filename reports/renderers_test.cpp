@@ -611,6 +611,17 @@ TEST(TtftExcess, PartsAreFirstMinusSteadyOverTheTtftPhases) {
   StrategyResult compile_only = r;
   compile_only.ttft_ms.reset();
   EXPECT_FALSE(detail::ttft_excess(compile_only));
+  // An autotune record with fields of another type (a hand-edited results file) counts as
+  // absent instead of throwing.
+  StrategyResult odd = r;
+  odd.extra["autotunes"] = nlohmann::json::array(
+      {{{"hot_path", "yes"}, {"wave", 0}, {"phase", "prefill"}, {"benchmark_ms", 12.0}},
+       {{"hot_path", true}, {"wave", "0"}, {"phase", "prefill"}, {"benchmark_ms", 12.0}},
+       {{"hot_path", true}, {"wave", 0}, {"phase", 7}, {"benchmark_ms", 12.0}},
+       {{"hot_path", true}, {"wave", 0}, {"phase", "prefill"}, {"benchmark_ms", 2.0}}});
+  const auto z = detail::ttft_excess(odd);
+  ASSERT_TRUE(z);
+  EXPECT_DOUBLE_EQ(z->parts[2].ms, 2.0);
 }
 
 // ---------------------------------------------------------------------------------------------
