@@ -25,12 +25,26 @@ json opt_to_json(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
+// Reads field `key` as T; a type error names the key, so a nested one reads as a path
+// ("\"phases\": \"name\": type must be string, but is number").
+template <typename T>
+T get_field(const json& value, const char* key) {
+  try {
+    return value.get<T>();
+  } catch (const json::type_error& e) {
+    std::string text = e.what();
+    if (text.rfind("[json.exception.", 0) == 0 && text.find("] ") != std::string::npos)
+      text = text.substr(text.find("] ") + 2);
+    throw json::type_error::create(e.id, fmt::format("\"{}\": {}", key, text), nullptr);
+  }
+}
+
 // Optional field: missing or null reads as empty; any other type must convert.
 template <typename T>
 std::optional<T> opt_from(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  return it->get<T>();
+  return get_field<T>(*it, key);
 }
 
 // Field with a default when missing. A null number reads as NaN: the writer turns NaN into null.
@@ -41,13 +55,13 @@ T value_or(const json& j, const char* key, T dflt) {
   if constexpr (std::is_floating_point_v<T>) {
     if (it->is_null()) return std::numeric_limits<T>::quiet_NaN();
   }
-  return it->get<T>();
+  return get_field<T>(*it, key);
 }
 
 // Required field: a missing one throws nlohmann's out_of_range error naming the key.
 template <typename T>
 T required(const json& j, const char* key) {
-  return j.at(key).get<T>();
+  return get_field<T>(j.at(key), key);
 }
 
 // Range checks of what a results file may hold (files are inputs too: `report`, `compare` and

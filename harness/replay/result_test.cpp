@@ -279,6 +279,11 @@ TEST(ResultsFile, OutOfRangeValuesAndWrongTypesAreInputErrors) {
   expect_input_error(head + R"("meta": {"sm": 1e300}, "results": []})", "\"sm\" is 1e+300");
   expect_input_error(head + R"("meta": {"sm": -90}, "results": []})", "\"sm\" is -90");
   expect_input_error(head + R"("meta": 5, "results": []})", "\"meta\" must be an object");
+  // A value of the wrong type names its key, nested keys as a path.
+  expect_input_error(head + one + R"(, "ttft_ms": "fast"}]})",
+                     "\"results\": \"ttft_ms\": type must be number, but is string");
+  expect_input_error(head + one + R"(, "phases": [{"name": 3, "ms": 1}]}]})",
+                     "\"results\": \"phases\": \"name\": type must be string");
   expect_input_error(head + R"("scenario": {"model": "x"}, "results": []})",
                      "\"scenario.model\" must be an object");
   // Null times stay null (not measured), and a phase's null ms reads as not measured too.
