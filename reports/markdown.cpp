@@ -73,9 +73,19 @@ std::string compiles_cell(const StrategyResult& r) {
   const std::vector<CompileEvent> compiled = hot_path_compiled(r);  // disk loads listed apart
   const std::string loaded = detail::loaded_suffix(r);
   if (compiled.empty()) return "0" + loaded;
-  std::vector<std::string> parts;
-  for (const auto& e : compiled) parts.push_back(cell(e.kernel) + " (" + cell(e.phase) + ")");
-  return fmt::format("**{}**: {}{}", compiled.size(), fmt::join(parts, ", "), loaded);
+  // One entry per kernel and phase, in first-compile order, with a count when it repeats (a
+  // DeepGEMM prefill compiles fp8_gemm_nt once per GEMM shape): a pull-request comment has a
+  // size limit, and the full list is in the table and the results file.
+  std::vector<std::pair<std::string, int>> parts;
+  for (const auto& e : compiled) {
+    const std::string key = cell(e.kernel) + " (" + cell(e.phase) + ")";
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.first == key; });
+    if (it == parts.end()) parts.emplace_back(key, 1);
+    else ++it->second;
+  }
+  std::vector<std::string> texts;
+  for (const auto& [key, n] : parts) texts.push_back(n > 1 ? fmt::format("{} ×{}", key, n) : key);
+  return fmt::format("**{}**: {}{}", compiled.size(), fmt::join(texts, ", "), loaded);
 }
 
 // A fence longer than any run of backticks in `text`, so error text cannot close it early.
@@ -109,15 +119,28 @@ bool failed(const StrategyResult& r) {
   return r.outcome != Outcome::kOk || detail::disallowed_hot_path(r);
 }
 
-}  // namespace
+// How much of each scenario the comment holds: kFull everything; kNoExcess drops the excess
+// tables and keeps the first lines of each error; kBrief keeps the table, the verdict headlines
+// and the rules summary.
+enum class Detail { kFull, kNoExcess, kBrief };
 
-std::string render_markdown(const std::vector<RunResults>& runs) {
-  std::string out = "## coldstart replay\n\n";
-  if (runs.empty()) return out + "(no results)\n";
-  const std::string first_device = device_line(runs.front().meta);
-  out += first_device + "\n";
+// The first `n` lines of `text`, with a line saying how many were left out.
+std::string first_lines(const std::string& text, size_t n) {
+  size_t pos = 0;
+  for (size_t i = 0; i < n && pos != std::string::npos; ++i) {
+    pos = text.find('\n', pos);
+    if (pos != std::string::npos) ++pos;
+  }
+  if (pos == std::string::npos || pos >= text.size()) return text;
+  const size_t rest = static_cast<size_t>(std::count(text.begin() + pos, text.end(), '\n')) +
+                      (text.back() != '\n');
+  return text.substr(0, pos) + fmt::format("... ({} more lines in the results file)\n", rest);
+}
 
-  for (const RunResults& run : runs) {
+// One scenario's section of the comment.
+std::string render_scenario(const RunResults& run, const std::string& first_device, Detail detail) {
+  std::string out;
+  {
     std::string name = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
     out += "\n### " + cell(name);
     if (!run.scenario.file.empty()) out += " (`" + detail::clean_text(run.scenario.file) + "`)";
@@ -133,10 +156,7 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
 
     std::vector<const StrategyResult*> rows = detail::grouped_rows(run);
     std::stable_partition(rows.begin(), rows.end(), [](const StrategyResult* r) { return failed(*r); });
-    if (rows.empty()) {
-      out += "(no results)\n";
-      continue;
-    }
+    if (rows.empty()) return out + "(no results)\n";
 
     out += "| strategy | variant | outcome | startup | TTFT | first decode | first/steady TTFT | "
            "hot-path compiles | workspace locked / requested |\n";
@@ -181,14 +201,15 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
       out += v.best.empty() ? fmt::format("**Verdict**{}: no strategy ended ok\n", which)
                             : fmt::format("**Verdict**{}: best **{}** ({})\n", which,
                                           cell(v.best), cell(v.best_why));
-      for (const auto& [what, text] : v.lines) out += fmt::format("- {}: {}\n", what, cell(text));
+      if (detail != Detail::kBrief)
+        for (const auto& [what, text] : v.lines) out += fmt::format("- {}: {}\n", what, cell(text));
       out += "\n";
     }
     // Where the first request's extra time went (GPU runs): first minus steady TTFT by part.
     std::vector<std::pair<const StrategyResult*, detail::TtftExcess>> excess;
     for (const StrategyResult* r : detail::grouped_rows(run))
       if (auto x = detail::ttft_excess(*r)) excess.emplace_back(r, *x);
-    if (!excess.empty()) {
+    if (!excess.empty() && detail == Detail::kFull) {
       std::vector<detail::TtftExcess> splits;
       for (const auto& e : excess) splits.push_back(e.second);
       const std::vector<detail::ExcessPart> cols = detail::excess_columns(splits);
@@ -235,19 +256,69 @@ std::string render_markdown(const std::vector<RunResults>& runs) {
       // Rows with error text; a skipped strategy did not fail (its reason is in its cell).
       if (r->outcome != Outcome::kOk && r->outcome != Outcome::kSkipped) errs.push_back(r);
     }
-    if (!errs.empty()) {
+    if (!errs.empty() && detail != Detail::kBrief) {
       out += fmt::format("\n<details><summary>Errors ({})</summary>\n\n", errs.size());
       for (const StrategyResult* r : errs) {
         out += fmt::format("**{}**: {}", cell(detail::label(*r)), outcome_name(r->outcome));
         if (r->failed_phase && !r->failed_phase->empty()) out += " in " + cell(*r->failed_phase);
         out += "\n\n";
         std::string text = detail::clean_text(r->error.value_or("(no error text)"));
+        if (detail != Detail::kFull) text = first_lines(text, 12);
         std::string fence = fence_for(text);
         out += fence + "text\n" + text + (text.empty() || text.back() != '\n' ? "\n" : "") + fence + "\n\n";
       }
       out += "</details>\n";
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::string render_markdown(const std::vector<RunResults>& runs, size_t max_bytes) {
+  std::string head = "## coldstart replay\n\n";
+  if (runs.empty()) return head + "(no results)\n";
+  const std::string first_device = device_line(runs.front().meta);
+  head += first_device + "\n";
+  // Less detail until the comment fits; then, if even the brief form does not, the scenarios
+  // that fit and a line naming the rest.
+  constexpr size_t kReserve = 1024;  // for the closing lines below
+  std::vector<std::string> sections;
+  size_t total = head.size();
+  for (Detail d : {Detail::kFull, Detail::kNoExcess, Detail::kBrief}) {
+    sections.clear();
+    total = head.size();
+    for (const RunResults& run : runs) {
+      sections.push_back(render_scenario(run, first_device, d));
+      total += sections.back().size();
+    }
+    if (max_bytes == 0 || total <= max_bytes) {
+      std::string out = head;
+      for (const std::string& s : sections) out += s;
+      if (d != Detail::kFull)
+        out += fmt::format("\n<sub>Shortened to fit {} bytes ({}): the full report is in "
+                           "`coldstart report --html` of the results file.</sub>\n",
+                           max_bytes, d == Detail::kNoExcess
+                                          ? "TTFT excess tables left out, errors cut to 12 lines"
+                                          : "verdict details, excess tables and errors left out");
+      return out;
+    }
+  }
+  std::string out = head;
+  std::vector<std::string> left_out;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    if (left_out.empty() && out.size() + sections[i].size() + kReserve <= max_bytes) {
+      out += sections[i];
+    } else {
+      left_out.push_back(cell(runs[i].scenario.name.empty() ? "(unnamed scenario)"
+                                                            : runs[i].scenario.name));
+    }
+  }
+  std::string names = fmt::format("{}", fmt::join(left_out, ", "));
+  if (names.size() > kReserve / 2) names = names.substr(0, kReserve / 2) + "...";
+  out += fmt::format("\n<sub>Shortened to fit {} bytes: {} scenario(s) left out ({}); the full "
+                     "report is in `coldstart report --html` of the results file.</sub>\n",
+                     max_bytes, left_out.size(), names);
   return out;
 }
 

@@ -50,7 +50,13 @@ std::string render_junit(const std::vector<RunResults>& runs, const JunitOptions
 /// first/steady TTFT ratio, hot-path compiles, workspace locked / requested in MB = 2^20 B),
 /// failed rows (crash, timeout, error, interrupted) before ok rows, every number with its unit,
 /// null values as "–" with a note saying why, and the full error texts in a <details> block.
-std::string render_markdown(const std::vector<RunResults>& runs);
+/// The result is at most `max_bytes` long (0: no limit; default GitHub's 65,536-character
+/// comment limit, counted in bytes, which is stricter): past it the excess tables go first and
+/// errors are cut to 12 lines, then verdict details and errors, then whole scenarios from the
+/// end, each step said in a closing line.
+constexpr size_t kCommentLimitBytes = 65536;
+std::string render_markdown(const std::vector<RunResults>& runs,
+                            size_t max_bytes = kCommentLimitBytes);
 
 /// One self-contained HTML page (inline CSS and inline SVG, no script, no network): per scenario
 /// and variant a results table with outcome badges, a horizontal stacked bar chart of startup

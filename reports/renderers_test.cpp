@@ -21,6 +21,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
@@ -689,6 +691,41 @@ TEST(Markdown, FirstOverSteadyIsNotComparableWhenTheSteadyRequestWasNotItsWarmTw
   // The compile list says which wave and step paid for each hot-path compile.
   EXPECT_NE(html.find("<td>first wave, request 0, step 0</td><td>tq_cache_store</td>"), std::string::npos);
   EXPECT_NE(html.find("<td>steady request 1, step 2</td><td>tq_decode_stage1</td>"), std::string::npos);
+}
+
+// A pull-request comment has a size limit: past it the comment drops detail step by step, then
+// whole scenarios from the end, and says so; repeated kernels are listed once with a count.
+TEST(Markdown, ShortensToTheCommentLimitAndSaysWhat) {
+  std::vector<RunResults> many;
+  for (int i = 0; i < 40; ++i) {
+    RunResults run;
+    run.meta.mode = "cuda";
+    run.scenario.name = fmt::format("scenario-{}", i);
+    StrategyResult crash = verdict_row("none", Outcome::kCrash, 3, 0, 100);
+    for (auto& e : crash.hot_path_compiles) e.kernel = "fp8_gemm_nt";
+    std::string error;
+    for (int line = 0; line < 100; ++line) error += fmt::format("frame {} of a long trace\n", line);
+    crash.error = error;
+    run.results = {crash, verdict_row("warm", Outcome::kOk, 0, 50, 200)};
+    many.push_back(run);
+  }
+  const std::string full = render_markdown(many, 0);
+  EXPECT_GT(full.size(), kCommentLimitBytes);
+  EXPECT_NE(full.find("**3**: fp8_gemm_nt (prefill) ×3"), std::string::npos);
+  EXPECT_NE(full.find("frame 99 of a long trace"), std::string::npos);
+  const std::string cut = render_markdown(many);
+  EXPECT_LE(cut.size(), kCommentLimitBytes);
+  EXPECT_NE(cut.find("Shortened to fit 65536 bytes"), std::string::npos) << cut.substr(cut.size() - 300);
+  EXPECT_EQ(cut.find("frame 99 of a long trace"), std::string::npos);
+  EXPECT_NE(cut.find("### scenario-39"), std::string::npos);  // all 40 fit once errors are cut
+  EXPECT_NE(cut.find("more lines in the results file"), std::string::npos);
+  // A tighter limit leaves scenarios out and names them.
+  const std::string tight = render_markdown(many, 8000);
+  EXPECT_LE(tight.size(), 8000u);
+  EXPECT_NE(tight.find("### scenario-0"), std::string::npos);
+  EXPECT_EQ(tight.find("### scenario-39"), std::string::npos);
+  EXPECT_NE(tight.find("scenario-39"), std::string::npos);  // named in the closing line
+  EXPECT_NE(tight.find("scenario(s) left out"), std::string::npos);
 }
 
 TEST(Markdown, FailuresFirstAndEveryRowComplete) {
