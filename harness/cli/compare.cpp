@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
@@ -125,6 +126,56 @@ MetricDelta compare_metric(const std::string& name, const std::optional<double>&
   return m;
 }
 
+// A compile identity "name[A=1,B=2](i32,*bf16)" split into its constexprs (in order) and its
+// argument specializations; an identity in another form is all "signature".
+struct IdentityParts {
+  std::vector<std::pair<std::string, std::string>> constexprs;
+  std::string signature;
+};
+
+IdentityParts identity_parts(const std::string& identity) {
+  IdentityParts p;
+  const size_t open = identity.find('['), paren = identity.find('(');
+  const size_t close = open == std::string::npos ? std::string::npos : identity.find(']', open);
+  if (open == std::string::npos || close == std::string::npos || (paren != std::string::npos && paren < open)) {
+    p.signature = paren == std::string::npos ? identity : identity.substr(paren);
+    return p;
+  }
+  const std::string list = identity.substr(open + 1, close - open - 1);
+  size_t start = 0;
+  while (start <= list.size() && !list.empty()) {
+    const size_t comma = list.find(',', start);
+    const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t eq = item.find('=');
+    p.constexprs.emplace_back(item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  p.signature = identity.substr(close + 1);
+  return p;
+}
+
+// What differs between two identities of one kernel: "NUM_CACHE_LINES 58008 -> 58002",
+// "BLOCK_M (none) -> 64", "specializations (i32) -> (i32:16)".
+std::string key_difference(const std::string& baseline, const std::string& current) {
+  const IdentityParts b = identity_parts(baseline), c = identity_parts(current);
+  std::vector<std::string> diffs;
+  auto value_in = [](const IdentityParts& p, const std::string& name) -> std::string {
+    for (const auto& [n, v] : p.constexprs)
+      if (n == name) return v;
+    return "(none)";
+  };
+  std::set<std::string> seen;
+  for (const auto& [n, v] : b.constexprs)
+    if (seen.insert(n).second && value_in(c, n) != v)
+      diffs.push_back(fmt::format("{} {} -> {}", n, v, value_in(c, n)));
+  for (const auto& [n, v] : c.constexprs)
+    if (seen.insert(n).second) diffs.push_back(fmt::format("{} (none) -> {}", n, v));
+  if (b.signature != c.signature)
+    diffs.push_back(fmt::format("specializations {} -> {}", b.signature, c.signature));
+  return diffs.empty() ? std::string("same key") : fmt::format("{}", fmt::join(diffs, ", "));
+}
+
 CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
   const StrategyResult& br = *b.result;
   const StrategyResult& cr = *c.result;
@@ -192,15 +243,38 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
     const CompileKeyParts k = split_compile_key(e.key);
     known.emplace(std::make_pair(e.kernel, k.identity), k.source_hash);
   }
-  std::set<std::pair<std::string, std::string>> reported;
+  std::set<std::pair<std::string, std::string>> reported, current_ids;
   const std::vector<CompileEvent> current_compiles = hot_path_compiled(cr);  // disk loads excluded
+  for (const CompileEvent& e : current_compiles)
+    current_ids.emplace(e.kernel, split_compile_key(e.key).identity);
+  // Baseline compiles the current run did not repeat, by kernel and phase: a current compile of
+  // the same kernel in the same phase with another key takes one of them (first come).
+  std::map<std::pair<std::string, std::string>, std::vector<const CompileEvent*>> unrepeated;
+  for (const CompileEvent& e : br.hot_path_compiles) {
+    if (e.source == "disk" || current_ids.count({e.kernel, split_compile_key(e.key).identity}))
+      continue;
+    auto& list = unrepeated[{e.kernel, e.phase}];
+    const std::string id = split_compile_key(e.key).identity;
+    if (std::none_of(list.begin(), list.end(), [&](const CompileEvent* o) {
+          return split_compile_key(o->key).identity == id;
+        }))
+      list.push_back(&e);
+  }
   for (const CompileEvent& e : current_compiles) {
     const CompileKeyParts k = split_compile_key(e.key);
     const std::pair<std::string, std::string> id{e.kernel, k.identity};
     if (!reported.insert(id).second) continue;
     const auto it = known.find(id);
     if (it == known.end()) {
-      row.new_hot_path_compiles.push_back(e);
+      auto& spare = unrepeated[{e.kernel, e.phase}];
+      if (spare.empty()) {
+        row.new_hot_path_compiles.push_back(e);
+      } else {
+        row.key_changed.push_back({e, spare.front()->key,
+                                   key_difference(split_compile_key(spare.front()->key).identity,
+                                                  k.identity)});
+        spare.erase(spare.begin());
+      }
     } else if (it->second != k.source_hash) {
       row.kernel_source_changed.push_back({e, it->second});
     }
@@ -257,6 +331,29 @@ std::string metric_cell(const MetricDelta& m) {
   if (m.regressed) cell += " !";
   if (m.improved) cell += " *";
   return cell;
+}
+
+// One line per (kernel, difference) of the rows' key_changed:
+// "<kernel>: <what> (<n> hot-path compiles in <m> pairs, e.g. <label>)".
+std::vector<std::string> key_change_lines(const std::vector<CompareRow>& rows) {
+  struct Seen {
+    size_t compiles = 0;
+    std::set<std::string> pairs;
+    std::string example;
+  };
+  std::map<std::pair<std::string, std::string>, Seen> by;
+  for (const CompareRow& r : rows)
+    for (const KeyChange& c : r.key_changed) {
+      Seen& s = by[{c.current.kernel, c.what}];
+      ++s.compiles;
+      if (s.pairs.insert(r.label()).second && s.example.empty()) s.example = r.label();
+    }
+  std::vector<std::string> out;
+  for (const auto& [k, s] : by)
+    out.push_back(fmt::format("{}: {} ({} hot-path compile{} in {} pair{}, e.g. {})", k.first,
+                              k.second, s.compiles, s.compiles == 1 ? "" : "s", s.pairs.size(),
+                              s.pairs.size() == 1 ? "" : "s", s.example));
+  return out;
 }
 
 // One line per (kernel, baseline source, current source) of the rows' kernel_source_changed:
@@ -525,6 +622,8 @@ std::string CompareReport::render() const {
   }
   for (const std::string& l : source_change_lines(rows))
     os << "note: kernel source changed (the same instances, not new compiles): " << l << "\n";
+  for (const std::string& l : key_change_lines(rows))
+    os << "note: compile key changed (the same kernel and phase, not new compiles): " << l << "\n";
   if (regressed) {
     os << "REGRESSED (" << reasons.size() << (reasons.size() == 1 ? " reason" : " reasons")
        << "):\n";
@@ -590,6 +689,13 @@ std::string CompareReport::render_markdown() const {
          << " | " << verdict(*r) << " |\n";
     }
     os << "\n";
+  }
+  if (const std::vector<std::string> keys = key_change_lines(rows); !keys.empty()) {
+    os << "<details><summary>compile key changed (" << keys.size()
+       << "): the same kernel and phase compiled with other key values, not new compiles"
+          "</summary>\n\n";
+    for (const std::string& l : keys) os << "- " << cell(l) << "\n";
+    os << "\n</details>\n\n";
   }
   if (changed_source > 0) {
     os << "<details><summary>kernel source changed (" << changed_source

@@ -56,6 +56,16 @@ struct SourceChange {
   std::string baseline_source_hash;  ///< the baseline key's source hash (hex)
 };
 
+/// A hot-path compile whose key differs from a baseline compile of the same kernel in the same
+/// phase only in values (a constexpr such as NUM_CACHE_LINES that follows the KV cache size, a
+/// tuned config, an argument specialization): the same compile with another key, not a new one.
+struct KeyChange {
+  CompileEvent current;      ///< the current run's compile
+  std::string baseline_key;  ///< the baseline compile it stands in for
+  /// What differs: "NUM_CACHE_LINES 58008 -> 58002", "specializations (i32) -> (i32:16)".
+  std::string what;
+};
+
 /// How one (scenario, target, variant, strategy) fared between the two files.
 struct CompareRow {
   enum class Presence { kBoth, kAdded, kRemoved };  ///< added = only in current
@@ -78,6 +88,9 @@ struct CompareRow {
   /// Hot-path compiles of instances the baseline compiled from other kernel source: reported,
   /// never a regression.
   std::vector<SourceChange> kernel_source_changed;
+  /// Hot-path compiles paired with a baseline compile of the same kernel and phase that only
+  /// differs in key values: reported, never a regression (the count did not grow).
+  std::vector<KeyChange> key_changed;
   bool fewer_hot_path_compiles = false;  ///< current compiled less on the hot path than the baseline
   /// A compared timing moved by more than the threshold but was not gated (neither side recorded
   /// a spread): shown as "changed (not gated)", never a regression.

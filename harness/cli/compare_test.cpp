@@ -168,6 +168,63 @@ TEST(Compare, ASourceOnlyKernelChangeIsReportedNotRegressed) {
       << r.render();
 }
 
+/// Replaces `from` with `to` in every compile key of `kernel` in `r`.
+void edit_keys(RunResults& r, const std::string& kernel, const std::string& from,
+               const std::string& to) {
+  for (StrategyResult& s : r.results)
+    for (CompileEvent& e : s.hot_path_compiles)
+      if (e.kernel == kernel && e.key.find(from) != std::string::npos)
+        e.key.replace(e.key.find(from), from.size(), to);
+}
+
+// A constexpr that follows the KV cache size (NUM_CACHE_LINES in the conv1d keys moved by 6
+// blocks when CUPTI took memory first) changes the key of the same compile: reported as a key
+// change naming the value, not as a new hot-path compile. One compile more of the kernel is new.
+TEST(Compare, AKeyValueChangeIsReportedNotANewCompile) {
+  const RunResults base = load("hotpath.json");
+  RunResults cur = base;
+  edit_keys(cur, "tq_decode_stage1", "NUM_KV_SPLITS=32", "NUM_KV_SPLITS=16");
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  size_t changed = 0;
+  for (const CompareRow& row : r.rows) {
+    EXPECT_TRUE(row.new_hot_path_compiles.empty()) << row.label();
+    for (const KeyChange& c : row.key_changed) {
+      EXPECT_EQ(c.what, "NUM_KV_SPLITS 32 -> 16");
+      EXPECT_NE(c.baseline_key.find("NUM_KV_SPLITS=32"), std::string::npos);
+      ++changed;
+    }
+  }
+  EXPECT_GT(changed, 0u);
+  EXPECT_NE(r.render().find("note: compile key changed (the same kernel and phase, not new "
+                            "compiles): tq_decode_stage1: NUM_KV_SPLITS 32 -> 16 ("),
+            std::string::npos)
+      << r.render();
+  EXPECT_NE(r.render_markdown().find("compile key changed (1)"), std::string::npos);
+  // Argument specializations are part of the key too.
+  RunResults spec = base;
+  edit_keys(spec, "tq_decode_stage1", "i32:16,fp32)", "i32,fp32)");
+  const CompareReport rs = compare_results(base, spec, CompareOptions{});
+  EXPECT_FALSE(rs.regressed) << rs.render();
+  EXPECT_NE(rs.render().find("specializations (*bf16:16,"), std::string::npos) << rs.render();
+  // A second compile of the kernel in the same phase has nothing to stand in for: new.
+  RunResults more = base;
+  for (StrategyResult& s : more.results) {
+    std::vector<CompileEvent> extra;
+    for (const CompileEvent& e : s.hot_path_compiles)
+      if (e.kernel == "tq_decode_stage1") {
+        CompileEvent twin = e;
+        twin.key.replace(twin.key.find("NUM_KV_SPLITS=32"), 16, "NUM_KV_SPLITS=8");
+        extra.push_back(twin);
+      }
+    for (CompileEvent& e : extra) s.hot_path_compiles.push_back(e);
+  }
+  const CompareReport rm = compare_results(base, more, CompareOptions{});
+  EXPECT_TRUE(rm.regressed);
+  EXPECT_NE(rm.render().find("NEW HOT-PATH COMPILE of tq_decode_stage1"), std::string::npos)
+      << rm.render();
+}
+
 TEST(Compare, AnotherTargetIsNotedAndItsTimingsAreNotGated) {
   const RunResults base = load("repeats_base.json");
   RunResults cur = load("repeats_beyond.json");  // regressed when compared on one target
