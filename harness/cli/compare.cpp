@@ -280,7 +280,9 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
     }
   }
 
-  row.fewer_hot_path_compiles = current_compiles.size() < hot_path_compiled(br).size();
+  row.baseline_hot_path_compiles = static_cast<int>(hot_path_compiled(br).size());
+  row.current_hot_path_compiles = static_cast<int>(current_compiles.size());
+  row.fewer_hot_path_compiles = row.current_hot_path_compiles < row.baseline_hot_path_compiles;
   for (const MetricDelta& m : row.metrics)
     if (m.compared && !m.gated && std::fabs(m.delta_pct()) > threshold_pct) row.ungated_change = true;
 
@@ -380,6 +382,26 @@ std::vector<std::string> source_change_lines(const std::vector<CompareRow>& rows
                               s.pairs.size() == 1 ? "" : "s", s.example));
   return out;
 }
+
+// "10 -> 8" hot-path compiles, "+1 new" when some have no baseline counterpart; "-" for an
+// added or removed row.
+std::string compiles_cell(const CompareRow& r) {
+  if (r.presence != CompareRow::Presence::kBoth) return "-";
+  std::string s = r.baseline_hot_path_compiles == r.current_hot_path_compiles
+                      ? std::to_string(r.current_hot_path_compiles)
+                      : fmt::format("{} -> {}", r.baseline_hot_path_compiles,
+                                    r.current_hot_path_compiles);
+  if (!r.new_hot_path_compiles.empty()) s += fmt::format(" ({} new)", r.new_hot_path_compiles.size());
+  return s;
+}
+
+// What each verdict means, for the line under the tables.
+constexpr const char* kVerdictLegend =
+    "verdicts: REGRESSED = a new crash, timeout or error, a new hot-path compile or a gated "
+    "timing regression; fixed = failed in the baseline, ok now; improved = fewer hot-path "
+    "compiles or a gated timing faster; changed (not gated) = a timing moved past the threshold "
+    "without a recorded spread; same = none of these; added / removed = in one file only; "
+    "interrupted / not compared = a side was stopped before it measured";
 
 std::string verdict(const CompareRow& r) {
   switch (r.presence) {
@@ -565,7 +587,7 @@ CompareReport compare_results(const RunResults& baseline, const RunResults& curr
 
 std::string CompareReport::render() const {
   const std::vector<std::string> header = {"STRATEGY", "VARIANT", "OUTCOME", "STARTUP ms",
-                                           "TTFT ms", "FIRST DECODE ms", "NEW HOT-PATH",
+                                           "TTFT ms", "FIRST DECODE ms", "HOT-PATH COMPILES",
                                            "VERDICT"};
   // Rows grouped under a "scenario (sm)" heading, in report order.
   std::vector<std::string> groups;
@@ -582,9 +604,7 @@ std::string CompareReport::render() const {
     }
     std::vector<std::string> line = {r.strategy, r.variant.empty() ? "-" : r.variant, outcome};
     for (const MetricDelta& m : r.metrics) line.push_back(metric_cell(m));
-    line.push_back(r.presence == CompareRow::Presence::kBoth
-                       ? std::to_string(r.new_hot_path_compiles.size())
-                       : std::string("-"));
+    line.push_back(compiles_cell(r));
     line.push_back(verdict(r));
     cells[group].push_back(std::move(line));
   }
@@ -614,6 +634,8 @@ std::string CompareReport::render() const {
                     "run-to-run spread, * = faster by as much; only timings with a recorded "
                     "spread (--repeat N) are gated\n",
                     max_regression_pct);
+  os << "hot-path compiles: baseline -> current (disk-cache loads not counted)\n"
+     << kVerdictLegend << "\n";
   for (const std::string& n : notes) os << "note: " << n << "\n";
   for (const CompareRow& r : rows) {
     if (!r.new_failure && !r.outcome_change.empty()) {
@@ -669,7 +691,7 @@ std::string CompareReport::render_markdown() const {
     if (same[g] > 0) os << fmt::format(" ({} unchanged pair{})", same[g], same[g] == 1 ? "" : "s");
     os << "\n\n";
     if (shown[g].empty()) continue;
-    os << "| strategy | variant | outcome | startup ms | TTFT ms | first decode ms | new hot-path "
+    os << "| strategy | variant | outcome | startup ms | TTFT ms | first decode ms | hot-path "
           "compiles | verdict |\n|---|---|---|---|---|---|---|---|\n";
     for (const CompareRow* r : shown[g]) {
       std::string outcome;
@@ -682,11 +704,7 @@ std::string CompareReport::render_markdown() const {
       os << "| " << cell(r->strategy) << " | " << cell(r->variant.empty() ? "-" : r->variant)
          << " | " << outcome;
       for (const MetricDelta& m : r->metrics) os << " | " << metric_cell(m);
-      os << " | "
-         << (r->presence == CompareRow::Presence::kBoth
-                 ? std::to_string(r->new_hot_path_compiles.size())
-                 : std::string("-"))
-         << " | " << verdict(*r) << " |\n";
+      os << " | " << compiles_cell(*r) << " | " << verdict(*r) << " |\n";
     }
     os << "\n";
   }
@@ -706,8 +724,9 @@ std::string CompareReport::render_markdown() const {
   for (const std::string& n : notes) os << "> " << n << "\n>\n";
   os << fmt::format("\nTimings are baseline -> current; ! = slower by more than {:g}% and the "
                     "run-to-run spread, * = faster by as much; only timings with a recorded "
-                    "spread (--repeat N) are gated.\n",
-                    max_regression_pct);
+                    "spread (--repeat N) are gated. Hot-path compiles are baseline -> current "
+                    "(disk-cache loads not counted).\n\n<sub>{}</sub>\n",
+                    max_regression_pct, kVerdictLegend);
   return os.str();
 }
 

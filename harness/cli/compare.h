@@ -92,6 +92,10 @@ struct CompareRow {
   /// differs in key values: reported, never a regression (the count did not grow).
   std::vector<KeyChange> key_changed;
   bool fewer_hot_path_compiles = false;  ///< current compiled less on the hot path than the baseline
+  /// Hot-path compiles (disk loads excluded) of the baseline and current result; -1 for the side
+  /// an added or removed row lacks.
+  int baseline_hot_path_compiles = -1;
+  int current_hot_path_compiles = -1;
   /// A compared timing moved by more than the threshold but was not gated (neither side recorded
   /// a spread): shown as "changed (not gated)", never a regression.
   bool ungated_change = false;

@@ -125,6 +125,14 @@ TEST(Compare, NewHotPathCompileIsRegressed) {
   ASSERT_EQ(r.reasons.size(), 1u);
   EXPECT_NE(r.reasons[0].find("NEW HOT-PATH COMPILE of tq_decode_stage1"), std::string::npos)
       << r.reasons[0];
+  // The table shows the counts on both sides and how many are new; a legend says what each
+  // verdict means.
+  EXPECT_EQ(row->baseline_hot_path_compiles, 0);
+  EXPECT_EQ(row->current_hot_path_compiles, 1);
+  EXPECT_NE(r.render().find("0 -> 1 (1 new)     REGRESSED"), std::string::npos) << r.render();
+  EXPECT_NE(r.render().find("verdicts: REGRESSED = a new crash"), std::string::npos);
+  EXPECT_NE(r.render_markdown().find("| 0 -> 1 (1 new) | REGRESSED |"), std::string::npos)
+      << r.render_markdown();
   // tq-reserve-max already compiled tq_decode_stage1 on the hot path in the baseline: not new.
   EXPECT_TRUE(find_row(r, "tq-reserve-max", kPW)->new_hot_path_compiles.empty());
 }
