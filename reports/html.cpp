@@ -280,7 +280,9 @@ std::string excess_table(const std::vector<const StrategyResult*>& rows) {
   }
   return s + "</tbody></table>\n<p class=\"meta\">First request minus steady request, ms (JIT "
              "records over prefill and continuation prefill, the rest over the TTFT window); hover "
-             "a part's title for how it was measured; – : not measured in that result.</p>\n";
+             "a part's title for how it was measured; a negative part: the steady request spent more "
+             "there (the host waits less for the GPU when its own stalls already hid GPU work); "
+             "– : not measured in that result.</p>\n";
 }
 
 // The verdict of one variant: the pick and what each strategy costs.

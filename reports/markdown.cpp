@@ -232,8 +232,10 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
       std::vector<std::string> sources;
       for (const auto& c : cols) sources.push_back(cell(c.name) + ": " + cell(c.source));
       out += fmt::format("\n<sub>ms, first request minus steady request (JIT records: over prefill "
-                         "and continuation prefill; the rest: over the TTFT window); {}; {}: not "
-                         "measured in this result; unexplained: the rest</sub>\n\n</details>\n\n",
+                         "and continuation prefill; the rest: over the TTFT window); {}; a negative "
+                         "part: the steady request spent more there (the host waits less for the "
+                         "GPU when its own stalls already hid GPU work); {}: not measured in this "
+                         "result; unexplained: the rest</sub>\n\n</details>\n\n",
                          fmt::join(sources, "; "), kNull);
     }
     // The scenario's expect: rules as the run checked them.
