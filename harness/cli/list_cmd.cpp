@@ -16,6 +16,7 @@
 #include "harness/common/paths.h"
 #include "harness/models/mixer.h"
 #include "harness/models/model.h"
+#include "reports/render_util.h"
 #include "reports/table.h"
 #include "warmers/warmer.h"
 
@@ -28,7 +29,25 @@ int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
   for (const auto& f : inputs)
     for (auto& r : read_any_results(f)) runs.push_back(std::move(r));
   write_outputs(a, runs);
-  for (const RunResults& run : runs) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+  for (const RunResults& run : runs) {
+    std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+    // The scenario's expect: rules as the run checked them (report does not re-check them).
+    if (run.rules.empty()) continue;
+    size_t met = 0, unmet = 0, other = 0;
+    for (const RuleCheck& r : run.rules) {
+      if (r.status == "met") ++met;
+      else if (r.status == "unmet") ++unmet;
+      else ++other;
+    }
+    std::cout << fmt::format("expectations of {} (as the run checked them): {} met, {} unmet, {} "
+                             "not checked\n",
+                             reports::detail::terminal_text(run.scenario.name), met, unmet, other);
+    for (const RuleCheck& r : run.rules)
+      if (r.status == "unmet")
+        for (const std::string& d : r.details)
+          std::cout << "  UNMET " << reports::detail::terminal_text(d) << " (rule at "
+                    << reports::detail::terminal_text(r.where) << ")\n";
+  }
   return 0;
 }
 

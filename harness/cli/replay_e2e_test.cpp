@@ -385,9 +385,10 @@ TEST_F(ReplayE2E, JitMonitorWarnLinesNameTheirStrategy) {
 /// listed as not checked (they exited 3 as unmet before), and CI logs get one plain progress
 /// line per strategy start and end.
 TEST_F(ReplayE2E, CheckAfterASetOverTheAxisListsRulesNotCheckedAndPrintsPlainProgress) {
-  const std::string out = paths::join(dir_, "out.txt");
+  const std::string out = paths::join(dir_, "out.txt"), json = paths::join(dir_, "r.json");
   const int rc = run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
-                               "--strategy none --set cudagraph_mode=piecewise --check",
+                               "--strategy none --set cudagraph_mode=piecewise --check --json " +
+                                   json,
                                out);
   const std::string text = read_text(out);
   EXPECT_EQ(rc, 0) << text;
@@ -395,6 +396,13 @@ TEST_F(ReplayE2E, CheckAfterASetOverTheAxisListsRulesNotCheckedAndPrintsPlainPro
   EXPECT_NE(text.find("not checked: rule at"), std::string::npos) << text;
   EXPECT_NE(text.find("[1/1] none: started"), std::string::npos) << text;
   EXPECT_NE(text.find("[1/1] none: crash in first_decode in "), std::string::npos) << text;
+  // report prints the rules as the run recorded them.
+  const std::string again = paths::join(dir_, "again.txt");
+  EXPECT_EQ(run_coldstart("report " + json, again), 0);
+  EXPECT_NE(read_text(again).find("expectations of qwen3-8b-turboquant (as the run checked them): "),
+            std::string::npos)
+      << read_text(again);
+  EXPECT_NE(read_text(again).find(" 0 unmet, "), std::string::npos) << read_text(again);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
                           "--strategy none --progress sometimes"),
             2);
