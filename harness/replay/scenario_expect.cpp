@@ -72,11 +72,13 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
           std::string known;
           for (const auto& name : variants)
             known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", name);
+          const bool no_matrix = variants.size() == 1 && variants[0].empty();
           c.fail(x->path, x->value.Mark(),
-                 fmt::format("unknown variant \"{}\"{}; variants: {}", *v, suggest(*v, variants),
-                             variants.size() == 1 && variants[0].empty()
-                                 ? "\"\" only (the scenario has no matrix)"
-                                 : known));
+                 no_matrix ? fmt::format("unknown variant \"{}\": the scenario has no matrix, so "
+                                         "its results have no variant (leave 'variant' out)",
+                                         *v)
+                           : fmt::format("unknown variant \"{}\"{}; variants: {}", *v,
+                                         suggest(*v, variants), known));
         } else {
           r.variant = *v;
         }

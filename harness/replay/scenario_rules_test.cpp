@@ -320,6 +320,9 @@ TEST_F(ScenarioExpectRules, Errors) {
             "unknown strategy 'nome' (did you mean 'none'?)");
   expect_at(error_of(with_expect("  - {strategy: none, outcome: ok}\n  - {strategy: both}\n")), 18,
             "expect.1", "a rule needs at least one check");
+  expect_at(error_of(with_expect("  - {strategy: none, variant: \"block_size=32\", outcome: ok}\n")),
+            17, "expect.0.variant",
+            "the scenario has no matrix, so its results have no variant (leave 'variant' out)");
   expect_at(error_of(with_expect("  - {strategy: none, outcome: crashed}\n")), 17,
             "expect.0.outcome", "did you mean 'crash'?");
   expect_at(error_of(with_expect("  - {strategy: none, mode: gpu, outcome: ok}\n")), 17,
