@@ -291,9 +291,11 @@ std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig
     out.push_back({"model.full_attention_interval",
                    fmt::format("must be positive, got {}", d.interval)});
   }
-  // Which layers hold the sparse MoE: vLLM's Qwen3NextDecoderLayer (as Qwen2-MoE's) takes a layer
-  // out of mlp_only_layers with (layer + 1) % decoder_sparse_step == 0, so a step of 0 divides by
-  // zero there. The replay puts the MoE in every layer: step 1 and no mlp_only_layers only.
+  // Which layers hold the sparse MoE: Qwen3NextDecoderLayer.__init__ in vLLM's
+  // vllm/model_executor/models/qwen3_next.py builds Qwen3NextSparseMoeBlock for a layer not in
+  // mlp_only_layers when num_experts > 0 and (layer_idx + 1) % decoder_sparse_step == 0 (else a
+  // dense Qwen3NextMLP), so a step of 0 raises ZeroDivisionError there. The replay puts the MoE
+  // in every layer: step 1 and no mlp_only_layers only.
   const ConfigView r{c, &out};
   const int64_t step = config_int(r, "decoder_sparse_step", 1);
   if (step != 1) {
