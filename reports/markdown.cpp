@@ -187,6 +187,11 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
         not_comparable.push_back(cell(detail::label(*r)) + ": " + cell(*why));
     if (!not_comparable.empty())
       notes.push_back(fmt::format("n/c: not comparable ({})", fmt::join(not_comparable, "; ")));
+    for (const StrategyResult* r : rows)
+      if (auto how = detail::extra_string(*r, "cuda_api_timing")) {
+        notes.push_back("host split (--host-split): " + cell(*how));
+        break;
+      }
     if (any_null) {
       notes.push_back(run.meta.mode == "compile-only"
                           ? std::string(kNull) + ": compile-only: no kernel times"

@@ -30,6 +30,7 @@
 #include "reports/render_util.h"
 #include "reports/golden_test_util.h"
 #include "reports/renderers.h"
+#include "reports/table.h"
 
 namespace coldstart::reports {
 namespace {
@@ -581,6 +582,17 @@ TEST(TtftExcess, PartsAreFirstMinusSteadyOverTheTtftPhases) {
   EXPECT_DOUBLE_EQ(y->parts[10].ms, 7.0);
   // The parts add up to the window but the JIT's: its records name 81 ms, its windows held 76.
   EXPECT_DOUBLE_EQ(y->unexplained_ms, 110.0 - 81 - 3 - 23 + 7 - 8 - 7);
+  // A run timed with --host-split says so under its tables (its TTFTs carry CUPTI's cost).
+  by_host.extra["cuda_api_timing"] = "on while requests ran: CUPTI's callbacks add host time";
+  {
+    RunResults split;
+    split.meta.mode = "cuda";
+    split.results = {by_host};
+    EXPECT_NE(render_markdown({split}).find("host split (--host-split): on while requests ran"),
+              std::string::npos);
+    EXPECT_NE(render_table(split, false).find("host split (--host-split): on while requests ran"),
+              std::string::npos);
+  }
   // A table with both kinds of split has every part as a column, "–" where a row lacks it.
   RunResults mixed;
   mixed.meta.mode = "cuda";

@@ -202,6 +202,12 @@ std::string render_table(const RunResults& raw_run, bool color) {
   if (rows.empty()) out += "(no results)\n";
   out += "workspace MB: locked / peak requested per slot (MB = 2^20 bytes)";
   out += any_null ? "; -: not measured (compile-only mode) or not reached\n" : "\n";
+  // A run with --host-split: its TTFTs carry CUPTI's callback cost (say so once per run).
+  for (const StrategyResult* r : rows)
+    if (auto how = detail::extra_string(*r, "cuda_api_timing")) {
+      out += "host split (--host-split): " + *how + "\n";
+      break;
+    }
 
   // Which strategy to pick, per variant, and what each one costs.
   for (const detail::VariantVerdict& v : detail::verdicts(run)) {

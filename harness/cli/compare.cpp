@@ -176,6 +176,12 @@ std::string key_difference(const std::string& baseline, const std::string& curre
   return diffs.empty() ? std::string("same key") : fmt::format("{}", fmt::join(diffs, ", "));
 }
 
+// Whether the result was timed under --host-split (CUPTI's callbacks on while requests ran).
+bool host_split_on(const StrategyResult& r) {
+  const auto it = r.extra.is_object() ? r.extra.find("cuda_api_timing") : r.extra.end();
+  return it != r.extra.end() && it->is_string() && it->get<std::string>().rfind("on ", 0) == 0;
+}
+
 CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
   const StrategyResult& br = *b.result;
   const StrategyResult& cr = *c.result;
@@ -226,8 +232,11 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
 
   // A GPU run and a compile-only run measure different things, and so do two targets (an H100
   // and an H200): their times are shown, never gated.
-  const bool comparable =
-      b.run->meta.mode == c.run->meta.mode && run_target(b.run->meta) == row.target;
+  // CUPTI's callbacks (--host-split) add host time to every CUDA call: a result measured with
+  // them is not timed like one without.
+  const bool comparable = b.run->meta.mode == c.run->meta.mode &&
+                          run_target(b.run->meta) == row.target &&
+                          host_split_on(br) == host_split_on(cr);
   row.metrics.push_back(compare_metric("startup_ms", br.startup_ms, cr.startup_ms, br, cr,
                                        threshold_pct, comparable));
   row.metrics.push_back(
@@ -478,6 +487,21 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
           "hot-path compiles are compared, timings are shown but not gated",
           name, target_label(tb, smb), target_label(tc, smc)));
     }
+  }
+
+  // Results timed under --host-split on one side only: their timings are shown, not gated.
+  {
+    std::map<std::string, std::pair<bool, bool>> split;  // scenario -> (baseline, current) any on
+    for (const auto& r : baseline)
+      for (const StrategyResult& x : r.results) split[r.scenario.name].first |= host_split_on(x);
+    for (const auto& r : current)
+      for (const StrategyResult& x : r.results) split[r.scenario.name].second |= host_split_on(x);
+    for (const auto& [name, on] : split)
+      if (on.first != on.second)
+        report.notes.push_back(fmt::format(
+            "{}: the {} file was timed with --host-split (CUPTI callbacks add host time to every "
+            "CUDA call) and the {} without; those timings are shown but not compared",
+            name, on.first ? "baseline" : "current", on.first ? "current" : "baseline"));
   }
 
   // Modes that differ per scenario (cuda vs compile-only): timings of those pairs are skipped.

@@ -233,6 +233,26 @@ TEST(Compare, AKeyValueChangeIsReportedNotANewCompile) {
       << rm.render();
 }
 
+// CUPTI's callbacks (--host-split) slow every CUDA call: a run timed with them on one side only
+// is noted and its timings are not compared.
+TEST(Compare, AHostSplitRunOnOneSideIsNotedAndNotTimed) {
+  const RunResults base = load("repeats_base.json");
+  RunResults cur = load("repeats_beyond.json");
+  ASSERT_TRUE(compare_results(base, cur, CompareOptions{}).regressed);  // a gated slowdown
+  for (StrategyResult& r : cur.results)
+    r.extra["cuda_api_timing"] = "on while requests ran: CUPTI's callbacks add host time";
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  EXPECT_NE(r.render().find("the current file was timed with --host-split"), std::string::npos)
+      << r.render();
+  for (const CompareRow& row : r.rows)
+    for (const MetricDelta& m : row.metrics) EXPECT_FALSE(m.compared) << row.label();
+  // Both sides with it: compared as usual.
+  RunResults base_split = base;
+  for (StrategyResult& x : base_split.results) x.extra["cuda_api_timing"] = "on while requests ran";
+  EXPECT_TRUE(compare_results(base_split, cur, CompareOptions{}).regressed);
+}
+
 TEST(Compare, AnotherTargetIsNotedAndItsTimingsAreNotGated) {
   const RunResults base = load("repeats_base.json");
   RunResults cur = load("repeats_beyond.json");  // regressed when compared on one target
