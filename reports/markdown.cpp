@@ -98,6 +98,22 @@ std::string fence_for(const std::string& text) {
   return std::string(std::max<size_t>(3, longest + 1), '`');
 }
 
+// `text` as a Markdown code span: fenced by one backtick more than its longest run of them, with
+// a space inside when it starts or ends with one (CommonMark strips one such space), so a file
+// name or --set value with backticks cannot end the span early. Newlines become spaces.
+std::string code_span(const std::string& raw) {
+  std::string text = detail::clean_text(raw);
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  size_t longest = 0, run = 0;
+  for (char c : text) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  const std::string fence(longest + 1, '`');
+  const bool pad = !text.empty() && (text.front() == '`' || text.back() == '`');
+  return fence + (pad ? " " : "") + text + (pad ? " " : "") + fence;
+}
+
 std::string device_line(const RunMeta& m) {
   std::string device = detail::device_text(m);
   std::vector<std::string> parts = {"**" + cell(device) + "**"};
@@ -143,14 +159,14 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
   {
     std::string name = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
     out += "\n### " + cell(name);
-    if (!run.scenario.file.empty()) out += " (`" + detail::clean_text(run.scenario.file) + "`)";
+    if (!run.scenario.file.empty()) out += " (" + code_span(run.scenario.file) + ")";
     out += "\n\n";
     // A merged file may hold scenarios from different machines: name the device when it differs.
     std::string device = device_line(run.meta);
     if (device != first_device) out += device + "\n\n";
     if (!run.meta.sets.empty()) {
       std::vector<std::string> sets;
-      for (const auto& kv : run.meta.sets) sets.push_back("`" + detail::clean_text(kv) + "`");
+      for (const auto& kv : run.meta.sets) sets.push_back(code_span(kv));
       out += fmt::format("Settings: --set {}\n\n", fmt::join(sets, ", "));
     }
 
@@ -202,7 +218,7 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
     // The verdict per variant: which strategy to pick and what each costs.
     out += "\n";
     for (const detail::VariantVerdict& v : detail::verdicts(run)) {
-      const std::string which = v.variant.empty() ? "" : " `" + detail::clean_text(v.variant) + "`";
+      const std::string which = v.variant.empty() ? "" : " " + code_span(v.variant);
       out += v.best.empty() ? fmt::format("**Verdict**{}: no strategy ended ok\n", which)
                             : fmt::format("**Verdict**{}: best **{}** ({})\n", which,
                                           cell(v.best), cell(v.best_why));

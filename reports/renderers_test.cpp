@@ -740,6 +740,19 @@ TEST(Markdown, ShortensToTheCommentLimitAndSaysWhat) {
   EXPECT_NE(tight.find("scenario(s) left out"), std::string::npos);
 }
 
+// A backtick in a file name or --set value cannot end its code span early.
+TEST(Markdown, CodeSpansHoldBackticks) {
+  RunResults run;
+  run.meta.mode = "cuda";
+  run.scenario.name = "s";
+  run.scenario.file = "scenarios/a`b.yaml";
+  run.meta.sets = {"model.overrides.x=``y"};
+  run.results = {verdict_row("none", Outcome::kOk, 0, 50, 100)};
+  const std::string md = render_markdown({run});
+  EXPECT_NE(md.find("(``scenarios/a`b.yaml``)"), std::string::npos) << md;
+  EXPECT_NE(md.find("```model.overrides.x=``y```"), std::string::npos) << md;
+}
+
 TEST(Markdown, FailuresFirstAndEveryRowComplete) {
   std::string md = render_markdown(runs());
   EXPECT_NE(md.find("NVIDIA H200 (sm_90, 132 SMs)**"), std::string::npos);
