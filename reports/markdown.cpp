@@ -16,28 +16,7 @@ namespace {
 
 constexpr const char* kNull = "–";  // en dash: a value that was not measured or not reached
 
-// Text inside a table cell: no line breaks, pipes and Markdown/HTML specials escaped.
-std::string cell(const std::string& raw) {
-  std::string s = detail::clean_text(raw);
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '|': out += "\\|"; break;
-      case '\n': out += ' '; break;
-      case '\t': out += ' '; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      // '_' stays: GitHub does not emphasize inside words, and kernel names are full of it.
-      case '*': case '`': case '[': case ']': case '\\':
-        out += '\\';
-        out += c;
-        break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string cell(const std::string& raw) { return detail::md_text(raw); }
 
 std::string ms(const std::optional<double>& v) {
   auto f = detail::finite(v);

@@ -123,13 +123,37 @@ std::string clean_text(const std::string& text) {
   return out;
 }
 
+std::string md_text(const std::string& raw) {
+  std::string out;
+  for (char c : clean_text(raw)) {
+    switch (c) {
+      case '|': out += "\\|"; break;
+      case '\n': out += ' '; break;
+      case '\t': out += ' '; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      // '_' stays: GitHub does not emphasize inside words, and kernel names are full of it.
+      case '*': case '`': case '[': case ']': case '\\':
+        out += '\\';
+        out += c;
+        break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::string terminal_text(const std::string& text, bool keep_newlines) {
   std::string out;
   out.reserve(text.size());
   for_each_code_point(text, [&](unsigned cp) {
     if ((cp < 0x20 && !(keep_newlines && cp == '\n')) || cp == 0x7F) {
       out += fmt::format("\\x{:02X}", cp);
-    } else if (cp >= 0x80 && cp <= 0x9F) {
+    } else if ((cp >= 0x80 && cp <= 0x9F) || cp == 0x200E || cp == 0x200F ||
+               (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069)) {
+      // C1 controls, and the bidirectional marks, embeddings, overrides and isolates and line /
+      // paragraph separators, which reorder or break what the terminal shows.
       out += fmt::format("\\u{:04X}", cp);
     } else {
       put_utf8(out, cp);

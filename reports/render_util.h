@@ -23,9 +23,14 @@ std::string xml_escape(const std::string& text, bool attribute = false);
 /// "\xNN"; used for Markdown and JSON strings.
 std::string clean_text(const std::string& text);
 
+/// Text for a Markdown table cell or line: clean_text, no line breaks, pipes and the Markdown /
+/// HTML specials (* ` [ ] \\ < > &) escaped; '_' is kept (GitHub does not emphasize inside words).
+std::string md_text(const std::string& raw);
+
 /// The text safe to print on a terminal: invalid UTF-8 becomes U+FFFD, every C0 control (tab,
 /// CR and ESC among them; newline too unless `keep_newlines`) and DEL become "\xNN", C1 controls
-/// (U+0080..U+009F) "\u00NN", so a name or error string from a results or scenario file cannot
+/// (U+0080..U+009F) and the bidirectional and line-separator controls (U+200E, U+200F,
+/// U+2028..U+202E, U+2066..U+2069) "\uNNNN", so a name or error string from a results or scenario file cannot
 /// move the cursor, set the window title or fake a line.
 std::string terminal_text(const std::string& text, bool keep_newlines = false);
 

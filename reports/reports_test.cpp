@@ -190,6 +190,10 @@ TEST(Table, ControlCharactersInNamesAndErrorsAreShownEscaped) {
   }
   EXPECT_EQ(detail::terminal_text("a\tb\nc", true), "a\\x09b\nc");
   EXPECT_EQ(detail::terminal_text("a\nc"), "a\\x0Ac");
+  // Bidirectional overrides and isolates and the Unicode line separator reorder or break a line.
+  EXPECT_EQ(detail::terminal_text("a\u202Eb\u2066c\u2028d\u200Fe"),
+            "a\\u202Eb\\u2066c\\u2028d\\u200Fe");
+  EXPECT_EQ(detail::terminal_text("caf\u00e9 \u2192 ok"), "caf\u00e9 \u2192 ok");
 }
 
 // The table calls things what JUnit, Markdown and HTML call them: a strategy that compiled on the

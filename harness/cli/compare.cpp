@@ -680,8 +680,15 @@ std::string CompareReport::render() const {
   return os.str();
 }
 
-std::string CompareReport::render_markdown() const {
+std::string CompareReport::render_markdown(size_t max_bytes) const {
+  // Written as blocks (the heading, each reason, each scenario's table, the details, the notes)
+  // so that a comment past max_bytes can keep whole blocks in order and say what it left out.
   std::ostringstream os;
+  std::vector<std::pair<std::string, std::string>> blocks;  // (kind, text)
+  auto flush = [&](const char* kind) {
+    if (!os.str().empty()) blocks.emplace_back(kind, os.str());
+    os.str("");
+  };
   size_t changed_source = 0;
   for (const CompareRow& r : rows) changed_source += r.kernel_source_changed.size();
   os << "### coldstart compare: "
@@ -689,13 +696,15 @@ std::string CompareReport::render_markdown() const {
                                  reasons.size() == 1 ? "reason" : "reasons")
                    : std::string("no regressions"))
      << fmt::format(" ({} pairs, threshold {:g}%)\n\n", rows.size(), max_regression_pct);
-  for (const std::string& reason : reasons) os << "- :x: " << reason << "\n";
+  flush("head");
+  for (const std::string& reason : reasons) {
+    os << "- :x: " << reports::detail::md_text(reason) << "\n";
+    flush("reason");
+  }
   if (!reasons.empty()) os << "\n";
-  // Markdown table cells: a '|' in a name or message would end the cell.
-  auto cell = [](std::string t) {
-    for (size_t p = t.find('|'); p != std::string::npos; p = t.find('|', p + 2)) t.replace(p, 1, "\\|");
-    return t;
-  };
+  flush("gap");
+  // Names and messages come from results files: escaped as Markdown text (pipes, HTML, emphasis).
+  auto cell = [](const std::string& t) { return reports::detail::md_text(t); };
   std::vector<std::string> groups;
   std::map<std::string, std::vector<const CompareRow*>> shown;
   std::map<std::string, size_t> same;
@@ -714,7 +723,7 @@ std::string CompareReport::render_markdown() const {
     os << "**" << cell(g) << "**";
     if (same[g] > 0) os << fmt::format(" ({} unchanged pair{})", same[g], same[g] == 1 ? "" : "s");
     os << "\n\n";
-    if (shown[g].empty()) continue;
+    if (shown[g].empty()) { flush("scenario"); continue; }
     os << "| strategy | variant | outcome | startup ms | TTFT ms | first decode ms | hot-path "
           "compiles | verdict |\n|---|---|---|---|---|---|---|---|\n";
     for (const CompareRow* r : shown[g]) {
@@ -731,6 +740,7 @@ std::string CompareReport::render_markdown() const {
       os << " | " << compiles_cell(*r) << " | " << verdict(*r) << " |\n";
     }
     os << "\n";
+    flush("scenario");
   }
   if (const std::vector<std::string> keys = key_change_lines(rows); !keys.empty()) {
     os << "<details><summary>compile key changed (" << keys.size()
@@ -745,13 +755,42 @@ std::string CompareReport::render_markdown() const {
     for (const std::string& l : source_change_lines(rows)) os << "- " << cell(l) << "\n";
     os << "\n</details>\n\n";
   }
-  for (const std::string& n : notes) os << "> " << n << "\n>\n";
+  flush("details");
+  for (const std::string& n : notes) os << "> " << reports::detail::md_text(n) << "\n>\n";
+  flush("notes");
   os << fmt::format("\nTimings are baseline -> current; ! = slower by more than {:g}% and the "
                     "run-to-run spread, * = faster by as much; only timings with a recorded "
                     "spread (--repeat N) are gated. Hot-path compiles are baseline -> current "
                     "(disk-cache loads not counted).\n\n<sub>{}</sub>\n",
                     max_regression_pct, kVerdictLegend);
-  return os.str();
+  const std::string tail = os.str();
+  size_t total = tail.size();
+  for (const auto& b : blocks) total += b.second.size();
+  std::string out;
+  if (max_bytes == 0 || total <= max_bytes) {
+    for (const auto& b : blocks) out += b.second;
+    return out + tail;
+  }
+  // Too long for one comment: whole blocks in order while they fit, then a line counting what
+  // was left out (the text report and the results files have everything).
+  constexpr size_t kReserve = 512;
+  std::map<std::string, size_t> left;
+  for (const auto& b : blocks) {
+    if (left.empty() && out.size() + b.second.size() + tail.size() + kReserve <= max_bytes)
+      out += b.second;
+    else if (b.first != "gap")
+      ++left[b.first];
+  }
+  std::vector<std::string> parts;
+  const std::map<std::string, std::string> names = {{"head", "heading"}, {"reason", "reasons"},
+                                                    {"scenario", "scenario tables"},
+                                                    {"details", "change lists"},
+                                                    {"notes", "note blocks"}};
+  for (const auto& [kind, n] : left) parts.push_back(fmt::format("{} {}", n, names.at(kind)));
+  out += fmt::format("\n<sub>Shortened to fit {} bytes, left out: {}; `coldstart compare` "
+                     "without --md prints everything.</sub>\n",
+                     max_bytes, fmt::join(parts, ", "));
+  return out + tail;
 }
 
 int compare_main(const std::string& baseline, const std::string& current,
@@ -775,7 +814,7 @@ int compare_main(const std::string& baseline, const std::string& current,
     options.allow_removed = allow_removed;
     report = compare_results(b, c, options);
   } catch (const InputError& e) {
-    std::cerr << "coldstart compare: " << e.what() << "\n";
+    std::cerr << "coldstart compare: " << reports::detail::terminal_text(e.what(), true) << "\n";
     return 2;
   }
   std::cout << report.render() << std::flush;
@@ -783,7 +822,7 @@ int compare_main(const std::string& baseline, const std::string& current,
     try {
       paths::write_file_atomic(md_path, report.render_markdown());
     } catch (const Error& e) {
-      std::cerr << "coldstart compare: " << e.what() << "\n";
+      std::cerr << "coldstart compare: " << reports::detail::terminal_text(e.what(), true) << "\n";
       return 1;
     }
   }

@@ -119,8 +119,11 @@ struct CompareReport {
   std::string render() const;
   /// The same report as Markdown for a pull-request comment: a verdict line, the regressions,
   /// one table per scenario and target (only the pairs that changed, with a count of the
-  /// unchanged ones), the kernel-source changes and the notes.
-  std::string render_markdown() const;
+  /// unchanged ones), the kernel-source changes and the notes. At most `max_bytes` long (0: no
+  /// limit; default GitHub's 65,536-character comment limit, counted in bytes): past it whole
+  /// blocks (reasons, scenario tables, detail lists, notes) are kept in order while they fit and
+  /// a closing line counts the rest.
+  std::string render_markdown(size_t max_bytes = 65536) const;
 };
 
 /// Compares two sets of runs. Pairs are matched by (scenario name, target (run_target: the device

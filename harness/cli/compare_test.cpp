@@ -287,6 +287,35 @@ TEST(Compare, MarkdownCommentNamesTheRegressionAndOnlyChangedPairs) {
   (void)testing::internal::GetCapturedStderr();
 }
 
+// Names from results files are Markdown text in the comment (no raw HTML, emphasis or code), and
+// a comment with thousands of regressions stays under GitHub's limit and says what it left out.
+TEST(Compare, MarkdownCommentEscapesNamesAndFitsTheCommentLimit) {
+  const RunResults base = load("base.json");
+  RunResults cur = load("crash.json");
+  for (StrategyResult& r : cur.results) r.strategy = "<b>x</b>*" + r.strategy + "`";
+  RunResults base_named = base;
+  for (StrategyResult& r : base_named.results) r.strategy = "<b>x</b>*" + r.strategy + "`";
+  const std::string md = compare_results(base_named, cur, CompareOptions{}).render_markdown();
+  EXPECT_EQ(md.find("<b>"), std::string::npos) << md;
+  EXPECT_NE(md.find("&lt;b&gt;x&lt;/b&gt;\\*tq-decode-warmup\\`"), std::string::npos) << md;
+  // Many pairs, each crashing anew: the full comment is far past the limit.
+  std::vector<RunResults> bs, cs;
+  for (int i = 0; i < 400; ++i) {
+    RunResults b = base, c = cur;
+    b.scenario.name = c.scenario.name = "scenario-" + std::to_string(i);
+    bs.push_back(b);
+    cs.push_back(c);
+  }
+  const CompareReport big = compare_results(bs, cs, CompareOptions{});
+  ASSERT_TRUE(big.regressed);
+  EXPECT_GT(big.render_markdown(0).size(), 65536u);
+  const std::string cut = big.render_markdown();
+  EXPECT_LE(cut.size(), 65536u);
+  EXPECT_NE(cut.find("Shortened to fit 65536 bytes, left out: "), std::string::npos);
+  EXPECT_NE(cut.find("### coldstart compare: **REGRESSED** ("), std::string::npos) << cut.substr(0, 200);
+  EXPECT_NE(cut.find("<sub>verdicts: REGRESSED"), std::string::npos);  // the legend stays
+}
+
 TEST(Compare, TtftChangeWithinSpreadIsNotFlagged) {
   const CompareReport r = compare_results(load("repeats_base.json"),
                                           load("repeats_within_spread.json"), CompareOptions{});

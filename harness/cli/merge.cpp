@@ -123,7 +123,7 @@ int merge_main(const std::vector<std::string>& inputs, const std::string& output
       for (auto& r : runs) all.push_back(std::move(r));
     }
   } catch (const InputError& e) {
-    std::cerr << "coldstart merge: " << e.what() << "\n";
+    std::cerr << "coldstart merge: " << reports::detail::terminal_text(e.what(), true) << "\n";
     return 2;
   }
   std::vector<std::string> warnings;
@@ -133,7 +133,7 @@ int merge_main(const std::vector<std::string>& inputs, const std::string& output
   try {
     write_merged_json(output, merged);
   } catch (const Error& e) {
-    std::cerr << "coldstart merge: " << e.what() << "\n";
+    std::cerr << "coldstart merge: " << reports::detail::terminal_text(e.what(), true) << "\n";
     return 1;
   }
   size_t results = 0;

@@ -401,8 +401,10 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
       write_outputs(a, replayed_runs());
       write_failed.clear();
     } catch (const Error& e) {
-      if (write_failed.empty()) std::cerr << "coldstart: writing the results failed (" << e.what()
-                                          << "); continuing, will try again at the end\n";
+      if (write_failed.empty())
+        std::cerr << "coldstart: writing the results failed ("
+                  << reports::detail::terminal_text(e.what()) << "); continuing, will try again "
+                                                                 "at the end\n";
       write_failed = e.what();
     }
   }
@@ -444,7 +446,8 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     try {
       write_outputs(a, replayed_runs());
     } catch (const Error& e) {
-      std::cerr << "coldstart: error: the results could not be written: " << e.what() << "\n";
+      std::cerr << "coldstart: error: the results could not be written: "
+                << reports::detail::terminal_text(e.what(), true) << "\n";
       ++harness_errors;
     }
   }
