@@ -964,7 +964,7 @@ TEST(ReportFiles, WritesEachRequestedFileAtomically) {
   size_t n = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     ++n;
-    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
   }
   EXPECT_EQ(n, 3u);
   struct stat st {};

@@ -107,7 +107,10 @@ std::string make_temp_dir(const std::string& prefix) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& data, unsigned mode) {
-  std::string tmp = path + ".tmp.XXXXXX";
+  // A short hidden name beside the target, so an output name near the file-name limit (255
+  // bytes) still has room for its temporary file; ".tmp." marks it for the cache readers.
+  const std::string dir = parent(path);
+  std::string tmp = (dir.empty() ? std::string() : dir + "/") + ".cs.tmp.XXXXXX";
   std::vector<char> name(tmp.begin(), tmp.end());
   name.push_back('\0');
   int fd = ::mkstemp(name.data());
@@ -332,6 +335,9 @@ void check_output_paths(const std::vector<std::string>& outputs,
     for (const std::string& in : inputs)
       if (!in.empty() && same_existing_file(out, in))
         throw InputError("output '" + out + "': is an input of this run (" + in + ")");
+    if (filename(out).size() > NAME_MAX)
+      throw InputError(fmt::format("output '{}': its file name is {} bytes, past the file "
+                                   "system's limit of {}", out, filename(out).size(), NAME_MAX));
     identities[i] = output_identity(out, dir);
     for (size_t j = 0; j < i; ++j)
       if (!outputs[j].empty() &&

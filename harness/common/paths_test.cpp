@@ -177,6 +177,14 @@ TEST(Paths, CheckOutputPathsComparesOutputsByResolvedDirectory) {
             std::string::npos);
   EXPECT_NE(message({join(sub, "q.md"), join(link, "q.md")}).find("also given as another output"),
             std::string::npos);
+  // A name of 255 bytes is legal and written (its temporary file has a short name of its own);
+  // one of 256 is refused before anything runs.
+  const std::string longest = join(root, std::string(251, 'y') + ".md");
+  EXPECT_EQ(message({longest}), "(accepted)");
+  write_file_atomic(longest, "ok");
+  EXPECT_TRUE(exists(longest));
+  EXPECT_NE(message({join(root, std::string(253, 'y') + ".md")}).find("past the file system's limit"),
+            std::string::npos);
   // Lexically link/../q.md is root/q.md, but it lands in out/: no collision with root/q.md.
   EXPECT_EQ(message({join(root, "q.md"), join(link, "../q.md")}), "(accepted)");
   EXPECT_TRUE(remove_tree(root));

@@ -300,17 +300,19 @@ void from_json(const json& j, CompileEvent& v) {
   v.selector = value_or<std::string>(j, "selector", "");
   v.tuning_key = value_or<std::string>(j, "tuning_key", "");
   v.config = value_or<std::string>(j, "config", "");
-  v.num_candidates = value_or<int>(j, "num_candidates", 0);
+  constexpr long long kMaxCount = 1LL << 30;
+  v.num_candidates = static_cast<int>(int_in(j, "num_candidates", 0, 0, kMaxCount));
   v.reused = value_or<bool>(j, "reused", false);
   v.step = StepContext{};
-  v.step.request = value_or<int>(j, "request", -1);
+  v.step.request = static_cast<int>(int_in(j, "request", -1, -1, kMaxCount));
   if (v.step.request >= 0) {
-    v.step.wave = value_or<int>(j, "wave", -1);
-    v.step.step = value_or<int>(j, "step", -1);
+    v.step.wave = static_cast<int>(int_in(j, "wave", -1, -1, kMaxCount));
+    v.step.step = static_cast<int>(int_in(j, "step", -1, -1, kMaxCount));
     const auto b = j.find("batch");
-    if (b != j.end() && b->is_object()) {
-      v.step.batch_tokens = value_or<int>(*b, "tokens", 0);
-      v.step.batch_seqs = value_or<int>(*b, "seqs", 0);
+    if (b != j.end() && !b->is_null()) {
+      require_object(*b, "\"batch\"");
+      v.step.batch_tokens = static_cast<int>(int_in(*b, "tokens", 0, 0, std::numeric_limits<int32_t>::max()));
+      v.step.batch_seqs = static_cast<int>(int_in(*b, "seqs", 0, 0, std::numeric_limits<int32_t>::max()));
       v.step.batch_mixed = value_or<bool>(*b, "mixed", false);
     }
   }
@@ -323,9 +325,11 @@ void to_json(json& j, const WorkspaceStats& v) {
 }
 
 void from_json(const json& j, WorkspaceStats& v) {
-  v.locked_bytes = value_or<long long>(j, "locked_bytes", 0);
-  v.peak_requested_bytes = value_or<long long>(j, "peak_requested_bytes", 0);
-  v.num_slots = value_or<int>(j, "num_slots", 1);
+  require_object(j, "\"workspace\"");
+  constexpr long long kMaxBytes = 1LL << 62;  // 4 EiB: past any device
+  v.locked_bytes = int_in(j, "locked_bytes", 0, 0, kMaxBytes);
+  v.peak_requested_bytes = int_in(j, "peak_requested_bytes", 0, 0, kMaxBytes);
+  v.num_slots = static_cast<int>(int_in(j, "num_slots", 1, 0, 1 << 20));
 }
 
 void to_json(json& j, const StrategyResult& v) {
@@ -430,6 +434,8 @@ void from_json(const json& j, RunMeta& v) {
   v.coldstart_version = value_or<std::string>(j, "coldstart_version", "");
   v.git_sha = value_or<std::string>(j, "git_sha", "");
   v.mode = value_or<std::string>(j, "mode", "");
+  if (!v.mode.empty() && v.mode != "cuda" && v.mode != "compile-only")
+    out_of_range(j, fmt::format("\"mode\" is \"{}\": expected \"cuda\" or \"compile-only\"", v.mode));
   v.device_name = value_or<std::string>(j, "device_name", "");
   v.sm = static_cast<int>(int_in(j, "sm", 0, 0, 10000));
   v.sm_count = static_cast<int>(int_in(j, "sm_count", 0, 0, 100000));

@@ -279,6 +279,16 @@ TEST(ResultsFile, OutOfRangeValuesAndWrongTypesAreInputErrors) {
   expect_input_error(head + R"("meta": {"sm": 1e300}, "results": []})", "\"sm\" is 1e+300");
   expect_input_error(head + R"("meta": {"sm": -90}, "results": []})", "\"sm\" is -90");
   expect_input_error(head + R"("meta": 5, "results": []})", "\"meta\" must be an object");
+  // Byte counts, step numbers and the mode are checked too (1e30 read as INT64_MIN before).
+  expect_input_error(head + one + R"(, "workspace": {"locked_bytes": 1e30}}]})", "\"locked_bytes\" is 1e+30");
+  expect_input_error(head + one + R"(, "workspace": {"peak_requested_bytes": 0.5}}]})",
+                     "\"peak_requested_bytes\" is 0.5");
+  expect_input_error(head + one + R"(, "workspace": "x"}]})", "\"workspace\" must be an object");
+  expect_input_error(head + one + R"(, "hot_path_compiles": [{"kernel": "k", "request": 1180591620717411303424}]}]})",
+                     "\"request\" is");
+  expect_input_error(head + one + R"(, "hot_path_compiles": [{"kernel": "k", "request": 0, "batch": "x"}]}]})",
+                     "\"batch\" must be an object");
+  expect_input_error(head + R"("meta": {"mode": "quantum"}, "results": []})", "\"mode\" is \"quantum\"");
   // A value of the wrong type names its key, nested keys as a path.
   expect_input_error(head + one + R"(, "ttft_ms": "fast"}]})",
                      "\"results\": \"ttft_ms\": type must be number, but is string");
