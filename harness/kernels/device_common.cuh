@@ -176,3 +176,60 @@ __device__ __forceinline__ float cs_warp_max(float val) {
 __device__ __forceinline__ cs_u32 cs_smem_addr(const void* ptr) {
   return static_cast<cs_u32>(__cvta_generic_to_shared(ptr));
 }
+
+// ---- tensor cores: warp-level ldmatrix and mma.sync (sm_80+) ------------------------------------
+
+/// ldmatrix .m8n8 .b16 .x4: four 8x8 matrices of 16-bit elements from shared memory into
+/// cs_frag[0..3] (matrix i in cs_frag[i]), transposed when cs_trans. Lane l passes the shared-window
+/// address (cs_smem_addr) of row l % 8 of matrix l / 8; rows are 16 bytes and 16-byte aligned.
+__device__ __forceinline__ void cs_ldmatrix_x4(cs_u32* cs_frag, cs_u32 cs_saddr,
+                                               bool cs_trans = false) {
+  if (cs_trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(cs_frag[0]), "=r"(cs_frag[1]), "=r"(cs_frag[2]), "=r"(cs_frag[3])
+                 : "r"(cs_saddr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(cs_frag[0]), "=r"(cs_frag[1]), "=r"(cs_frag[2]), "=r"(cs_frag[3])
+                 : "r"(cs_saddr));
+  }
+}
+
+/// ldmatrix .x2: two 8x8 matrices into cs_frag[0..1]; lanes 0..15 pass the row addresses (the
+/// other lanes' addresses are ignored but must still be valid shared addresses).
+__device__ __forceinline__ void cs_ldmatrix_x2(cs_u32* cs_frag, cs_u32 cs_saddr,
+                                               bool cs_trans = false) {
+  if (cs_trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(cs_frag[0]), "=r"(cs_frag[1])
+                 : "r"(cs_saddr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(cs_frag[0]), "=r"(cs_frag[1])
+                 : "r"(cs_saddr));
+  }
+}
+
+/// cs_acc (a 16x8 fp32 tile) += A (16x16 bf16, row-major fragment cs_a[0..3]) * B (16x8 bf16,
+/// column-major fragment cs_b[0..1]): mma.sync m16n8k16 with fp32 accumulation. Which element a
+/// lane holds in cs_acc is given by cs_mma_acc_row / cs_mma_acc_col.
+__device__ __forceinline__ void cs_mma_bf16_m16n8k16(float* cs_acc, const cs_u32* cs_a,
+                                                     const cs_u32* cs_b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(cs_acc[0]), "+f"(cs_acc[1]), "+f"(cs_acc[2]), "+f"(cs_acc[3])
+      : "r"(cs_a[0]), "r"(cs_a[1]), "r"(cs_a[2]), "r"(cs_a[3]), "r"(cs_b[0]), "r"(cs_b[1]));
+}
+
+/// Row (0..15) within its m16n8 tile of element cs_e (0..3) of this lane's accumulator fragment
+/// (PTX m16n8 C layout: elements 0, 1 at row lane / 4, elements 2, 3 eight rows below).
+__device__ __forceinline__ int cs_mma_acc_row(int cs_e) {
+  return ((threadIdx.x & 31) >> 2) + ((cs_e >> 1) << 3);
+}
+
+/// Column (0..7) within its m16n8 tile of element cs_e of this lane's accumulator fragment
+/// (2 * (lane % 4) plus cs_e's low bit).
+__device__ __forceinline__ int cs_mma_acc_col(int cs_e) {
+  return ((threadIdx.x & 3) << 1) + (cs_e & 1);
+}

@@ -25,6 +25,12 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+/// Orders this thread's generic-proxy writes to shared memory (mbarrier inits, staged data) before
+/// later async-proxy accesses (TMA, WGMMA) to it.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 __device__ __forceinline__ void mbar_expect_tx(cs_u64* bar, cs_u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(cs_smem_addr(bar)), "r"(bytes)
                : "memory");
@@ -101,16 +107,8 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
 
 // ---------------------------------------------------------------- mma.sync FP8 (sm_89+)
 
-/// ldmatrix of four 8x8 b16 matrices (each lane passes one row address).
-__device__ __forceinline__ void ldmatrix_x4(cs_u32& r0, cs_u32& r1, cs_u32& r2, cs_u32& r3, cs_u32 addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x2(cs_u32& r0, cs_u32& r1, cs_u32 addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
+// The FP8 operands are loaded with device_common.cuh's cs_ldmatrix_x4 / _x2: a b16 8x8 matrix is
+// an 8 x 16-byte tile, which holds 16 e4m3 values per row just as well.
 
 /// D += A (16x32 e4m3, row) * B (32x8 e4m3, col), f32 accumulators in the m16n8 C layout.
 __device__ __forceinline__ void mma_fp8_m16n8k32(float* d, cs_u32 a0, cs_u32 a1, cs_u32 a2, cs_u32 a3, cs_u32 b0, cs_u32 b1) {
@@ -155,19 +153,17 @@ __device__ __forceinline__ void mqa_subtile_scores(cs_u32 kv_base, cs_u32 q_base
       for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
 #pragma unroll 1  // unrolled, the loads of every k step are hoisted past the 168-register budget of 9 warps
     for (int kk = 0; kk < kKSteps; ++kk) {
-      cs_u32 a0, a1, a2, a3;
-      ldmatrix_x4(a0, a1, a2, a3,
-                  kv_base + swizzled_row_offset<kHeadDim>(rbase + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                          kk * 32 + (lane >> 4) * 16));
+      cs_u32 fa[4];
+      cs_ldmatrix_x4(fa, kv_base + swizzled_row_offset<kHeadDim>(rbase + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                                 kk * 32 + (lane >> 4) * 16));
 #pragma unroll
       for (int jj = 0; jj < kNtHalf / 2; ++jj) {
         const int n8 = half * kNtHalf + 2 * jj;
-        cs_u32 b0, b1, b2, b3;
-        ldmatrix_x4(b0, b1, b2, b3,
-                    q_base + swizzled_row_offset<kHeadDim>((n8 + (lane >> 4)) * 8 + (lane & 7),
-                                                           kk * 32 + ((lane >> 3) & 1) * 16));
-        mma_fp8_m16n8k32(acc[2 * jj], a0, a1, a2, a3, b0, b1);
-        mma_fp8_m16n8k32(acc[2 * jj + 1], a0, a1, a2, a3, b2, b3);
+        cs_u32 fb[4];
+        cs_ldmatrix_x4(fb, q_base + swizzled_row_offset<kHeadDim>((n8 + (lane >> 4)) * 8 + (lane & 7),
+                                                                  kk * 32 + ((lane >> 3) & 1) * 16));
+        mma_fp8_m16n8k32(acc[2 * jj], fa[0], fa[1], fa[2], fa[3], fb[0], fb[1]);
+        mma_fp8_m16n8k32(acc[2 * jj + 1], fa[0], fa[1], fa[2], fa[3], fb[2], fb[3]);
       }
     }
 #pragma unroll

@@ -90,7 +90,7 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
       mbar_init(&empty_bar[s], NUM_MATH_WG * 4);  // one arrival per math warp
     }
     fence_barrier_init();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async_smem();
   }
   __syncthreads();
 
@@ -191,15 +191,15 @@ dg_fp8_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Te
           // 0-7 bytes 16-31, 24-31 rows 8-15 bytes 16-31.
           const cs_u32 a_row = row_base + warp_in_wg * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
           const cs_u32 a_col = k * 32 + (lane >> 4) * 16;
-          cs_u32 a0, a1, a2, a3;
-          ldmatrix_x4(a0, a1, a2, a3, a_base + swizzle128_offset(a_row, a_col));
+          cs_u32 fa[4];
+          cs_ldmatrix_x4(fa, a_base + swizzle128_offset(a_row, a_col));
 #pragma unroll
           for (int n8 = 0; n8 < BLOCK_N / 8; ++n8) {
             const cs_u32 b_row = n8 * 8 + (lane & 7);
             const cs_u32 b_col = k * 32 + ((lane >> 3) & 1) * 16;
-            cs_u32 b0, b1;
-            ldmatrix_x2(b0, b1, b_base + swizzle128_offset(b_row, b_col));
-            mma_fp8_m16n8k32(&acc[n8 * 4], a0, a1, a2, a3, b0, b1);
+            cs_u32 fb[2];
+            cs_ldmatrix_x2(fb, b_base + swizzle128_offset(b_row, b_col));
+            mma_fp8_m16n8k32(&acc[n8 * 4], fa[0], fa[1], fa[2], fa[3], fb[0], fb[1]);
           }
         }
         }

@@ -87,7 +87,7 @@ dg_hc_prenorm(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ 
       mbar_init(&empty_bar[s], HC_MATH_WARPS);
     }
     fence_barrier_init();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async_smem();
   }
   __syncthreads();
 

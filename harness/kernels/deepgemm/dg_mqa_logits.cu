@@ -90,7 +90,7 @@ dg_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_constant__ 
       mbar_init(&kv_empty[s], MATH_WARPS);
     }
     fence_barrier_init();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async_smem();
   }
   __syncthreads();
 

@@ -103,7 +103,7 @@ dg_paged_mqa_logits(const __grid_constant__ TensorMap tmap_q, const __grid_const
       mbar_init(&kv_empty[s], WARPS_PER_BLOCK);
     }
     fence_barrier_init();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async_smem();
   }
   __syncthreads();
 

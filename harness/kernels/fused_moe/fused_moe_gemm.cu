@@ -246,17 +246,17 @@ fused_moe_gemm(const cs_u16* __restrict__ a, const cs_u16* __restrict__ b, cs_u1
 #pragma unroll
       for (int i = 0; i < kMt; ++i) {
         const int row = wrow + i * 16 + (lane & 15);
-        fm_ldmatrix_x4(af[i], sa + row * kPitch + kk + (lane >> 4) * 8);
+        cs_ldmatrix_x4(af[i], cs_smem_addr(sa + row * kPitch + kk + (lane >> 4) * 8));
       }
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
         const int n = wcol + j * 8 + (lane & 7);
-        fm_ldmatrix_x2(bf[j], sb + n * kPitch + kk + ((lane >> 3) & 1) * 8);
+        cs_ldmatrix_x2(bf[j], cs_smem_addr(sb + n * kPitch + kk + ((lane >> 3) & 1) * 8));
       }
 #pragma unroll
       for (int i = 0; i < kMt; ++i)
 #pragma unroll
-        for (int j = 0; j < kNt; ++j) fm_mma_bf16(acc[i][j], af[i], bf[j]);
+        for (int j = 0; j < kNt; ++j) cs_mma_bf16_m16n8k16(acc[i][j], af[i], bf[j]);
     }
   };
 

@@ -39,17 +39,13 @@ __device__ __forceinline__ void gd_mma_tile(float* acc, const cs_u16* sa, int ld
   const cs_u16* a_hi = a_lo + 8 * lda;
   const cs_u16* b_p = sb + (n0 + r) * ldb + c;
   for (int k0 = 0; k0 < kd; k0 += 16) {
-    const cs_u32 a0 = *reinterpret_cast<const cs_u32*>(a_lo + k0);
-    const cs_u32 a1 = *reinterpret_cast<const cs_u32*>(a_hi + k0);
-    const cs_u32 a2 = *reinterpret_cast<const cs_u32*>(a_lo + k0 + 8);
-    const cs_u32 a3 = *reinterpret_cast<const cs_u32*>(a_hi + k0 + 8);
-    const cs_u32 b0 = *reinterpret_cast<const cs_u32*>(b_p + k0);
-    const cs_u32 b1 = *reinterpret_cast<const cs_u32*>(b_p + k0 + 8);
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    const cs_u32 fa[4] = {*reinterpret_cast<const cs_u32*>(a_lo + k0),
+                          *reinterpret_cast<const cs_u32*>(a_hi + k0),
+                          *reinterpret_cast<const cs_u32*>(a_lo + k0 + 8),
+                          *reinterpret_cast<const cs_u32*>(a_hi + k0 + 8)};
+    const cs_u32 fb[2] = {*reinterpret_cast<const cs_u32*>(b_p + k0),
+                          *reinterpret_cast<const cs_u32*>(b_p + k0 + 8)};
+    cs_mma_bf16_m16n8k16(acc, fa, fb);
   }
 }
 
@@ -66,29 +62,21 @@ __device__ __forceinline__ void gd_mma_tile_kn(float* acc, const cs_u16* sa, int
   const cs_u16* a_hi = a_lo + 8 * lda;
   const cs_u16* b_p = sbk + c * ldb + n0 + r;
   for (int k0 = 0; k0 < kd; k0 += 16) {
-    const cs_u32 a0 = *reinterpret_cast<const cs_u32*>(a_lo + k0);
-    const cs_u32 a1 = *reinterpret_cast<const cs_u32*>(a_hi + k0);
-    const cs_u32 a2 = *reinterpret_cast<const cs_u32*>(a_lo + k0 + 8);
-    const cs_u32 a3 = *reinterpret_cast<const cs_u32*>(a_hi + k0 + 8);
+    const cs_u32 fa[4] = {*reinterpret_cast<const cs_u32*>(a_lo + k0),
+                          *reinterpret_cast<const cs_u32*>(a_hi + k0),
+                          *reinterpret_cast<const cs_u32*>(a_lo + k0 + 8),
+                          *reinterpret_cast<const cs_u32*>(a_hi + k0 + 8)};
     const cs_u16* bk = b_p + k0 * ldb;
-    const cs_u32 b0 = static_cast<cs_u32>(bk[0]) | (static_cast<cs_u32>(bk[ldb]) << 16);
-    const cs_u32 b1 =
-        static_cast<cs_u32>(bk[8 * ldb]) | (static_cast<cs_u32>(bk[9 * ldb]) << 16);
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    const cs_u32 fb[2] = {
+        static_cast<cs_u32>(bk[0]) | (static_cast<cs_u32>(bk[ldb]) << 16),
+        static_cast<cs_u32>(bk[8 * ldb]) | (static_cast<cs_u32>(bk[9 * ldb]) << 16)};
+    cs_mma_bf16_m16n8k16(acc, fa, fb);
   }
 }
 
 // Row / column of element e (0..3) of a lane's fragment in a tile at (m0, n0).
-__device__ __forceinline__ int gd_frag_row(int m0, int e) {
-  return m0 + ((threadIdx.x & 31) >> 2) + ((e >> 1) << 3);
-}
-__device__ __forceinline__ int gd_frag_col(int n0, int e) {
-  return n0 + ((threadIdx.x & 3) << 1) + (e & 1);
-}
+__device__ __forceinline__ int gd_frag_row(int m0, int e) { return m0 + cs_mma_acc_row(e); }
+__device__ __forceinline__ int gd_frag_col(int n0, int e) { return n0 + cs_mma_acc_col(e); }
 
 // Tiles of an [M x N] output are numbered i = mt * (N / 8) + nt; warp w owns i = w + j * NUM_WARPS.
 #define GD_TILE_M0(i, N) (((i) / ((N) / 8)) * 16)

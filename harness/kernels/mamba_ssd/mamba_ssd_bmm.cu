@@ -76,8 +76,8 @@ extern "C" __global__ void __launch_bounds__(kMsThreads)
     for (int j = 0; j < Grid::kNt; ++j)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + Grid::row0(warp) + 16 * i + ms_frag_row(e);
-        const int col = n0 + Grid::col0(warp) + 8 * j + ms_frag_col(e);
+        const int r = m0 + Grid::row0(warp) + 16 * i + cs_mma_acc_row(e);
+        const int col = n0 + Grid::col0(warp) + 8 * j + cs_mma_acc_col(e);
         *reinterpret_cast<float2*>(o + r * stride_outm + col) =
             make_float2(acc[i][j][e], acc[i][j][e + 1]);
       }

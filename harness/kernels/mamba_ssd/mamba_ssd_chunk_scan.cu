@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
         for (int j = 0; j < Grid::kNt; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            acc[i][j][e] *= ms_fast_exp(sDA[m0 + Grid::row0(warp) + 16 * i + ms_frag_row(e)]);
+            acc[i][j][e] *= ms_fast_exp(sDA[m0 + Grid::row0(warp) + 16 * i + cs_mma_acc_row(e)]);
           }
     }
   } else {
@@ -224,8 +224,8 @@ extern "C" __global__ void __launch_bounds__(kMsThreads) mamba_ssd_chunk_scan(
     for (int j = 0; j < Grid::kNt; ++j)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int m = m0 + Grid::row0(warp) + 16 * i + ms_frag_row(e);
-        const int p = n0 + Grid::col0(warp) + 8 * j + ms_frag_col(e);
+        const int m = m0 + Grid::row0(warp) + 16 * i + cs_mma_acc_row(e);
+        const int p = n0 + Grid::col0(warp) + 8 * j + cs_mma_acc_col(e);
         if (m >= len) continue;
         float y0 = acc[i][j][e], y1 = acc[i][j][e + 1];
         if (HAS_D) {

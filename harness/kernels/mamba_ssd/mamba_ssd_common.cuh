@@ -47,40 +47,6 @@ __device__ __forceinline__ float ms_softplus(float v) { return logf(expf(v) + 1.
 
 // ---- tensor-core tiles ----------------------------------------------------------------------
 
-__device__ __forceinline__ void ms_ldsm_x4(cs_u32* r, const cs_u16* p, bool trans) {
-  const cs_u32 a = cs_smem_addr(p);
-  if (trans) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-  } else {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-  }
-}
-
-__device__ __forceinline__ void ms_ldsm_x2(cs_u32* r, const cs_u16* p, bool trans) {
-  const cs_u32 a = cs_smem_addr(p);
-  if (trans) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(a));
-  } else {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(a));
-  }
-}
-
-__device__ __forceinline__ void ms_mma(float* acc, const cs_u32* a, const cs_u32* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // How a block tile of kRows x kCols outputs is split among NUM_WARPS warps: a kWarpsM x kWarpsN
 // grid of warps, each owning kMt x kNt mma tiles (16 x 8 each). With fewer tiles than warps the
 // warps past kActive only help staging.
@@ -107,7 +73,7 @@ struct MsWarpGrid {
 //   kBTrans false: sb holds B as [N][K] (K contiguous, row stride ldb);
 //           true:  sb holds B as [K][N] (N contiguous).
 // Fragment ownership of acc (PTX m16n8k16): lane l holds acc[.][.][0..1] at row l/4, cols
-// 2 (l%4) + {0, 1}, and [2..3] at row l/4 + 8 (see ms_frag_row / ms_frag_col).
+// 2 (l%4) + {0, 1}, and [2..3] at row l/4 + 8 (see cs_mma_acc_row / cs_mma_acc_col).
 template <int kMt, int kNt, bool kATrans, bool kBTrans>
 __device__ __forceinline__ void ms_warp_mma(float (*acc)[kNt][4], const cs_u16* sa, int lda,
                                             const cs_u16* sb, int ldb, int m0, int n0, int kd) {
@@ -121,19 +87,19 @@ __device__ __forceinline__ void ms_warp_mma(float (*acc)[kNt][4], const cs_u16* 
       const int mb = m0 + 16 * i;
       const cs_u16* p = kATrans ? sa + (k0 + r + (q >> 1) * 8) * lda + mb + (q & 1) * 8
                                 : sa + (mb + r + (q & 1) * 8) * lda + k0 + (q >> 1) * 8;
-      ms_ldsm_x4(af[i], p, kATrans);
+      cs_ldmatrix_x4(af[i], cs_smem_addr(p), kATrans);
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j) {
       const int nb = n0 + 8 * j;
       const cs_u16* p =
           kBTrans ? sb + (k0 + r + (q & 1) * 8) * ldb + nb : sb + (nb + r) * ldb + k0 + (q & 1) * 8;
-      ms_ldsm_x2(bf[j], p, kBTrans);
+      cs_ldmatrix_x2(bf[j], cs_smem_addr(p), kBTrans);
     }
 #pragma unroll
     for (int i = 0; i < kMt; ++i)
 #pragma unroll
-      for (int j = 0; j < kNt; ++j) ms_mma(acc[i][j], af[i], bf[j]);
+      for (int j = 0; j < kNt; ++j) cs_mma_bf16_m16n8k16(acc[i][j], af[i], bf[j]);
   }
 }
 
@@ -187,11 +153,6 @@ __device__ __forceinline__ void ms_stage_to_bf16(cs_u16* dst, int ld,
     }
   }
 }
-
-__device__ __forceinline__ int ms_frag_row(int e) {
-  return ((threadIdx.x & 31) >> 2) + ((e >> 1) << 3);
-}
-__device__ __forceinline__ int ms_frag_col(int e) { return ((threadIdx.x & 3) << 1) + (e & 1); }
 
 template <int kMt, int kNt>
 __device__ __forceinline__ void ms_zero(float (*acc)[kNt][4]) {
