@@ -47,6 +47,7 @@ StrategyResult run_in_process(const ChildJob& job,
   o.jit.monitor = parse_monitor(job.jit_monitor);
   o.seed = job.seed;
   o.host_split = job.host_split;
+  o.run_stale_graph_replays = job.graph_replay_stale == "run";
   o.on_snapshot = std::move(on_snapshot);
   if (job.verbose) o.on_log = [](const std::string& l) { std::cerr << "  | " << l << "\n"; };
   Engine engine(s, job.strategy, variant, o);
@@ -68,6 +69,7 @@ ChildJob make_child_job(const ReplayArgs& a, const Scenario& variant_scenario,
   job.seed = a.seed;
   job.verbose = a.verbose;
   job.host_split = a.host_split;
+  job.graph_replay_stale = a.graph_replay_stale;
   return job;
 }
 

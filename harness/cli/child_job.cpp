@@ -32,7 +32,8 @@ void to_json(json& j, const ChildJob& job) {
            {"jit_monitor", job.jit_monitor},
            {"seed", job.seed},
            {"verbose", job.verbose},
-           {"host_split", job.host_split}};
+           {"host_split", job.host_split},
+           {"graph_replay_stale", job.graph_replay_stale}};
 }
 
 void from_json(const json& j, ChildJob& job) {
@@ -51,6 +52,9 @@ void from_json(const json& j, ChildJob& job) {
   j.at("seed").get_to(job.seed);
   j.at("verbose").get_to(job.verbose);
   j.at("host_split").get_to(job.host_split);
+  j.at("graph_replay_stale").get_to(job.graph_replay_stale);
+  if (job.graph_replay_stale != "stop" && job.graph_replay_stale != "run")
+    throw Error("graph_replay_stale '" + job.graph_replay_stale + "' is neither stop nor run");
   // What the parent always writes; a hand-edited job that breaks it is refused here.
   if (job.scenario.variants.size() != 1)
     throw Error(fmt::format("the scenario holds {} variants; a job runs exactly one",

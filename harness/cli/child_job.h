@@ -32,6 +32,7 @@ struct ChildJob {
   uint64_t seed = 1234;    ///< --seed
   bool verbose = false;    ///< -v: the engine's log lines go to stderr
   bool host_split = false;  ///< --host-split: EngineOptions::host_split
+  std::string graph_replay_stale = "stop";  ///< --graph-replay-stale: stop or run
 };
 
 void to_json(nlohmann::json& j, const ChildJob& job);

@@ -444,6 +444,66 @@ TEST_F(ReplayE2E, HotPathCompilesAndCrashesNameTheirRequestStepAndBatch) {
       << read_text(out);
 }
 
+/// A workspace that grows after capture under workspace_policy grow: the first decode replays a
+/// full decode graph that holds the released block, a crash that names the graph, the buffer, its
+/// sizes and the step that moved it, before anything launches (compile-only mode launches
+/// nothing even under --graph-replay-stale run); the result's ledger lists the move.
+TEST_F(ReplayE2E, StaleGraphReplayIsACrashNamingGraphBufferAndMove) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-workspace-policies.yaml "
+                          "--device compile-only --strategy none --set workspace_policy=grow "
+                          "--graph-replay-stale run --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  const auto j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j.at("results").size(), 1u);
+  const auto& r = j.at("results").at(0);
+  EXPECT_EQ(r.at("outcome"), "crash");
+  EXPECT_EQ(r.at("failed_phase"), "first_decode");
+  const std::string error = r.at("error");
+  EXPECT_NE(error.find("the full decode graph at capture size 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("continuation_prefill (request 0, step 1) reallocated it at 8.00 MB"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("not launched (compile-only mode)"), std::string::npos) << error;
+  const auto& ledger = r.at("graph_ledger");
+  EXPECT_GT(ledger.at("graphs").get<int>(), 1);
+  ASSERT_EQ(ledger.at("stale_replays").size(), 1u);
+  EXPECT_EQ(ledger.at("stale_replays").at(0).at("buffer"), "the workspace (slot 0)");
+  EXPECT_EQ(ledger.at("stale_replays").at(0).at("new_bytes"), 8 << 20);
+  // The workspace's last move is the continuation prefill's, the one that left the graph stale.
+  bool moved = false;
+  for (const auto& b : ledger.at("moved_buffers"))
+    if (b.at("name") == "the workspace (slot 0)")
+      moved = b.at("moves").back().at("in") == "continuation_prefill (request 0, step 1)";
+  EXPECT_TRUE(moved) << ledger.dump();
+  EXPECT_EQ(ledger.at("unmoved_buffers").at("count").get<int>() > 0, true) << ledger.dump();
+}
+
+/// On a GPU, --graph-replay-stale run launches the stale graph, synchronizes and says whether
+/// the device faulted; the default stops before the launch.
+TEST_F(ReplayE2E, GpuStaleGraphReplayRunReportsWhetherTheDeviceFaulted) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  const int rc = run_coldstart("replay scenarios/qwen3-8b-turboquant-workspace-policies.yaml "
+                               "--device cuda --strategy none --set workspace_policy=resize "
+                               "--graph-replay-stale run --json " + json,
+                               out);
+  if (rc == 2 && read_text(out).find("--device cuda") != std::string::npos)
+    GTEST_SKIP() << "needs a CUDA GPU and a CUDA libtorch: " << read_text(out);
+  ASSERT_EQ(rc, 0) << read_text(out);
+  const auto j = nlohmann::json::parse(read_text(json));
+  const auto& r = j.at("results").at(0);
+  EXPECT_EQ(r.at("outcome"), "crash");
+  EXPECT_EQ(r.at("failed_phase"), "first_decode");
+  const std::string error = r.at("error");
+  EXPECT_NE(error.find("resized it in place to 8.00 MB"), std::string::npos) << error;
+  EXPECT_NE(error.find("launched under --graph-replay-stale run: the device"), std::string::npos)
+      << error;
+  const std::string device = r.at("graph_ledger").at("stale_replays").at(0).at("device");
+  EXPECT_EQ(device.rfind("launched under --graph-replay-stale run", 0), 0u) << device;
+}
+
 /// With a persistent --cache-dir every strategy starts from the directory as the run found it:
 /// the warmer compiles the key `none` compiled on its hot path again instead of loading it; the
 /// next run loads everything the first one compiled.

@@ -185,6 +185,12 @@ void add_common_options(CLI::App* cmd, ReplayArgs& a) {
       ->envname("COLDSTART_JIT_MONITOR")->capture_default_str();
   cmd->add_option("--seed", a.seed, "seed of weights and prompts")->capture_default_str();
   cmd->add_flag("-v,--verbose", a.verbose, "print each phase and the children's stderr");
+  cmd->add_option("--graph-replay-stale", a.graph_replay_stale,
+                  "stop | run: a replay of a CUDA graph whose buffers moved since capture is a "
+                  "crash either way; run (GPU runs) launches it first and reports whether the "
+                  "device faulted")
+      ->check(CLI::IsMember({"stop", "run"}))
+      ->capture_default_str();
   cmd->add_flag("--host-split", a.host_split,
                 "GPU runs: split each request's host time by what the engine did, CUDA API calls "
                 "by kind through CUPTI (adds host time to every CUDA call while requests run)");

@@ -51,6 +51,7 @@ struct ReplayArgs {
   bool force = false;  // --force: outputs may replace a symbolic link, device, FIFO or socket
   std::string progress = "auto";  // --progress: auto, live, plain or none
   bool verbose = false;
+  std::string graph_replay_stale = "stop";  // --graph-replay-stale: stop | run
   bool host_split = false;  // --host-split: CUPTI split of the engine thread's time (GPU runs)
   uint64_t seed = 1234;
   // `_job` only: the strategy and variant whose job it prints

@@ -15,6 +15,7 @@
 #include <numeric>
 
 #include "harness/engine/engine_internal.h"
+#include "harness/engine/workspace_policy.engine_keys.h"
 #include "harness/runtime/nvtx.h"
 #include "warmers/warmer.h"
 
@@ -31,14 +32,18 @@ std::string error_text(const std::exception& e) {
   return e.what();
 }
 
-/// True for the failures the replayed engine itself raises: the workspace-lock assertion, a
-/// hot-path compile refused by the JIT monitor (`--jit-monitor error`, vLLM's strict mode), and
-/// running out of device memory (torch's allocator message, matched by text so libtorch 1.x,
+/// True for the failures the replayed engine itself raises: the workspace-lock assertion, a fixed
+/// workspace's overflow, a replay of a graph whose buffers moved since capture (graph_ledger.h:
+/// the engine would run on released memory), a kernel first loaded inside a graph capture (the
+/// driver refuses it), a hot-path compile refused by the JIT monitor
+/// (`--jit-monitor error`, vLLM's strict mode), and running out of device memory (torch's allocator message, matched by text so libtorch 1.x,
 /// which has no OutOfMemoryError class, builds too). Anything else (a kernel wrapper's argument
 /// check, a CUDA error of one of the harness's kernels, a libtorch shape error) is a harness
 /// fault.
 bool engine_raised(const std::exception& e) {
-  if (dynamic_cast<const WorkspaceLockedError*>(&e) || dynamic_cast<const jit::HotPathCompileError*>(&e))
+  if (dynamic_cast<const WorkspaceLockedError*>(&e) || dynamic_cast<const jit::HotPathCompileError*>(&e) ||
+      dynamic_cast<const WorkspaceOverflowError*>(&e) || dynamic_cast<const StaleGraphReplayError*>(&e) ||
+      dynamic_cast<const jit::CaptureUnsupportedError*>(&e))
     return true;
   return std::string(e.what()).find("CUDA out of memory") != std::string::npos;
 }
@@ -220,6 +225,8 @@ StrategyResult Engine::run() {
     result_.failed_phase = current_phase_;
     log(std::string(crash ? "crash" : "error") + " in " + current_phase_ + ": " + *result_.error);
   }
+  if (ledger_.num_graphs() > 0 || !workspace_ || workspace_->policy() != WorkspacePolicy::kLock)
+    result_.extra["graph_ledger"] = ledger_.to_json();
   // Which scheduler step and batch it failed in, when a request step was running.
   if (result_.outcome != Outcome::kOk && jit_) {
     const StepContext st = jit_->monitor().step();
@@ -239,7 +246,15 @@ void Engine::do_init() {
   jo.launch = mode() == DeviceMode::kCuda;
   jit_ = std::make_unique<jit::JitRuntime>(jo);
   jit_->monitor().set_phase("init");
-  workspace_ = std::make_unique<WorkspaceManager>(device());
+  // Moves of graph-referenced buffers are charged to the phase and scheduler step running.
+  ledger_.set_where([this] {
+    return LedgerWhere{jit_->monitor().phase(), jit_->monitor().step()};
+  });
+  const WorkspacePolicy policy = workspace_policy_from_name(workspace_policy_key(scenario_.engine));
+  workspace_ = std::make_unique<WorkspaceManager>(
+      device(), 1, policy,
+      policy == WorkspacePolicy::kFixed ? workspace_fixed_bytes(scenario_.engine) : 0);
+  workspace_->set_ledger(&ledger_);
   if (mode() == DeviceMode::kCuda) {
     // Creates the CUDA context and torch's allocator state, as an engine's worker init does.
     at::empty({1}, at::TensorOptions().device(device())).fill_(0);
@@ -265,6 +280,12 @@ void Engine::do_init() {
   // max_model_len x max_num_seqs table (8 TiB at 2^31 tokens x 1024 sequences) failed there.
   block_table_ = at::zeros({scenario_.engine.max_num_seqs, max_blocks_per_req()},
                            at::TensorOptions().dtype(at::kInt).device(device()));
+  block_table_ledger_id_ = ledger_.add_buffer(
+      "the block table", block_table_.numel() * block_table_.element_size(), tensor_address(block_table_));
+}
+
+uint64_t Engine::tensor_address(const at::Tensor& t) const {
+  return mode() == DeviceMode::kCuda && t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
 
 void Engine::do_load_weights() {
@@ -288,6 +309,15 @@ void Engine::do_kernel_warmup() {
 }
 
 void Engine::do_workspace_lock() {
+  const WorkspacePolicy policy = workspace_->policy();
+  result_.extra["workspace_policy"] = workspace_policy_name(policy);
+  if (policy != WorkspacePolicy::kLock) {
+    // Only vLLM V1's manager locks; the other policies never refuse growth after capture.
+    result_.extra["workspace_locked"] = false;
+    result_.extra["workspace_lock_note"] =
+        std::string("workspace_policy ") + workspace_policy_name(policy) + ": never locked";
+    return;
+  }
   const bool lock = scenario_.engine.cudagraph_mode != CudaGraphMode::kNone;
   if (lock) workspace_->lock();
   result_.extra["workspace_locked"] = lock;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct EngineOptions {
   /// CUPTI's API callbacks (api_timer.h). Off by default: the callbacks cost host time on every
   /// CUDA call, which a launch-bound step's TTFT shows (up to 2x on the H200).
   bool host_split = false;
+  /// A replay of a captured graph whose buffers moved since capture (graph_ledger.h) is a crash.
+  /// false: raised before the launch. true (GPU runs): the graph is launched first, the device
+  /// synchronized, and the crash text says whether the device faulted. Compile-only mode never
+  /// launches.
+  bool run_stale_graph_replays = false;
   /// Called with the result so far and the phase running ("" when none) when each phase starts
   /// and ends (the child streams both to its parent).
   std::function<void(const StrategyResult&, const std::string& current_phase)> on_snapshot;
@@ -129,6 +135,21 @@ class Engine final : public WarmupContext {
   std::unique_ptr<Model> model_;
   std::vector<std::unique_ptr<Mixer>> mixers_;  ///< one per layer, in layer order
   std::vector<at::Tensor> cache_tensors_;       ///< the shared cache tensors (kv_cache_plan.h)
+  /// Every device buffer a captured graph references, with a generation per move
+  /// (graph_ledger.h): the workspace slots, the KV cache tensors, the block table and each
+  /// graph's static batch.
+  GraphLedger ledger_;
+  std::vector<GraphLedger::BufferId> cache_ledger_ids_;  ///< per cache tensor
+  GraphLedger::BufferId block_table_ledger_id_ = -1;
+  /// The device address of `t`'s data for the ledger's report (0 in compile-only mode).
+  uint64_t tensor_address(const at::Tensor& t) const;
+  /// Checks graph `id` before a replay (graph_ledger.h). Fresh: returns none. Stale: throws
+  /// StaleGraphReplayError, unless run_stale_graph_replays on a GPU, where it returns the stale
+  /// reference and the caller replays, then calls finish_stale_replay().
+  std::optional<StaleReference> check_replay(GraphLedger::GraphId id);
+  /// After a stale graph was launched: synchronizes, and throws StaleGraphReplayError with
+  /// whether the device faulted.
+  [[noreturn]] void finish_stale_replay(const StaleReference& ref);
   MixerContext mixer_ctx_;                      ///< what mixers and the model were built with
   bool has_state_ = false;                      ///< some layer keeps per-request state
   at::Tensor block_table_;  ///< [max_num_seqs, max_blocks_per_req] int32, persistent
@@ -150,6 +171,9 @@ class Engine final : public WarmupContext {
   /// {part name: ms} of the engine thread's time between two api_timer_ readings.
   static nlohmann::json host_split(const jit::HostTimes& from, const jit::HostTimes& to);
   double sampling_ms_ = 0;
+  /// How the last execute() ran: "full@<size>", "piecewise@<size>" (a captured graph of that
+  /// capture size) or "eager" (no captured size fits, or graphs are off).
+  std::string step_graph_ = "eager";
   double snapshot_ms_ = 0;                 ///< time spent sending result snapshots
   std::map<int, std::unique_ptr<PiecewiseGraphs>> piecewise_;
   std::map<int, std::unique_ptr<FullGraph>> full_;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "harness/engine/capture_policy.engine_keys.h"
 #include "harness/engine/engine_internal.h"
 
 namespace coldstart {
@@ -16,6 +17,31 @@ namespace coldstart {
 using engine_detail::Clock;
 using engine_detail::cdiv;
 using engine_detail::ms_since;
+
+namespace {
+/// Marks a capture in the JIT for its lifetime (a kernel first needed inside it is refused, as
+/// the driver refuses its module load) and in the ledger, aborted unless end() is called.
+class CaptureMarks {
+ public:
+  CaptureMarks(jit::JitRuntime& jit, GraphLedger& ledger, const std::string& label)
+      : jit_(jit), ledger_(ledger) {
+    ledger_.begin_capture(label);
+    jit_.set_capturing(label);
+  }
+  ~CaptureMarks() {
+    jit_.set_capturing("");
+    if (ledger_.capturing()) ledger_.abort_capture();
+  }
+  GraphLedger::GraphId end() {
+    jit_.set_capturing("");
+    return ledger_.end_capture();
+  }
+
+ private:
+  jit::JitRuntime& jit_;
+  GraphLedger& ledger_;
+};
+}  // namespace
 
 /// Copies a step's inputs into the static batch a graph of `size` rows was captured with, and
 /// pads the rest (token 0 at position 0; with attention metadata, slot -1 and length 0 so the
@@ -53,8 +79,15 @@ void Engine::do_graph_capture() {
   std::vector<int> sizes = e.cudagraph_capture_sizes;
   // vLLM's capture order (CudagraphDispatcher.get_capture_descs, vllm/v1/cudagraph_dispatcher.py
   // at ae2e8e62): every PIECEWISE (mixed) size first, then every FULL uniform-decode size, each
-  // largest first; FULL decode sizes are the capture sizes in [1, max_num_seqs].
-  std::sort(sizes.rbegin(), sizes.rend());
+  // largest first; FULL decode sizes are the capture sizes in [1, max_num_seqs]. The capture
+  // policy keys (capture_policy.engine_keys.h) may turn the order and the eager warmups.
+  if (capture_ascending(e))
+    std::sort(sizes.begin(), sizes.end());
+  else
+    std::sort(sizes.rbegin(), sizes.rend());
+  const int warmups = capture_warmups(e);
+  result_.extra["capture_policy"] = {{"order", capture_ascending(e) ? "ascending" : "largest_first"},
+                                     {"warmups_per_size", warmups}};
   auto make_static = [&](int P, bool with_attention) {
     std::vector<SeqStep> seqs;
     if (with_attention) {
@@ -78,14 +111,21 @@ void Engine::do_graph_capture() {
       auto g = std::make_unique<PiecewiseGraphs>();
       g->size = P;
       g->in = make_static(P, /*with_attention=*/false);
-      run_eager(g->in);  // eager warmup; mixers skipped (no metadata)
+      for (int w = 0; w < warmups; ++w) run_eager(g->in);  // eager warmups; mixers skipped
       // Zeroed: rows past a step's token count are padding the pieces still read (see execute).
       g->mixer_out =
           at::zeros({P, out_width}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
+      g->static_ledger_id = ledger_.add_buffer(
+          fmt::format("the static batch of piecewise capture size {}", P),
+          g->mixer_out.numel() * g->mixer_out.element_size(), tensor_address(g->mixer_out));
       ForwardState st;
       for (int i = 0; i <= L; ++i) {
         CapturedGraph graph(mode());
+        CaptureMarks marks(*jit_, ledger_,
+                           fmt::format("piecewise graph of piece {} at capture size {}", i, P));
+        ledger_.touch(g->static_ledger_id);
         graph.capture([&] { model_->piece(i, st, g->in); }, pool_);
+        g->ledger_ids.push_back(marks.end());
         g->graphs.push_back(std::move(graph));
         g->states.push_back(st);
         if (i < L) st.mixer_out = g->mixer_out.narrow(1, 0, mixers_[i]->spec().output_width);
@@ -100,9 +140,18 @@ void Engine::do_graph_capture() {
       auto g = std::make_unique<FullGraph>();
       g->size = P;
       g->in = make_static(P, /*with_attention=*/true);
-      run_eager(g->in);  // one eager warmup run per size (cudagraph_num_of_warmups = 1)
+      for (int w = 0; w < warmups; ++w) run_eager(g->in);  // vLLM: cudagraph_num_of_warmups
       g->graph = std::make_unique<CapturedGraph>(mode());
+      g->static_ledger_id = ledger_.add_buffer(
+          fmt::format("the static batch of full decode capture size {}", P),
+          g->in.input_ids.numel() * g->in.input_ids.element_size(), tensor_address(g->in.input_ids));
+      CaptureMarks marks(*jit_, ledger_, fmt::format("full decode graph at capture size {}", P));
+      // Attention inside: the graph reads the KV cache through the block table.
+      ledger_.touch(g->static_ledger_id);
+      ledger_.touch(block_table_ledger_id_);
+      for (GraphLedger::BufferId id : cache_ledger_ids_) ledger_.touch(id);
       g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
+      g->ledger_id = marks.end();
       full_[P] = std::move(g);
       ++captured;
     }
@@ -111,6 +160,31 @@ void Engine::do_graph_capture() {
   // vLLM locks the workspace at the end of capture_model; with cudagraph_mode none capture_model
   // returns early and the workspace is never locked (gpu_model_runner.py at 000fc94b; PR #46883
   // proposes locking on every path, not merged). do_workspace_lock records it.
+}
+
+std::optional<StaleReference> Engine::check_replay(GraphLedger::GraphId id) {
+  std::optional<StaleReference> stale = ledger_.stale(id);
+  if (!stale) return std::nullopt;
+  if (options_.run_stale_graph_replays && mode() == DeviceMode::kCuda) return stale;
+  const char* report = mode() == DeviceMode::kCuda ? "not launched (--graph-replay-stale stop)"
+                                                   : "not launched (compile-only mode)";
+  ledger_.note_stale_replay(*stale, report);
+  result_.extra["graph_ledger"] = ledger_.to_json();
+  throw StaleGraphReplayError(GraphLedger::stale_text(*stale) + "; " + report, *stale);
+}
+
+void Engine::finish_stale_replay(const StaleReference& ref) {
+  // The graph ran on the released block; whether the device noticed decides what a server sees:
+  // a sticky illegal-address error, or nothing at all (the caching allocator still holds the
+  // block, or handed it to another tensor, and the results are silently wrong).
+  const std::string fault = device_fault_after_sync(mode());
+  const std::string report = fault.empty()
+                                 ? "launched under --graph-replay-stale run: the device raised no "
+                                   "fault (a silent read and write of released memory)"
+                                 : "launched under --graph-replay-stale run: the device faulted: " + fault;
+  ledger_.note_stale_replay(ref, report);
+  result_.extra["graph_ledger"] = ledger_.to_json();
+  throw StaleGraphReplayError(GraphLedger::stale_text(ref) + "; " + report, ref);
 }
 
 at::Tensor Engine::run_eager(const ForwardBatch& batch) {
@@ -177,7 +251,10 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     if (it != full_.end()) {
       FullGraph& g = *it->second;
       if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, true);
+      step_graph_ = fmt::format("full@{}", g.size);
+      const std::optional<StaleReference> stale = check_replay(g.ledger_id);
       g.graph->replay();
+      if (stale) finish_stale_replay(*stale);
       return finish(g.hidden);
     }
   }
@@ -186,14 +263,17 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   if (it != piecewise_.end()) {
     PiecewiseGraphs& g = *it->second;
     if (mode() == DeviceMode::kCuda) copy_into_static(g.in, batch, g.size, false);
+    step_graph_ = fmt::format("piecewise@{}", g.size);
     // The padding rows of the mixer outputs: the mixers write only the step's N rows, the pieces
     // read all g.size; keep the padding zero (vLLM's GDN output buffer is zero-filled).
     if (g.size > N) g.mixer_out.narrow(0, N, g.size - N).zero_();
     const int L = model_->num_layers();
     for (int i = 0; i <= L; ++i) {
+      const std::optional<StaleReference> stale = check_replay(g.ledger_ids[i]);
       if (model_spans_) model_spans_->begin();
       g.graphs[i].replay();
       if (model_spans_) model_spans_->end();
+      if (stale) finish_stale_replay(*stale);
       if (i == L) break;
       std::vector<at::Tensor> in;
       for (const at::Tensor& t : g.states[i].mixer_in) in.push_back(t.narrow(0, 0, N));
@@ -204,6 +284,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     }
     return finish(g.states[L].hidden);
   }
+  step_graph_ = "eager";
   return finish(run_eager(batch));
 }
 

@@ -45,6 +45,8 @@ class PiecewiseGraphs {
   std::vector<CapturedGraph> graphs;
   std::vector<ForwardState> states;  ///< state after each piece (kept alive: static outputs)
   at::Tensor mixer_out;              ///< [size, widest mixer output] written by eager mixers
+  std::vector<GraphLedger::GraphId> ledger_ids;  ///< per piece, its references in the ledger
+  GraphLedger::BufferId static_ledger_id = -1;   ///< `in`, `states` and `mixer_out` in the ledger
 };
 
 /// One full graph of a uniform-decode size, mixers inside (vLLM's CUDAGraphMode.FULL for
@@ -55,6 +57,8 @@ class FullGraph {
   ForwardBatch in;  ///< the batch the graph was captured with; its tensors are static
   std::unique_ptr<CapturedGraph> graph;
   at::Tensor hidden;  ///< [size, H] final hidden states, the graph's static output
+  GraphLedger::GraphId ledger_id = -1;  ///< its references in the engine's ledger
+  GraphLedger::BufferId static_ledger_id = -1;  ///< `in` and `hidden` in the ledger
 };
 
 }  // namespace coldstart

@@ -107,6 +107,9 @@ void Engine::do_kv_cache_alloc() {
   for (int t = 0; t < plan.group_size; ++t) {
     cache_tensors_.push_back(at::zeros({plan.tensor_bytes()},
                                        at::TensorOptions().dtype(at::kByte).device(device())));
+    cache_ledger_ids_.push_back(ledger_.add_buffer(fmt::format("KV cache tensor {}", t),
+                                                   plan.tensor_bytes(),
+                                                   tensor_address(cache_tensors_.back())));
   }
   nlohmann::json groups = nlohmann::json::array();
   for (size_t g = 0; g < plan.groups.size(); ++g) {

@@ -240,8 +240,10 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
         if (q.id == lead && timed) (wave == 0 ? result_.ttft_ms : result_.steady_ttft_ms) = ttft;
       }
     }
-    if (listed && timed) {
-      schedule_.back()["ms"] = ms;
+    if (listed) {
+      // Whether the step ran as a captured graph, and of which size, or eagerly.
+      schedule_.back()["graph"] = step_graph_;
+      if (timed) schedule_.back()["ms"] = ms;
       result_.extra["schedule"] = schedule_;
     }
     sched.complete(st);

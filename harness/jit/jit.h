@@ -196,6 +196,18 @@ struct AutotuneRecord {
   StepContext step;  ///< the scheduler step running when it happened (JitMonitor::set_step)
 };
 
+/// A kernel first needed while a CUDA graph is being captured: its module load
+/// (cuModuleLoadData) is an API call the driver refuses in global-mode stream capture
+/// (cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing"), as
+/// Triton's load_binary hits it when an engine's capture reaches a kernel no warmup compiled
+/// (vLLM PRs #36587 and #39483: "RuntimeError: Triton Error [CUDA]: operation not permitted when
+/// stream is capturing"). Raised before compiling, in both modes, so compile-only replays fail
+/// where the GPU would. The text names the kernel, its compile key and the graph.
+class CaptureUnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A compile after startup, raised under MonitorMode::kError (`--jit-monitor error`). The text
 /// names the kernel, its compile key and the phase.
 class HotPathCompileError : public Error {
@@ -355,6 +367,10 @@ class JitRuntime {
   /// JitOptions::launch: true when kernels are loaded and launched (GPU), false in compile-only
   /// mode.
   bool launches() const;
+  /// Marks a CUDA graph capture in progress (`graph` names it, "" ends it): until it ends, a
+  /// kernel not yet loaded in this runtime throws CaptureUnsupportedError instead of compiling
+  /// or loading. Thread-safe.
+  void set_capturing(const std::string& graph);
   /// The autotuner of this runtime (select.h), made on first use; picks live as long as the
   /// runtime and persist under cache_dir()/autotune/.
   Autotuner& autotuner();

@@ -163,6 +163,8 @@ class EntryLock {
 }  // namespace
 
 struct JitRuntime::Impl {
+  std::mutex capture_mu;
+  std::string capturing;  // the graph being captured (set_capturing), "" when none
   // One key being compiled by some thread; others asking for it wait on `cv`.
   struct InFlight {
     bool done = false;
@@ -373,6 +375,17 @@ struct JitRuntime::Impl {
                                                   const std::vector<Constexpr>& constexprs,
                                                   const std::vector<KernelArg>& args,
                                                   CompileKey key, std::string key_text) {
+    {
+      std::lock_guard<std::mutex> lock(capture_mu);
+      if (!capturing.empty()) {
+        throw CaptureUnsupportedError(fmt::format(
+            "Triton Error [CUDA]: operation not permitted when stream is capturing: {} (compile "
+            "key {}) was first needed while capturing the {}; its module load "
+            "(cuModuleLoadData) is refused during stream capture "
+            "(cudaErrorStreamCaptureUnsupported)",
+            kernel.name, key.digest(), capturing));
+      }
+    }
     // The JIT monitor times this whole load or compile; the API timer must not count it again.
     const ApiTimeExcluded timed_by_monitor;
     auto ck = std::make_unique<CompiledKernel>();
@@ -732,6 +745,11 @@ void JitRuntime::launch(const KernelSource& kernel, const std::vector<Constexpr>
   config.numAttrs = 1;
   CS_CU_CHECK(d.cuLaunchKernelEx(&config, k.function, params, nullptr));
 #endif
+}
+
+void JitRuntime::set_capturing(const std::string& graph) {
+  std::lock_guard<std::mutex> lock(impl_->capture_mu);
+  impl_->capturing = graph;
 }
 
 const std::string& JitRuntime::arch() const { return impl_->arch; }

@@ -133,6 +133,25 @@ void* current_cuda_stream() {
 #endif
 }
 
+void empty_device_cache() {
+#ifdef COLDSTART_WITH_CUDA
+  if (at::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+std::string device_fault_after_sync(DeviceMode mode) {
+#ifdef COLDSTART_WITH_CUDA
+  if (mode != DeviceMode::kCuda) return "";
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (err == cudaSuccess) return "";
+  return std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+#else
+  (void)mode;
+  return "";
+#endif
+}
+
 void device_synchronize(DeviceMode mode) {
 #ifdef COLDSTART_WITH_CUDA
   if (mode == DeviceMode::kCuda) c10::cuda::device_synchronize();

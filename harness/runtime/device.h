@@ -50,4 +50,13 @@ void* current_cuda_stream();
 /// Blocks until the GPU finished all work (no-op in compile-only mode).
 void device_synchronize(DeviceMode mode);
 
+/// Returns the caching allocator's unused blocks to the driver (torch.cuda.empty_cache()); no-op
+/// without CUDA. Must not run while a stream captures (torch asserts).
+void empty_device_cache();
+
+/// Synchronizes without throwing and returns the device's error, "<name>: <description>"
+/// (cudaErrorIllegalAddress ...), or "" when the device raised none (always "" in compile-only
+/// mode). A sticky error stays: the CUDA context is unusable afterwards.
+std::string device_fault_after_sync(DeviceMode mode);
+
 }  // namespace coldstart

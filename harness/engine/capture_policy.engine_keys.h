@@ -1,0 +1,60 @@
+// The engine keys of CUDA graph capture policy (engine_keys.h), read by the engine's capture
+// (engine_graphs.cpp, do_graph_capture). What the engines do (stored sources read with the search
+// tools; facts, not code):
+//   order    vLLM V1 (CudagraphDispatcher.get_capture_descs, vllm/v1/cudagraph_dispatcher.py;
+//            GPUModelRunner.capture_model: "capture the large shapes first so that the smaller
+//            shapes can reuse the memory pool"), SGLang (CudaGraphRunner.capture:
+//            reversed(capture_bs)) and TensorRT-LLM (PR #3116) all capture largest first.
+//            Ascending is what a runner does that walks its size list as written.
+//   warmups  eager runs before each capture: vLLM's cudagraph_num_of_warmups (field default 0 in
+//            vllm/config/compilation.py, set to 1 whenever graphs are on, vllm/config/vllm.py);
+//            SGLang's capture_one_batch_size and TensorRT-LLM's WARMUP_STEPS run 2. With 0, a
+//            kernel that no startup step compiled is first needed inside the capture, where its
+//            module load is refused (jit::CaptureUnsupportedError).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/replay/engine_keys.h"
+#include "harness/replay/scenario.h"
+
+namespace coldstart {
+
+inline std::vector<EngineKeySpec> engine_keys_capture_policy() {
+  EngineKeySpec order;
+  order.name = "cudagraph_capture_order";
+  order.owner = "engine (graph capture)";
+  order.type = EngineKeyType::kChoice;
+  order.choices = {"largest_first", "ascending"};
+  order.default_value = "largest_first";
+  order.doc = "the order capture sizes are captured in (piecewise sizes, then full decode sizes): "
+              "largest_first as vLLM, SGLang and TensorRT-LLM, or ascending";
+  order.in_result = EngineKeyInResult::kWhenSet;
+
+  EngineKeySpec warmups;
+  warmups.name = "cudagraph_num_of_warmups";
+  warmups.owner = "engine (graph capture)";
+  warmups.type = EngineKeyType::kInt;
+  warmups.min = 0;
+  warmups.max = 8;
+  warmups.unit = "eager runs";
+  warmups.default_value = "1";
+  warmups.doc = "eager runs of each capture size before its capture (vLLM 1 when graphs are on, "
+                "SGLang and TensorRT-LLM 2; 0 compiles and loads kernels inside the capture, "
+                "which CUDA refuses)";
+  warmups.in_result = EngineKeyInResult::kWhenSet;
+  return {order, warmups};
+}
+
+/// engine.cudagraph_capture_order == "ascending".
+inline bool capture_ascending(const EngineConfig& e) {
+  return e.string_key("cudagraph_capture_order") == "ascending";
+}
+
+/// engine.cudagraph_num_of_warmups: eager runs before each capture.
+inline int capture_warmups(const EngineConfig& e) {
+  return static_cast<int>(e.int_key("cudagraph_num_of_warmups"));
+}
+
+}  // namespace coldstart
