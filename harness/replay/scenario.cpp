@@ -80,7 +80,9 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
       if (!decode_at) decode = 0;
     }
     const Entry* arrival_at = mv.get("arrival_step");
-    if (arrival_at) arrival = read_int_in(c, arrival_at->path, arrival_at->value, 0);
+    // Bounded so every scheduler step index stays far inside what a results file holds (2^30):
+    // an arrival past 2^20 idle steps is no startup behaviour anyway.
+    if (arrival_at) arrival = read_int_in(c, arrival_at->path, arrival_at->value, 0, 1 << 20);
     const Entry* steady_here = mv.get("steady");
     if (steady_here) steady = read_bool(c, steady_here->path, steady_here->value);
     roles_given = roles_given || arrival_at || steady_here;
