@@ -247,10 +247,14 @@ void Engine::do_init() {
   jit_ = std::make_unique<jit::JitRuntime>(jo);
   jit_->monitor().set_phase("init");
   // Moves of graph-referenced buffers are charged to the phase and scheduler step running.
+  // During graph capture the phase names the capture size being warmed up or captured.
   ledger_.set_where([this] {
-    return LedgerWhere{jit_->monitor().phase(), jit_->monitor().step()};
+    std::string phase = jit_->monitor().phase();
+    if (phase == "graph_capture" && !capture_step_.empty()) phase += " (" + capture_step_ + ")";
+    return LedgerWhere{phase, jit_->monitor().step()};
   });
   const WorkspacePolicy policy = workspace_policy_from_name(workspace_policy_key(scenario_.engine));
+  result_.extra["workspace_policy"] = workspace_policy_name(policy);
   workspace_ = std::make_unique<WorkspaceManager>(
       device(), 1, policy,
       policy == WorkspacePolicy::kFixed ? workspace_fixed_bytes(scenario_.engine) : 0);
@@ -310,7 +314,6 @@ void Engine::do_kernel_warmup() {
 
 void Engine::do_workspace_lock() {
   const WorkspacePolicy policy = workspace_->policy();
-  result_.extra["workspace_policy"] = workspace_policy_name(policy);
   if (policy != WorkspacePolicy::kLock) {
     // Only vLLM V1's manager locks; the other policies never refuse growth after capture.
     result_.extra["workspace_locked"] = false;

@@ -174,6 +174,9 @@ class Engine final : public WarmupContext {
   /// How the last execute() ran: "full@<size>", "piecewise@<size>" (a captured graph of that
   /// capture size) or "eager" (no captured size fits, or graphs are off).
   std::string step_graph_ = "eager";
+  /// The capture size graph_capture is warming up or capturing ("full decode capture size 4"),
+  /// for the ledger's record of what moved a buffer.
+  std::string capture_step_;
   double snapshot_ms_ = 0;                 ///< time spent sending result snapshots
   std::map<int, std::unique_ptr<PiecewiseGraphs>> piecewise_;
   std::map<int, std::unique_ptr<FullGraph>> full_;

@@ -111,6 +111,7 @@ void Engine::do_graph_capture() {
       auto g = std::make_unique<PiecewiseGraphs>();
       g->size = P;
       g->in = make_static(P, /*with_attention=*/false);
+      capture_step_ = fmt::format("piecewise capture size {}", P);
       for (int w = 0; w < warmups; ++w) run_eager(g->in);  // eager warmups; mixers skipped
       // Zeroed: rows past a step's token count are padding the pieces still read (see execute).
       g->mixer_out =
@@ -140,6 +141,7 @@ void Engine::do_graph_capture() {
       auto g = std::make_unique<FullGraph>();
       g->size = P;
       g->in = make_static(P, /*with_attention=*/true);
+      capture_step_ = fmt::format("full decode capture size {}", P);
       for (int w = 0; w < warmups; ++w) run_eager(g->in);  // vLLM: cudagraph_num_of_warmups
       g->graph = std::make_unique<CapturedGraph>(mode());
       g->static_ledger_id = ledger_.add_buffer(
@@ -157,6 +159,7 @@ void Engine::do_graph_capture() {
     }
   }
   result_.extra["graphs_captured"] = captured;
+  capture_step_.clear();
   // vLLM locks the workspace at the end of capture_model; with cudagraph_mode none capture_model
   // returns early and the workspace is never locked (gpu_model_runner.py at 000fc94b; PR #46883
   // proposes locking on every path, not merged). do_workspace_lock records it.

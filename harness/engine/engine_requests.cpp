@@ -200,7 +200,18 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
                            {"ms", nullptr}, {"seqs", rows}});
       result_.extra["schedule"] = schedule_;
     }
-    auto body = [&] { execute(make_batch(seqs, false)); };
+    auto body = [&] {
+      try {
+        execute(make_batch(seqs, false));
+      } catch (...) {
+        // The failed step says how it ran too (a stale replay fails on its graph's launch).
+        if (listed) {
+          schedule_.back()["graph"] = step_graph_;
+          result_.extra["schedule"] = schedule_;
+        }
+        throw;
+      }
+    };
     double ms = 0;
     if (role == "prefill" || role == "continuation_prefill" || role == "first_decode") {
       phase(role, lead, body);

@@ -94,6 +94,7 @@ std::optional<StaleReference> GraphLedger::stale(GraphId g) const {
     s.new_bytes = m.new_bytes;
     s.moved_at = m.where;
     s.moves_since = b.generation - r.generation;
+    s.current_bytes = b.bytes;
     return s;
   }
   return std::nullopt;
@@ -118,7 +119,9 @@ std::string GraphLedger::stale_text(const StaleReference& ref) {
       "memory",
       ref.graph, ref.buffer, format_mb(ref.captured_bytes), ref.captured_generation,
       ref.moved_at.str(), moved,
-      ref.moves_since > 1 ? fmt::format(" ({} moves since capture)", ref.moves_since) : "");
+      ref.moves_since > 1 ? fmt::format(" ({} moves since capture, now {} MB)", ref.moves_since,
+                                        format_mb(ref.current_bytes))
+                          : "");
 }
 
 void GraphLedger::note_stale_replay(const StaleReference& ref, const std::string& device_report) {
@@ -128,6 +131,7 @@ void GraphLedger::note_stale_replay(const StaleReference& ref, const std::string
                             {"captured_generation", ref.captured_generation},
                             {"move", buffer_move_name(ref.move)},
                             {"new_bytes", ref.new_bytes},
+                            {"current_bytes", ref.current_bytes},
                             {"moved_in", ref.moved_at.str()},
                             {"device", device_report}});
 }

@@ -58,6 +58,7 @@ struct StaleReference {
   int64_t new_bytes = 0;     ///< after that move (0 when freed)
   LedgerWhere moved_at;      ///< the phase (and step) of that move
   int moves_since = 0;       ///< moves since capture (>= 1)
+  int64_t current_bytes = 0; ///< its size now (after the last move)
 };
 
 /// Replay of a captured graph that references a buffer generation that no longer exists (see the

@@ -63,7 +63,7 @@ TEST(GraphLedger, OnlyTouchesInsideACaptureCountAndAGraphCapturedAfterTheMoveIsF
   EXPECT_EQ(s->new_bytes, 512);  // the first move after capture
   EXPECT_EQ(s->moves_since, 2);
   const std::string text = GraphLedger::stale_text(*s);
-  EXPECT_NE(text.find("resized it in place to 0.00 MB (2 moves since capture)"), std::string::npos)
+  EXPECT_NE(text.find("resized it in place to 0.00 MB (2 moves since capture, now 0.00 MB)"), std::string::npos)
       << text;
   const nlohmann::json j = ledger.to_json();
   EXPECT_EQ(j["graphs"], 3);
