@@ -165,15 +165,21 @@ void Engine::do_graph_capture() {
   // proposes locking on every path, not merged). do_workspace_lock records it.
 }
 
+/// Records a stale replay in the ledger and raises it; `report` says whether it was launched and
+/// what the device did. run() puts the ledger into the result after the throw.
+[[noreturn]] static void raise_stale(GraphLedger& ledger, const StaleReference& ref,
+                                     const std::string& report) {
+  ledger.note_stale_replay(ref, report);
+  throw StaleGraphReplayError(GraphLedger::stale_text(ref) + "; " + report, ref);
+}
+
 std::optional<StaleReference> Engine::check_replay(GraphLedger::GraphId id) {
   std::optional<StaleReference> stale = ledger_.stale(id);
   if (!stale) return std::nullopt;
   if (options_.run_stale_graph_replays && mode() == DeviceMode::kCuda) return stale;
   const char* report = mode() == DeviceMode::kCuda ? "not launched (--graph-replay-stale stop)"
                                                    : "not launched (compile-only mode)";
-  ledger_.note_stale_replay(*stale, report);
-  result_.extra["graph_ledger"] = ledger_.to_json();
-  throw StaleGraphReplayError(GraphLedger::stale_text(*stale) + "; " + report, *stale);
+  raise_stale(ledger_, *stale, report);
 }
 
 void Engine::finish_stale_replay(const StaleReference& ref) {
@@ -185,9 +191,7 @@ void Engine::finish_stale_replay(const StaleReference& ref) {
                                  ? "launched under --graph-replay-stale run: the device raised no "
                                    "fault (a silent read and write of released memory)"
                                  : "launched under --graph-replay-stale run: the device faulted: " + fault;
-  ledger_.note_stale_replay(ref, report);
-  result_.extra["graph_ledger"] = ledger_.to_json();
-  throw StaleGraphReplayError(GraphLedger::stale_text(ref) + "; " + report, ref);
+  raise_stale(ledger_, ref, report);
 }
 
 at::Tensor Engine::run_eager(const ForwardBatch& batch) {

@@ -63,10 +63,10 @@ void WorkspaceManager::set_ledger(GraphLedger* ledger) {
   ledger_ = ledger;
   ledger_ids_.assign(buffers_.size(), -1);
   for (size_t i = 0; i < buffers_.size(); ++i)
-    if (sizes_[i] > 0) report(i, 0, BufferMove::kReallocated);
+    if (sizes_[i] > 0) report(i, BufferMove::kReallocated);
 }
 
-void WorkspaceManager::report(size_t i, int64_t old_bytes, BufferMove how) {
+void WorkspaceManager::report(size_t i, BufferMove how) {
   if (ledger_ == nullptr) return;
   const uint64_t address = device_.is_cuda() && buffers_[i].defined()
                                ? reinterpret_cast<uint64_t>(buffers_[i].data_ptr())
@@ -76,7 +76,7 @@ void WorkspaceManager::report(size_t i, int64_t old_bytes, BufferMove how) {
     ledger_ids_[i] = ledger_->add_buffer(fmt::format("the workspace (slot {})", i), sizes_[i], address);
     return;
   }
-  ledger_->move(ledger_ids_[i], old_bytes > 0 ? how : BufferMove::kReallocated, sizes_[i], address);
+  ledger_->move(ledger_ids_[i], how, sizes_[i], address);
 }
 
 void WorkspaceManager::set_slot(int slot) {
@@ -104,7 +104,6 @@ void WorkspaceManager::ensure(int64_t required, const SourceLocation& caller) {
   // peak device memory is the new size, as in vLLM.
   for (size_t i = 0; i < buffers_.size(); ++i) {
     if (sizes_[i] >= required) continue;
-    const int64_t old = sizes_[i];
     if (policy_ == WorkspacePolicy::kResize && buffers_[i].defined()) {
       // resize_() keeps the tensor (and every view of its storage) but moves the storage to a new,
       // larger block and releases the old one; a graph captured earlier still holds the old one.
@@ -121,8 +120,8 @@ void WorkspaceManager::ensure(int64_t required, const SourceLocation& caller) {
       buffers_[i] = at::empty({required}, at::TensorOptions().dtype(at::kByte).device(device_));
     }
     sizes_[i] = required;
-    report(i, old, policy_ == WorkspacePolicy::kResize ? BufferMove::kResizedInPlace
-                                                       : BufferMove::kReallocated);
+    report(i, policy_ == WorkspacePolicy::kResize ? BufferMove::kResizedInPlace
+                                                  : BufferMove::kReallocated);
   }
   if (on_grow_) on_grow_(required, caller);
 }

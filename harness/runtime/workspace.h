@@ -115,8 +115,9 @@ class WorkspaceManager {
 
  private:
   void ensure(int64_t required, const SourceLocation& caller);
-  /// Slot i's tensor now holds `bytes`: registers it with the ledger, or reports the move.
-  void report(size_t i, int64_t old_bytes, BufferMove how);
+  /// Slot i's tensor now holds sizes_[i] bytes: registers it with the ledger on its first
+  /// memory, else reports the move `how`.
+  void report(size_t i, BufferMove how);
 
   c10::Device device_;
   WorkspacePolicy policy_ = WorkspacePolicy::kLock;
