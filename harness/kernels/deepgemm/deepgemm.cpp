@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "harness/common/error.h"
@@ -139,11 +141,23 @@ Fp8Activation quantize_fp8_groups(const at::Tensor& x) {
 
 at::Tensor random_fp8_weight(std::vector<int64_t> shape, const at::TensorOptions& device) {
   const at::TensorOptions u8 = device.dtype(at::kByte);
-  if (device.device().is_meta()) return at::empty(shape, u8);
-  // Exponent field 4..7 (0.125 .. 1.875 in magnitude), any mantissa, random sign.
-  const at::Tensor mag = at::randint(0x20, 0x40, shape, device.dtype(at::kInt));
-  const at::Tensor sign = at::randint(0, 2, shape, device.dtype(at::kInt)) * 128;
-  return (mag + sign).to(at::kByte);
+  at::Tensor w = at::empty(shape, u8);
+  if (device.device().is_meta()) return w;
+  // One uniform byte in [0, 64) per element, drawn in place: bit 5 becomes the sign, bits 0..4
+  // the low exponent bit and mantissa under a fixed exponent MSB pair (0x20): exponent field 4..7
+  // (magnitude 0.125 .. 1.875), any mantissa, random sign. The bytes are turned into e4m3 in
+  // slabs of at most 64 MiB, so the only temporary is one slab: a [256, 4096, 4096] expert
+  // tensor (4 GiB) costs 4 GiB plus 64 MiB at load, where int32 draws cost 12 times that and
+  // ran an 80 GB card out of memory in load_weights.
+  w.random_(0, 64);
+  at::Tensor flat = w.view({-1});
+  const int64_t n = flat.numel(), slab = int64_t{64} << 20;
+  for (int64_t begin = 0; begin < n; begin += slab) {
+    at::Tensor part = flat.narrow(0, begin, std::min(slab, n - begin));
+    const at::Tensor sign = part.bitwise_and(32).mul_(4);  // bit 5 -> bit 7
+    part.bitwise_and_(31).bitwise_or_(0x20).bitwise_or_(sign);
+  }
+  return w;
 }
 
 at::Tensor mn_major_scales(const at::Tensor& sf) {

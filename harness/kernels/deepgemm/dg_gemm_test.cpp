@@ -181,6 +181,31 @@ TEST(DeepGemmCoverage, GapsOfTheSeedSamplingAreRealAndListed) {
   EXPECT_TRUE(warmup_coverage_gaps(shapes[0], 90, 132, max_tokens, every).empty());
 }
 
+// ---------------------------------------------------------------- weights
+
+// random_fp8_weight draws bytes in place and converts them slab by slab (64 MiB): the bytes must
+// be e4m3 of exponent field 4..7 with both signs, every magnitude reached, across a slab border.
+TEST(DeepGemmWeights, RandomFp8WeightIsE4m3OfMagnitudeEighthToTwoOnBothSides) {
+  at::manual_seed(7);
+  const int64_t row = (int64_t{32} << 20) + 257;  // two rows span the 64 MiB slab border
+  const at::Tensor w = random_fp8_weight({2, row}, at::TensorOptions().device(at::kCPU));
+  ASSERT_EQ(w.scalar_type(), at::kByte);
+  ASSERT_EQ(w.sizes().vec(), (std::vector<int64_t>{2, row}));
+  const at::Tensor mag = w.bitwise_and(0x7f);
+  EXPECT_GE(mag.min().item<int>(), 0x20);
+  EXPECT_LT(mag.max().item<int>(), 0x40);
+  // Every one of the 32 magnitudes and both signs appear, in the last slab too.
+  const at::Tensor tail = w.view({-1}).narrow(0, 2 * row - 4096, 4096).to(at::kInt);
+  EXPECT_EQ(std::get<0>(at::_unique(tail.bitwise_and(0x7f))).numel(), 32);
+  EXPECT_EQ(std::get<0>(at::_unique(tail.bitwise_and(0x80))).numel(), 2);
+  const double negative =
+      tail.bitwise_and(0x80).gt(0).to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(negative, 0.5, 0.05);
+  const at::Tensor m = random_fp8_weight({3, 5}, at::TensorOptions().device(at::kMeta));
+  EXPECT_TRUE(m.is_meta());
+  EXPECT_EQ(m.sizes().vec(), (std::vector<int64_t>{3, 5}));
+}
+
 // ---------------------------------------------------------------- compile-only
 
 at::TensorOptions meta(at::ScalarType t) { return at::TensorOptions().dtype(t).device(at::kMeta); }
