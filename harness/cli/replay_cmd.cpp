@@ -461,7 +461,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     rules_checked += x.checked;
     std::string not_applied =
         x.not_applicable
-            ? fmt::format("; {} rule(s) for another mode or arch not checked", x.not_applicable)
+            ? fmt::format("; {} rule(s) for another mode, arch or device not checked", x.not_applicable)
             : "";
     if (x.strategy_not_run > 0)
       not_applied += fmt::format("; {} rule(s) about strategies not run", x.strategy_not_run);

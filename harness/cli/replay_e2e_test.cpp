@@ -771,6 +771,44 @@ TEST_F(ReplayE2E, NemotronNanoSsdSpecializationsConvWarmerAndCompileMemo) {
   }
 }
 
+/// The H100 and the H200 are both sm_90, but vLLM picks fused_moe tiles from a tuned table named
+/// for the device: with every Mamba warmer, the H100's table leaves two more MoE GEMMs cold than
+/// the H200's (measured on both GPUs at 42c08e7). The scenario's `device:` rules hold for the
+/// --target profile's device name in compile-only mode, and only there.
+TEST_F(ReplayE2E, NemotronNanoDeviceRulesFollowTheTargetsTunedTable) {
+  struct Case {
+    const char* target;
+    size_t compiles, moe_tiles;  // conv1d twice, the paged prefill, then w13 + w2 per MoE tile
+    const char* met;             // the device of the rule that applies
+  };
+  for (const Case& c : {Case{"h100", 7, 2, "H100"}, Case{"h200", 5, 1, "H200"}}) {
+    SCOPED_TRACE(c.target);
+    const std::string out = paths::join(dir_, std::string(c.target) + ".txt"),
+                      json = paths::join(dir_, std::string(c.target) + ".json");
+    const int rc = run_coldstart("replay scenarios/nemotron-3-nano.yaml --device compile-only "
+                                 "--target " + std::string(c.target) +
+                                     " --strategy all-mamba --check --json " + json,
+                                 out);
+    ASSERT_EQ(rc, 0) << read_text(out);
+    const auto j = nlohmann::json::parse(read_text(json));
+    const auto& r = j.at("results").at(0);
+    EXPECT_EQ(r.at("hot_path_compiles").size(), c.compiles);
+    std::set<std::string> moe_tiles;
+    for (const auto& h : r.at("hot_path_compiles"))
+      if (h.at("kernel") == "fused_moe_gemm") moe_tiles.insert(h.at("config").get<std::string>());
+    EXPECT_EQ(moe_tiles.size(), c.moe_tiles) << "one tile per M class the table tells apart";
+    int device_rules = 0;
+    for (const auto& rule : j.at("rules")) {
+      const std::string text = rule.at("rule");
+      if (text.rfind("device ", 0) != 0) continue;
+      ++device_rules;
+      const bool mine = text.rfind(std::string("device ") + c.met, 0) == 0;
+      EXPECT_EQ(rule.at("status"), mine ? "met" : "not_applicable") << text;
+    }
+    EXPECT_EQ(device_rules, 2);
+  }
+}
+
 /// NemotronH's dense relu2 MLP layers ('-', Nemotron-H 56B) replay in compile-only mode too; a
 /// warmer that cannot run its batch under max_num_seqs 1 says so in the result.
 TEST_F(ReplayE2E, NemotronHDenseMlpLayersReplayAndASkippedWarmerSaysSo) {

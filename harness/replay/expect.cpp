@@ -4,14 +4,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 namespace coldstart {
 namespace {
 
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // Whether rule `e` is about runs in `mode` on compute capability `sm` (0: unknown, so a rule
-// with an arch is not).
-bool applies(const Expectation& e, const std::string& mode, int sm) {
+// with an arch is not) on a device named `device` (a rule with a device applies when the name
+// contains it, ignoring case).
+bool applies(const Expectation& e, const std::string& mode, int sm, const std::string& device) {
   if (e.mode && *e.mode != mode) return false;
+  if (e.device && lower(device).find(lower(*e.device)) == std::string::npos) return false;
   return !e.arch || *e.arch == "sm_" + std::to_string(sm);
 }
 
@@ -87,11 +95,12 @@ std::vector<std::pair<std::string, std::string>> checks_of(const Expectation& e)
   return out;
 }
 
-// The rule as one line, its mode and arch limits first: "mode cuda, outcome crash, ...".
+// The rule as one line, its mode, arch and device limits first: "mode cuda, outcome crash, ...".
 std::string rule_text(const Expectation& e) {
   std::vector<std::string> parts;
   if (e.mode) parts.push_back("mode " + *e.mode);
   if (e.arch) parts.push_back("arch " + *e.arch);
+  if (e.device) parts.push_back("device " + *e.device);
   for (auto& [name, text] : checks_of(e)) parts.push_back(std::move(text));
   std::string s;
   for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
@@ -117,10 +126,11 @@ std::vector<std::string> check_rule(const Expectation& e, const std::vector<Stra
 }  // namespace
 
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
-                                            const std::vector<StrategyResult>& results, int sm) {
+                                            const std::vector<StrategyResult>& results, int sm,
+                                            const std::string& device) {
   std::vector<std::string> failures;
   for (const auto& e : s.expectations) {
-    if (!applies(e, mode, sm)) continue;  // a rule for the other mode or another arch
+    if (!applies(e, mode, sm, device)) continue;  // a rule for another mode, arch or device
     bool matched = false;
     for (auto& line : check_rule(e, results, matched)) failures.push_back(std::move(line));
     if (!matched) {
@@ -128,6 +138,7 @@ std::vector<std::string> check_expectations(const Scenario& s, const std::string
       if (e.variant) rule += fmt::format(", variant \"{}\"", *e.variant);
       if (e.mode) rule += fmt::format(", mode {}", *e.mode);
       if (e.arch) rule += fmt::format(", arch {}", *e.arch);
+      if (e.device) rule += fmt::format(", device {}", *e.device);
       failures.push_back(
           fmt::format("rule at {} ({}) matches no result of this {} run", e.where, rule, mode));
     }
@@ -149,15 +160,19 @@ RunExpectations check_run_expectations(const Scenario& s, const RunResults& run)
     rc.variant = e.variant;
     rc.rule = rule_text(e);
     for (const auto& check : checks_of(e)) rc.checks.push_back(check.first);
-    if (!applies(e, out.mode, run.meta.sm)) {
+    if (!applies(e, out.mode, run.meta.sm, run.meta.device_name)) {
       ++out.not_applicable;
       rc.status = "not_applicable";
-      rc.details.push_back(fmt::format("a rule for {}; this run: {} on {}",
-                                       e.mode && *e.mode != out.mode ? "mode " + *e.mode
-                                                                     : "arch " + e.arch.value_or("?"),
-                                       out.mode,
-                                       run.meta.sm > 0 ? "sm_" + std::to_string(run.meta.sm)
-                                                       : std::string("an unknown arch")));
+      const std::string limit = e.mode && *e.mode != out.mode ? "mode " + *e.mode
+                                : e.arch && *e.arch != "sm_" + std::to_string(run.meta.sm)
+                                    ? "arch " + *e.arch
+                                    : "device " + e.device.value_or("?");
+      std::string on =
+          run.meta.sm > 0 ? "sm_" + std::to_string(run.meta.sm) : std::string("an unknown arch");
+      if (limit.rfind("device ", 0) == 0)
+        on += run.meta.device_name.empty() ? " (an unknown device)"
+                                           : " (" + run.meta.device_name + ")";
+      rc.details.push_back(fmt::format("a rule for {}; this run: {} on {}", limit, out.mode, on));
       out.rules.push_back(std::move(rc));
       continue;
     }

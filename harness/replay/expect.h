@@ -19,14 +19,16 @@ namespace coldstart {
 /// applies but matches no result is a failure of its own; a skipped result (Outcome::kSkipped) is
 /// exempt from every check but `outcome: skipped`.
 /// A rule with an `arch` applies only when `sm` (the run's compute capability, e.g. 90) is that
-/// arch's; with sm == 0 (unknown) such rules do not apply.
+/// arch's; with sm == 0 (unknown) such rules do not apply. A rule with a `device` applies only
+/// when `device` (the run's device name, e.g. "NVIDIA H200") contains it, ignoring case.
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
-                                            const std::vector<StrategyResult>& results, int sm = 0);
+                                            const std::vector<StrategyResult>& results, int sm = 0,
+                                            const std::string& device = "");
 
 /// What `coldstart replay` prints and gates on for one scenario's run: s.expectations checked
 /// against run.results. The run's mode is its results' `device_mode` ("cuda" or "compile-only";
-/// compile-only when unrecorded) and its arch is run.meta.sm's. A rule for another mode or arch
-/// is counted in `not_applicable`; a rule about a strategy that did not run (--strategy /
+/// compile-only when unrecorded), its arch is run.meta.sm's and its device run.meta.device_name.
+/// A rule for another mode, arch or device is counted in `not_applicable`; a rule about a strategy that did not run (--strategy /
 /// --filter chose others) is counted in `strategy_not_run`; one whose variant was not produced
 /// (a --set replaced that matrix axis) is listed in `not_checked`; neither is ever unmet; every
 /// other rule is checked
@@ -35,7 +37,7 @@ std::vector<std::string> check_expectations(const Scenario& s, const std::string
 struct RunExpectations {
   std::string mode;                 ///< "cuda" | "compile-only"
   size_t checked = 0;               ///< rules that applied to this run
-  size_t not_applicable = 0;        ///< rules for another mode or arch
+  size_t not_applicable = 0;        ///< rules for another mode, arch or device
   std::vector<std::string> unmet;   ///< check_expectations' lines; empty when every rule held
   /// Rules about a strategy that did not run (--strategy / --filter): counted, not checked.
   size_t strategy_not_run = 0;

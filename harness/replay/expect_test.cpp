@@ -190,6 +190,40 @@ TEST(CheckExpectations, ARuleForAnotherArchDoesNotApply) {
   EXPECT_TRUE(check_expectations(with({e}), "compile-only", {r}).empty());        // arch unknown
 }
 
+// A device rule holds where the run's device name contains its fragment, ignoring case: the H100
+// and the H200 are both sm_90 but pick fused_moe tiles from different tuned tables.
+TEST(CheckExpectations, ARuleForAnotherDeviceDoesNotApply) {
+  Expectation e = rule("none", 5);
+  e.device = "h200";
+  e.max_hot_path_compiles = 0;
+  StrategyResult r = result("none", "", Outcome::kOk);
+  r.hot_path_compiles.push_back(CompileEvent{"a", "a[key]", 1.0, "prefill", "nvrtc"});
+  EXPECT_EQ(check_expectations(with({e}), "cuda", {r}, 90, "NVIDIA H200").size(), 1u);
+  EXPECT_EQ(check_expectations(with({e}), "compile-only", {r}, 90, "compile-only: NVIDIA H200").size(),
+            1u);
+  EXPECT_TRUE(check_expectations(with({e}), "cuda", {r}, 90, "NVIDIA H100 80GB HBM3").empty());
+  EXPECT_TRUE(check_expectations(with({e}), "cuda", {}, 90, "NVIDIA H100 80GB HBM3").empty());
+  EXPECT_TRUE(check_expectations(with({e}), "compile-only", {r}, 90, "compile-only (sm_90)").empty());
+  EXPECT_TRUE(check_expectations(with({e}), "cuda", {r}, 90).empty());  // device unknown
+
+  RunResults run;
+  run.meta.sm = 90;
+  run.meta.device_name = "NVIDIA H100 80GB HBM3";
+  run.results = {r};
+  RunExpectations x = check_run_expectations(with({e}), run);
+  EXPECT_EQ(x.checked, 0u);
+  EXPECT_EQ(x.not_applicable, 1u);
+  ASSERT_EQ(x.rules.size(), 1u);
+  EXPECT_EQ(x.rules[0].rule, "device h200, max_hot_path_compiles 0");
+  EXPECT_EQ(x.rules[0].details,
+            std::vector<std::string>{"a rule for device h200; this run: compile-only on sm_90 "
+                                     "(NVIDIA H100 80GB HBM3)"});
+  run.meta.device_name = "NVIDIA H200";
+  x = check_run_expectations(with({e}), run);
+  EXPECT_EQ(x.checked, 1u);
+  EXPECT_EQ(x.unmet.size(), 1u);
+}
+
 // The one filter `coldstart replay` applies before checking: rules for strategies that did not
 // run are left out, rules for another mode or arch are counted apart, the rest are checked.
 TEST(CheckRunExpectations, FiltersByWhatRanAndCountsOtherModesAndArchs) {

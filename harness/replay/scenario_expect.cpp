@@ -10,7 +10,7 @@ namespace coldstart::scenario_detail {
 namespace {
 
 const std::vector<std::string> kExpectKeys = {
-    "strategy",          "variant",          "mode",             "arch",
+    "strategy",          "variant",          "mode",             "arch",             "device",
     "outcome",           "failed_phase",     "error_prefix",
     "hot_path_compiles", "hot_path_kernels", "max_hot_path_compiles"};
 const std::vector<std::string> kChecks = {"outcome",          "failed_phase",
@@ -86,6 +86,15 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
     }
     if (const Entry* x = mv.get("mode")) r.mode = read_choice(c, *x, kModes, "mode");
     if (const Entry* x = mv.get("arch")) r.arch = read_choice(c, *x, kArchs, "arch");
+    if (const Entry* x = mv.get("device")) {
+      if (auto v = read_string(c, x->path, x->value)) {
+        if (v->empty())
+          c.fail(x->path, x->value.Mark(),
+                 "a device must name part of a device name, e.g. H200 or \"H100 80GB\"");
+        else
+          r.device = *v;
+      }
+    }
     if (const Entry* x = mv.get("outcome")) r.outcome = read_choice(c, *x, kOutcomes, "outcome");
     if (const Entry* x = mv.get("failed_phase")) {
       r.failed_phase = read_choice(c, *x, replay_phase_names(), "phase");

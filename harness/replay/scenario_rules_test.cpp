@@ -333,6 +333,10 @@ TEST_F(ScenarioExpectRules, Errors) {
             "expect.0.mode", "unknown mode 'gpu'");
   expect_at(error_of(with_expect("  - {strategy: none, arch: sm_91, outcome: ok}\n")), 17,
             "expect.0.arch", "unknown arch 'sm_91'");
+  expect_at(error_of(with_expect("  - {strategy: none, device: \"\", outcome: ok}\n")), 17,
+            "expect.0.device", "a device must name part of a device name");
+  expect_at(error_of(with_expect("  - {strategy: none, device: [H200], outcome: ok}\n")), 17,
+            "expect.0.device");
   expect_at(error_of(with_expect("  - {strategy: none, hot_path_compiles: -1}\n")), 17,
             "expect.0.hot_path_compiles", "must be at least 0");
   expect_at(error_of(with_expect("  - {strategy: none, max_hot_path_compiles: x}\n")), 17,
