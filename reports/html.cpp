@@ -322,7 +322,7 @@ std::string results_table(const std::vector<const StrategyResult*>& rows) {
         "<td class=\"num\">{} / {} MB</td></tr>\n",
         esc(r->strategy.empty() ? "?" : r->strategy), esc(warmers.empty() ? "(none)" : warmers), badge(*r),
         ms_cell(r->startup_ms), ms_cell(r->ttft_ms), ms_cell(r->first_decode_ms), ms_cell(r->steady_ttft_ms),
-        ratio, hot_path_compiled(*r).size(), detail::mb(r->workspace.locked_bytes),
+        ratio, hot_path_compiled(*r).size(), detail::locked_mb(*r),
         detail::mb(r->workspace.peak_requested_bytes));
   }
   return s + "</tbody></table>\n";

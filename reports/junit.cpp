@@ -143,9 +143,12 @@ std::string case_output(const RunResults& run, const StrategyResult& r) {
     s += fmt::format("  {} in {} ({:.3f} ms{}): {}\n", e.kernel, e.phase, e.compile_ms,
                      e.source == "disk" ? ", loaded" : "", e.key);
   }
-  s += fmt::format("workspace: locked {} MB, peak requested {} MB, {} slot(s)\n",
-                   detail::mb(r.workspace.locked_bytes), detail::mb(r.workspace.peak_requested_bytes),
-                   r.workspace.num_slots);
+  const std::string locked = detail::locked_mb(r);
+  s += fmt::format("workspace: {}, peak requested {} MB, {} slot(s)\n",
+                   locked == "-" ? "never locked (workspace_policy " +
+                                       r.extra.at("workspace_policy").get<std::string>() + ")"
+                                 : "locked " + locked + " MB",
+                   detail::mb(r.workspace.peak_requested_bytes), r.workspace.num_slots);
   if (r.exit_code) s += fmt::format("exit code: {}\n", *r.exit_code);
   if (r.signal) s += fmt::format("signal: {}\n", *r.signal);
   if (r.skipped) s += "skipped: " + *r.skipped + "\n";

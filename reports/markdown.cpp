@@ -167,7 +167,7 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
           ms(r->first_decode_ms),
           ratio(*r),
           compiles_cell(*r),
-          fmt::format("{} / {} MB", detail::mb(r->workspace.locked_bytes),
+          fmt::format("{} / {} MB", detail::locked_mb(*r),
                       detail::mb(r->workspace.peak_requested_bytes)),
       };
       for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == kNull;

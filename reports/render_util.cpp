@@ -284,6 +284,12 @@ bool disallowed_hot_path(const StrategyResult& r) {
 
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
 
+std::string locked_mb(const StrategyResult& r) {
+  const auto it = r.extra.find("workspace_policy");
+  if (it != r.extra.end() && it->is_string() && it->get<std::string>() != "lock") return "-";
+  return mb(r.workspace.locked_bytes);
+}
+
 double hot_path_compile_ms(const StrategyResult& r) {
   double sum = 0;
   for (const CompileEvent& e : hot_path_compiled(r))

@@ -674,6 +674,31 @@ size_t unescaped_pipes(const std::string& line) {
 }
 
 // A steady request that was cold or pinned another length: first/steady is not comparable.
+// A workspace_policy that never locks (grow, fixed, resize) shows "-" where the locked size goes,
+// in every report; lock (and results from before the key) keep the number.
+TEST(Reports, LockedWorkspaceIsADashUnderAPolicyThatNeverLocks) {
+  std::vector<RunResults> r = {fixed_runs()[0]};
+  StrategyResult& grow = r[0].results[1];
+  grow.extra["workspace_policy"] = "grow";
+  grow.workspace.locked_bytes = 0;
+  grow.workspace.peak_requested_bytes = 8 << 20;
+  r[0].results[2].extra["workspace_policy"] = "lock";
+  r[0].results[2].workspace.locked_bytes = 2 << 20;
+  EXPECT_EQ(detail::locked_mb(grow), "-");
+  EXPECT_EQ(detail::locked_mb(r[0].results[2]), "2.00");
+  EXPECT_EQ(detail::locked_mb(r[0].results[0]), detail::mb(r[0].results[0].workspace.locked_bytes));
+  const std::string md = render_markdown(r);
+  EXPECT_NE(md.find("| - / 8.00 MB |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2.00 / "), std::string::npos) << md;
+  const std::string table = render_table(r[0], false);
+  EXPECT_NE(table.find("- / 8.00"), std::string::npos) << table;
+  EXPECT_NE(table.find("locked -: a workspace_policy that never locks"), std::string::npos) << table;
+  EXPECT_NE(render_html(r).find("- / 8.00 MB</td>"), std::string::npos);
+  EXPECT_NE(render_junit(r, {}).find("workspace: never locked (workspace_policy grow), peak "
+                                     "requested 8.00 MB"),
+            std::string::npos);
+}
+
 TEST(Markdown, FirstOverSteadyIsNotComparableWhenTheSteadyRequestWasNotItsWarmTwin) {
   std::vector<RunResults> r = {fixed_runs()[0]};
   StrategyResult& pinned = r[0].results[1];  // tq-decode-warmup [piecewise], ok

@@ -149,7 +149,7 @@ std::string render_table(const RunResults& raw_run, bool color) {
         // A skipped strategy measured nothing: no counts to show.
         skipped(*r) ? "-" : compiles_cell(hot_path_compiled(*r)) + detail::loaded_suffix(*r),
         skipped(*r) ? "-"
-                    : fmt::format("{} / {}", mb(r->workspace.locked_bytes),
+                    : fmt::format("{} / {}", detail::locked_mb(*r),
                                   mb(r->workspace.peak_requested_bytes)),
     };
     for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == "-";
@@ -201,6 +201,9 @@ std::string render_table(const RunResults& raw_run, bool color) {
   }
   if (rows.empty()) out += "(no results)\n";
   out += "workspace MB: locked / peak requested per slot (MB = 2^20 bytes)";
+  if (std::any_of(rows.begin(), rows.end(),
+                  [](const StrategyResult* r) { return detail::locked_mb(*r) == "-"; }))
+    out += "; locked -: a workspace_policy that never locks";
   out += any_null ? "; -: not measured (compile-only mode) or not reached\n" : "\n";
   // A run with --host-split: its TTFTs carry CUPTI's callback cost (say so once per run).
   for (const StrategyResult* r : rows)
