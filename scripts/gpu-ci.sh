@@ -19,7 +19,10 @@
 # preset's steps; each listed step fails the script as it would in a full run.
 #
 # Other knobs: GPU_CI_SCENARIOS (space-separated paths or globs relative to the repository root,
-# default "scenarios/*.yaml") limits the replay and compile-only steps; COLDSTART_REPEAT (runs per
+# default "scenarios/*.yaml") limits the replay and compile-only steps; GPU_CI_SHARD=K/N keeps the
+# K-th of every N of those (split the replay over N device calls when one call cannot hold it, e.g.
+# after the machine went cold and the call must build again; fold the parts' results.json with
+# `coldstart merge`); COLDSTART_REPEAT (runs per
 # strategy, default: the preset's); GPU_CI_REPLAY_JOBS (scenarios replayed at once, default 1:
 # each replay sizes its KV cache from its scenario's gpu_memory_utilization, 0.9 by default, so
 # two at once run out of memory unless their scenarios set less); GPU_CI_CTEST_JOBS (default
@@ -30,7 +33,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,29p' "$0"; }
+usage() { sed -n '2,32p' "$0"; }
 die() { echo "gpu-ci: $*" >&2; exit 2; }
 PRESET=""
 ARCH=""
@@ -69,6 +72,16 @@ for p in ${GPU_CI_SCENARIOS:-scenarios/*.yaml}; do
   SCENARIOS+=("$p")
 done
 [ ${#SCENARIOS[@]} -gt 0 ] || die "GPU_CI_SCENARIOS names no scenario"
+# GPU_CI_SHARD=K/N keeps the K-th of every N scenarios (1-based, in the order above).
+if [ -n "${GPU_CI_SHARD:-}" ]; then
+  [[ "$GPU_CI_SHARD" =~ ^([1-9][0-9]?)/([1-9][0-9]?)$ ]] && [ "${BASH_REMATCH[1]}" -le "${BASH_REMATCH[2]}" ] ||
+    die "GPU_CI_SHARD='$GPU_CI_SHARD': expected K/N with 1 <= K <= N <= 99, e.g. 1/2"
+  k=${BASH_REMATCH[1]}; n=${BASH_REMATCH[2]}
+  kept=()
+  for i in "${!SCENARIOS[@]}"; do [ $(( i % n + 1 )) -eq "$k" ] && kept+=("${SCENARIOS[$i]}"); done
+  [ ${#kept[@]} -gt 0 ] || die "GPU_CI_SHARD=$GPU_CI_SHARD keeps none of the ${#SCENARIOS[@]} scenario(s)"
+  SCENARIOS=("${kept[@]}")
+fi
 
 # A GPU CI run needs PyTorch with CUDA and a GPU it can see: without them CMake would take a CPU
 # libtorch and every GPU test would skip, which must not pass for a green GPU run.
