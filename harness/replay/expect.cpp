@@ -1,6 +1,8 @@
 // coldstart: checking results against a scenario's expect: rules (see expect.h).
 #include "harness/replay/expect.h"
 
+#include "harness/common/target.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,12 +16,23 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Whether a run on the device named `device` (a GPU's name, or "compile-only: <profile's device
+// name>") is on the card of target profile `profile`: the names are equal, ignoring case, as
+// vLLM's tuned-table file names compare them (an H100 PCIe is not the h100 profile's H100 SXM).
+bool on_device(const std::string& profile, const std::string& device) {
+  static const std::string kCompileOnly = "compile-only: ";
+  const std::string name =
+      device.rfind(kCompileOnly, 0) == 0 ? device.substr(kCompileOnly.size()) : device;
+  for (const Target& t : target_profiles())
+    if (t.profile == profile) return lower(t.device_name) == lower(name);
+  return false;
+}
+
 // Whether rule `e` is about runs in `mode` on compute capability `sm` (0: unknown, so a rule
-// with an arch is not) on a device named `device` (a rule with a device applies when the name
-// contains it, ignoring case).
+// with an arch is not) on the device named `device` (a rule with a device applies only there).
 bool applies(const Expectation& e, const std::string& mode, int sm, const std::string& device) {
   if (e.mode && *e.mode != mode) return false;
-  if (e.device && lower(device).find(lower(*e.device)) == std::string::npos) return false;
+  if (e.device && !on_device(*e.device, device)) return false;
   return !e.arch || *e.arch == "sm_" + std::to_string(sm);
 }
 

@@ -87,10 +87,11 @@
 // of the scenario as written, or "*" for every strategy), `variant` (optional: one of the matrix's
 // variant names as written in the file, e.g. "cudagraph_mode=piecewise", or "" without a matrix;
 // omitted = every variant), `mode` (optional: cuda | compile-only; omitted = both), `arch`
-// (optional: sm_90, ...: the rule holds on that arch only), `device` (optional: a fragment of the
-// device name, e.g. H200, matched ignoring case against the GPU's name or, in compile-only mode,
-// the --target profile's: for what differs between cards of one arch, such as the tuned tables
-// vLLM keys by device name), and at least one check:
+// (optional: sm_90, ...: the rule holds on that arch only), `device` (optional: a --target profile
+// name, h100, h200, ...: the rule holds only on runs on that card, a GPU of that exact name or
+// compile-only for that profile, which a bare sm_90 / sm_100 / sm_86 run also picks: h200, b200,
+// rtx-a4000; for what differs between cards of one arch, such as the tuned tables vLLM keys by
+// device name), and at least one check:
 //     outcome: ok | crash | timeout | error | skipped
 //     failed_phase: first_decode       # the phase the run failed in
 //     error_prefix: "Workspace is"     # the error text starts with this
@@ -261,9 +262,9 @@ struct Expectation {
   std::optional<std::string> variant;    ///< a variant name; nullopt = every variant
   std::optional<std::string> mode;       ///< "cuda" | "compile-only"; nullopt = both
   std::optional<std::string> arch;       ///< "sm_90", ...: the run's arch; nullopt = any
-  /// A device name fragment ("H200", "H100"): the rule holds only on a run whose device name
-  /// (meta.device_name: the GPU's, or the --target profile's in compile-only mode) contains it,
-  /// ignoring case; nullopt = any device.
+  /// A target profile name ("h100", "h200", "b200", "a10", "rtx-a4000"): the rule holds only on
+  /// runs on that card, i.e. whose meta.device_name (the GPU's; "compile-only: <name>" for a
+  /// profile in compile-only mode) is the profile's device name, ignoring case; nullopt = any.
   std::optional<std::string> device;
   std::optional<std::string> outcome;    ///< "ok" | "crash" | "timeout" | "error" | "skipped"
   std::optional<std::string> failed_phase;           ///< e.g. "first_decode"

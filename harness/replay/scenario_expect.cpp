@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "harness/common/target.h"
 #include "harness/replay/scenario_internal.h"
 
 namespace coldstart::scenario_detail {
@@ -87,13 +88,9 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
     if (const Entry* x = mv.get("mode")) r.mode = read_choice(c, *x, kModes, "mode");
     if (const Entry* x = mv.get("arch")) r.arch = read_choice(c, *x, kArchs, "arch");
     if (const Entry* x = mv.get("device")) {
-      if (auto v = read_string(c, x->path, x->value)) {
-        if (v->empty())
-          c.fail(x->path, x->value.Mark(),
-                 "a device must name part of a device name, e.g. H200 or \"H100 80GB\"");
-        else
-          r.device = *v;
-      }
+      std::vector<std::string> profiles;
+      for (const Target& t : target_profiles()) profiles.push_back(t.profile);
+      r.device = read_choice(c, *x, profiles, "device");
     }
     if (const Entry* x = mv.get("outcome")) r.outcome = read_choice(c, *x, kOutcomes, "outcome");
     if (const Entry* x = mv.get("failed_phase")) {

@@ -334,7 +334,9 @@ TEST_F(ScenarioExpectRules, Errors) {
   expect_at(error_of(with_expect("  - {strategy: none, arch: sm_91, outcome: ok}\n")), 17,
             "expect.0.arch", "unknown arch 'sm_91'");
   expect_at(error_of(with_expect("  - {strategy: none, device: \"\", outcome: ok}\n")), 17,
-            "expect.0.device", "a device must name part of a device name");
+            "expect.0.device", "unknown device ''");
+  expect_at(error_of(with_expect("  - {strategy: none, device: h2000, outcome: ok}\n")), 17,
+            "expect.0.device", "unknown device 'h2000' (did you mean 'h200'?)");
   expect_at(error_of(with_expect("  - {strategy: none, device: [H200], outcome: ok}\n")), 17,
             "expect.0.device");
   expect_at(error_of(with_expect("  - {strategy: none, hot_path_compiles: -1}\n")), 17,

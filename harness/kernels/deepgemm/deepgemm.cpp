@@ -143,8 +143,8 @@ at::Tensor random_fp8_weight(std::vector<int64_t> shape, const at::TensorOptions
   const at::TensorOptions u8 = device.dtype(at::kByte);
   at::Tensor w = at::empty(shape, u8);
   if (device.device().is_meta()) return w;
-  // One uniform byte in [0, 64) per element, drawn in place: bit 5 becomes the sign, bits 0..4
-  // the low exponent bit and mantissa under a fixed exponent MSB pair (0x20): exponent field 4..7
+  // One uniform byte in [0, 64) per element, drawn in place: bit 5 becomes the sign, bits 0..2
+  // the mantissa and bits 3..4 the low two exponent bits under a fixed 0x20: exponent field 4..7
   // (magnitude 0.125 .. 1.875), any mantissa, random sign. The bytes are turned into e4m3 in
   // slabs of at most 64 MiB, so the only temporary is one slab: a [256, 4096, 4096] expert
   // tensor (4 GiB) costs 4 GiB plus 64 MiB at load, where int32 draws cost 12 times that and
