@@ -146,7 +146,8 @@ std::string case_output(const RunResults& run, const StrategyResult& r) {
   const std::string locked = detail::locked_mb(r);
   s += fmt::format("workspace: {}, peak requested {} MB, {} slot(s)\n",
                    locked == "-" ? "never locked (workspace_policy " +
-                                       r.extra.at("workspace_policy").get<std::string>() + ")"
+                                       detail::extra_string(r, "workspace_policy").value_or("lock") +
+                                       ")"
                                  : "locked " + locked + " MB",
                    detail::mb(r.workspace.peak_requested_bytes), r.workspace.num_slots);
   if (r.exit_code) s += fmt::format("exit code: {}\n", *r.exit_code);

@@ -285,8 +285,12 @@ bool disallowed_hot_path(const StrategyResult& r) {
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
 
 std::string locked_mb(const StrategyResult& r) {
-  const auto it = r.extra.find("workspace_policy");
-  if (it != r.extra.end() && it->is_string() && it->get<std::string>() != "lock") return "-";
+  const auto policy = r.extra.find("workspace_policy");
+  if (policy != r.extra.end() && policy->is_string() && policy->get<std::string>() != "lock")
+    return "-";
+  // Under lock, a run that never reached the lock (no graph capture, or a crash before it).
+  const auto locked = r.extra.find("workspace_locked");
+  if (locked != r.extra.end() && locked->is_boolean() && !locked->get<bool>()) return "-";
   return mb(r.workspace.locked_bytes);
 }
 

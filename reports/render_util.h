@@ -85,8 +85,9 @@ bool disallowed_hot_path(const StrategyResult& r);
 /// Bytes as MB (2^20) with two decimals, e.g. "0.51".
 std::string mb(long long bytes);
 
-/// The workspace's locked size in MB (mb()), or "-" when the result's workspace_policy (extra)
-/// is one that never locks (grow, fixed, resize): 0.00 there would read as "locked at nothing".
+/// The workspace's locked size in MB (mb()), or "-" when it was never locked: the result's
+/// workspace_policy (extra) never locks (grow, fixed, resize), or its workspace_locked (extra)
+/// is false. 0.00 there would read as "locked at nothing".
 std::string locked_mb(const StrategyResult& r);
 
 /// Sum of compile_ms over the hot-path compiles (hot_path_compiled: loads from the on-disk

@@ -203,7 +203,7 @@ std::string render_table(const RunResults& raw_run, bool color) {
   out += "workspace MB: locked / peak requested per slot (MB = 2^20 bytes)";
   if (std::any_of(rows.begin(), rows.end(),
                   [](const StrategyResult* r) { return detail::locked_mb(*r) == "-"; }))
-    out += "; locked -: a workspace_policy that never locks";
+    out += "; locked -: never locked (a workspace_policy that never locks, or no graph capture)";
   out += any_null ? "; -: not measured (compile-only mode) or not reached\n" : "\n";
   // A run with --host-split: its TTFTs carry CUPTI's callback cost (say so once per run).
   for (const StrategyResult* r : rows)

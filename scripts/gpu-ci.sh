@@ -21,8 +21,8 @@
 # Other knobs: GPU_CI_SCENARIOS (space-separated paths or globs relative to the repository root,
 # default "scenarios/*.yaml") limits the replay and compile-only steps; GPU_CI_SHARD=K/N keeps the
 # K-th of every N of those (split the replay over N device calls when one call cannot hold it, e.g.
-# after the machine went cold and the call must build again; fold the parts' results.json with
-# `coldstart merge`); COLDSTART_REPEAT (runs per
+# after the machine went cold and the call must build again; give each part its own OUT and
+# fold the parts' results.json with `coldstart merge`); COLDSTART_REPEAT (runs per
 # strategy, default: the preset's); GPU_CI_REPLAY_JOBS (scenarios replayed at once, default 1:
 # each replay sizes its KV cache from its scenario's gpu_memory_utilization, 0.9 by default, so
 # two at once run out of memory unless their scenarios set less); GPU_CI_CTEST_JOBS (default
