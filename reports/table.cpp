@@ -43,8 +43,6 @@ std::string ms(const std::optional<double>& v) {
   return fmt::format("{:.2f}", *v);
 }
 
-std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
-
 bool skipped(const StrategyResult& r) { return r.outcome == Outcome::kSkipped; }
 
 std::string outcome_cell(const StrategyResult& r) {
@@ -150,7 +148,7 @@ std::string render_table(const RunResults& raw_run, bool color) {
         skipped(*r) ? "-" : compiles_cell(hot_path_compiled(*r)) + detail::loaded_suffix(*r),
         skipped(*r) ? "-"
                     : fmt::format("{} / {}", detail::locked_mb(*r),
-                                  mb(r->workspace.peak_requested_bytes)),
+                                  detail::mb(r->workspace.peak_requested_bytes)),
     };
     for (size_t i = 3; i <= 6; ++i) any_null = any_null || c[i] == "-";
     cells.push_back(std::move(c));

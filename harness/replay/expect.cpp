@@ -2,37 +2,28 @@
 #include "harness/replay/expect.h"
 
 #include "harness/common/target.h"
+#include "harness/replay/yaml_check.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 
 namespace coldstart {
 namespace {
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// Whether a run on the device named `device` (a GPU's name, or "compile-only: <profile's device
-// name>") is on the card of target profile `profile`: the names are equal, ignoring case, as
-// vLLM's tuned-table file names compare them (an H100 PCIe is not the h100 profile's H100 SXM).
-bool on_device(const std::string& profile, const std::string& device) {
-  static const std::string kCompileOnly = "compile-only: ";
-  const std::string name =
-      device.rfind(kCompileOnly, 0) == 0 ? device.substr(kCompileOnly.size()) : device;
-  for (const Target& t : target_profiles())
-    if (t.profile == profile) return lower(t.device_name) == lower(name);
-  return false;
+// Whether a run on `target` (run_target(): a GPU's device name, or a compile-only profile's) is
+// on the card of target profile `profile`: the names are equal, ignoring case, as vLLM's
+// tuned-table file names compare them (an H100 PCIe is not the h100 profile's H100 SXM).
+bool on_device(const std::string& profile, const std::string& target) {
+  return scenario_detail::lower(target_profile(profile).device_name) ==
+         scenario_detail::lower(target);
 }
 
 // Whether rule `e` is about runs in `mode` on compute capability `sm` (0: unknown, so a rule
-// with an arch is not) on the device named `device` (a rule with a device applies only there).
-bool applies(const Expectation& e, const std::string& mode, int sm, const std::string& device) {
+// with an arch is not) on `target` (run_target(); a rule with a device applies only there).
+bool applies(const Expectation& e, const std::string& mode, int sm, const std::string& target) {
   if (e.mode && *e.mode != mode) return false;
-  if (e.device && !on_device(*e.device, device)) return false;
+  if (e.device && !on_device(*e.device, target)) return false;
   return !e.arch || *e.arch == "sm_" + std::to_string(sm);
 }
 
@@ -141,9 +132,13 @@ std::vector<std::string> check_rule(const Expectation& e, const std::vector<Stra
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
                                             const std::vector<StrategyResult>& results, int sm,
                                             const std::string& device) {
+  RunMeta meta;
+  meta.device_name = device;
+  meta.sm = sm;
+  const std::string target = run_target(meta);
   std::vector<std::string> failures;
   for (const auto& e : s.expectations) {
-    if (!applies(e, mode, sm, device)) continue;  // a rule for another mode, arch or device
+    if (!applies(e, mode, sm, target)) continue;  // a rule for another mode, arch or device
     bool matched = false;
     for (auto& line : check_rule(e, results, matched)) failures.push_back(std::move(line));
     if (!matched) {
@@ -173,18 +168,23 @@ RunExpectations check_run_expectations(const Scenario& s, const RunResults& run)
     rc.variant = e.variant;
     rc.rule = rule_text(e);
     for (const auto& check : checks_of(e)) rc.checks.push_back(check.first);
-    if (!applies(e, out.mode, run.meta.sm, run.meta.device_name)) {
+    if (!applies(e, out.mode, run.meta.sm, run_target(run.meta))) {
       ++out.not_applicable;
       rc.status = "not_applicable";
-      const std::string limit = e.mode && *e.mode != out.mode ? "mode " + *e.mode
-                                : e.arch && *e.arch != "sm_" + std::to_string(run.meta.sm)
-                                    ? "arch " + *e.arch
-                                    : "device " + e.device.value_or("?");
+      const bool other_mode = e.mode && *e.mode != out.mode;
+      const bool other_arch = !other_mode && e.arch && *e.arch != "sm_" + std::to_string(run.meta.sm);
       std::string on =
           run.meta.sm > 0 ? "sm_" + std::to_string(run.meta.sm) : std::string("an unknown arch");
-      if (limit.rfind("device ", 0) == 0)
+      std::string limit;
+      if (other_mode) {
+        limit = "mode " + *e.mode;
+      } else if (other_arch) {
+        limit = "arch " + *e.arch;
+      } else {
+        limit = "device " + e.device.value_or("?");
         on += run.meta.device_name.empty() ? " (an unknown device)"
                                            : " (" + run.meta.device_name + ")";
+      }
       rc.details.push_back(fmt::format("a rule for {}; this run: {} on {}", limit, out.mode, on));
       out.rules.push_back(std::move(rc));
       continue;

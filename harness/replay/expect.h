@@ -20,8 +20,9 @@ namespace coldstart {
 /// exempt from every check but `outcome: skipped`.
 /// A rule with an `arch` applies only when `sm` (the run's compute capability, e.g. 90) is that
 /// arch's; with sm == 0 (unknown) such rules do not apply. A rule with a `device` (a target
-/// profile name) applies only when `device` (the run's device name, e.g. "NVIDIA H200" or
-/// "compile-only: NVIDIA H200") is that profile's device name, ignoring case.
+/// profile name) applies only when the run's target (run_target() of `device`, the run's
+/// meta.device_name, e.g. "NVIDIA H200" or "compile-only: NVIDIA H200") is that profile's device
+/// name, ignoring case.
 std::vector<std::string> check_expectations(const Scenario& s, const std::string& mode,
                                             const std::vector<StrategyResult>& results, int sm = 0,
                                             const std::string& device = "");
