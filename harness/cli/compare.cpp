@@ -182,7 +182,8 @@ bool host_split_on(const StrategyResult& r) {
   return it != r.extra.end() && it->is_string() && it->get<std::string>().rfind("on ", 0) == 0;
 }
 
-CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
+CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct,
+                        bool gate_cross_target) {
   const StrategyResult& br = *b.result;
   const StrategyResult& cr = *c.result;
   CompareRow row;
@@ -193,6 +194,7 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
   row.strategy = cr.strategy;
   row.baseline_outcome = br.outcome;
   row.current_outcome = cr.outcome;
+  row.cross_target = run_target(b.run->meta) != row.target;
 
   // An interrupted run was stopped from outside: it measured nothing to compare, on either side.
   if (cr.outcome == Outcome::kInterrupted || br.outcome == Outcome::kInterrupted) {
@@ -295,7 +297,11 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct) {
   for (const MetricDelta& m : row.metrics)
     if (m.compared && !m.gated && std::fabs(m.delta_pct()) > threshold_pct) row.ungated_change = true;
 
-  row.regressed = row.new_failure || !row.new_hot_path_compiles.empty() ||
+  // Another GPU is not a regression: its own tuned tables pick other tiles, and a smaller card
+  // runs out of memory where a larger one does not. Those differences are shown, and gated only
+  // on request.
+  const bool gate_differences = !row.cross_target || gate_cross_target;
+  row.regressed = (gate_differences && (row.new_failure || !row.new_hot_path_compiles.empty())) ||
                   std::any_of(row.metrics.begin(), row.metrics.end(),
                               [](const MetricDelta& m) { return m.regressed; });
   return row;
@@ -410,7 +416,9 @@ constexpr const char* kVerdictLegend =
     "timing regression; fixed = failed in the baseline, ok now; improved = fewer hot-path "
     "compiles or a gated timing faster; changed (not gated) = a timing moved past the threshold "
     "without a recorded spread; same = none of these; added / removed = in one file only; "
-    "interrupted / not compared = a side was stopped before it measured";
+    "interrupted / not compared = a side was stopped before it measured; differs (other target) = "
+    "a new failure or hot-path compile against a baseline from another target, not gated unless "
+    "--gate-cross-target";
 
 std::string verdict(const CompareRow& r) {
   switch (r.presence) {
@@ -420,6 +428,8 @@ std::string verdict(const CompareRow& r) {
   }
   if (r.regressed) return "REGRESSED";
   if (r.current_outcome == Outcome::kInterrupted) return "interrupted";
+  if (r.cross_target && (r.new_failure || !r.new_hot_path_compiles.empty()))
+    return "differs (other target)";
   if (r.baseline_outcome == Outcome::kInterrupted) return "not compared";
   if (r.baseline_outcome != Outcome::kOk && r.current_outcome == Outcome::kOk) return "fixed";
   if (r.fewer_hot_path_compiles ||
@@ -483,9 +493,13 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
     const auto& [tc, smc] = *it->second.begin();
     if (tb != tc) {
       report.notes.push_back(fmt::format(
-          "{}: baseline ran on {}, current on {}: a cross-target comparison; outcomes and "
-          "hot-path compiles are compared, timings are shown but not gated",
-          name, target_label(tb, smb), target_label(tc, smc)));
+          "{}: baseline ran on {}, current on {}: a cross-target comparison; timings are shown "
+          "but not gated, and new failures and hot-path compiles are {}",
+          name, target_label(tb, smb), target_label(tc, smc),
+          options.gate_cross_target
+              ? "gated (--gate-cross-target)"
+              : "listed as differences, not gated (compare with a baseline of the same target, "
+                "or pass --gate-cross-target)"));
     }
   }
 
@@ -528,7 +542,8 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
     if (it == idx_c.end()) {
       report.rows.push_back(one_sided(idx_b.at(k), CompareRow::Presence::kRemoved));
     } else {
-      report.rows.push_back(compare_pair(idx_b.at(k), it->second, options.max_regression_pct));
+      report.rows.push_back(compare_pair(idx_b.at(k), it->second, options.max_regression_pct,
+                                         options.gate_cross_target));
     }
   }
   for (const MatchKey& k : order_c) {
@@ -580,6 +595,19 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
         "{} result(s) interrupted in the current file, so not measured (first: {}); "
         "--allow-removed accepts that",
         interrupted, first_interrupted));
+  }
+
+  // Differences against another target's baseline that are not gated: named, so a reviewer
+  // sees what the other GPU does differently.
+  for (const CompareRow& row : report.rows) {
+    if (row.regressed || !row.cross_target) continue;
+    if (row.new_failure)
+      report.notes.push_back(row.label() + ": other target, not gated: " + row.outcome_change);
+    for (const CompileEvent& e : row.new_hot_path_compiles) {
+      report.notes.push_back(fmt::format("{}: other target, not gated: hot-path compile of {} in "
+                                         "{} that the baseline lacks (key {})",
+                                         row.label(), e.kernel, e.phase, e.key));
+    }
   }
 
   for (const CompareRow& row : report.rows) {
@@ -795,7 +823,7 @@ std::string CompareReport::render_markdown(size_t max_bytes) const {
 
 int compare_main(const std::string& baseline, const std::string& current,
                  double max_regression_pct, bool allow_removed, const std::string& md_path,
-                 bool force) {
+                 bool force, bool gate_cross_target) {
   CompareReport report;
   try {
     if (!md_path.empty()) paths::check_output_paths({md_path}, {baseline, current}, force);
@@ -812,6 +840,7 @@ int compare_main(const std::string& baseline, const std::string& current,
     CompareOptions options;
     options.max_regression_pct = max_regression_pct;
     options.allow_removed = allow_removed;
+    options.gate_cross_target = gate_cross_target;
     report = compare_results(b, c, options);
   } catch (const InputError& e) {
     std::cerr << "coldstart compare: " << reports::detail::terminal_text(e.what(), true) << "\n";

@@ -29,6 +29,12 @@ struct CompareOptions {
   /// the comparison (a strategy that stopped running cannot regress silently) unless this is set
   /// (`--allow-removed`).
   bool allow_removed = false;
+  /// Gate outcome and hot-path compile differences of a cross-target comparison (a baseline from
+  /// another GPU or --target profile) as regressions (`--gate-cross-target`). Off by default:
+  /// another GPU selects other tiles from its own tuned tables (vLLM's fused_moe config files
+  /// are named per device) and may run out of memory where a larger one does not, so its
+  /// differences are shown as "differs (other target)" and never fail the comparison.
+  bool gate_cross_target = false;
 };
 
 /// One timing (startup_ms, ttft_ms or first_decode_ms) of a matched pair. Milliseconds.
@@ -99,6 +105,9 @@ struct CompareRow {
   /// A compared timing moved by more than the threshold but was not gated (neither side recorded
   /// a spread): shown as "changed (not gated)", never a regression.
   bool ungated_change = false;
+  /// Baseline and current ran on different targets (run_target): timings are never gated, and a
+  /// new failure or new hot-path compile regresses only with CompareOptions::gate_cross_target.
+  bool cross_target = false;
   bool regressed = false;   ///< any of: new_failure, new hot-path compile, a regressed metric
 
   /// "scenario / strategy [variant] (NVIDIA H200, sm_90)": how reasons and tables name the pair.
@@ -130,7 +139,9 @@ struct CompareReport {
 /// or the compile-only --target profile), variant, strategy); when a scenario was run on exactly
 /// one target on each side, the target is not part of the match (a single-machine comparison,
 /// e.g. before/after a change); if those two targets differ, a note says it is a cross-target
-/// comparison and timings are not gated. Null timings are not compared, nor timings of runs in
+/// comparison: timings are not gated, and new failures and hot-path compiles are listed as
+/// differences (verdict "differs (other target)") that regress only with
+/// `options.gate_cross_target`. Null timings are not compared, nor timings of runs in
 /// different modes (meta.mode: cuda vs compile-only; a note says so). A pair regresses on a new
 /// crash/timeout/error, on a hot-path compile whose instance (kernel; split_compile_key's
 /// identity: constexprs and specializations, without arch, compiler or source hash) was not a
@@ -149,7 +160,8 @@ CompareReport compare_results(const std::vector<RunResults>& baseline,
 CompareReport compare_results(const RunResults& baseline, const RunResults& current,
                               const CompareOptions& options);
 
-/// `coldstart compare BASELINE CURRENT [--max-regression PCT] [--md FILE]`: reads both files
+/// `coldstart compare BASELINE CURRENT [--max-regression PCT] [--md FILE] [--gate-cross-target]`:
+/// reads both files
 /// (single-run or merged), prints the report to stdout and, with `md_path`, writes
 /// render_markdown() there (atomically). Returns 1 when regressed (each reason printed), 0 when
 /// not, 2 when a file cannot be read or parsed, the threshold is invalid or the Markdown path is
@@ -157,7 +169,8 @@ CompareReport compare_results(const RunResults& baseline, const RunResults& curr
 /// stderr); a Markdown file that cannot be written is exit 1.
 int compare_main(const std::string& baseline, const std::string& current,
                  double max_regression_pct, bool allow_removed = false,
-                 const std::string& md_path = "", bool force = false);
+                 const std::string& md_path = "", bool force = false,
+                 bool gate_cross_target = false);
 
 /// Writes `runs` as a merged results file {"schema": "coldstart.merged/1", "runs": [...]},
 /// pretty-printed, atomically (temp file in the same directory, fsync, rename).

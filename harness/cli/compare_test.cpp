@@ -267,6 +267,36 @@ TEST(Compare, AnotherTargetIsNotedAndItsTimingsAreNotGated) {
     for (const MetricDelta& m : row.metrics) EXPECT_FALSE(m.compared) << row.label();
 }
 
+// A new crash or hot-path compile against another GPU's baseline is a difference (its tuned
+// tables pick other tiles; a smaller card runs out of memory), listed but not gated unless asked.
+TEST(Compare, AnotherTargetsNewCrashAndCompilesAreListedNotGatedUnlessAsked) {
+  const RunResults base = load("base.json");
+  RunResults cur = load("crash.json");  // a new crash on the same target
+  ASSERT_TRUE(compare_results(base, cur, CompareOptions{}).regressed);
+  CompileEvent extra;
+  extra.kernel = "fused_moe_gemm";
+  extra.phase = "continuation_prefill";
+  extra.key = "fused_moe_gemm[BLOCK_SIZE_M=64](*bf16:16)@sm_90/nvrtc-13.0#00aa";
+  cur.results.front().hot_path_compiles.push_back(extra);
+  cur.meta.device_name = "NVIDIA H100 80GB HBM3";
+  const CompareReport r = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(r.regressed) << r.render();
+  EXPECT_TRUE(r.reasons.empty()) << r.render();
+  const std::string text = r.render();
+  EXPECT_NE(text.find("differs (other target)"), std::string::npos) << text;
+  EXPECT_NE(text.find("other target, not gated: NEW CRASH"), std::string::npos) << text;
+  EXPECT_NE(text.find("other target, not gated: hot-path compile of fused_moe_gemm in "
+                      "continuation_prefill"),
+            std::string::npos)
+      << text;
+  CompareOptions gate;
+  gate.gate_cross_target = true;
+  const CompareReport g = compare_results(base, cur, gate);
+  EXPECT_TRUE(g.regressed) << g.render();
+  EXPECT_NE(g.render().find("NEW HOT-PATH COMPILE of fused_moe_gemm"), std::string::npos)
+      << g.render();
+}
+
 TEST(Compare, MarkdownCommentNamesTheRegressionAndOnlyChangedPairs) {
   TempDir dir;
   const std::string md = dir.file("comment.md");

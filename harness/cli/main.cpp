@@ -7,7 +7,7 @@
 //                    [--no-isolate] [--progress auto|live|plain|none] [-v]
 //   coldstart report RESULTS.json... [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
 //   coldstart compare BASELINE.json CURRENT.json [--max-regression PCT] [--allow-removed]
-//                     [--md FILE]
+//                     [--gate-cross-target] [--md FILE]
 //   coldstart merge RESULTS.json... -o MERGED.json
 //   coldstart list [SCENARIO...] [--filter REGEX]
 //   coldstart doctor
@@ -119,6 +119,10 @@ int main(int argc, char** argv) {
   compare->add_flag("--allow-removed", cmp_allow_removed,
                     "do not fail when baseline strategy results are missing from the current "
                     "file or were interrupted there");
+  bool cmp_gate_cross = false;
+  compare->add_flag("--gate-cross-target", cmp_gate_cross,
+                    "against a baseline from another GPU or --target profile, also fail on new "
+                    "crashes and hot-path compiles (by default listed as differences)");
   bool cmp_force = false;
   compare->add_flag("--force", cmp_force,
                     "let --md replace a symbolic link, device, FIFO or socket (refused otherwise)");
@@ -147,7 +151,8 @@ int main(int argc, char** argv) {
     if (*report) return cli::report_main(report_inputs, rep);
     if (*list) return cli::list_main(list_files, list_filter);
     if (*compare)
-      return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed, cmp_md, cmp_force);
+      return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed, cmp_md, cmp_force,
+                               cmp_gate_cross);
     if (*merge) return cli::merge_main(merge_in, merge_out, merge_force);
     if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {
