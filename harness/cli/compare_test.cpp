@@ -297,6 +297,29 @@ TEST(Compare, AnotherTargetsNewCrashAndCompilesAreListedNotGatedUnlessAsked) {
       << g.render();
 }
 
+// The shipped baselines still load with today's schema reader, each holds one target whose name
+// the file is named for, and each compares clean against itself: a schema change that breaks
+// them fails here, not in a nightly run.
+TEST(Compare, ShippedBaselinesLoadAndEachHoldsTheGpuItIsNamedFor) {
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"h200-sm90.json", "NVIDIA H200"}, {"h100-sm90.json", "NVIDIA H100 80GB HBM3"}};
+  for (const auto& [file, device] : files) {
+    const std::vector<RunResults> runs = read_any_results(std::string(CS_BASELINES_DIR) + "/" + file);
+    ASSERT_GE(runs.size(), 9u) << file;
+    size_t results = 0;
+    for (const RunResults& r : runs) {
+      EXPECT_EQ(r.meta.device_name, device) << file << ": " << r.scenario.name;
+      EXPECT_EQ(r.meta.sm, 90) << file << ": " << r.scenario.name;
+      EXPECT_EQ(r.meta.mode, "cuda") << file << ": " << r.scenario.name;
+      results += r.results.size();
+    }
+    EXPECT_GT(results, 60u) << file;
+    const CompareReport self = compare_results(runs, runs, CompareOptions{});
+    EXPECT_FALSE(self.regressed) << file << "\n" << self.render();
+    EXPECT_EQ(self.rows.size(), results) << file;
+  }
+}
+
 TEST(Compare, MarkdownCommentNamesTheRegressionAndOnlyChangedPairs) {
   TempDir dir;
   const std::string md = dir.file("comment.md");
