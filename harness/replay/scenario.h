@@ -28,6 +28,8 @@
 //     cudagraph_capture_sizes: [1, 2]  # default: vLLM V1's list (default_capture_sizes); when
 //                                      # listed: positive, strictly ascending, each at most
 //                                      # max_num_batched_tokens. Ignored (empty) when mode is none.
+//     max_cudagraph_capture_size: 2    # optional, >= 1: the default list's top (vLLM's field);
+//                                      # beside a list it must equal the list's last size
 //     gpu_memory_utilization: 0.9      # default 0.9; in (0, 1]
 //     num_gpu_blocks: 4096             # optional; fixes the KV cache size instead of sizing it
 //                                      # from memory; blocks * block_size must hold max_model_len;
@@ -361,10 +363,12 @@ void from_json(const nlohmann::json& j, Scenario& s);
 /// `failed_phase` and `expect:` rules name one of them.
 const std::vector<std::string>& replay_phase_names();
 
-/// vLLM V1's (>= 0.11) default CUDA graph capture sizes: with m = min(2 * max_num_seqs, 512), the
-/// list 1, 2, 4, 8, 16, ..., 248 (step 8), 256, 272, ... (step 16), cut to sizes <= m and
-/// <= max_num_batched_tokens. Ascending; empty when either argument is < 1.
-std::vector<int> default_capture_sizes(int max_num_seqs, int max_num_batched_tokens);
+/// vLLM V1's (>= 0.11) default CUDA graph capture sizes: with m = max_capture_size when > 0 (the
+/// engine key max_cudagraph_capture_size), else min(2 * max_num_seqs, 512), the list 1, 2, 4, 8,
+/// 16, ..., 248 (step 8), 256, 272, ... (step 16), cut to sizes <= m and
+/// <= max_num_batched_tokens. Ascending; empty when max_num_seqs or max_num_batched_tokens < 1.
+std::vector<int> default_capture_sizes(int max_num_seqs, int max_num_batched_tokens,
+                                       int max_capture_size = 0);
 
 /// vLLM's lowercase name of a mode, e.g. "full_and_piecewise".
 const char* cudagraph_mode_name(CudaGraphMode mode);

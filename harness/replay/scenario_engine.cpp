@@ -229,19 +229,37 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
         }
       }
     }
+  }
+  // vLLM's compilation_config.max_cudagraph_capture_size (VllmConfig._set_cudagraph_sizes,
+  // vllm/config/vllm.py at 000fc94b): without a list it is the top of the default list (cut to
+  // max_num_batched_tokens; a value between two default sizes ends the list at the smaller one, as
+  // vLLM truncates it); beside a list it must equal the list's largest size, else vLLM raises a
+  // ValueError at startup. A step with more tokens than the largest size runs eagerly.
+  const Entry* max_size = ev.get("max_cudagraph_capture_size");
+  std::optional<int> max_capture;
+  if (max_size) max_capture = read_int_in(c, max_size->path, max_size->value, 1, 1 << 20);
+  if (e.capture_sizes_listed) {
+    if (max_capture && !e.cudagraph_capture_sizes.empty() &&
+        *max_capture != e.cudagraph_capture_sizes.back())
+      c.fail(max_size->path, max_size->value.Mark(),
+             fmt::format("{} differs from the largest listed capture size ({}); vLLM refuses to "
+                         "start unless they agree: leave one of the two out",
+                         *max_capture, e.cudagraph_capture_sizes.back()));
   } else if (mns && mnbt) {
-    e.cudagraph_capture_sizes = default_capture_sizes(*mns, *mnbt);
+    e.cudagraph_capture_sizes = default_capture_sizes(*mns, *mnbt, max_capture.value_or(0));
   }
   if (e.cudagraph_mode == CudaGraphMode::kNone) e.cudagraph_capture_sizes.clear();
 }
 
 }  // namespace scenario_detail
 
-std::vector<int> default_capture_sizes(int max_num_seqs, int max_num_batched_tokens) {
+std::vector<int> default_capture_sizes(int max_num_seqs, int max_num_batched_tokens,
+                                      int max_capture_size) {
   std::vector<int> sizes;
   if (max_num_seqs < 1 || max_num_batched_tokens < 1) return sizes;
-  const long long cap = std::min<long long>(
-      {2LL * max_num_seqs, 512LL, static_cast<long long>(max_num_batched_tokens)});
+  const long long top = max_capture_size > 0 ? max_capture_size
+                                             : std::min<long long>(2LL * max_num_seqs, 512LL);
+  const long long cap = std::min<long long>(top, max_num_batched_tokens);
   for (int v : {1, 2, 4})
     if (v <= cap) sizes.push_back(v);
   for (int v = 8; v < 256 && v <= cap; v += 8) sizes.push_back(v);

@@ -26,7 +26,7 @@ inline const std::vector<std::string> kCoreEngineKeys = {
     "max_num_seqs",   "max_num_batched_tokens", "max_model_len",           "block_size",
     "kv_cache_dtype", "cudagraph_mode",         "cudagraph_capture_sizes", "gpu_memory_utilization",
     "num_gpu_blocks", "enable_chunked_prefill", "allow_long_max_model_len",
-    "tensor_parallel_size"};
+    "tensor_parallel_size", "max_cudagraph_capture_size"};
 /// kCoreEngineKeys, then every declared key (engine_keys.h): what `engine:` accepts.
 const std::vector<std::string>& engine_key_names();
 inline const std::vector<std::string> kRequestKeys = {"prompt_tokens", "decode_steps",

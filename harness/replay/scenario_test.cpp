@@ -289,6 +289,30 @@ TEST_F(ScenarioFiles, NonPositiveSizes) {
             "requests.0.decode_steps", "must be at least 0");
 }
 
+// vLLM's max_cudagraph_capture_size: the default list's top without a list; beside a list it
+// must be the list's largest size (vLLM raises a ValueError otherwise).
+TEST_F(ScenarioFiles, MaxCaptureSizeTopsTheDefaultListAndMustAgreeWithAListedOne) {
+  auto with = [&](const std::string& lines) {
+    return replace(kBase, "  cudagraph_mode: piecewise\n", "  cudagraph_mode: piecewise\n" + lines);
+  };
+  EXPECT_EQ(load(with("  max_cudagraph_capture_size: 2\n")).engine.cudagraph_capture_sizes,
+            (std::vector<int>{1, 2}));
+  // Between two default sizes: the list ends at the smaller one, as vLLM truncates it.
+  EXPECT_EQ(load(with("  max_cudagraph_capture_size: 6\n")).engine.cudagraph_capture_sizes,
+            (std::vector<int>{1, 2, 4}));
+  // Above 2 * max_num_seqs: the list goes on to it (cut to max_num_batched_tokens).
+  EXPECT_EQ(load(with("  max_cudagraph_capture_size: 24\n")).engine.cudagraph_capture_sizes,
+            (std::vector<int>{1, 2, 4, 8, 16, 24}));
+  EXPECT_EQ(load(with("  cudagraph_capture_sizes: [1, 3]\n  max_cudagraph_capture_size: 3\n"))
+                .engine.cudagraph_capture_sizes,
+            (std::vector<int>{1, 3}));
+  expect_at(error_of(with("  cudagraph_capture_sizes: [1, 2, 4]\n  max_cudagraph_capture_size: 2\n")),
+            12, "engine.max_cudagraph_capture_size",
+            "2 differs from the largest listed capture size (4)");
+  expect_at(error_of(with("  max_cudagraph_capture_size: 0\n")), 11,
+            "engine.max_cudagraph_capture_size", "must be in [1, 1048576], got 0");
+}
+
 TEST_F(ScenarioFiles, CaptureSizes) {
   auto with_sizes = [&](const std::string& list) {
     return replace(kBase, "  cudagraph_mode: piecewise\n",
@@ -793,6 +817,8 @@ TEST(DefaultCaptureSizes, SmallBatches) {
   EXPECT_EQ(default_capture_sizes(4, 5), (std::vector<int>{1, 2, 4}));
   EXPECT_TRUE(default_capture_sizes(0, 2048).empty());
   EXPECT_TRUE(default_capture_sizes(4, 0).empty());
+  EXPECT_EQ(default_capture_sizes(4, 2048, 2), (std::vector<int>{1, 2}));
+  EXPECT_EQ(default_capture_sizes(4, 20, 64), (std::vector<int>{1, 2, 4, 8, 16}));
 }
 
 TEST(DefaultCaptureSizes, LargeBatches) {
