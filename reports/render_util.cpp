@@ -294,6 +294,19 @@ std::string locked_mb(const StrategyResult& r) {
   return mb(r.workspace.locked_bytes);
 }
 
+std::string step_graph_text(const StrategyResult& r, const std::string& graph, int tokens) {
+  if (graph.empty()) return "";
+  if (graph != "eager") return ", as graph " + graph;
+  const auto cp = r.extra.find("capture_policy");
+  if (cp == r.extra.end() || !cp->is_object()) return ", run eagerly";
+  const auto largest = cp->find("largest_size");
+  if (largest == cp->end() || !largest->is_number_integer() || largest->get<long long>() < 1 ||
+      tokens <= largest->get<long long>())
+    return ", run eagerly";
+  return fmt::format(", run eagerly: more tokens than the largest capture size, {}",
+                     largest->get<long long>());
+}
+
 double hot_path_compile_ms(const StrategyResult& r) {
   double sum = 0;
   for (const CompileEvent& e : hot_path_compiled(r))

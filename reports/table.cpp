@@ -261,10 +261,11 @@ std::string render_table(const RunResults& raw_run, bool color) {
     const auto fs = r->extra.find("failed_step");
     if (fs != r->extra.end() && fs->is_object() && fs->value("request", -1) >= 0) {
       const int seqs = fs->value("batch_seqs", 0), tokens = fs->value("batch_tokens", 0);
-      where += fmt::format(" (request {}, step {}: {} sequence{}, {} token{}{})",
+      where += fmt::format(" (request {}, step {}: {} sequence{}, {} token{}{}{})",
                            fs->value("request", -1), fs->value("step", -1), seqs,
                            seqs == 1 ? "" : "s", tokens, tokens == 1 ? "" : "s",
-                           fs->value("batch_mixed", false) ? ", mixed prefill and decode" : "");
+                           fs->value("batch_mixed", false) ? ", mixed prefill and decode" : "",
+                           detail::step_graph_text(*r, fs->value("graph", std::string()), tokens));
     }
     std::string text = r->error.value_or("(no error text)");
     if (skipped(*r)) {

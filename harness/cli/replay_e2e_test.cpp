@@ -439,7 +439,8 @@ TEST_F(ReplayE2E, HotPathCompilesAndCrashesNameTheirRequestStepAndBatch) {
       if (p.at("request").get<int>() >= 0) EXPECT_LE(p.at("request").get<int>(), 1);
   }
   EXPECT_GE(stamped, 2);
-  EXPECT_NE(read_text(out).find("crash in first_decode (request 0, step 1: 1 sequence, 1 token)"),
+  EXPECT_NE(read_text(out).find("crash in first_decode (request 0, step 1: 1 sequence, 1 token, "
+                                "as graph piecewise@1)"),
             std::string::npos)
       << read_text(out);
 }
@@ -479,6 +480,41 @@ TEST_F(ReplayE2E, StaleGraphReplayIsACrashNamingGraphBufferAndMove) {
       moved = b.at("moves").back().at("in") == "continuation_prefill (request 0, step 1)";
   EXPECT_TRUE(moved) << ledger.dump();
   EXPECT_EQ(ledger.at("unmoved_buffers").at("count").get<int>() > 0, true) << ledger.dump();
+}
+
+/// max_cudagraph_capture_size 2 leaves a three-sequence decode without a graph: it runs eagerly
+/// and asks the locked workspace for more, a crash whose failed step says it ran eagerly and
+/// why; at 8 the same decode replays the size-4 graph and nothing fails.
+TEST_F(ReplayE2E, DecodeAboveTheLargestCaptureSizeRunsEagerlyAndSaysSo) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-capture-size-limit.yaml "
+                          "--device compile-only --strategy none --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  const auto j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j.at("results").size(), 2u);
+  for (const auto& r : j.at("results")) {
+    const bool limited = r.at("variant") == "max_cudagraph_capture_size=2";
+    EXPECT_EQ(r.at("capture_policy").at("largest_size"), limited ? 2 : 8) << r.at("variant");
+    const auto& schedule = r.at("schedule");
+    ASSERT_GE(schedule.size(), 2u);
+    EXPECT_EQ(schedule.at(1).at("phase"), "first_decode");
+    EXPECT_EQ(schedule.at(1).at("num_tokens"), 3);
+    EXPECT_EQ(schedule.at(1).at("graph"), limited ? "eager" : "full@4");
+    if (!limited) {
+      EXPECT_EQ(r.at("outcome"), "ok");
+      continue;
+    }
+    EXPECT_EQ(r.at("outcome"), "crash");
+    EXPECT_EQ(r.at("failed_step").at("graph"), "eager");
+    const std::string error = r.at("error");
+    EXPECT_EQ(error.rfind("Workspace is locked but allocation from", 0), 0u) << error;
+  }
+  EXPECT_NE(read_text(out).find("crash in first_decode (request 0, step 1: 3 sequences, 3 tokens, "
+                                "run eagerly: more tokens than the largest capture size, 2)"),
+            std::string::npos)
+      << read_text(out);
 }
 
 /// On a GPU, --graph-replay-stale run launches the stale graph, synchronizes and says whether

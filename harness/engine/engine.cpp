@@ -234,6 +234,7 @@ StrategyResult Engine::run() {
       result_.extra["failed_step"] = {{"request", st.request}, {"wave", st.wave},
                                       {"step", st.step},       {"batch_tokens", st.batch_tokens},
                                       {"batch_seqs", st.batch_seqs}, {"batch_mixed", st.batch_mixed}};
+      if (!step_graph_.empty()) result_.extra["failed_step"]["graph"] = step_graph_;
     }
   }
   snapshot();

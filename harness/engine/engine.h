@@ -173,7 +173,9 @@ class Engine final : public WarmupContext {
   double sampling_ms_ = 0;
   /// How the last execute() ran: "full@<size>", "piecewise@<size>" (a captured graph of that
   /// capture size) or "eager" (no captured size fits, or graphs are off).
-  std::string step_graph_ = "eager";
+  /// How the current request step runs: "full@4", "piecewise@8", "eager"; "" before execute()
+  /// picked one.
+  std::string step_graph_;
   /// The capture size graph_capture is warming up or capturing ("full decode capture size 4"),
   /// for the ledger's record of what moved a buffer.
   std::string capture_step_;

@@ -86,8 +86,13 @@ void Engine::do_graph_capture() {
   else
     std::sort(sizes.rbegin(), sizes.rend());
   const int warmups = capture_warmups(e);
+  // A step with more tokens than the largest capture size finds no graph and runs eagerly
+  // (execute(); vLLM's CudagraphDispatcher.dispatch, vllm/v1/cudagraph_dispatcher.py at
+  // ae2e8e62, returns CUDAGraphMode.NONE for it without a log line).
+  const int largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
   result_.extra["capture_policy"] = {{"order", capture_ascending(e) ? "ascending" : "largest_first"},
-                                     {"warmups_per_size", warmups}};
+                                     {"warmups_per_size", warmups},
+                                     {"largest_size", largest}};
   auto make_static = [&](int P, bool with_attention) {
     std::vector<SeqStep> seqs;
     if (with_attention) {

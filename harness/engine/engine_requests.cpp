@@ -201,6 +201,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       result_.extra["schedule"] = schedule_;
     }
     auto body = [&] {
+      step_graph_.clear();  // set by execute() once it picks a graph or eager
       try {
         execute(make_batch(seqs, false));
       } catch (...) {
