@@ -294,17 +294,10 @@ std::string locked_mb(const StrategyResult& r) {
   return mb(r.workspace.locked_bytes);
 }
 
-std::string step_graph_text(const StrategyResult& r, const std::string& graph, int tokens) {
+std::string step_graph_text(const std::string& graph, const std::string& eager_reason) {
   if (graph.empty()) return "";
   if (graph != "eager") return ", as graph " + graph;
-  const auto cp = r.extra.find("capture_policy");
-  if (cp == r.extra.end() || !cp->is_object()) return ", run eagerly";
-  const auto largest = cp->find("largest_size");
-  if (largest == cp->end() || !largest->is_number_integer() || largest->get<long long>() < 1 ||
-      tokens <= largest->get<long long>())
-    return ", run eagerly";
-  return fmt::format(", run eagerly: more tokens than the largest capture size, {}",
-                     largest->get<long long>());
+  return eager_reason.empty() ? ", run eagerly" : ", run eagerly: " + eager_reason;
 }
 
 double hot_path_compile_ms(const StrategyResult& r) {

@@ -90,10 +90,10 @@ std::string mb(long long bytes);
 /// is false. 0.00 there would read as "locked at nothing".
 std::string locked_mb(const StrategyResult& r);
 
-/// How a failed step ran, for its "(request 0, step 1: ...)" line: "", ", as graph full@4", or
-/// ", run eagerly" (`graph` is extra.failed_step.graph); an eager step of more than the largest
-/// capture size (extra.capture_policy.largest_size) says so, with the size.
-std::string step_graph_text(const StrategyResult& r, const std::string& graph, int tokens);
+/// How a failed step ran, for its "(request 0, step 1: ...)" line: "", ", as graph full@4",
+/// ", run eagerly" or ", run eagerly: <why>" (`graph` and `eager_reason` are
+/// extra.failed_step.graph and .eager_reason).
+std::string step_graph_text(const std::string& graph, const std::string& eager_reason);
 
 /// Sum of compile_ms over the hot-path compiles (hot_path_compiled: loads from the on-disk
 /// cache left out), milliseconds. In compile-only mode a memo-served compile counts its recorded

@@ -265,7 +265,8 @@ std::string render_table(const RunResults& raw_run, bool color) {
                            fs->value("request", -1), fs->value("step", -1), seqs,
                            seqs == 1 ? "" : "s", tokens, tokens == 1 ? "" : "s",
                            fs->value("batch_mixed", false) ? ", mixed prefill and decode" : "",
-                           detail::step_graph_text(*r, fs->value("graph", std::string()), tokens));
+                           detail::step_graph_text(fs->value("graph", std::string()),
+                                                   fs->value("eager_reason", std::string())));
     }
     std::string text = r->error.value_or("(no error text)");
     if (skipped(*r)) {

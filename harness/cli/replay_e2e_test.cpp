@@ -496,7 +496,10 @@ TEST_F(ReplayE2E, DecodeAboveTheLargestCaptureSizeRunsEagerlyAndSaysSo) {
   ASSERT_EQ(j.at("results").size(), 2u);
   for (const auto& r : j.at("results")) {
     const bool limited = r.at("variant") == "max_cudagraph_capture_size=2";
-    EXPECT_EQ(r.at("capture_policy").at("largest_size"), limited ? 2 : 8) << r.at("variant");
+    EXPECT_EQ(r.at("capture_policy").at("largest_piecewise_size"), limited ? 2 : 8)
+        << r.at("variant");
+    EXPECT_EQ(r.at("capture_policy").at("largest_full_decode_size"), limited ? 2 : 4)
+        << r.at("variant");
     const auto& schedule = r.at("schedule");
     ASSERT_GE(schedule.size(), 2u);
     EXPECT_EQ(schedule.at(1).at("phase"), "first_decode");
@@ -512,7 +515,70 @@ TEST_F(ReplayE2E, DecodeAboveTheLargestCaptureSizeRunsEagerlyAndSaysSo) {
     EXPECT_EQ(error.rfind("Workspace is locked but allocation from", 0), 0u) << error;
   }
   EXPECT_NE(read_text(out).find("crash in first_decode (request 0, step 1: 3 sequences, 3 tokens, "
-                                "run eagerly: more tokens than the largest capture size, 2)"),
+                                "run eagerly: 3 tokens, more than the largest piecewise capture "
+                                "size, 2)"),
+            std::string::npos)
+      << read_text(out);
+  // A prefill under full_decode_only runs eagerly because that mode never captures one, whatever
+  // its size.
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-long-prompt.yaml --device "
+                          "compile-only --strategy none --set cudagraph_mode=full_decode_only",
+                          out),
+            0)
+      << read_text(out);
+  EXPECT_NE(read_text(out).find("run eagerly: a prefill or mixed step, which full_decode_only "
+                                "never captures)"),
+            std::string::npos)
+      << read_text(out);
+}
+
+/// Lazy capture (TensorRT-LLM's): no full decode graph at startup; each size is captured on the
+/// first decode step that needs it, recorded with its request and step; a graph captured early
+/// goes stale when a later, larger step resizes the workspace. With a locking workspace it is
+/// refused before anything runs.
+TEST_F(ReplayE2E, LazyCaptureCapturesOnFirstUseAndIsRefusedWithALockingWorkspace) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-lazy-capture.yaml "
+                          "--device compile-only --strategy none --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  const auto j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j.at("results").size(), 2u);
+  for (const auto& r : j.at("results")) {
+    const auto& cp = r.at("capture_policy");
+    if (r.at("variant") == "cudagraph_capture=startup") {
+      EXPECT_EQ(r.at("outcome"), "ok");
+      EXPECT_EQ(r.at("graphs_captured"), 3);
+      EXPECT_FALSE(cp.contains("lazy_captures")) << cp.dump();
+      continue;
+    }
+    EXPECT_EQ(cp.at("lazy_sizes"), nlohmann::json::array({1, 2, 4}));
+    const auto& lazy = cp.at("lazy_captures");
+    ASSERT_EQ(lazy.size(), 2u) << cp.dump();
+    EXPECT_EQ(lazy.at(0).at("size"), 1);
+    EXPECT_EQ(lazy.at(0).at("phase"), "first_decode");
+    EXPECT_EQ(lazy.at(0).at("step"), 1);
+    EXPECT_EQ(lazy.at(1).at("size"), 2);
+    EXPECT_EQ(lazy.at(1).at("step"), 3);
+    EXPECT_TRUE(lazy.at(0).at("ms").is_null());  // compile-only: no time is invented
+    EXPECT_EQ(r.at("graphs_captured"), 2);
+    EXPECT_EQ(r.at("outcome"), "crash");
+    // Nothing was captured at startup, so the first decode compiled its kernels on the hot path.
+    bool decode_compiled = false;
+    for (const auto& c : r.at("hot_path_compiles"))
+      decode_compiled |= c.at("kernel") == "tq_decode_stage1" && c.at("phase") == "first_decode";
+    EXPECT_TRUE(decode_compiled) << r.at("hot_path_compiles").dump();
+    const std::string error = r.at("error");
+    EXPECT_EQ(error.rfind("Stale CUDA graph replay: the full decode graph at capture size 1", 0), 0u)
+        << error;
+  }
+  const int rc = run_coldstart("replay scenarios/qwen3-8b-turboquant-lazy-capture.yaml "
+                               "--device compile-only --set workspace_policy=lock",
+                               out);
+  EXPECT_EQ(rc, 2) << read_text(out);
+  EXPECT_NE(read_text(out).find("key 'engine.cudagraph_capture': lazy capture with "
+                                "workspace_policy lock is no engine's combination"),
             std::string::npos)
       << read_text(out);
 }

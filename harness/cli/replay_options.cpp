@@ -11,6 +11,7 @@
 
 #include "harness/cli/compare.h"
 #include "harness/common/paths.h"
+#include "harness/engine/capture_policy.engine_keys.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/nvrtc_archs.h"
 #include "harness/models/model.h"
@@ -46,6 +47,7 @@ ScenarioRules replay_rules(std::optional<Target> target) {
     const bool excluded = target && !s.archs.empty() &&
                           std::find(s.archs.begin(), s.archs.end(), target->arch) == s.archs.end();
     std::vector<ScenarioProblem> problems = check_replayable(s, target && !excluded ? &*target : nullptr);
+    for (ScenarioProblem& p : check_capture_policy(s.engine)) problems.push_back(std::move(p));
     // A warmer whose mixer backend is gone (renamed, removed) would find no layers and skip:
     // refused here, before anything runs.
     for (const StrategySpec& st : s.strategies)

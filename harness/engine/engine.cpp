@@ -235,6 +235,8 @@ StrategyResult Engine::run() {
                                       {"step", st.step},       {"batch_tokens", st.batch_tokens},
                                       {"batch_seqs", st.batch_seqs}, {"batch_mixed", st.batch_mixed}};
       if (!step_graph_.empty()) result_.extra["failed_step"]["graph"] = step_graph_;
+      if (!step_eager_reason_.empty())
+        result_.extra["failed_step"]["eager_reason"] = step_eager_reason_;
     }
   }
   snapshot();

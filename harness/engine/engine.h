@@ -98,6 +98,12 @@ class Engine final : public WarmupContext {
   void do_kv_cache_alloc();
   void do_kernel_warmup();
   void do_graph_capture();
+  /// Captures the full decode graph of capture size `P` (after the policy's eager warmups of its
+  /// static batch); `step` names the capture in the ledger's record of moves.
+  void capture_full_decode(int P, const std::string& step);
+  /// Lazy capture (engine.cudagraph_capture: lazy): captures the smallest full decode size that
+  /// holds `num_tokens` if it is not captured yet, and records it in capture_policy.lazy_captures.
+  void capture_lazily_if_needed(int num_tokens);
   void do_workspace_lock();
   /// Runs requests `ids` (scenario indexes; the first is the lead) through the scheduler until
   /// all finish. `wave` 0 = the first requests after startup, 1 = the steady-state request.
@@ -171,17 +177,21 @@ class Engine final : public WarmupContext {
   /// {part name: ms} of the engine thread's time between two api_timer_ readings.
   static nlohmann::json host_split(const jit::HostTimes& from, const jit::HostTimes& to);
   double sampling_ms_ = 0;
-  /// How the last execute() ran: "full@<size>", "piecewise@<size>" (a captured graph of that
-  /// capture size) or "eager" (no captured size fits, or graphs are off).
   /// How the current request step runs: "full@4", "piecewise@8", "eager"; "" before execute()
   /// picked one.
   std::string step_graph_;
+  /// Why the current step runs eagerly (eager_reason()), "" when it does not or no reason is known.
+  std::string step_eager_reason_;
+  /// Why `batch` finds no captured graph: the mode captures none of its kind, or it has more
+  /// tokens than the largest capture size of its kind; "" when neither explains it.
+  std::string eager_reason(const ForwardBatch& batch) const;
   /// The capture size graph_capture is warming up or capturing ("full decode capture size 4"),
   /// for the ledger's record of what moved a buffer.
   std::string capture_step_;
   double snapshot_ms_ = 0;                 ///< time spent sending result snapshots
   std::map<int, std::unique_ptr<PiecewiseGraphs>> piecewise_;
   std::map<int, std::unique_ptr<FullGraph>> full_;
+  std::vector<int> lazy_sizes_;  ///< full decode sizes left to lazy capture, ascending
   nlohmann::json schedule_ = nlohmann::json::array();  ///< per step: the batch (first 512 steps)
   std::chrono::steady_clock::time_point run_start_;
 };

@@ -89,33 +89,22 @@ void Engine::do_graph_capture() {
   // A step with more tokens than the largest capture size finds no graph and runs eagerly
   // (execute(); vLLM's CudagraphDispatcher.dispatch, vllm/v1/cudagraph_dispatcher.py at
   // ae2e8e62, returns CUDAGraphMode.NONE for it without a log line).
-  const int largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+  int largest_full = 0;
+  for (int P : sizes)
+    if (full_decode && P <= e.max_num_seqs) largest_full = std::max(largest_full, P);
+  const int largest_piecewise =
+      piecewise && !sizes.empty() ? *std::max_element(sizes.begin(), sizes.end()) : 0;
   result_.extra["capture_policy"] = {{"order", capture_ascending(e) ? "ascending" : "largest_first"},
                                      {"warmups_per_size", warmups},
-                                     {"largest_size", largest}};
-  auto make_static = [&](int P, bool with_attention) {
-    std::vector<SeqStep> seqs;
-    if (with_attention) {
-      for (int r = 0; r < P; ++r) {  // P decode requests, one token each, in the null block
-        SeqStep s;
-        s.req_slot = r;
-        s.context_len = 0;
-        s.query_len = 1;
-        s.blocks.assign(1, 0);
-        seqs.push_back(s);
-      }
-    } else {
-      seqs = dummy_seqs(P);
-    }
-    return make_batch(seqs, !with_attention);
-  };
+                                     {"largest_piecewise_size", largest_piecewise},
+                                     {"largest_full_decode_size", largest_full}};
   int captured = 0;
   CaptureStreamScope capture_stream(mode());
   if (piecewise) {
     for (int P : sizes) {
       auto g = std::make_unique<PiecewiseGraphs>();
       g->size = P;
-      g->in = make_static(P, /*with_attention=*/false);
+      g->in = make_batch(dummy_seqs(P), /*skip_attention=*/true);
       capture_step_ = fmt::format("piecewise capture size {}", P);
       for (int w = 0; w < warmups; ++w) run_eager(g->in);  // eager warmups; mixers skipped
       // Zeroed: rows past a step's token count are padding the pieces still read (see execute).
@@ -143,24 +132,17 @@ void Engine::do_graph_capture() {
   if (full_decode) {
     for (int P : sizes) {
       if (P > e.max_num_seqs) continue;
-      auto g = std::make_unique<FullGraph>();
-      g->size = P;
-      g->in = make_static(P, /*with_attention=*/true);
-      capture_step_ = fmt::format("full decode capture size {}", P);
-      for (int w = 0; w < warmups; ++w) run_eager(g->in);  // vLLM: cudagraph_num_of_warmups
-      g->graph = std::make_unique<CapturedGraph>(mode());
-      g->static_ledger_id = ledger_.add_buffer(
-          fmt::format("the static batch of full decode capture size {}", P),
-          g->in.input_ids.numel() * g->in.input_ids.element_size(), tensor_address(g->in.input_ids));
-      CaptureMarks marks(*jit_, ledger_, fmt::format("full decode graph at capture size {}", P));
-      // Attention inside: the graph reads the KV cache through the block table.
-      ledger_.touch(g->static_ledger_id);
-      ledger_.touch(block_table_ledger_id_);
-      for (GraphLedger::BufferId id : cache_ledger_ids_) ledger_.touch(id);
-      g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
-      g->ledger_id = marks.end();
-      full_[P] = std::move(g);
+      if (capture_lazily(e)) {
+        lazy_sizes_.push_back(P);  // captured by execute() on first use
+        continue;
+      }
+      capture_full_decode(P, fmt::format("full decode capture size {}", P));
       ++captured;
+    }
+    std::sort(lazy_sizes_.begin(), lazy_sizes_.end());
+    if (capture_lazily(e)) {
+      result_.extra["capture_policy"]["lazy_sizes"] = lazy_sizes_;
+      result_.extra["capture_policy"]["lazy_captures"] = nlohmann::json::array();
     }
   }
   result_.extra["graphs_captured"] = captured;
@@ -168,6 +150,76 @@ void Engine::do_graph_capture() {
   // vLLM locks the workspace at the end of capture_model; with cudagraph_mode none capture_model
   // returns early and the workspace is never locked (gpu_model_runner.py at 000fc94b; PR #46883
   // proposes locking on every path, not merged). do_workspace_lock records it.
+}
+
+void Engine::capture_full_decode(int P, const std::string& step) {
+  const EngineConfig& e = scenario_.engine;
+  auto g = std::make_unique<FullGraph>();
+  g->size = P;
+  std::vector<SeqStep> seqs;
+  for (int r = 0; r < P; ++r) {  // P decode requests, one token each, in the null block
+    SeqStep sq;
+    sq.req_slot = r;
+    sq.context_len = 0;
+    sq.query_len = 1;
+    sq.blocks.assign(1, 0);
+    seqs.push_back(sq);
+  }
+  g->in = make_batch(seqs, false);
+  capture_step_ = step;
+  for (int w = 0; w < capture_warmups(e); ++w) run_eager(g->in);  // vLLM: cudagraph_num_of_warmups
+  g->graph = std::make_unique<CapturedGraph>(mode());
+  g->static_ledger_id = ledger_.add_buffer(
+      fmt::format("the static batch of full decode capture size {}", P),
+      g->in.input_ids.numel() * g->in.input_ids.element_size(), tensor_address(g->in.input_ids));
+  CaptureMarks marks(*jit_, ledger_, fmt::format("full decode graph at capture size {}", P));
+  // Attention inside: the graph reads the KV cache through the block table.
+  ledger_.touch(g->static_ledger_id);
+  ledger_.touch(block_table_ledger_id_);
+  for (GraphLedger::BufferId id : cache_ledger_ids_) ledger_.touch(id);
+  g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
+  g->ledger_id = marks.end();
+  full_[P] = std::move(g);
+  capture_step_.clear();
+}
+
+void Engine::capture_lazily_if_needed(int num_tokens) {
+  const auto it = std::lower_bound(lazy_sizes_.begin(), lazy_sizes_.end(), num_tokens);
+  if (it == lazy_sizes_.end() || full_.count(*it)) return;
+  const int P = *it;
+  const StepContext st = jit_->monitor().step();
+  const std::string where =
+      st.request >= 0 ? fmt::format("request {}, step {}", st.request, st.step) : current_phase_;
+  const auto t0 = Clock::now();
+  {
+    CaptureStreamScope capture_stream(mode());
+    capture_full_decode(P, fmt::format("lazy full decode capture size {} ({})", P, where));
+  }
+  result_.extra["capture_policy"]["lazy_captures"].push_back(
+      {{"size", P}, {"phase", current_phase_}, {"request", st.request}, {"step", st.step},
+       {"ms", mode() == DeviceMode::kCuda ? nlohmann::json(ms_since(t0)) : nlohmann::json()}});
+  result_.extra["graphs_captured"] = result_.extra.value("graphs_captured", 0) + 1;
+}
+
+std::string Engine::eager_reason(const ForwardBatch& batch) const {
+  const EngineConfig& e = scenario_.engine;
+  const int N = batch.num_tokens;
+  if (e.cudagraph_mode == CudaGraphMode::kNone) return "cudagraph_mode none captures no graphs";
+  const bool piecewise = e.cudagraph_mode == CudaGraphMode::kPiecewise ||
+                         e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise;
+  const int largest_piecewise = piecewise_.empty() ? 0 : piecewise_.rbegin()->first;
+  const int largest_full = full_.empty() ? 0 : full_.rbegin()->first;
+  if (batch.uniform_decode() && largest_full > 0 && N > largest_full && !piecewise)
+    return fmt::format("{} decode tokens, more than the largest full decode capture size, {}", N,
+                       largest_full);
+  if (!piecewise)
+    return fmt::format("a {} step, which {} never captures",
+                       batch.uniform_decode() ? "decode" : "prefill or mixed",
+                       cudagraph_mode_name(e.cudagraph_mode));
+  if (N > largest_piecewise)
+    return fmt::format("{} tokens, more than the largest piecewise capture size, {}", N,
+                       largest_piecewise);
+  return "";
 }
 
 /// Records a stale replay in the ledger and raises it; `report` says whether it was launched and
@@ -257,8 +309,9 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     if (model_spans_) model_spans_->end();
     return sample(logits, batch.num_reqs);
   };
-  // Full decode graph (mixers inside).
+  // Full decode graph (mixers inside); under lazy capture, captured here on first use.
   if (batch.uniform_decode()) {
+    if (!lazy_sizes_.empty()) capture_lazily_if_needed(N);
     auto it = full_.lower_bound(N);
     if (it != full_.end()) {
       FullGraph& g = *it->second;
@@ -297,6 +350,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     return finish(g.states[L].hidden);
   }
   step_graph_ = "eager";
+  step_eager_reason_ = eager_reason(batch);
   return finish(run_eager(batch));
 }
 

@@ -202,6 +202,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     }
     auto body = [&] {
       step_graph_.clear();  // set by execute() once it picks a graph or eager
+      step_eager_reason_.clear();
       try {
         execute(make_batch(seqs, false));
       } catch (...) {

@@ -243,7 +243,8 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
         *max_capture != e.cudagraph_capture_sizes.back())
       c.fail(max_size->path, max_size->value.Mark(),
              fmt::format("{} differs from the largest listed capture size ({}); vLLM refuses to "
-                         "start unless they agree: leave one of the two out",
+                         "start unless they agree: leave one of the two out, or set both (with "
+                         "--set, give max_cudagraph_capture_size the list's last size)",
                          *max_capture, e.cudagraph_capture_sizes.back()));
   } else if (mns && mnbt) {
     e.cudagraph_capture_sizes = default_capture_sizes(*mns, *mnbt, max_capture.value_or(0));
