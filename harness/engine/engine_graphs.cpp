@@ -177,7 +177,22 @@ void Engine::capture_full_decode(int P, const std::string& step) {
   ledger_.touch(g->static_ledger_id);
   ledger_.touch(block_table_ledger_id_);
   for (GraphLedger::BufferId id : cache_ledger_ids_) ledger_.touch(id);
-  g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
+  {
+    // A lazy capture runs inside a timed request step, where the GPU spans are active; an event
+    // recorded into a capture cannot be timed, so they pause for the capture itself.
+    std::vector<std::pair<GpuSpans*, bool>> spans;
+    for (GpuSpans* sp : {sdpa_spans_.get(), model_spans_.get(), mixer_spans_.get()}) {
+      spans.emplace_back(sp, sp->active());
+      sp->set_active(false);
+    }
+    struct Restore {
+      std::vector<std::pair<GpuSpans*, bool>>& s;
+      ~Restore() {
+        for (auto& [sp, was] : s) sp->set_active(was);
+      }
+    } restore{spans};
+    g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
+  }
   g->ledger_id = marks.end();
   full_[P] = std::move(g);
   capture_step_.clear();

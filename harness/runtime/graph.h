@@ -63,6 +63,7 @@ class GpuSpans {
   /// Spans are recorded only while active (never during graph capture: a captured event record
   /// cannot be timed).
   void set_active(bool active) { active_ = active; }
+  bool active() const { return active_; }
   /// A clock of host time (ms) that held the launching thread while the GPU waited for it (the
   /// JIT compiling, loading or autotuning: JitMonitor::host_stall_ms). What it advances inside a
   /// span is taken out of that span's GPU time, so a compile on the hot path is not counted
