@@ -80,13 +80,6 @@ add_compile_definitions(FMT_HEADER_ONLY)
 # boundary; torch's own flag is the source of truth.
 add_compile_options(${CS_TORCH_CXX_FLAGS})
 
-# Git sha for the result's meta block.
-execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-  OUTPUT_VARIABLE COLDSTART_GIT_SHA OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT COLDSTART_GIT_SHA)
-  set(COLDSTART_GIT_SHA "unknown")
-endif()
-
 # cs_embed_sources(<out.cpp> <symbol-prefix> <files...>): turns CUDA sources into C++ string
 # constants `const char* <prefix>_<stem>` so the binary carries the kernels it JIT-compiles.
 function(cs_embed_sources out)

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   CLI::App app{"coldstart: replays an LLM server's startup and first request against "
                "runtime-compiled CUDA kernels, per warmup strategy"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(cli::kVersion) + " (" + cli::kGitSha + ")");
+  app.set_version_flag("--version", std::string(cli::kVersion) + " (" + cli::git_sha() + ")");
 
   ReplayArgs ra;
   CLI::App* replay = app.add_subcommand("replay", "replay scenarios for each strategy");

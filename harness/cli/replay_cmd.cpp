@@ -85,7 +85,7 @@ RunMeta make_meta(const std::vector<StrategyResult>& results, const std::string&
                   const std::string& started_at) {
   RunMeta m;
   m.coldstart_version = kVersion;
-  m.git_sha = kGitSha;
+  m.git_sha = git_sha();
   m.hostname = hostname();
   m.started_at = started_at;
   m.command_line = cmdline;

@@ -482,6 +482,26 @@ TEST_F(ReplayE2E, StaleGraphReplayIsACrashNamingGraphBufferAndMove) {
   EXPECT_EQ(ledger.at("unmoved_buffers").at("count").get<int>() > 0, true) << ledger.dump();
 }
 
+/// The binary records the commit it was built from, read at build time (a stale configure-time
+/// sha stamped results of later commits): --version names the source tree's HEAD, or "unknown"
+/// where the tree has no git.
+TEST_F(ReplayE2E, VersionNamesTheCommitTheBinaryWasBuiltFrom) {
+  const std::string out = paths::join(dir_, "out.txt"), head = paths::join(dir_, "head.txt");
+  ASSERT_EQ(run_coldstart("--version", out), 0) << read_text(out);
+  const std::string version = read_text(out);
+  const std::string cmd = "git -C '" + source_dir() + "' rev-parse --short=12 HEAD >'" + head +
+                          "' 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    EXPECT_NE(version.find("(unknown)"), std::string::npos) << version;
+    return;
+  }
+  std::string sha = read_text(head);
+  while (!sha.empty() && std::isspace(static_cast<unsigned char>(sha.back()))) sha.pop_back();
+  ASSERT_EQ(sha.size(), 12u) << sha;
+  EXPECT_NE(version.find("(" + sha), std::string::npos)
+      << version << " does not name HEAD " << sha << " (rebuild after committing)";
+}
+
 /// max_cudagraph_capture_size 2 leaves a three-sequence decode without a graph: it runs eagerly
 /// and asks the locked workspace for more, a crash whose failed step says it ran eagerly and
 /// why; at 8 the same decode replays the size-4 graph and nothing fails.
