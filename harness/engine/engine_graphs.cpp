@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <numeric>
 
 #include "harness/engine/capture_policy.engine_keys.h"
@@ -41,6 +42,29 @@ class CaptureMarks {
   jit::JitRuntime& jit_;
   GraphLedger& ledger_;
 };
+/// Deactivates GPU spans for its lifetime and restores each one's previous state.
+class PausedSpans {
+ public:
+  explicit PausedSpans(std::initializer_list<GpuSpans*> spans) {
+    for (GpuSpans* sp : spans) {
+      was_.emplace_back(sp, sp->active());
+      sp->set_active(false);
+    }
+  }
+  ~PausedSpans() {
+    for (auto& [sp, active] : was_) sp->set_active(active);
+  }
+  PausedSpans(const PausedSpans&) = delete;
+  PausedSpans& operator=(const PausedSpans&) = delete;
+
+ private:
+  std::vector<std::pair<GpuSpans*, bool>> was_;
+};
+
+/// Whether `mode` captures piecewise graphs (mixed and prefill steps up to the largest size).
+bool captures_piecewise(CudaGraphMode mode) {
+  return mode == CudaGraphMode::kPiecewise || mode == CudaGraphMode::kFullAndPiecewise;
+}
 }  // namespace
 
 /// Copies a step's inputs into the static batch a graph of `size` rows was captured with, and
@@ -69,8 +93,7 @@ static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, i
 
 void Engine::do_graph_capture() {
   const EngineConfig& e = scenario_.engine;
-  const bool piecewise = e.cudagraph_mode == CudaGraphMode::kPiecewise ||
-                         e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise;
+  const bool piecewise = captures_piecewise(e.cudagraph_mode);
   const bool full_decode = e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise ||
                            e.cudagraph_mode == CudaGraphMode::kFullDecodeOnly ||
                            e.cudagraph_mode == CudaGraphMode::kFull;
@@ -156,16 +179,9 @@ void Engine::capture_full_decode(int P, const std::string& step) {
   const EngineConfig& e = scenario_.engine;
   auto g = std::make_unique<FullGraph>();
   g->size = P;
-  std::vector<SeqStep> seqs;
-  for (int r = 0; r < P; ++r) {  // P decode requests, one token each, in the null block
-    SeqStep sq;
-    sq.req_slot = r;
-    sq.context_len = 0;
-    sq.query_len = 1;
-    sq.blocks.assign(1, 0);
-    seqs.push_back(sq);
-  }
-  g->in = make_batch(seqs, false);
+  // Full decode sizes are at most max_num_seqs, so vLLM's dummy batch of P tokens is P decode
+  // requests of one token each, in the null block; with attention metadata.
+  g->in = make_batch(dummy_seqs(P), /*skip_attention=*/false);
   capture_step_ = step;
   for (int w = 0; w < capture_warmups(e); ++w) run_eager(g->in);  // vLLM: cudagraph_num_of_warmups
   g->graph = std::make_unique<CapturedGraph>(mode());
@@ -180,17 +196,7 @@ void Engine::capture_full_decode(int P, const std::string& step) {
   {
     // A lazy capture runs inside a timed request step, where the GPU spans are active; an event
     // recorded into a capture cannot be timed, so they pause for the capture itself.
-    std::vector<std::pair<GpuSpans*, bool>> spans;
-    for (GpuSpans* sp : {sdpa_spans_.get(), model_spans_.get(), mixer_spans_.get()}) {
-      spans.emplace_back(sp, sp->active());
-      sp->set_active(false);
-    }
-    struct Restore {
-      std::vector<std::pair<GpuSpans*, bool>>& s;
-      ~Restore() {
-        for (auto& [sp, was] : s) sp->set_active(was);
-      }
-    } restore{spans};
+    const PausedSpans paused({sdpa_spans_.get(), model_spans_.get(), mixer_spans_.get()});
     g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
   }
   g->ledger_id = marks.end();
@@ -220,17 +226,16 @@ std::string Engine::eager_reason(const ForwardBatch& batch) const {
   const EngineConfig& e = scenario_.engine;
   const int N = batch.num_tokens;
   if (e.cudagraph_mode == CudaGraphMode::kNone) return "cudagraph_mode none captures no graphs";
-  const bool piecewise = e.cudagraph_mode == CudaGraphMode::kPiecewise ||
-                         e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise;
-  const int largest_piecewise = piecewise_.empty() ? 0 : piecewise_.rbegin()->first;
-  const int largest_full = full_.empty() ? 0 : full_.rbegin()->first;
-  if (batch.uniform_decode() && largest_full > 0 && N > largest_full && !piecewise)
-    return fmt::format("{} decode tokens, more than the largest full decode capture size, {}", N,
-                       largest_full);
-  if (!piecewise)
+  if (!captures_piecewise(e.cudagraph_mode)) {
+    const int largest_full = full_.empty() ? 0 : full_.rbegin()->first;
+    if (batch.uniform_decode() && largest_full > 0 && N > largest_full)
+      return fmt::format("{} decode tokens, more than the largest full decode capture size, {}",
+                         N, largest_full);
     return fmt::format("a {} step, which {} never captures",
                        batch.uniform_decode() ? "decode" : "prefill or mixed",
                        cudagraph_mode_name(e.cudagraph_mode));
+  }
+  const int largest_piecewise = piecewise_.empty() ? 0 : piecewise_.rbegin()->first;
   if (N > largest_piecewise)
     return fmt::format("{} tokens, more than the largest piecewise capture size, {}", N,
                        largest_piecewise);
