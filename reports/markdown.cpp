@@ -18,7 +18,7 @@ constexpr const char* kNull = "–";  // en dash: a value that was not measured 
 
 std::string cell(const std::string& raw) { return detail::md_text(raw); }
 
-std::string ms(const std::optional<double>& v) {
+std::string md_ms(const std::optional<double>& v) {
   auto f = detail::finite(v);
   return f ? fmt::format("{:.1f} ms", *f) : kNull;
 }
@@ -30,7 +30,7 @@ std::string ratio(const StrategyResult& r) {
   return fmt::format("{:.2f}×", *a / *b);
 }
 
-std::string outcome_cell(const StrategyResult& r) {
+std::string md_outcome_cell(const StrategyResult& r) {
   std::string icon;
   switch (r.outcome) {
     case Outcome::kOk: icon = "✅"; break;
@@ -161,10 +161,10 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
       std::vector<std::string> c = {
           cell(r->strategy.empty() ? "?" : r->strategy),
           r->variant.empty() ? kNull : cell(r->variant),
-          outcome_cell(*r),
-          ms(r->startup_ms),
-          ms(r->ttft_ms),
-          ms(r->first_decode_ms),
+          md_outcome_cell(*r),
+          md_ms(r->startup_ms),
+          md_ms(r->ttft_ms),
+          md_ms(r->first_decode_ms),
           ratio(*r),
           compiles_cell(*r),
           fmt::format("{} / {} MB", detail::locked_mb(*r),

@@ -14,19 +14,19 @@ namespace coldstart {
 namespace {
 
 /// The mixers this file's warmers warm (Warmer::mixers_used).
-const MixerRef kTurboQuant{"turboquant_4bit_nc"};
+const MixerRef kTurboQuantMixer{"turboquant_4bit_nc"};
 
 class TqReserveMax final : public Warmer {
  public:
   std::string name() const override { return "tq-reserve-max"; }
-  std::vector<std::string> mixers_used() const override { return {kTurboQuant.name()}; }
+  std::vector<std::string> mixers_used() const override { return {kTurboQuantMixer.name()}; }
   std::string description() const override {
     return "TurboQuant: reserve the max decode / continuation workspace before the lock, "
            "compiling nothing (vLLM PR #40798)";
   }
 
   void run(WarmupContext& ctx) override {
-    const std::vector<Mixer*> layers = ctx.mixers(kTurboQuant);
+    const std::vector<Mixer*> layers = ctx.mixers(kTurboQuantMixer);
     if (layers.empty()) {
       ctx.skip("no TurboQuant attention layers, nothing to reserve");
       return;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/target.h"
 
 namespace coldstart::cli {
 namespace {
@@ -33,11 +34,10 @@ std::string first_line(const std::string& text) {
   return nl == std::string::npos ? text : text.substr(0, nl);
 }
 
-std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
 
 // "NVIDIA H200 (sm_90)": how tables and reasons name where a run ran.
 std::string target_label(const std::string& target, int sm) {
-  const std::string arch = arch_name(sm);
+  const std::string arch = sm_arch(sm);
   return target == arch ? arch : target + ", " + arch;
 }
 

@@ -10,6 +10,7 @@
 #include "reports/render_util.h"
 #include "harness/cli/compare.h"
 #include "harness/common/error.h"
+#include "harness/common/target.h"
 #include "harness/common/paths.h"
 
 namespace coldstart::cli {
@@ -17,7 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
 
 // Prefixes an error text with the file unless it already names it.
 std::string with_path(const std::string& path, const std::string& what) {
@@ -86,7 +86,7 @@ std::vector<RunResults> merge_results(const std::vector<RunResults>& runs,
               "duplicate result {} / {}{} ({}): keeping the later one (host {}, {}), dropping "
               "the earlier (host {}, {})",
               out[i].scenario.name, r.strategy, r.variant.empty() ? "" : " [" + r.variant + "]",
-              run_target(out[i].meta) + ", " + arch_name(out[i].meta.sm), out[i].meta.hostname,
+              run_target(out[i].meta) + ", " + sm_arch(out[i].meta.sm), out[i].meta.hostname,
               out[i].meta.started_at,
               old.hostname, old.started_at));
         }
@@ -143,7 +143,7 @@ int merge_main(const std::vector<std::string>& inputs, const std::string& output
     sms.insert(r.meta.sm);
   }
   std::string sm_list;
-  for (int sm : sms) sm_list += (sm_list.empty() ? "" : ", ") + arch_name(sm);
+  for (int sm : sms) sm_list += (sm_list.empty() ? "" : ", ") + sm_arch(sm);
   std::cerr << fmt::format("coldstart merge: {} runs, {} strategy results ({}) from {} files -> {}\n",
                            merged.size(), results, sm_list, inputs.size(), output);
   return 0;

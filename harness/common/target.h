@@ -44,4 +44,7 @@ Target target_for_arch(const std::string& arch, int sm_count = 0);
 /// Parses "sm_90" / "sm_100a" to 90 / 100. Throws InputError naming `what` on a bad spelling.
 int parse_sm(const std::string& arch, const std::string& what = "--arch");
 
+/// NVRTC's arch name of compute capability `sm` (90 -> "sm_90").
+inline std::string sm_arch(int sm) { return "sm_" + std::to_string(sm); }
+
 }  // namespace coldstart

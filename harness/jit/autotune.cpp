@@ -21,9 +21,7 @@
 namespace coldstart::jit {
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using detail::ms_since;
 
 // ---------------------------------------------------------------- autotune helpers
 

@@ -1,6 +1,7 @@
 // coldstart JIT: helpers shared by the JIT's translation units (not part of the public API).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,6 +25,11 @@ inline uint64_t fnv1a_cstr(const char* s, uint64_t h = kFnvOffset) {
     h *= kFnvPrime;
   }
   return h;
+}
+
+/// Milliseconds of host wall time since `t0`.
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// 16 lower-case hex digits.

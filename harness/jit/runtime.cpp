@@ -55,6 +55,8 @@
 namespace coldstart::jit {
 namespace {
 
+using detail::ms_since;
+
 constexpr const char* kDiskMagic = "coldstart-cubin/2 ";
 constexpr const char* kMemoMagic = "coldstart-memo/2 ";
 constexpr size_t kMaxInlineArgs = 32;
@@ -90,10 +92,6 @@ uint64_t fast_hash(const KernelSource& kernel, const std::vector<Constexpr>& con
 bool is_elf(const std::vector<char>& bytes) {
   return bytes.size() >= 4 && bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' &&
          bytes[3] == 'F';
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::string errno_text() { return std::strerror(errno); }

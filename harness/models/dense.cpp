@@ -14,7 +14,7 @@
 namespace coldstart {
 namespace {
 
-struct LayerWeights {
+struct DenseLayerWeights {
   at::Tensor input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
 };
 
@@ -60,7 +60,7 @@ class DenseModel final : public Model {
     embed_ = w.normal({V, H}, 1.0);
     layers_.clear();
     for (int l = 0; l < c_.num_hidden_layers; ++l) {
-      LayerWeights lw;
+      DenseLayerWeights lw;
       lw.input_norm = w.ones(H);
       lw.qkv = w.normal({(Hq + 2 * Hk) * D, H}, 1.0 / std::sqrt(double(H)));
       if (has_qk_norm_) {
@@ -90,7 +90,7 @@ class DenseModel final : public Model {
       st.hidden = embed_.index({batch.input_ids});
     } else {
       // Rest of layer i-1: output projection, residual, MLP.
-      const LayerWeights& w = layers_[i - 1];
+      const DenseLayerWeights& w = layers_[i - 1];
       at::Tensor attn = at::linear(st.mixer_out, w.o_proj);
       st.residual = attn + st.residual;
       at::Tensor h = rms_norm(st.residual, w.post_norm, c_.rms_norm_eps);
@@ -105,7 +105,7 @@ class DenseModel final : public Model {
       return;
     }
     // Layer i up to attention.
-    const LayerWeights& w = layers_[i];
+    const DenseLayerWeights& w = layers_[i];
     st.residual = (i == 0) ? st.hidden : st.hidden + st.residual;
     at::Tensor h = rms_norm(st.residual, w.input_norm, c_.rms_norm_eps);
     at::Tensor qkv = at::linear(h, w.qkv);
@@ -127,7 +127,7 @@ class DenseModel final : public Model {
   c10::Device device_;
   bool has_qk_norm_ = false;
   at::Tensor embed_, final_norm_, lm_head_, rope_;
-  std::vector<LayerWeights> layers_;
+  std::vector<DenseLayerWeights> layers_;
 };
 
 ModelFamilyInfo dense_family() {

@@ -123,7 +123,8 @@ class FusedMoeExperts final : public MoeExperts {
   ConfigLog log_;
 };
 
-std::vector<ScenarioProblem> check(const MoeSpec& s, const EngineConfig& e, const Target* target) {
+std::vector<ScenarioProblem> check_fused_moe(const MoeSpec& s, const EngineConfig& e,
+                                             const Target* target) {
   std::vector<ScenarioProblem> out;
   if (s.num_experts > fused_moe::kMaxExperts) {
     out.push_back({"model.num_experts", fmt::format("{} experts: the fused-MoE kernels take 1..{}",
@@ -194,7 +195,7 @@ MoeBackendInfo fused_moe_backend() {
     return std::make_unique<FusedMoeExperts>(s, ctx);
   };
   b.kernels = fused_moe::all_kernels();
-  b.check = check;
+  b.check = check_fused_moe;
   return b;
 }
 

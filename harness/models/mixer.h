@@ -217,7 +217,7 @@ class MixerRef {
 #define CS_MIXER_CAT(a, b) CS_MIXER_CAT2(a, b)
 /// Registers a MixerBackendInfo built by the expression `info` at static-initialization time.
 #define CS_REGISTER_MIXER_BACKEND(info) \
-  static const bool CS_MIXER_CAT(cs_mixer_registered_, __LINE__) = \
+  static const bool CS_MIXER_CAT(cs_mixer_registered_, __COUNTER__) = \
       ::coldstart::register_mixer_backend(info)
 
 }  // namespace coldstart

@@ -94,7 +94,7 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, const MixerContext&
 std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* target = nullptr);
 
 #define CS_REGISTER_MODEL_FAMILY(info) \
-  static const bool CS_MIXER_CAT(cs_model_registered_, __LINE__) = \
+  static const bool CS_MIXER_CAT(cs_model_registered_, __COUNTER__) = \
       ::coldstart::register_model_family(info)
 
 }  // namespace coldstart

@@ -152,7 +152,7 @@ void moe_layer_forward(MoeExperts& experts, const at::Tensor& hidden,
 
 /// Registers a MoeBackendInfo built by the expression `info` at static-initialization time.
 #define CS_REGISTER_MOE_BACKEND(info) \
-  static const bool CS_MIXER_CAT(cs_moe_registered_, __LINE__) = \
+  static const bool CS_MIXER_CAT(cs_moe_registered_, __COUNTER__) = \
       ::coldstart::register_moe_backend(info)
 
 }  // namespace coldstart

@@ -67,7 +67,7 @@ NextDims next_dims(const ModelConfig& c) {
 
 bool is_attention_layer(const NextDims& d, int layer) { return (layer + 1) % d.interval == 0; }
 
-struct Weights {
+struct Qwen3NextLayerWeights {
   at::Tensor input_norm, post_norm;
   // GDN
   at::Tensor in_qkvz, in_ba, gate_norm, out_proj;
@@ -142,7 +142,7 @@ class Qwen3NextModel final : public Model {
     embed_ = m.normal({V, H}, 1.0);
     layers_.clear();
     for (int l = 0; l < c_.num_hidden_layers; ++l) {
-      Weights w;
+      Qwen3NextLayerWeights w;
       w.input_norm = m.zeros(H);  // (1 + w) norms: w = 0 is the identity scale
       w.post_norm = m.zeros(H);
       if (is_attention_layer(d_, l)) {
@@ -185,7 +185,7 @@ class Qwen3NextModel final : public Model {
     if (i == 0) {
       st.hidden = embed_.index({batch.input_ids});
     } else {
-      const Weights& w = layers_[i - 1];
+      const Qwen3NextLayerWeights& w = layers_[i - 1];
       at::Tensor mixed;
       if (is_attention_layer(d_, i - 1)) {
         // Output gate of gated attention, then o_proj.
@@ -211,7 +211,7 @@ class Qwen3NextModel final : public Model {
       st.hidden = gemma_rms_norm(st.residual, final_norm_, c_.rms_norm_eps);
       return;
     }
-    const Weights& w = layers_[i];
+    const Qwen3NextLayerWeights& w = layers_[i];
     st.residual = (i == 0) ? st.hidden : st.hidden + st.residual;
     const at::Tensor h = gemma_rms_norm(st.residual, w.input_norm, c_.rms_norm_eps);
     if (is_attention_layer(d_, i)) {
@@ -227,7 +227,7 @@ class Qwen3NextModel final : public Model {
   }
   int sm_count() const { return ctx_.target ? ctx_.target->sm_count : 132; }
 
-  void gdn_inputs(const Weights& w, const at::Tensor& h, ForwardState& st) const {
+  void gdn_inputs(const Qwen3NextLayerWeights& w, const at::Tensor& h, ForwardState& st) const {
     const int64_t N = h.size(0), cd = d_.conv_dim();
     const at::Tensor qkvz = at::linear(h, w.in_qkvz);  // [N, conv_dim + Hv*V]
     const at::Tensor ba = at::linear(h, w.in_ba);      // [N, 2*Hv]
@@ -240,7 +240,7 @@ class Qwen3NextModel final : public Model {
     st.carry = {z};
   }
 
-  void attention_inputs(const Weights& w, const at::Tensor& h, ForwardState& st,
+  void attention_inputs(const Qwen3NextLayerWeights& w, const at::Tensor& h, ForwardState& st,
                         const ForwardBatch& batch) const {
     const int64_t N = h.size(0), D = c_.head_dim, Hq = c_.num_attention_heads,
                   Hk = c_.num_key_value_heads;
@@ -259,7 +259,7 @@ class Qwen3NextModel final : public Model {
 
   // Qwen3NextSparseMoeBlock: the routed experts (the bf16 MoE backend) plus the gated shared
   // expert.
-  at::Tensor moe(const Weights& w, const at::Tensor& h, const ForwardBatch& batch) {
+  at::Tensor moe(const Qwen3NextLayerWeights& w, const at::Tensor& h, const ForwardBatch& batch) {
     (void)batch;
     const int64_t M = h.size(0);
     const at::Tensor logits = at::linear(h, w.router);  // [M, E] bf16
@@ -281,7 +281,7 @@ class Qwen3NextModel final : public Model {
   c10::Device device_;
   std::unique_ptr<MoeExperts> moe_;
   at::Tensor embed_, final_norm_, lm_head_, rope_;
-  std::vector<Weights> layers_;
+  std::vector<Qwen3NextLayerWeights> layers_;
 };
 
 std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig& e) {

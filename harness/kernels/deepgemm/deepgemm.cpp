@@ -20,7 +20,6 @@ using kernels::check;
 using kernels::fail;
 using kernels::Layout;
 
-constexpr const char* kFamily = "deepgemm";
 
 int64_t align4(int64_t v) { return (v + 3) / 4 * 4; }
 

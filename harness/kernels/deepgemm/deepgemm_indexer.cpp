@@ -24,7 +24,6 @@ using kernels::check_size;
 using kernels::fail;
 using kernels::Layout;
 
-constexpr const char* kFamily = "deepgemm";
 
 /// target.sm must be 90 or 100 (UnsupportedArchError otherwise, as the GEMMs), num_sms positive.
 void check_target(const CallSite& fn, const GemmTarget& target) {

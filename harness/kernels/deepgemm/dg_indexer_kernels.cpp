@@ -26,10 +26,7 @@ namespace coldstart::deepgemm {
 
 namespace {
 
-constexpr const char* kFamily = "deepgemm";
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t align_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 void check_sm(int sm, const char* what) {
   if (sm != 90 && sm != 100) {

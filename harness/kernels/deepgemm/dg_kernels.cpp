@@ -25,10 +25,7 @@ namespace coldstart::deepgemm {
 
 namespace {
 
-constexpr const char* kFamily = "deepgemm";
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t align_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 /// get_swizzle_mode (heuristics/utils.hpp): the first of 128, 64, 32, 16 bytes dividing the row.
 int swizzle_mode(int64_t elems, int64_t elem_bytes) {

@@ -35,6 +35,14 @@
 
 namespace coldstart::deepgemm {
 
+/// The family name the DeepGEMM kernels' compile cases and errors carry.
+inline constexpr const char* kFamily = "deepgemm";
+
+/// ceil(a / b) for positive b.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/// `a` rounded up to a multiple of positive `b`.
+inline int64_t align_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
 /// DeepGEMM's GemmType values (deep_gemm/include/deep_gemm/common/types.cuh).
 enum class GemmType : int { kNormal = 0, kMGroupedContiguous = 1, kBatched = 4 };
 
