@@ -292,6 +292,22 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
   const auto t0 = std::chrono::steady_clock::now();
   const size_t first_record = rt.monitor().num_records();
   const CUstream cu_stream = static_cast<CUstream>(stream);
+  // Inside an engine's graph capture (JitRuntime::set_capturing), in both modes: Triton's
+  // do_bench synchronizes the device after its first call of the kernel
+  // (python/triton/testing.py, do_bench: torch.cuda.synchronize(); triton-lang/triton 0079eee),
+  // which CUDA refuses while a stream captures in global mode, torch.cuda.graph's default; torch
+  // raises "CUDA error: operation not permitted when stream is capturing" (vLLM PR #42070 hit it
+  // from an autotune inside capture). The engine raises it, so it is a crash, and compile-only
+  // replays fail where the GPU would instead of picking a candidate silently.
+  if (const std::string graph = rt.capturing_graph(); !graph.empty()) {
+    throw CaptureUnsupportedError(fmt::format(
+        "CUDA error: operation not permitted when stream is capturing: the autotune of {} for "
+        "tuning key '{}' was first needed while capturing the {}; benchmarking its {} candidates "
+        "synchronizes the device, which is refused during stream capture "
+        "(cudaErrorStreamCaptureUnsupported). Run this kernel with this tuning key once before "
+        "graph capture, so that capture finds its pick cached.",
+        kernel, tuning_key, graph, candidates.size()));
+  }
   if (gpu) refuse_under_capture(cu_stream, kernel, tuning_key, candidates.size());
 
   std::vector<std::optional<double>> ms(candidates.size());

@@ -371,6 +371,8 @@ class JitRuntime {
   /// kernel not yet loaded in this runtime throws CaptureUnsupportedError instead of compiling
   /// or loading. Thread-safe.
   void set_capturing(const std::string& graph);
+  /// The graph being captured (set_capturing), "" when none. Thread-safe.
+  std::string capturing_graph() const;
   /// The autotuner of this runtime (select.h), made on first use; picks live as long as the
   /// runtime and persist under cache_dir()/autotune/.
   Autotuner& autotuner();

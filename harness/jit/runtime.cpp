@@ -750,6 +750,11 @@ void JitRuntime::set_capturing(const std::string& graph) {
   impl_->capturing = graph;
 }
 
+std::string JitRuntime::capturing_graph() const {
+  std::lock_guard<std::mutex> lock(impl_->capture_mu);
+  return impl_->capturing;
+}
+
 const std::string& JitRuntime::arch() const { return impl_->arch; }
 
 const std::string& JitRuntime::compiler() const { return impl_->compiler; }

@@ -258,10 +258,12 @@ class Autotuner {
 /// - Benchmarking needs host synchronization, which CUDA forbids while `stream` (a CUstream;
 ///   nullptr = the legacy default stream) is capturing a graph: Triton's do_bench then fails
 ///   with "operation not permitted when stream is capturing" and the capture is invalidated
-///   (triton-lang/triton#10596). Here, when benchmarking is needed and cuStreamIsCapturing says
-///   `stream` is capturing (or, for the legacy stream, that another stream's capture makes it
-///   unusable), autotune throws CudaError before compiling or launching anything, so the capture
-///   stays valid; warm the key up before capture.
+///   (triton-lang/triton#10596). Here, when benchmarking is needed while the engine captures a
+///   graph (JitRuntime::set_capturing), autotune throws CaptureUnsupportedError in both modes
+///   (the engine's crash, so compile-only replays fail where the GPU would); otherwise, on the
+///   GPU, when cuStreamIsCapturing says `stream` is capturing (or, for the legacy stream, that
+///   another stream's capture makes it unusable), it throws CudaError. Either is thrown before
+///   compiling or launching anything, so the capture stays valid; warm the key up before capture.
 /// Throws Error when `candidates` is empty or two candidates share a name.
 Selection autotune(JitRuntime& rt, const std::string& kernel, const std::string& tuning_key,
                    const std::vector<KernelConfig>& candidates,

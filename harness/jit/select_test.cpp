@@ -588,6 +588,44 @@ TEST(Autotune, SingleCandidateNeedsNoTuning) {
   EXPECT_TRUE(autotune(rt, k, "n=4096", one, run).cached);
 }
 
+// An autotune first needed inside an engine's graph capture is the engine's crash in compile-only
+// mode too (the GPU's do_bench would synchronize inside the capture), even when every candidate
+// is already compiled; a pick made before the capture and a single candidate need no benchmark.
+TEST(Autotune, BenchmarkingInsideAnEngineCaptureIsRefusedInCompileOnlyMode) {
+  JitRuntime rt(compile_only());
+  const KernelSource k = scale_kernel();
+  const auto cands = block_candidates();
+  int calls = 0;
+  const auto run = scale_runner(rt, k, 4096, 8192, 4096, nullptr, &calls);
+  const Selection warm = autotune(rt, k, "n=4096", cands, run);  // compiles all three
+  ASSERT_EQ(calls, 3);
+  const size_t records = rt.monitor().records().size();
+
+  rt.set_capturing("FULL decode graph of 8 tokens");
+  EXPECT_EQ(rt.capturing_graph(), "FULL decode graph of 8 tokens");
+  std::string error;
+  try {
+    autotune(rt, k, "n=8192", cands, run);  // same kernels, a tuning key not tuned yet
+  } catch (const CaptureUnsupportedError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("operation not permitted when stream is capturing"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("autotune of scale2 for tuning key 'n=8192'"), std::string::npos) << error;
+  EXPECT_NE(error.find("FULL decode graph of 8 tokens"), std::string::npos) << error;
+  EXPECT_EQ(calls, 3);  // nothing ran
+  const Selection cached = autotune(rt, k, "n=4096", cands, run);
+  EXPECT_TRUE(cached.cached);
+  EXPECT_EQ(cached.config.name, warm.config.name);
+  const std::vector<KernelConfig> one = {cands[1]};
+  EXPECT_EQ(autotune(rt, k, "n=8192", one, run).config.name, cands[1].name);
+  EXPECT_EQ(rt.monitor().records().size(), records);
+  rt.set_capturing("");
+  EXPECT_EQ(rt.capturing_graph(), "");
+  EXPECT_EQ(autotune(rt, k, "n=8192", cands, run).config.name, cands[0].name);
+  EXPECT_EQ(calls, 6);
+}
+
 TEST(Autotune, BadCandidateListsAreErrors) {
   JitRuntime rt(compile_only());
   const KernelSource k = scale_kernel();
