@@ -17,6 +17,7 @@
 #include <cctype>
 #include <map>
 #include <set>
+#include <optional>
 #include <thread>
 #include <vector>
 #include <string>
@@ -1395,6 +1396,59 @@ INSTANTIATE_TEST_SUITE_P(AllScenarios, ScenarioExpectations, ::testing::ValuesIn
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+}  // namespace
+}  // namespace coldstart
+
+namespace coldstart {
+namespace {
+
+// Compile-only mode counts the meta device's storages (harness/runtime/meta_memory.h): every
+// phase has its memory, and the profile run's peak agrees with what an H100 measured for the same
+// scenario (baselines/h100-sm90.json, recorded with torch's caching allocator).
+TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusProfilePeak) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only "
+                          "--strategy none --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  const auto j = nlohmann::json::parse(read_text(json));
+  ASSERT_GE(j.at("results").size(), 1u);
+  const auto& r = j.at("results").at(0);  // every variant runs the same profile run
+  const auto& mem = r.at("phase_memory");
+  for (const char* phase : {"init", "load_weights", "profile_run", "kv_cache_alloc",
+                            "kernel_warmup", "graph_capture", "workspace_lock", "sampler_warmup",
+                            "0.prefill", "0.first_decode", "1.prefill", "1.first_decode"}) {
+    ASSERT_TRUE(mem.contains(phase)) << phase << " in " << mem.dump();
+    EXPECT_GE(mem.at(phase).at("peak_allocated_bytes").get<int64_t>(),
+              mem.at(phase).at("allocated_bytes").get<int64_t>())
+        << phase;
+  }
+  const int64_t weights = r.at("weights_bytes");
+  const int64_t kv = r.at("kv_cache_bytes");
+  const int64_t after_load = mem.at("load_weights").at("allocated_bytes");
+  EXPECT_GE(after_load, weights);
+  EXPECT_LT(after_load, weights + (64 << 20));  // rotary tables, block table: tens of MB
+  const int64_t peak = r.at("profile_peak_bytes");
+  EXPECT_EQ(mem.at("profile_run").at("peak_allocated_bytes").get<int64_t>(), peak);
+  EXPECT_GT(peak, after_load);  // the profile run's activations
+  EXPECT_GE(mem.at("kv_cache_alloc").at("allocated_bytes").get<int64_t>(), after_load + kv);
+  // The H100's measurement of the same profile run.
+  const std::vector<RunResults> h100 =
+      cli::read_any_results(source_dir() + "/baselines/h100-sm90.json");
+  std::optional<double> measured;
+  for (const RunResults& run : h100) {
+    if (run.scenario.name != "qwen3-8b-bf16") continue;
+    for (const StrategyResult& s : run.results) {
+      if (s.strategy == "none" && s.extra.contains("profile_peak_bytes"))
+        measured = s.extra.at("profile_peak_bytes").get<double>();
+    }
+  }
+  ASSERT_TRUE(measured.has_value()) << "baselines/h100-sm90.json has no qwen3-8b-bf16 run";
+  EXPECT_NEAR(static_cast<double>(peak) / *measured, 1.0, 0.05)
+      << "compile-only " << peak << " bytes, H100 " << *measured;
+}
 
 }  // namespace
 }  // namespace coldstart

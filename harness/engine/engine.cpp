@@ -16,6 +16,7 @@
 
 #include "harness/engine/engine_internal.h"
 #include "harness/engine/workspace_policy.engine_keys.h"
+#include "harness/runtime/meta_memory.h"
 #include "harness/runtime/nvtx.h"
 #include "warmers/warmer.h"
 
@@ -144,8 +145,26 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   const jit::HostTimes host0 = api_timer_ ? api_timer_->totals() : jit::HostTimes{};
   const size_t first_record = jit_ ? jit_->monitor().num_records() : 0;  // init creates jit_
   const auto t0 = Clock::now();
-  body();
+  // Each phase's own peak: what it allocated at most, with what earlier phases left allocated.
+  // Recorded for a phase that fails too (an out-of-memory error names the phase it hit).
+  reset_peak_memory(mode());
+  auto record_memory = [&] {
+    const MemoryStats m = memory_stats(mode());
+    const std::string key = request < 0 ? name : std::to_string(request) + "." + name;
+    result_.extra["phase_memory"][key] = {{"peak_allocated_bytes", m.peak_allocated},
+                                          {"allocated_bytes", m.allocated}};
+  };
+  try {
+    body();
+  } catch (...) {
+    try {
+      record_memory();
+    } catch (...) {  // the phase's own error is the one to report
+    }
+    throw;
+  }
   device_synchronize(mode());
+  record_memory();
   // A compile served from the run's compile memo (compile-only mode) took no time here; charge it
   // what compiling that key measured earlier in this run, on as many threads as compiled it here
   // (a warmer's pool), so identical work costs the same whether or not the memo served it.
@@ -186,6 +205,9 @@ StrategyResult Engine::run() {
   const char* loading = std::getenv("CUDA_MODULE_LOADING");
   result_.extra["cuda_module_loading"] = loading ? loading : "LAZY (driver default)";
   result_.extra["meta"] = device_meta_json(dev);
+  // Compile-only mode counts the meta device's storages, so each phase's memory is known without
+  // a GPU (meta_memory.h). A replay child runs one strategy, so the count starts from nothing.
+  if (dev.mode != DeviceMode::kCuda) track_meta_memory();
   try {
     double startup = 0;
     auto timed = [&](const char* name, void (Engine::*fn)()) {

@@ -177,6 +177,7 @@ class Engine final : public WarmupContext {
   /// {part name: ms} of the engine thread's time between two api_timer_ readings.
   static nlohmann::json host_split(const jit::HostTimes& from, const jit::HostTimes& to);
   double sampling_ms_ = 0;
+  long long profile_peak_bytes_ = 0;  ///< the profile run's peak allocation (KV cache sizing)
   /// How the current request step runs: "full@4", "piecewise@8", "eager"; "" before execute()
   /// picked one.
   std::string step_graph_;

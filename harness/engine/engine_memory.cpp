@@ -43,6 +43,7 @@ void Engine::do_profile_run() {
   ForwardBatch b = make_batch(seqs, /*skip_attention=*/true);
   sample(model_->compute_logits(last_token_hidden(run_eager(b), b)), b.num_reqs);
   const MemoryStats m = memory_stats(mode());
+  profile_peak_bytes_ = m.peak_allocated;
   result_.extra["profile_peak_bytes"] = m.peak_allocated;
   result_.extra["profile_run_requests"] = b.num_reqs;
 }
@@ -73,7 +74,8 @@ void Engine::do_kv_cache_alloc() {
   } else if (mode() == DeviceMode::kCuda) {
     const MemoryStats m = memory_stats(mode());
     const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
-    const double non_kv = static_cast<double>(m.peak_allocated) +
+    // The profile run's peak (each phase starts a new peak window, so not m.peak_allocated).
+    const double non_kv = static_cast<double>(profile_peak_bytes_) +
                           static_cast<double>(m.total_device - m.free_device - m.reserved);
     in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
     result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";

@@ -8,6 +8,7 @@
 #include "harness/jit/driver.h"
 #include "harness/jit/jit.h"
 #include "harness/runtime/graph.h"
+#include "harness/runtime/meta_memory.h"
 
 #ifdef COLDSTART_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -290,8 +291,13 @@ std::string configure_sdpa_backends(DeviceMode mode, bool allow_cudnn) {
 
 MemoryStats memory_stats(DeviceMode mode) {
   MemoryStats s;
+  if (mode != DeviceMode::kCuda) {
+    // Compile-only: the meta device's counting allocator (meta_memory.h), when installed.
+    s.allocated = meta_allocated_bytes();
+    s.peak_allocated = meta_peak_bytes();
+    return s;
+  }
 #ifdef COLDSTART_WITH_CUDA
-  if (mode != DeviceMode::kCuda) return s;
   auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
   const size_t agg = 0;  // StatType::AGGREGATE in every libtorch 2.x (the enum moved namespaces)
   s.allocated = st.allocated_bytes[agg].current;
@@ -310,6 +316,7 @@ MemoryStats memory_stats(DeviceMode mode) {
 }
 
 void reset_peak_memory(DeviceMode mode) {
+  if (mode != DeviceMode::kCuda) reset_meta_peak();
 #ifdef COLDSTART_WITH_CUDA
   if (mode == DeviceMode::kCuda) c10::cuda::CUDACachingAllocator::resetPeakStats(0);
 #else

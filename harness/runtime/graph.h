@@ -90,7 +90,9 @@ class GpuSpans {
 /// first use. No-op without CUDA. Returns a description of the setting for the result.
 std::string configure_sdpa_backends(DeviceMode mode, bool allow_cudnn);
 
-/// Device memory counters of torch's caching allocator, bytes (all 0 in compile-only mode).
+/// Device memory counters, bytes: torch's caching allocator on a GPU; in compile-only mode the
+/// meta device's counting allocator (meta_memory.h) fills `allocated` and `peak_allocated` (0
+/// until track_meta_memory()) and the rest stays 0.
 struct MemoryStats {
   long long allocated = 0;       ///< currently allocated by tensors
   long long reserved = 0;        ///< held by the caching allocator (segments)

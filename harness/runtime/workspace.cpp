@@ -107,7 +107,16 @@ void WorkspaceManager::ensure(int64_t required, const SourceLocation& caller) {
     if (policy_ == WorkspacePolicy::kResize && buffers_[i].defined()) {
       // resize_() keeps the tensor (and every view of its storage) but moves the storage to a new,
       // larger block and releases the old one; a graph captured earlier still holds the old one.
-      buffers_[i].resize_({required});
+      if (device_.is_meta()) {
+        // Compile-only: the same move done by hand. libtorch 1.x resizes a meta tensor through
+        // its CPU path, which copies the old bytes (there are none behind a meta storage; with
+        // the counting allocator of meta_memory.h its pointer test passes and the copy faults);
+        // 2.x only relabels the storage's size, which the allocator would never see.
+        at::Tensor grown = at::empty({required}, buffers_[i].options());
+        buffers_[i].set_(grown.storage(), 0, {required}, {1});
+      } else {
+        buffers_[i].resize_({required});
+      }
     } else {
       // vLLM's WorkspaceManager._ensure_workspace_size (vllm/v1/worker/workspace.py at
       // 4ff865c38): drop the old tensor, torch.accelerator.empty_cache(), then allocate the new
