@@ -392,13 +392,9 @@ class DeepseekV4Model : public Model {
     at::Tensor mul = at::empty({splits, T, N}, flat.options().dtype(at::kFloat));
     at::Tensor sqr = at::empty({splits, T}, flat.options().dtype(at::kFloat));
     if (T > 0) dg::tf32_hc_prenorm_gemm(*ctx_.jit, target_, flat, fn, mul, sqr);
+    // The same torch operations on the meta device (compile-only): no values, but every
+    // temporary is allocated as on the GPU, so the phases' memory matches (meta_memory.h).
     HcMix m;
-    if (device_.is_meta()) {
-      m.input = at::empty({T, d_.hidden}, flat.options());
-      m.post = at::empty({T, hc}, mul.options());
-      m.comb = at::empty({T, hc, hc}, mul.options());
-      return m;
-    }
     const at::Tensor rms = at::rsqrt(sqr.sum(0) / static_cast<double>(K) + d_.eps).unsqueeze(1);
     const at::Tensor mix = mul.sum(0) * rms;  // [T, 24]
     const at::Tensor pre = at::sigmoid(mix.narrow(1, 0, hc) * scale[0] + base.narrow(0, 0, hc)) + d_.hc_eps;
@@ -417,7 +413,6 @@ class DeepseekV4Model : public Model {
 
   /// hc_post: stream j = post_j * y + sum_i comb[i][j] * stream_i.
   at::Tensor hc_post(const at::Tensor& streams, const at::Tensor& y, const at::Tensor& post, const at::Tensor& comb) const {
-    if (device_.is_meta()) return streams;
     const at::Tensor mixed = at::einsum("tij,tid->tjd", {comb, streams.to(at::kFloat)});
     return (mixed + post.unsqueeze(2) * y.to(at::kFloat).unsqueeze(1)).to(at::kBFloat16);
   }
@@ -460,7 +455,7 @@ class DeepseekV4Model : public Model {
     const int64_t T = x.size(0), K = d_.top_k;
     const at::TensorOptions opt = x.options();
     at::Tensor ids = at::empty({T, K}, opt.dtype(at::kLong)), topk_w = at::empty({T, K}, opt.dtype(at::kFloat));
-    if (!device_.is_meta()) {
+    {
       const at::Tensor scores = at::sqrt(at::softplus(at::linear(x.to(at::kFloat), lw.gate)));  // [T, E]
       if (d_.layers[static_cast<size_t>(l)].hash_routed) {
         ids = lw.tid2eid.index({batch.input_ids.narrow(0, 0, T)});
@@ -474,7 +469,7 @@ class DeepseekV4Model : public Model {
     if (d_.shared_experts > 0) {
       const at::Tensor su = linear_fp8(x, lw.shared_up, lw.shared_up_s);
       const at::Tensor sd = linear_fp8(clamped_swiglu(su, d_.swiglu_limit), lw.shared_down, lw.shared_down_s);
-      if (!device_.is_meta()) out += sd.to(at::kFloat);
+      out += sd.to(at::kFloat);
     }
     return out.to(at::kBFloat16);
   }
@@ -482,7 +477,6 @@ class DeepseekV4Model : public Model {
   /// hc_head: sigmoid-weighted sum of the streams (weights from hc_head_fn), then the final norm.
   at::Tensor hc_head(const at::Tensor& streams) const {
     const int64_t T = streams.size(0);
-    if (device_.is_meta()) return at::empty({T, d_.hidden}, streams.options());
     const at::Tensor flat = streams.reshape({T, d_.hc_width()}).to(at::kFloat);
     const at::Tensor rms = at::rsqrt(flat.pow(2).mean(1, true) + d_.eps);
     const at::Tensor wts = at::sigmoid(at::linear(flat, hc_head_fn_) * rms + hc_head_base_) + d_.hc_eps;  // [T, hc]
