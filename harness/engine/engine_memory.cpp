@@ -79,6 +79,15 @@ void Engine::do_kv_cache_alloc() {
                           static_cast<double>(m.total_device - m.free_device - m.reserved);
     in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
     result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
+    // The terms of that sum, so a reviewer can redo it (and compile-only mode can be calibrated
+    // against a device's totals): memory outside torch's allocator is the CUDA context, library
+    // handles and the allocator's cached but unused segments.
+    result_.extra["kv_cache_budget"] = {
+        {"total_device_bytes", m.total_device},
+        {"gpu_memory_utilization", e.gpu_memory_utilization},
+        {"profile_peak_bytes", profile_peak_bytes_},
+        {"outside_allocator_bytes", m.total_device - m.free_device - m.reserved},
+        {"available_bytes", in.available_bytes}};
   } else {
     // At most 2^31 - 1 (block ids are 32-bit): a huge max_num_seqs x max_model_len is capped.
     in.num_gpu_blocks = std::min<int64_t>(
