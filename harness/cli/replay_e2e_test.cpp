@@ -143,7 +143,25 @@ class ReplayE2E : public ::testing::Test {
     return by;
   }
 
+  /// Runs `coldstart replay <args> --device compile-only --json FILE` and returns FILE's JSON
+  /// (null, with a test failure, when the exit status is not 0 or no file was written); the
+  /// command's output is in last_output_.
+  nlohmann::json replay_json(const std::string& args) {
+    const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+    const int rc = run_coldstart("replay " + args + " --device compile-only --json " + json, out);
+    last_output_ = read_text(out);
+    EXPECT_EQ(rc, 0) << last_output_;
+    if (rc != 0) return nullptr;
+    try {
+      return nlohmann::json::parse(read_text(json));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "results file: " << e.what();
+      return nullptr;
+    }
+  }
+
   std::string dir_;
+  std::string last_output_;  ///< the output of the last replay_json command
 };
 
 std::string mb(int64_t bytes) {
@@ -412,14 +430,9 @@ TEST_F(ReplayE2E, CheckAfterASetOverTheAxisListsRulesNotCheckedAndPrintsPlainPro
 /// Every hot-path compile names the request, wave, scheduler step and batch that paid for it,
 /// phases are numbered by the scenario's request index, and a crash names its step.
 TEST_F(ReplayE2E, HotPathCompilesAndCrashesNameTheirRequestStepAndBatch) {
-  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
-  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
-                          "--strategy none --strategy tq-reserve-max "
-                          "--set cudagraph_mode=piecewise --json " + json,
-                          out),
-            0)
-      << read_text(out);
-  const auto j = nlohmann::json::parse(read_text(json));
+  const nlohmann::json j = replay_json("scenarios/qwen3-8b-turboquant.yaml --strategy none "
+                                        "--strategy tq-reserve-max --set cudagraph_mode=piecewise");
+  ASSERT_FALSE(j.is_null());
   int stamped = 0;
   for (const auto& r : j.at("results")) {
     for (const auto& e : r.at("hot_path_compiles")) {
@@ -440,10 +453,10 @@ TEST_F(ReplayE2E, HotPathCompilesAndCrashesNameTheirRequestStepAndBatch) {
       if (p.at("request").get<int>() >= 0) EXPECT_LE(p.at("request").get<int>(), 1);
   }
   EXPECT_GE(stamped, 2);
-  EXPECT_NE(read_text(out).find("crash in first_decode (request 0, step 1: 1 sequence, 1 token, "
-                                "as graph piecewise@1)"),
+  EXPECT_NE(last_output_.find("crash in first_decode (request 0, step 1: 1 sequence, 1 token, "
+                               "as graph piecewise@1)"),
             std::string::npos)
-      << read_text(out);
+      << last_output_;
 }
 
 /// A workspace that grows after capture under workspace_policy grow: the first decode replays a
@@ -451,14 +464,10 @@ TEST_F(ReplayE2E, HotPathCompilesAndCrashesNameTheirRequestStepAndBatch) {
 /// sizes and the step that moved it, before anything launches (compile-only mode launches
 /// nothing even under --graph-replay-stale run); the result's ledger lists the move.
 TEST_F(ReplayE2E, StaleGraphReplayIsACrashNamingGraphBufferAndMove) {
-  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
-  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-workspace-policies.yaml "
-                          "--device compile-only --strategy none --set workspace_policy=grow "
-                          "--graph-replay-stale run --json " + json,
-                          out),
-            0)
-      << read_text(out);
-  const auto j = nlohmann::json::parse(read_text(json));
+  const nlohmann::json j = replay_json("scenarios/qwen3-8b-turboquant-workspace-policies.yaml "
+                                        "--strategy none --set workspace_policy=grow "
+                                        "--graph-replay-stale run");
+  ASSERT_FALSE(j.is_null());
   ASSERT_EQ(j.at("results").size(), 1u);
   const auto& r = j.at("results").at(0);
   EXPECT_EQ(r.at("outcome"), "crash");
@@ -507,13 +516,9 @@ TEST_F(ReplayE2E, VersionNamesTheCommitTheBinaryWasBuiltFrom) {
 /// and asks the locked workspace for more, a crash whose failed step says it ran eagerly and
 /// why; at 8 the same decode replays the size-4 graph and nothing fails.
 TEST_F(ReplayE2E, DecodeAboveTheLargestCaptureSizeRunsEagerlyAndSaysSo) {
-  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
-  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-capture-size-limit.yaml "
-                          "--device compile-only --strategy none --json " + json,
-                          out),
-            0)
-      << read_text(out);
-  const auto j = nlohmann::json::parse(read_text(json));
+  const nlohmann::json j = replay_json("scenarios/qwen3-8b-turboquant-capture-size-limit.yaml "
+                                        "--strategy none");
+  ASSERT_FALSE(j.is_null());
   ASSERT_EQ(j.at("results").size(), 2u);
   for (const auto& r : j.at("results")) {
     const bool limited = r.at("variant") == "max_cudagraph_capture_size=2";
@@ -535,13 +540,14 @@ TEST_F(ReplayE2E, DecodeAboveTheLargestCaptureSizeRunsEagerlyAndSaysSo) {
     const std::string error = r.at("error");
     EXPECT_EQ(error.rfind("Workspace is locked but allocation from", 0), 0u) << error;
   }
-  EXPECT_NE(read_text(out).find("crash in first_decode (request 0, step 1: 3 sequences, 3 tokens, "
-                                "run eagerly: 3 tokens, more than the largest piecewise capture "
-                                "size, 2)"),
+  EXPECT_NE(last_output_.find("crash in first_decode (request 0, step 1: 3 sequences, 3 tokens, "
+                               "run eagerly: 3 tokens, more than the largest piecewise capture "
+                               "size, 2)"),
             std::string::npos)
-      << read_text(out);
+      << last_output_;
   // A prefill under full_decode_only runs eagerly because that mode never captures one, whatever
   // its size.
+  const std::string out = paths::join(dir_, "out.txt");
   ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-long-prompt.yaml --device "
                           "compile-only --strategy none --set cudagraph_mode=full_decode_only",
                           out),
@@ -558,13 +564,9 @@ TEST_F(ReplayE2E, DecodeAboveTheLargestCaptureSizeRunsEagerlyAndSaysSo) {
 /// goes stale when a later, larger step resizes the workspace. With a locking workspace it is
 /// refused before anything runs.
 TEST_F(ReplayE2E, LazyCaptureCapturesOnFirstUseAndIsRefusedWithALockingWorkspace) {
-  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
-  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant-lazy-capture.yaml "
-                          "--device compile-only --strategy none --json " + json,
-                          out),
-            0)
-      << read_text(out);
-  const auto j = nlohmann::json::parse(read_text(json));
+  const nlohmann::json j = replay_json("scenarios/qwen3-8b-turboquant-lazy-capture.yaml "
+                                        "--strategy none");
+  ASSERT_FALSE(j.is_null());
   ASSERT_EQ(j.at("results").size(), 2u);
   for (const auto& r : j.at("results")) {
     const auto& cp = r.at("capture_policy");
@@ -594,6 +596,7 @@ TEST_F(ReplayE2E, LazyCaptureCapturesOnFirstUseAndIsRefusedWithALockingWorkspace
     EXPECT_EQ(error.rfind("Stale CUDA graph replay: the full decode graph at capture size 1", 0), 0u)
         << error;
   }
+  const std::string out = paths::join(dir_, "out.txt");
   const int rc = run_coldstart("replay scenarios/qwen3-8b-turboquant-lazy-capture.yaml "
                                "--device compile-only --set workspace_policy=lock",
                                out);
@@ -1407,13 +1410,8 @@ namespace {
 // phase has its memory, and the profile run's peak agrees with what an H100 measured for the same
 // scenario (baselines/h100-sm90.json, recorded with torch's caching allocator).
 TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusProfilePeak) {
-  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
-  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only "
-                          "--strategy none --json " + json,
-                          out),
-            0)
-      << read_text(out);
-  const auto j = nlohmann::json::parse(read_text(json));
+  const nlohmann::json j = replay_json("scenarios/qwen3-8b-bf16.yaml --strategy none");
+  ASSERT_FALSE(j.is_null());
   ASSERT_GE(j.at("results").size(), 1u);
   const auto& r = j.at("results").at(0);  // every variant runs the same profile run
   const auto& mem = r.at("phase_memory");
