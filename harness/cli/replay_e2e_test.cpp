@@ -1417,7 +1417,8 @@ TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusProfilePeak) {
   const auto& mem = r.at("phase_memory");
   for (const char* phase : {"init", "load_weights", "profile_run", "kv_cache_alloc",
                             "kernel_warmup", "graph_capture", "workspace_lock", "sampler_warmup",
-                            "0.prefill", "0.first_decode", "1.prefill", "1.first_decode"}) {
+                            "0.prefill", "0.first_decode", "0.decode", "1.prefill",
+                            "1.first_decode", "1.decode"}) {
     ASSERT_TRUE(mem.contains(phase)) << phase << " in " << mem.dump();
     EXPECT_GE(mem.at(phase).at("peak_allocated_bytes").get<int64_t>(),
               mem.at(phase).at("allocated_bytes").get<int64_t>())

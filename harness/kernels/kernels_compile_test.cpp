@@ -88,7 +88,11 @@ TEST_P(KernelCompile, EveryCaseCompilesToCubin) {
     ++compiled;
   }
   std::cout << g.kernel << " for " << g.arch << ": " << compiled << " of " << g.cases.size()
-            << " compile cases compiled\n";
+            << " compile cases compiled"
+            << (only != nullptr && *only != '\0'
+                    ? std::string(" (the rest left out by COLDSTART_COMPILE_CASE='") + only + "')"
+                    : std::string())
+            << "\n";
   // A filter that leaves this group nothing to compile is not a pass.
   if (compiled == 0 && !HasFailure())
     GTEST_SKIP() << "no compile case of " << g.kernel << " matches COLDSTART_COMPILE_CASE='"
