@@ -284,6 +284,21 @@ bool disallowed_hot_path(const StrategyResult& r) {
 
 std::string mb(long long bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / 1048576.0); }
 
+std::optional<long long> peak_device_bytes(const StrategyResult& r) {
+  const auto it = r.extra.find("phase_memory");
+  if (it == r.extra.end() || !it->is_object()) return std::nullopt;
+  std::optional<long long> peak;
+  for (const auto& entry : it->items()) {
+    const nlohmann::json& v = entry.value();
+    if (!v.is_object() || !v.contains("peak_allocated_bytes") ||
+        !v.at("peak_allocated_bytes").is_number_integer())
+      continue;
+    const long long b = v.at("peak_allocated_bytes").get<long long>();
+    if (!peak || b > *peak) peak = b;
+  }
+  return peak;
+}
+
 std::string locked_mb(const StrategyResult& r) {
   const auto policy = r.extra.find("workspace_policy");
   if (policy != r.extra.end() && policy->is_string() && policy->get<std::string>() != "lock")
@@ -560,6 +575,23 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
     }
     if (!startup.empty())
       v.lines.emplace_back(none ? "startup (vs none)" : "startup", fmt::format("{}", fmt::join(startup, ", ")));
+    // The most device memory each strategy held at once (the largest phase_memory peak of any
+    // phase), so what a warmer reserves shows next to what its startup costs.
+    std::vector<std::string> memory;
+    const std::optional<long long> none_peak = none ? peak_device_bytes(*none) : std::nullopt;
+    for (const StrategyResult* r : rows) {
+      const std::optional<long long> p = peak_device_bytes(*r);
+      if (!p) continue;
+      std::string text = fmt::format("{} {} MB", r->strategy, mb(*p));
+      if (none_peak && r != none) {
+        const long long d = *p - *none_peak;
+        text += fmt::format(" ({}{} MB)", d < 0 ? "-" : "+", mb(d < 0 ? -d : d));
+      }
+      memory.push_back(text);
+    }
+    if (!memory.empty())
+      v.lines.emplace_back(none_peak ? "peak device memory (vs none)" : "peak device memory",
+                           fmt::format("{}", fmt::join(memory, ", ")));
     if (!v.best.empty() && none && v.best != "none") {
       for (const StrategyResult* r : rows)
         if (r->strategy == v.best && finite(r->startup_ms))

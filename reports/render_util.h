@@ -85,6 +85,10 @@ bool disallowed_hot_path(const StrategyResult& r);
 /// Bytes as MB (2^20) with two decimals, e.g. "0.51".
 std::string mb(long long bytes);
 
+/// The largest `peak_allocated_bytes` of the result's `phase_memory` (the most device memory
+/// the strategy held at once, in bytes); nullopt when the result has none (older files).
+std::optional<long long> peak_device_bytes(const StrategyResult& r);
+
 /// The workspace's locked size in MB (mb()), or "-" when it was never locked: the result's
 /// workspace_policy (extra) never locks (grow, fixed, resize), or its workspace_locked (extra)
 /// is false. 0.00 there would read as "locked at nothing".

@@ -525,6 +525,32 @@ TEST(Verdict, FewestCompilesThenTtftWithinFivePercentThenStartup) {
   EXPECT_EQ(detail::verdicts(run)[0].lines[0].first, "avoid the failure");
 }
 
+// The verdict lists each strategy's peak device memory (the largest phase peak) against none's,
+// and leaves the line out for results written before phase_memory existed.
+TEST(Verdict, PeakDeviceMemoryAgainstNone) {
+  RunResults run;
+  run.meta.mode = "compile-only";
+  run.results = {verdict_row("none", Outcome::kOk, 0, 0, 100),
+                 verdict_row("reserve", Outcome::kOk, 0, 0, 110)};
+  auto line_of = [](const detail::VariantVerdict& v, const std::string& name) {
+    for (const auto& [k, text] : v.lines)
+      if (k == name) return text;
+    return std::string("(none)");
+  };
+  EXPECT_EQ(line_of(detail::verdicts(run)[0], "peak device memory (vs none)"), "(none)");
+  run.results[0].extra["phase_memory"] = {
+      {"load_weights", {{"peak_allocated_bytes", 100 << 20}, {"allocated_bytes", 100 << 20}}},
+      {"0.prefill", {{"peak_allocated_bytes", 300 << 20}, {"allocated_bytes", 200 << 20}}}};
+  run.results[1].extra["phase_memory"] = {
+      {"kernel_warmup", {{"peak_allocated_bytes", 428 << 20}, {"allocated_bytes", 428 << 20}}},
+      {"0.prefill", {{"peak_allocated_bytes", 400 << 20}, {"allocated_bytes", 328 << 20}}}};
+  EXPECT_EQ(line_of(detail::verdicts(run)[0], "peak device memory (vs none)"),
+            "none 300.00 MB, reserve 428.00 MB (+128.00 MB)");
+  EXPECT_EQ(detail::peak_device_bytes(run.results[1]), 428LL << 20);
+  run.results[0].extra.erase("phase_memory");  // no baseline: no deltas
+  EXPECT_EQ(line_of(detail::verdicts(run)[0], "peak device memory"), "reserve 428.00 MB");
+}
+
 // first TTFT - steady TTFT split into its measured parts; what no part explains is the rest.
 TEST(TtftExcess, PartsAreFirstMinusSteadyOverTheTtftPhases) {
   StrategyResult r = verdict_row("none", Outcome::kOk, 0, 150, 1000);
