@@ -133,6 +133,30 @@ void Engine::report(const std::string& summary, const nlohmann::json& data) {
   result_.extra["warmer_reports"][current_warmer_] = entry;
 }
 
+void Engine::with_phase_memory(const std::string& key, bool accumulate,
+                               const std::function<void()>& body) {
+  // Its own peak window: the most allocated at once while `body` ran, with what earlier phases
+  // left allocated. Recorded when `body` fails too (an out-of-memory error names the phase).
+  reset_peak_memory(mode());
+  auto record = [&] {
+    const MemoryStats m = memory_stats(mode());
+    nlohmann::json& slot = result_.extra["phase_memory"][key];
+    long long peak = m.peak_allocated;
+    if (accumulate && slot.is_object()) peak = std::max(peak, slot.value("peak_allocated_bytes", 0LL));
+    slot = {{"peak_allocated_bytes", peak}, {"allocated_bytes", m.allocated}};
+  };
+  try {
+    body();
+  } catch (...) {
+    try {
+      record();
+    } catch (...) {  // the phase's own error is the one to report
+    }
+    throw;
+  }
+  record();
+}
+
 void Engine::phase(const std::string& name, int request, const std::function<void()>& body) {
   current_phase_ = name;
   if (jit_) jit_->monitor().set_phase(name);
@@ -145,26 +169,11 @@ void Engine::phase(const std::string& name, int request, const std::function<voi
   const jit::HostTimes host0 = api_timer_ ? api_timer_->totals() : jit::HostTimes{};
   const size_t first_record = jit_ ? jit_->monitor().num_records() : 0;  // init creates jit_
   const auto t0 = Clock::now();
-  // Each phase's own peak: what it allocated at most, with what earlier phases left allocated.
-  // Recorded for a phase that fails too (an out-of-memory error names the phase it hit).
-  reset_peak_memory(mode());
-  auto record_memory = [&] {
-    const MemoryStats m = memory_stats(mode());
-    const std::string key = request < 0 ? name : std::to_string(request) + "." + name;
-    result_.extra["phase_memory"][key] = {{"peak_allocated_bytes", m.peak_allocated},
-                                          {"allocated_bytes", m.allocated}};
-  };
-  try {
-    body();
-  } catch (...) {
-    try {
-      record_memory();
-    } catch (...) {  // the phase's own error is the one to report
-    }
-    throw;
-  }
-  device_synchronize(mode());
-  record_memory();
+  with_phase_memory(request < 0 ? name : std::to_string(request) + "." + name,
+                    /*accumulate=*/false, [&] {
+                      body();
+                      device_synchronize(mode());
+                    });
   // A compile served from the run's compile memo (compile-only mode) took no time here; charge it
   // what compiling that key measured earlier in this run, on as many threads as compiled it here
   // (a warmer's pool), so identical work costs the same whether or not the memo served it.

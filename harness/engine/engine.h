@@ -90,6 +90,12 @@ class Engine final : public WarmupContext {
 
  private:
   void phase(const std::string& name, int request, const std::function<void()>& body);
+  /// Runs `body` in a fresh device-memory peak window and records result.phase_memory[key]
+  /// (peak_allocated_bytes, allocated_bytes; bytes), also when `body` throws (then rethrows).
+  /// With `accumulate` the recorded peak is the larger of this window's and the key's earlier
+  /// one (the steps aggregated under one role).
+  void with_phase_memory(const std::string& key, bool accumulate,
+                         const std::function<void()>& body);
   void snapshot();
   void snapshot_inner();
   void do_init();

@@ -234,25 +234,10 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       // Memory of the steps aggregated under one role, as phase() records a phase's: the most
       // any of its steps allocated at once, and what was allocated after the last (or failing)
       // one.
-      reset_peak_memory(mode());
-      auto record_memory = [&] {
-        const MemoryStats m = memory_stats(mode());
-        nlohmann::json& slot = result_.extra["phase_memory"][std::to_string(lead) + "." + role];
-        const long long before = slot.is_object() ? slot.value("peak_allocated_bytes", 0LL) : 0LL;
-        slot = {{"peak_allocated_bytes", std::max(before, m.peak_allocated)},
-                {"allocated_bytes", m.allocated}};
-      };
-      try {
+      with_phase_memory(std::to_string(lead) + "." + role, /*accumulate=*/true, [&] {
         body();
-      } catch (...) {
-        try {
-          record_memory();
-        } catch (...) {  // the step's own error is the one to report
-        }
-        throw;
-      }
-      device_synchronize(mode());
-      record_memory();
+        device_synchronize(mode());
+      });
       ms = ms_since(t0) - reporting;
       if (!aggregated.count(role)) aggregated_order.push_back(role);
       aggregated[role] += ms;
