@@ -74,19 +74,20 @@ void Engine::do_kv_cache_alloc() {
   } else if (mode() == DeviceMode::kCuda) {
     const MemoryStats m = memory_stats(mode());
     const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
+    // Memory outside torch's allocator: the CUDA context, library handles and the allocator's
+    // cached but unused segments.
+    const long long outside = m.total_device - m.free_device - m.reserved;
     // The profile run's peak (each phase starts a new peak window, so not m.peak_allocated).
-    const double non_kv = static_cast<double>(profile_peak_bytes_) +
-                          static_cast<double>(m.total_device - m.free_device - m.reserved);
+    const double non_kv = static_cast<double>(profile_peak_bytes_) + static_cast<double>(outside);
     in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
     result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
     // The terms of that sum, so a reviewer can redo it (and compile-only mode can be calibrated
-    // against a device's totals): memory outside torch's allocator is the CUDA context, library
-    // handles and the allocator's cached but unused segments.
+    // against a device's totals).
     result_.extra["kv_cache_budget"] = {
         {"total_device_bytes", m.total_device},
         {"gpu_memory_utilization", e.gpu_memory_utilization},
         {"profile_peak_bytes", profile_peak_bytes_},
-        {"outside_allocator_bytes", m.total_device - m.free_device - m.reserved},
+        {"outside_allocator_bytes", outside},
         {"available_bytes", in.available_bytes}};
   } else {
     // At most 2^31 - 1 (block ids are 32-bit): a huge max_num_seqs x max_model_len is capped.
