@@ -108,9 +108,11 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
   for (const auto& l : lines) std::cout << l << "\n";
   lines.clear();
   for (const Target& t : target_profiles()) {
-    const std::string text = fmt::format("{}  {}, {}, {} SMs, {} KiB shared memory per block",
-                                         t.profile, t.device_name, t.arch, t.sm_count,
-                                         t.shared_memory_per_block / 1024);
+    const std::string text =
+        fmt::format("{}  {}, {}, {} SMs, {:.2f} GiB device memory, {} KiB shared memory per block",
+                    t.profile, t.device_name, t.arch, t.sm_count,
+                    static_cast<double>(t.memory_bytes) / 1073741824.0,
+                    t.shared_memory_per_block / 1024);
     if (shown(text)) lines.push_back("  " + text);
   }
   if (!lines.empty()) std::cout << "targets (--target, compile-only mode):\n";

@@ -3,6 +3,7 @@
 // reproduce: crashes and what fixes them, capture and workspace policies, memory per phase, and
 // every shipped scenario meeting its own expect: rules.
 #include "harness/cli/e2e_fixture.h"
+#include "harness/common/target.h"
 
 namespace coldstart {
 namespace {
@@ -189,7 +190,7 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
   EXPECT_NE(read_text(out).find("--timeout must be between 0"), std::string::npos) << read_text(out);
 }
 
-TEST_F(ReplayE2E, CompileOnlyTargetsSetArchAndSmCountAndKeepTheOutcomes) {
+TEST_F(ReplayE2E, CompileOnlyTargetsSetArchSmCountAndDeviceMemory) {
   auto outcomes = [](const std::map<std::string, StrategyResult>& by) {
     std::map<std::string, std::string> o;
     for (const auto& [k, r] : by) o[k] = outcome_name(r.outcome) + r.failed_phase.value_or("");
@@ -222,8 +223,28 @@ TEST_F(ReplayE2E, CompileOnlyTargetsSetArchAndSmCountAndKeepTheOutcomes) {
       by[r.strategy + " [" + r.variant + "]"] = r;
       for (const auto& c : r.hot_path_compiles)
         EXPECT_NE(c.key.find("@sm_" + std::to_string(t.sm)), std::string::npos) << c.key;
+      // The KV cache takes gpu_memory_utilization of the target's memory after the profile run.
+      const nlohmann::json& budget = r.extra.at("kv_cache_budget");
+      EXPECT_EQ(budget.at("total_device_bytes").get<long long>(),
+                target_profile(t.name).memory_bytes) << t.name;
+      EXPECT_EQ(budget.at("outside_allocator_bytes").get<long long>(), 0) << t.name;
+      EXPECT_EQ(budget.at("profile_peak_bytes").get<long long>(),
+                r.extra.at("profile_peak_bytes").get<long long>()) << t.name;
     }
-    EXPECT_EQ(outcomes(by), sm90) << t.name;
+    if (t.name == "b200") {
+      EXPECT_EQ(outcomes(by), sm90) << t.name;  // 180 GB: everything that ran on an H200 fits
+      continue;
+    }
+    // Qwen3-8B's 16.4 GB of bf16 weights leave a 16 GB card nothing for the KV cache: vLLM
+    // refuses to start, in every strategy, before any kernel is warmed.
+    for (const auto& [k, r] : by) {
+      EXPECT_EQ(outcome_name(r.outcome), "crash") << k;
+      EXPECT_EQ(r.failed_phase.value_or(""), "kv_cache_alloc") << k;
+      EXPECT_EQ(r.error.value_or("").rfind("No available memory for the cache blocks. Try "
+                                           "increasing `gpu_memory_utilization`", 0), 0u)
+          << k << ": " << r.error.value_or("");
+      EXPECT_LT(r.extra.at("kv_cache_budget").at("available_bytes").get<long long>(), 0) << k;
+    }
   }
 }
 

@@ -13,13 +13,25 @@ namespace {
 constexpr int kSmem86 = 99 * 1024;
 constexpr int kSmem90 = 227 * 1024;
 
+// Device memory as the CUDA runtime reports its total (cudaMemGetInfo), which is less than the
+// marketed size (ECC and the driver's reservations). Sources: the "total capacity" torch prints in
+// its out-of-memory message (torch.cuda.mem_get_info()[1]) in users' public reports of each card
+// (the A10's reports disagree by a few hundred MiB). On a GPU the device's own total is used; a
+// GPU run records it in the result's kv_cache_budget.total_device_bytes.
+constexpr long long gib(double g) { return static_cast<long long>(g * 1073741824.0); }
+constexpr long long kMemA4000 = gib(15.61);   // 16 GB GDDR6
+constexpr long long kMemA10 = gib(22.07);     // 24 GB GDDR6
+constexpr long long kMemH100 = gib(79.18);    // 80 GB HBM3
+constexpr long long kMemH200 = 150111977472;  // 141 GB HBM3e (139.80 GiB)
+constexpr long long kMemB200 = gib(178.35);   // 180 GB HBM3e
+
 const std::vector<Target>& profiles() {
   static const std::vector<Target> p = {
-      {"sm_86", 86, 48, "NVIDIA RTX A4000", kSmem86, "rtx-a4000"},
-      {"sm_86", 86, 72, "NVIDIA A10", kSmem86, "a10"},
-      {"sm_90", 90, 132, "NVIDIA H100 80GB HBM3", kSmem90, "h100"},
-      {"sm_90", 90, 132, "NVIDIA H200", kSmem90, "h200"},
-      {"sm_100", 100, 148, "NVIDIA B200", kSmem90, "b200"},
+      {"sm_86", 86, 48, "NVIDIA RTX A4000", kSmem86, "rtx-a4000", kMemA4000},
+      {"sm_86", 86, 72, "NVIDIA A10", kSmem86, "a10", kMemA10},
+      {"sm_90", 90, 132, "NVIDIA H100 80GB HBM3", kSmem90, "h100", kMemH100},
+      {"sm_90", 90, 132, "NVIDIA H200", kSmem90, "h200", kMemH200},
+      {"sm_100", 100, 148, "NVIDIA B200", kSmem90, "b200", kMemB200},
   };
   return p;
 }

@@ -17,6 +17,10 @@ struct Target {
   std::string device_name;  ///< as nvidia-smi prints it: "NVIDIA H200"
   int shared_memory_per_block = 0;  ///< bytes of shared memory one block may opt in to
   std::string profile;      ///< the profile it came from ("h200"), "" when read from a device
+  /// Device memory in bytes as cudaMemGetInfo reports its total (what vLLM multiplies by
+  /// gpu_memory_utilization and what torch's out-of-memory text calls the total capacity);
+  /// 0 when unknown (a bare `--arch` without a flagship profile).
+  long long memory_bytes = 0;
 
   /// The arch with its architecture-specific suffix ("sm_90a", "sm_100a") that kernels using
   /// wgmma / tcgen05 / TMA multicast need; equals `arch` below sm_90.
@@ -27,9 +31,9 @@ struct Target {
   std::string tuned_file_device_name() const;
 };
 
-/// A named compile-only profile. Known names: rtx-a4000 (sm_86, 48 SMs), a10 (sm_86, 72),
-/// h100 (sm_90, 132), h200 (sm_90, 132), b200 (sm_100, 148). Throws InputError for an unknown
-/// name, listing the known ones.
+/// A named compile-only profile. Known names: rtx-a4000 (sm_86, 48 SMs, 16 GB), a10 (sm_86, 72,
+/// 24 GB), h100 (sm_90, 132, 80 GB), h200 (sm_90, 132, 141 GB), b200 (sm_100, 148, 180 GB).
+/// Throws InputError for an unknown name, listing the known ones.
 Target target_profile(const std::string& name);
 
 /// Every profile, in the order above.

@@ -37,14 +37,17 @@ std::string error_text(const std::exception& e) {
 /// workspace's overflow, a replay of a graph whose buffers moved since capture (graph_ledger.h:
 /// the engine would run on released memory), a kernel first loaded inside a graph capture (the
 /// driver refuses it), a hot-path compile refused by the JIT monitor
-/// (`--jit-monitor error`, vLLM's strict mode), and running out of device memory (torch's allocator message, matched by text so libtorch 1.x,
-/// which has no OutOfMemoryError class, builds too). Anything else (a kernel wrapper's argument
+/// (`--jit-monitor error`, vLLM's strict mode), vLLM's refusal to start when the KV cache gets too
+/// little memory, and running out of device memory (the compile-only memory model's, or torch's
+/// allocator message, matched by text so libtorch 1.x, which has no OutOfMemoryError class,
+/// builds too). Anything else (a kernel wrapper's argument
 /// check, a CUDA error of one of the harness's kernels, a libtorch shape error) is a harness
 /// fault.
 bool engine_raised(const std::exception& e) {
   if (dynamic_cast<const WorkspaceLockedError*>(&e) || dynamic_cast<const jit::HotPathCompileError*>(&e) ||
       dynamic_cast<const WorkspaceOverflowError*>(&e) || dynamic_cast<const StaleGraphReplayError*>(&e) ||
-      dynamic_cast<const jit::CaptureUnsupportedError*>(&e))
+      dynamic_cast<const jit::CaptureUnsupportedError*>(&e) ||
+      dynamic_cast<const KvCacheMemoryError*>(&e) || dynamic_cast<const DeviceOutOfMemoryError*>(&e))
     return true;
   return std::string(e.what()).find("CUDA out of memory") != std::string::npos;
 }
@@ -216,7 +219,12 @@ StrategyResult Engine::run() {
   result_.extra["meta"] = device_meta_json(dev);
   // Compile-only mode counts the meta device's storages, so each phase's memory is known without
   // a GPU (meta_memory.h). A replay child runs one strategy, so the count starts from nothing.
-  if (dev.mode != DeviceMode::kCuda) track_meta_memory();
+  // The target's device memory bounds it: an allocation past it raises torch's out-of-memory
+  // error, as the device would (0, unbounded, when the target's memory is unknown).
+  if (dev.mode != DeviceMode::kCuda) {
+    track_meta_memory();
+    set_meta_memory_limit(dev.target.memory_bytes);
+  }
   try {
     double startup = 0;
     auto timed = [&](const char* name, void (Engine::*fn)()) {
@@ -253,6 +261,8 @@ StrategyResult Engine::run() {
     const bool crash = engine_raised(e);
     result_.outcome = crash ? Outcome::kCrash : Outcome::kError;
     result_.error = crash ? error_text(e) : "harness fault: " + error_text(e);
+    if (crash && result_.error->find("CUDA out of memory") != std::string::npos)
+      *result_.error += " " + memory_holders(e);
     result_.failed_phase = current_phase_;
     log(std::string(crash ? "crash" : "error") + " in " + current_phase_ + ": " + *result_.error);
   }

@@ -184,6 +184,10 @@ class Engine final : public WarmupContext {
   static nlohmann::json host_split(const jit::HostTimes& from, const jit::HostTimes& to);
   double sampling_ms_ = 0;
   long long profile_peak_bytes_ = 0;  ///< the profile run's peak allocation (KV cache sizing)
+  /// What held device memory when `e` (an out-of-memory error) was raised: "[coldstart: in phase
+  /// P (request R, step S); held then: weights .., KV cache .., workspace .., activations and
+  /// other buffers ..]", sizes in torch's spelling.
+  std::string memory_holders(const std::exception& e) const;
   /// How the current request step runs: "full@4", "piecewise@8", "eager"; "" before execute()
   /// picked one.
   std::string step_graph_;

@@ -11,6 +11,7 @@
 
 #include "harness/engine/engine_internal.h"
 #include "harness/replay/kv_cache_plan.h"
+#include "harness/runtime/meta_memory.h"
 
 namespace coldstart {
 
@@ -68,19 +69,27 @@ void Engine::do_kv_cache_alloc() {
   // Block counts below are in blocks of the size after vLLM's hybrid rule.
   const int block_size = plan_page(in).block_size;
   const int64_t blocks_per_req = cdiv(e.max_model_len, block_size);
+  const MemoryStats m = memory_stats(mode());
   if (e.num_gpu_blocks) {
     in.num_gpu_blocks = *e.num_gpu_blocks;
     result_.extra["kv_cache_sizing"] = "num_gpu_blocks from the scenario";
-  } else if (mode() == DeviceMode::kCuda) {
-    const MemoryStats m = memory_stats(mode());
+  } else if (m.total_device > 0) {
+    // vLLM's sizing (gpu_worker.py determine_available_memory): the requested share of the
+    // device, gpu_memory_utilization * total, less what is not KV cache: the profile run's peak
+    // (weights included) and the memory outside torch's allocator. On a GPU that is measured
+    // (total - free - reserved: the CUDA context, library handles, cached unused segments); in
+    // compile-only mode the device is the target's memory and nothing outside the allocator is
+    // modelled (0).
     const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
-    // Memory outside torch's allocator: the CUDA context, library handles and the allocator's
-    // cached but unused segments.
     const long long outside = m.total_device - m.free_device - m.reserved;
     // The profile run's peak (each phase starts a new peak window, so not m.peak_allocated).
     const double non_kv = static_cast<double>(profile_peak_bytes_) + static_cast<double>(outside);
-    in.available_bytes = static_cast<int64_t>(std::max(0.0, budget - non_kv));
-    result_.extra["kv_cache_sizing"] = "gpu_memory_utilization after the profile run (vLLM)";
+    const int64_t available = static_cast<int64_t>(budget - non_kv);
+    in.available_bytes = std::max<int64_t>(0, available);
+    result_.extra["kv_cache_sizing"] =
+        mode() == DeviceMode::kCuda
+            ? "gpu_memory_utilization after the profile run (vLLM)"
+            : "gpu_memory_utilization of the target's memory after the profile run (vLLM)";
     // The terms of that sum, so a reviewer can redo it (and compile-only mode can be calibrated
     // against a device's totals).
     result_.extra["kv_cache_budget"] = {
@@ -88,13 +97,17 @@ void Engine::do_kv_cache_alloc() {
         {"gpu_memory_utilization", e.gpu_memory_utilization},
         {"profile_peak_bytes", profile_peak_bytes_},
         {"outside_allocator_bytes", outside},
-        {"available_bytes", in.available_bytes}};
+        {"available_bytes", available}};
+    // vLLM refuses to start when that leaves nothing, or less than one max_model_len request.
+    check_enough_kv_cache_memory(in, available, e.max_model_len);
   } else {
+    // No device size known (compile-only for a bare --arch without a profile).
     // At most 2^31 - 1 (block ids are 32-bit): a huge max_num_seqs x max_model_len is capped.
     in.num_gpu_blocks = std::min<int64_t>(
         static_cast<int64_t>(e.max_num_seqs) * (blocks_per_req + 1) + 1, kMaxKvBlocks);
     result_.extra["kv_cache_sizing"] =
-        "compile-only: max_num_seqs full-length sequences (+ a state page each) + the null block";
+        "compile-only, no device memory known: max_num_seqs full-length sequences (+ a state "
+        "page each) + the null block";
   }
   // vLLM's startup check: the cache must hold one max_model_len request (the loader checks a
   // fixed num_gpu_blocks the same way); a request that needs more blocks than are usable is
@@ -142,6 +155,26 @@ void Engine::do_kv_cache_alloc() {
   result_.extra["num_gpu_blocks"] = num_blocks_;
   result_.extra["kv_cache_bytes"] = plan.tensor_bytes() * plan.group_size;
   has_state_ = has_state;
+}
+
+std::string Engine::memory_holders(const std::exception& e) const {
+  // Compile-only: the model's count when it refused; on a GPU, torch's count after the failed
+  // allocation (which took nothing).
+  const auto* oom = dynamic_cast<const DeviceOutOfMemoryError*>(&e);
+  const long long allocated = oom ? oom->allocated_bytes() : memory_stats(mode()).allocated;
+  const long long weights = result_.extra.value("weights_bytes", 0LL);
+  const long long kv = has_cache_ ? result_.extra.value("kv_cache_bytes", 0LL) : 0LL;
+  const long long ws = workspace_ ? workspace_->current_bytes() : 0LL;
+  std::string where = current_phase_;
+  if (jit_) {
+    const StepContext st = jit_->monitor().step();
+    if (st.request >= 0) where += fmt::format(" (request {}, step {})", st.request, st.step);
+  }
+  return fmt::format(
+      "[coldstart: in phase {}; held then: weights {}, KV cache {}, workspace {}, activations and "
+      "other buffers {}]",
+      where, torch_format_size(weights), torch_format_size(kv), torch_format_size(ws),
+      torch_format_size(std::max(0LL, allocated - weights - kv - ws)));
 }
 
 }  // namespace coldstart

@@ -25,7 +25,8 @@ nlohmann::json device_meta_json(const DeviceInfo& dev) {
           {"nvrtc", dev.nvrtc_version}, {"torch", dev.torch_version},
           {"target", {{"profile", t.profile}, {"device_name", t.device_name}, {"arch", t.arch},
                       {"sm_count", t.sm_count},
-                      {"shared_memory_per_block", t.shared_memory_per_block}}}};
+                      {"shared_memory_per_block", t.shared_memory_per_block},
+                      {"memory_bytes", t.memory_bytes}}}};
 }
 
 void Engine::snapshot() {

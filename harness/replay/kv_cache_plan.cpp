@@ -88,6 +88,48 @@ KvCachePage plan_page(const KvCachePlanInput& in) {
   return p;
 }
 
+int64_t kv_cache_bytes_for_request(const KvCachePlanInput& in, int64_t tokens) {
+  const KvCachePage page = plan_page(in);
+  int64_t bytes = 0;
+  for (const LayerCacheNeed& l : in.layers) {
+    const int64_t pages = l.paged ? cdiv(std::max<int64_t>(tokens, 0), page.block_size) : 1;
+    bytes += checked_mul(pages, page.page_bytes, "the cache bytes of one request in a layer");
+  }
+  return bytes;
+}
+
+int64_t estimate_max_model_len(const KvCachePlanInput& in, int64_t available_bytes,
+                               int64_t max_model_len) {
+  int64_t lo = 0, hi = max_model_len;  // lo fits (or is 0); the answer is in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (kv_cache_bytes_for_request(in, mid) <= available_bytes) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+void check_enough_kv_cache_memory(const KvCachePlanInput& in, int64_t available_bytes,
+                                  int64_t max_model_len) {
+  // vllm/v1/core/kv_cache_utils.py (001cabc1), _check_enough_kv_cache_memory: both are ValueErrors
+  // raised while the engine core starts, before any request is served. GiB with two decimals.
+  if (available_bytes <= 0) {
+    throw KvCacheMemoryError(
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine.");
+  }
+  const int64_t needed = kv_cache_bytes_for_request(in, max_model_len);
+  if (needed <= available_bytes) return;
+  constexpr double kGiB = 1073741824.0;
+  throw KvCacheMemoryError(fmt::format(
+      "To serve at least one request with the models's max seq len ({}), ({:.2f} GiB KV cache is "
+      "needed, which is larger than the available KV cache memory ({:.2f} GiB). Based on the "
+      "available memory, the estimated maximum model length is {}. Try increasing "
+      "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+      max_model_len, static_cast<double>(needed) / kGiB, static_cast<double>(available_bytes) / kGiB,
+      estimate_max_model_len(in, available_bytes, max_model_len)));
+}
+
 KvCachePlan plan_kv_cache(const KvCachePlanInput& in) {
   const KvCachePage page = plan_page(in);
   KvCachePlan p;

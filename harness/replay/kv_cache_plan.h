@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/error.h"
+
 namespace coldstart {
 
 /// One layer's cache need.
@@ -80,6 +82,31 @@ KvCachePage plan_page(const KvCachePlanInput& in);
 /// The arithmetic is checked: a page, a block count past kMaxKvBlocks or a cache size that does
 /// not fit 64 bits throws Error naming the operands, never a wrapped value.
 KvCachePlan plan_kv_cache(const KvCachePlanInput& in);
+
+/// vLLM refuses to start: the memory left for the caches after the profile run holds nothing, or
+/// not one request of max_model_len tokens. The text is vLLM's ValueError
+/// (vllm/v1/core/kv_cache_utils.py, _check_enough_kv_cache_memory, commit 001cabc1).
+class KvCacheMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Bytes the caches need to hold one request of `tokens` tokens, as vLLM's check sums each layer's
+/// max_memory_usage_bytes: a paged layer cdiv(tokens, block_size) pages, a state layer one page,
+/// in the page of plan_page(in).
+int64_t kv_cache_bytes_for_request(const KvCachePlanInput& in, int64_t tokens);
+
+/// vLLM's estimate_max_model_len: the most tokens in [1, max_model_len] whose request fits
+/// `available_bytes` (binary search), 0 when not even one token fits.
+int64_t estimate_max_model_len(const KvCachePlanInput& in, int64_t available_bytes,
+                               int64_t max_model_len);
+
+/// vLLM's startup check of the memory the caches get: throws KvCacheMemoryError with vLLM's text
+/// when `available_bytes` <= 0 ("No available memory for the cache blocks. ...") or less than one
+/// request of `max_model_len` tokens needs ("To serve at least one request with the models's max
+/// seq len (...), (X GiB KV cache is needed, ...").
+void check_enough_kv_cache_memory(const KvCachePlanInput& in, int64_t available_bytes,
+                                  int64_t max_model_len);
 
 /// vLLM's free block queue over the block ids [first, end): taken from the front, returned to the
 /// back. The ids never handed out are kept as a range, so a cache of 2^31 blocks costs no memory

@@ -50,6 +50,50 @@ TEST(KvCachePlan, HybridRaisesTheBlockSizeAndSharesTensorsAcrossGroups) {
   EXPECT_EQ(in_tensor0, 4);
 }
 
+TEST(KvCacheMemory, OneRequestIsCdivPagesPerAttentionLayerAndOnePagePerStateLayer) {
+  KvCachePlanInput in;
+  in.layers = {attn(0, 4096), attn(1, 4096), state(2, 1000)};
+  in.block_size = 16;
+  // 17 tokens: 2 pages of 64 KiB in each attention layer, one (padded) page in the state layer.
+  EXPECT_EQ(kv_cache_bytes_for_request(in, 17), 5 * 16 * 4096);
+  EXPECT_EQ(kv_cache_bytes_for_request(in, 16), 3 * 16 * 4096);
+  // The longest request that fits: 4 attention pages + the state page = 64 tokens.
+  EXPECT_EQ(estimate_max_model_len(in, 5 * 16 * 4096, 32768), 32);
+  EXPECT_EQ(estimate_max_model_len(in, 5 * 16 * 4096 - 1, 32768), 16);
+  EXPECT_EQ(estimate_max_model_len(in, 1 << 30, 100), 100);  // capped by max_model_len
+  EXPECT_EQ(estimate_max_model_len(in, 100, 32768), 0);      // not even one token
+}
+
+TEST(KvCacheMemory, TooLittleMemoryRaisesVllmsStartupErrors) {
+  KvCachePlanInput in;
+  for (int l = 0; l < 36; ++l) in.layers.push_back(attn(l, 2 * 8 * 128 * 2));
+  in.block_size = 16;
+  const int64_t one_request = kv_cache_bytes_for_request(in, 32768);  // 4.50 GiB (Qwen3-8B)
+  EXPECT_EQ(one_request, 36LL * 2048 * 16 * 4096);
+  EXPECT_NO_THROW(check_enough_kv_cache_memory(in, one_request, 32768));
+  for (int64_t available : {int64_t{0}, int64_t{-5}}) {
+    try {
+      check_enough_kv_cache_memory(in, available, 32768);
+      FAIL() << "no error for " << available;
+    } catch (const KvCacheMemoryError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "No available memory for the cache blocks. Try increasing "
+                "`gpu_memory_utilization` when initializing the engine.");
+    }
+  }
+  try {
+    check_enough_kv_cache_memory(in, one_request / 2, 32768);
+    FAIL() << "no error for half a request";
+  } catch (const KvCacheMemoryError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "To serve at least one request with the models's max seq len (32768), (4.50 GiB KV "
+              "cache is needed, which is larger than the available KV cache memory (2.25 GiB). "
+              "Based on the available memory, the estimated maximum model length is 16384. Try "
+              "increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+              "initializing the engine.");
+  }
+}
+
 TEST(KvCachePlan, SmallStatesKeepTheScenarioBlockSize) {
   KvCachePlanInput in;
   in.layers = {attn(0, 4096), state(1, 1000)};

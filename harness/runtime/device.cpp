@@ -117,6 +117,7 @@ DeviceInfo select_device(const std::string& requested, const std::string& arch,
   info.target.sm_count = info.sm_count;
   info.target.device_name = info.name;
   info.target.shared_memory_per_block = static_cast<int>(prop->sharedMemPerBlockOptin);
+  info.target.memory_bytes = info.total_memory_bytes;
   if (!target_name.empty() && target_profile(target_name).sm != info.sm) {
     throw InputError("--target " + target_name + " does not match the GPU (" + info.name +
                      " is " + info.arch() + "); --target only picks the target in compile-only "
@@ -292,9 +293,14 @@ std::string configure_sdpa_backends(DeviceMode mode, bool allow_cudnn) {
 MemoryStats memory_stats(DeviceMode mode) {
   MemoryStats s;
   if (mode != DeviceMode::kCuda) {
-    // Compile-only: the meta device's counting allocator (meta_memory.h), when installed.
+    // Compile-only: the meta device's counting allocator (meta_memory.h), when installed. With a
+    // target's memory set as its limit, the device is that big and nothing but tensors uses it
+    // (no cached segments, no context): reserved = allocated, free = total - allocated.
     s.allocated = meta_allocated_bytes();
     s.peak_allocated = meta_peak_bytes();
+    s.reserved = s.allocated;
+    s.total_device = meta_memory_limit();
+    s.free_device = s.total_device > 0 ? std::max(0LL, s.total_device - s.allocated) : 0;
     return s;
   }
 #ifdef COLDSTART_WITH_CUDA

@@ -91,8 +91,9 @@ class GpuSpans {
 std::string configure_sdpa_backends(DeviceMode mode, bool allow_cudnn);
 
 /// Device memory counters, bytes: torch's caching allocator on a GPU; in compile-only mode the
-/// meta device's counting allocator (meta_memory.h) fills `allocated` and `peak_allocated` (0
-/// until track_meta_memory()) and the rest stays 0.
+/// meta device's counting allocator (meta_memory.h) fills `allocated`, `peak_allocated` (0 until
+/// track_meta_memory()) and `reserved` (= allocated), and `total_device` / `free_device` from its
+/// limit (the target's memory; both 0 without one); segments stay 0.
 struct MemoryStats {
   long long allocated = 0;       ///< currently allocated by tensors
   long long reserved = 0;        ///< held by the caching allocator (segments)

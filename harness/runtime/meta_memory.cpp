@@ -4,6 +4,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <mutex>
 
@@ -13,6 +15,7 @@ namespace {
 std::atomic<int64_t> g_allocated{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<bool> g_tracked{false};
+std::atomic<int64_t> g_limit{0};
 
 // What a storage's DataPtr carries so that its deleter can give its bytes back. The data pointer
 // itself stays null, as the meta device's own allocator leaves it.
@@ -27,7 +30,13 @@ void free_meta_block(void* ctx) {
 }
 
 c10::DataPtr allocate_meta_block(size_t nbytes) {
-  auto* block = new MetaBlock{meta_block_bytes(static_cast<int64_t>(nbytes))};
+  const int64_t bytes = meta_block_bytes(static_cast<int64_t>(nbytes));
+  const int64_t limit = g_limit.load(std::memory_order_relaxed);
+  if (limit > 0) {
+    const int64_t held = g_allocated.load(std::memory_order_relaxed);
+    if (held + bytes > limit) throw DeviceOutOfMemoryError(bytes, held, limit);
+  }
+  auto* block = new MetaBlock{bytes};
   const int64_t now = g_allocated.fetch_add(block->bytes, std::memory_order_relaxed) + block->bytes;
   int64_t peak = g_peak.load(std::memory_order_relaxed);
   while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
@@ -47,6 +56,30 @@ struct CountingMetaAllocator final : c10::Allocator {
 };
 
 }  // namespace
+
+std::string torch_format_size(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes <= 1024) return fmt::format("{} bytes", bytes);
+  if (bytes <= 1048576) return fmt::format("{:.2f} KiB", b / 1024.0);
+  if (bytes <= 1073741824LL) return fmt::format("{:.2f} MiB", b / 1048576.0);
+  return fmt::format("{:.2f} GiB", b / 1073741824.0);
+}
+
+DeviceOutOfMemoryError::DeviceOutOfMemoryError(int64_t requested_bytes, int64_t allocated_bytes,
+                                               int64_t capacity_bytes)
+    // The sentences of torch 2.x's message, with what the compile-only model knows: nothing is
+    // cached unused and no other process shares the device, so "in use" is what tensors hold.
+    : Error(fmt::format(
+          "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} "
+          "is free. Including non-PyTorch memory, this process has {} memory in use. Of the "
+          "allocated memory {} is allocated by PyTorch, and 0 bytes is reserved by PyTorch but "
+          "unallocated.",
+          torch_format_size(requested_bytes), torch_format_size(capacity_bytes),
+          torch_format_size(capacity_bytes - allocated_bytes), torch_format_size(allocated_bytes),
+          torch_format_size(allocated_bytes))),
+      requested_(requested_bytes),
+      allocated_(allocated_bytes),
+      capacity_(capacity_bytes) {}
 
 int64_t meta_block_bytes(int64_t nbytes) {
   if (nbytes <= 0) return 0;
@@ -71,5 +104,9 @@ int64_t meta_allocated_bytes() { return g_allocated.load(std::memory_order_relax
 int64_t meta_peak_bytes() { return g_peak.load(std::memory_order_relaxed); }
 
 void reset_meta_peak() { g_peak.store(g_allocated.load(std::memory_order_relaxed)); }
+
+void set_meta_memory_limit(int64_t bytes) { g_limit.store(bytes > 0 ? bytes : 0); }
+
+int64_t meta_memory_limit() { return g_limit.load(std::memory_order_relaxed); }
 
 }  // namespace coldstart

@@ -6,8 +6,31 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "harness/common/error.h"
 
 namespace coldstart {
+
+/// The device ran out of memory: torch's caching-allocator message (c10/cuda/CUDACachingAllocator.cpp,
+/// the out-of-memory branch of malloc in torch 2.x: "CUDA out of memory. Tried to allocate ...
+/// GPU 0 has a total capacity of ... of which ... is free. ..."), raised by the counting meta
+/// allocator in compile-only mode when an allocation would pass the target's device memory.
+/// Sizes in bytes.
+class DeviceOutOfMemoryError : public Error {
+ public:
+  DeviceOutOfMemoryError(int64_t requested_bytes, int64_t allocated_bytes, int64_t capacity_bytes);
+  int64_t requested_bytes() const { return requested_; }   ///< the block asked for
+  int64_t allocated_bytes() const { return allocated_; }   ///< held by tensors at that moment
+  int64_t capacity_bytes() const { return capacity_; }     ///< the device's memory
+
+ private:
+  int64_t requested_, allocated_, capacity_;
+};
+
+/// torch's spelling of a size in its memory messages (c10's format_size): "512 bytes" up to
+/// 1 KiB, then "1.50 KiB", "2.00 MiB", "139.80 GiB" with two decimals.
+std::string torch_format_size(int64_t bytes);
 
 /// Installs the counting allocator for the meta device (once per process; later calls do
 /// nothing). Storages allocated before the first call are not counted. Thread-safe.
@@ -26,6 +49,14 @@ int64_t meta_peak_bytes();
 
 /// Starts a new peak window at the current allocation.
 void reset_meta_peak();
+
+/// The device memory the meta allocator may hand out in total, in bytes (the target's memory);
+/// 0 (the default) is unlimited. An allocation that would take meta_allocated_bytes() past it
+/// throws DeviceOutOfMemoryError and allocates nothing. Not counted: the CUDA context and
+/// libraries' handles (memory outside torch's allocator), and the caching allocator's cached but
+/// unused segments, so a device runs out somewhat earlier than this model says.
+void set_meta_memory_limit(int64_t bytes);
+int64_t meta_memory_limit();
 
 /// A storage of `nbytes` as the CUDA caching allocator accounts it in allocated_bytes: at least
 /// 512 bytes, rounded up to a multiple of 512 (c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize

@@ -54,5 +54,46 @@ TEST(MetaMemory, CountsMetaStoragesUntilTheyAreFreed) {
   EXPECT_EQ(meta_allocated_bytes(), base);
 }
 
+TEST(MetaMemory, SizesAreSpelledAsTorchSpellsThem) {
+  EXPECT_EQ(torch_format_size(20), "20 bytes");
+  EXPECT_EQ(torch_format_size(1024), "1024 bytes");
+  EXPECT_EQ(torch_format_size(1536), "1.50 KiB");
+  EXPECT_EQ(torch_format_size(1 << 20), "1024.00 KiB");
+  EXPECT_EQ(torch_format_size((2 << 20) + 1), "2.00 MiB");
+  EXPECT_EQ(torch_format_size(150111977472LL), "139.80 GiB");
+}
+
+TEST(MetaMemory, AnAllocationPastTheLimitRaisesTorchsOutOfMemoryAndTakesNothing) {
+  track_meta_memory();
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(at::kMeta);
+  const int64_t base = meta_allocated_bytes();
+  set_meta_memory_limit(base + (48 << 20));
+  EXPECT_EQ(meta_memory_limit(), base + (48 << 20));
+  {
+    at::Tensor w = at::empty({4096, 4096}, bf16);  // 32 MiB: fits
+    const MemoryStats m = memory_stats(DeviceMode::kCompileOnly);
+    EXPECT_EQ(m.total_device, base + (48 << 20));
+    EXPECT_EQ(m.free_device, 16 << 20);
+    EXPECT_EQ(m.total_device - m.free_device - m.reserved, 0);  // nothing outside the allocator
+    try {
+      at::Tensor x = at::empty({4096, 4096}, bf16);  // another 32 MiB: 16 MiB left
+      FAIL() << "no out-of-memory error";
+    } catch (const DeviceOutOfMemoryError& e) {
+      EXPECT_EQ(e.requested_bytes(), 32 << 20);
+      EXPECT_EQ(e.allocated_bytes(), base + (32 << 20));
+      const std::string text = e.what();
+      EXPECT_EQ(text.rfind("CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 has a total "
+                           "capacity of ", 0), 0u) << text;
+      EXPECT_NE(text.find(" of which 16.00 MiB is free."), std::string::npos) << text;
+    }
+    EXPECT_EQ(meta_allocated_bytes(), base + (32 << 20));  // the failed one took nothing
+    at::Tensor s = at::empty({1024, 4096}, bf16);  // 8 MiB still fits
+  }
+  set_meta_memory_limit(0);
+  EXPECT_EQ(meta_memory_limit(), 0);
+  at::Tensor big = at::empty({1LL << 40}, bf16);  // 2 TiB: unlimited again
+  EXPECT_EQ(memory_stats(DeviceMode::kCompileOnly).total_device, 0);
+}
+
 }  // namespace
 }  // namespace coldstart
