@@ -248,6 +248,32 @@ TEST_F(ReplayE2E, CompileOnlyTargetsSetArchSmCountAndDeviceMemory) {
   }
 }
 
+TEST_F(ReplayE2E, CompileOnlyOutOfMemoryIsACrashWithTorchsTextAndWhatHeldTheMemory) {
+  // Qwen3-Next cut to 8 layers holds 25.7 GiB of bf16 weights: on a 24 GB A10 (22.07 GiB as the
+  // runtime reports it) loading them runs out of device memory, as torch's allocator would say.
+  const std::string json = paths::join(dir_, "a10.json");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-next-gdn.yaml --device compile-only --target a10 "
+                          "--strategy none --json " + json),
+            0);
+  const auto runs = cli::read_any_results(json);
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_FALSE(runs[0].results.empty());
+  for (const auto& r : runs[0].results) {
+    EXPECT_EQ(outcome_name(r.outcome), "crash");
+    EXPECT_EQ(r.failed_phase.value_or(""), "load_weights");
+    const std::string e = r.error.value_or("");
+    EXPECT_EQ(e.rfind("CUDA out of memory. Tried to allocate ", 0), 0u) << e;
+    EXPECT_NE(e.find("GPU 0 has a total capacity of 22.07 GiB of which "), std::string::npos) << e;
+    EXPECT_NE(e.find("[coldstart: in phase load_weights; held then: weights loaded so far"),
+              std::string::npos) << e;
+    // The phase's memory is recorded although it failed: what was held when it ran out.
+    const long long peak =
+        r.extra.at("phase_memory").at("load_weights").at("peak_allocated_bytes").get<long long>();
+    EXPECT_LE(peak, target_profile("a10").memory_bytes);
+    EXPECT_GT(peak, target_profile("a10").memory_bytes - (1LL << 30));
+  }
+}
+
 TEST_F(ReplayE2E, JitMonitorWarnLinesNameTheirStrategy) {
   const std::string out = paths::join(dir_, "warn.txt");
   ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --strategy none "

@@ -162,14 +162,21 @@ std::string Engine::memory_holders(const std::exception& e) const {
   // allocation (which took nothing).
   const auto* oom = dynamic_cast<const DeviceOutOfMemoryError*>(&e);
   const long long allocated = oom ? oom->allocated_bytes() : memory_stats(mode()).allocated;
-  const long long weights = result_.extra.value("weights_bytes", 0LL);
-  const long long kv = has_cache_ ? result_.extra.value("kv_cache_bytes", 0LL) : 0LL;
   const long long ws = workspace_ ? workspace_->current_bytes() : 0LL;
   std::string where = current_phase_;
   if (jit_) {
     const StepContext st = jit_->monitor().step();
     if (st.request >= 0) where += fmt::format(" (request {}, step {})", st.request, st.step);
   }
+  if (!result_.extra.contains("weights_bytes")) {
+    // Still loading: what is held is the weights loaded so far (and the engine's small buffers).
+    return fmt::format("[coldstart: in phase {}; held then: weights loaded so far and other "
+                       "buffers {}, workspace {}]",
+                       where, torch_format_size(std::max(0LL, allocated - ws)),
+                       torch_format_size(ws));
+  }
+  const long long weights = result_.extra.value("weights_bytes", 0LL);
+  const long long kv = has_cache_ ? result_.extra.value("kv_cache_bytes", 0LL) : 0LL;
   return fmt::format(
       "[coldstart: in phase {}; held then: weights {}, KV cache {}, workspace {}, activations and "
       "other buffers {}]",
