@@ -285,6 +285,13 @@ StrategyResult Engine::run() {
 }
 
 void Engine::do_init() {
+  // vLLM's init snapshot (gpu_worker.py init_device, MemorySnapshot after the device is set):
+  // what is outside torch's allocator before the model exists (the CUDA context) is not charged
+  // to the KV budget later; only its increase is (memory_profiling's non_torch_increase).
+  {
+    const MemoryStats m = memory_stats(mode());
+    outside_at_init_bytes_ = m.total_device - m.free_device - m.reserved;
+  }
   jit::JitOptions jo = options_.jit;
   if (jo.arch.empty()) jo.arch = options_.device.arch();
   jo.launch = mode() == DeviceMode::kCuda;

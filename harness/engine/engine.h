@@ -184,6 +184,8 @@ class Engine final : public WarmupContext {
   static nlohmann::json host_split(const jit::HostTimes& from, const jit::HostTimes& to);
   double sampling_ms_ = 0;
   long long profile_peak_bytes_ = 0;  ///< the profile run's peak allocation (KV cache sizing)
+  /// Device memory outside torch's allocator when init began (the CUDA context), bytes.
+  long long outside_at_init_bytes_ = 0;
   /// What held device memory when `e` (an out-of-memory error) was raised: "[coldstart: in phase
   /// P (request R, step S); held then: weights .., KV cache .., workspace .., activations and
   /// other buffers ..]", sizes in torch's spelling.

@@ -74,14 +74,15 @@ void Engine::do_kv_cache_alloc() {
     in.num_gpu_blocks = *e.num_gpu_blocks;
     result_.extra["kv_cache_sizing"] = "num_gpu_blocks from the scenario";
   } else if (m.total_device > 0) {
-    // vLLM's sizing (gpu_worker.py determine_available_memory): the requested share of the
-    // device, gpu_memory_utilization * total, less what is not KV cache: the profile run's peak
-    // (weights included) and the memory outside torch's allocator. On a GPU that is measured
-    // (total - free - reserved: the CUDA context, library handles, cached unused segments); in
-    // compile-only mode the device is the target's memory and nothing outside the allocator is
-    // modelled (0).
+    // vLLM's sizing (gpu_worker.py determine_available_memory with mem_utils.py
+    // memory_profiling): the requested share of the device, gpu_memory_utilization * total, less
+    // what is not KV cache: the profile run's peak (weights included) and how much the memory
+    // outside torch's allocator grew since the init snapshot (non_torch_increase: library
+    // handles, loaded kernel modules; not the CUDA context, which the snapshot already held). On
+    // a GPU both are measured (outside = total - free - reserved); in compile-only mode the
+    // device is the target's memory and nothing outside the allocator is modelled (0).
     const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
-    const long long outside = m.total_device - m.free_device - m.reserved;
+    const long long outside = m.total_device - m.free_device - m.reserved - outside_at_init_bytes_;
     // The profile run's peak (each phase starts a new peak window, so not m.peak_allocated).
     const double non_kv = static_cast<double>(profile_peak_bytes_) + static_cast<double>(outside);
     const int64_t available = static_cast<int64_t>(budget - non_kv);
@@ -97,6 +98,7 @@ void Engine::do_kv_cache_alloc() {
         {"gpu_memory_utilization", e.gpu_memory_utilization},
         {"profile_peak_bytes", profile_peak_bytes_},
         {"outside_allocator_bytes", outside},
+        {"outside_allocator_at_init_bytes", outside_at_init_bytes_},
         {"available_bytes", available}};
     // vLLM refuses to start when that leaves nothing, or less than one max_model_len request.
     check_enough_kv_cache_memory(in, available, e.max_model_len);
