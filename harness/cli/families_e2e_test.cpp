@@ -238,6 +238,41 @@ TEST_F(ReplayE2E, NemotronNanoDeviceRulesFollowTheTargetsTunedTable) {
   }
 }
 
+/// The first prefill autotunes the SSD chain, and Triton's do_bench holds a 256 MiB buffer from
+/// torch's allocator while it benchmarks: on a 16 GB target whose KV cache took 99% of the memory,
+/// that buffer no longer fits (torch's out-of-memory text, naming the phase, the request and what
+/// held the memory). The Mamba warmers autotune in kernel_warmup, when it still fits.
+TEST_F(ReplayE2E, NemotronNanoOn16GbRunsOutOfMemoryOnItsFirstPrefillWithoutAMambaWarmup) {
+  const std::string out = paths::join(dir_, "a4000.txt"), json = paths::join(dir_, "a4000.json");
+  ASSERT_EQ(run_coldstart("replay scenarios/nemotron-3-nano-16gb.yaml --device compile-only "
+                          "--target rtx-a4000 --check --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  const auto j = nlohmann::json::parse(read_text(json));
+  std::map<std::string, nlohmann::json> by;
+  for (const auto& r : j.at("results")) by[r.at("strategy").get<std::string>()] = r;
+  ASSERT_EQ(by.size(), 2u);
+  const nlohmann::json& none = by.at("none");
+  EXPECT_EQ(none.at("outcome"), "crash");
+  EXPECT_EQ(none.at("failed_phase"), "prefill");
+  const std::string e = none.at("error");
+  EXPECT_EQ(e.rfind("CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a total capacity "
+                    "of 15.61 GiB of which ", 0), 0u) << e;
+  EXPECT_NE(e.find("[coldstart: in phase prefill (request 0, step 0); held then: weights "),
+            std::string::npos) << e;
+  const long long total = none.at("kv_cache_budget").at("total_device_bytes");
+  EXPECT_LE(none.at("phase_memory").at("0.prefill").at("peak_allocated_bytes").get<long long>(), total);
+  const nlohmann::json& warmed = by.at("all-mamba");
+  EXPECT_EQ(warmed.at("outcome"), "ok");
+  // The warmers' autotunes held the 256 MiB buffer in kernel_warmup, after the KV cache.
+  const nlohmann::json& pm = warmed.at("phase_memory");
+  EXPECT_GE(pm.at("kernel_warmup").at("peak_allocated_bytes").get<long long>() -
+                pm.at("kv_cache_alloc").at("allocated_bytes").get<long long>(),
+            256LL << 20);
+  EXPECT_EQ(warmed.at("kv_cache_bytes"), none.at("kv_cache_bytes"));  // same startup sizing
+}
+
 /// NemotronH's dense relu2 MLP layers ('-', Nemotron-H 56B) replay in compile-only mode too; a
 /// warmer that cannot run its batch under max_num_seqs 1 says so in the result.
 TEST_F(ReplayE2E, NemotronHDenseMlpLayersReplayAndASkippedWarmerSaysSo) {

@@ -295,6 +295,13 @@ void Engine::do_init() {
   jit::JitOptions jo = options_.jit;
   if (jo.arch.empty()) jo.arch = options_.device.arch();
   jo.launch = mode() == DeviceMode::kCuda;
+  // The autotuner's benchmark buffer comes from torch's allocator on the engine's device, as
+  // Triton's does: counted by the memory model in compile-only mode, by the caching allocator on
+  // a GPU, and able to run out of memory in either.
+  jo.benchmark_scratch = [dev = device()](int64_t bytes) -> std::shared_ptr<void> {
+    return std::make_shared<at::Tensor>(
+        at::empty({bytes / 4}, at::TensorOptions().dtype(at::kInt).device(dev)));
+  };
   jit_ = std::make_unique<jit::JitRuntime>(jo);
   jit_->monitor().set_phase("init");
   // Moves of graph-referenced buffers are charged to the phase and scheduler step running.

@@ -309,6 +309,13 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
         kernel, tuning_key, graph, candidates.size()));
   }
   if (gpu) refuse_under_capture(cu_stream, kernel, tuning_key, candidates.size());
+  // Triton's do_bench holds a 256 MiB buffer from torch's allocator while it benchmarks (its L2
+  // flush: triton.runtime.driver.active.get_empty_cache_for_benchmark(), int32 [256 MiB / 4] in
+  // Triton 3.x). An autotune first reached after the KV cache took its share of the device needs
+  // that much free: on a small GPU that is an out-of-memory error on the first request (vLLM PR
+  // #36599 moved the GDN kernels' autotuning into the profile run for this reason). Held here in
+  // both modes so the memory model sees it; coldstart's bench() does not flush L2 with it.
+  const std::shared_ptr<void> bench_buffer = rt.benchmark_scratch(kTritonBenchBufferBytes);
 
   std::vector<std::optional<double>> ms(candidates.size());
   std::vector<std::string> errors(candidates.size());

@@ -327,6 +327,11 @@ struct JitOptions {
   /// compiling the key again. A holder that keeps the lock longer than this many seconds (stuck)
   /// is not waited for: the key is compiled anyway, with a JIT warning.
   double disk_lock_timeout_s = 60;
+  /// Allocates `bytes` of device scratch and returns a handle that frees it when destroyed; the
+  /// autotuner holds Triton's benchmark buffer through it while it benchmarks (or, in compile-only
+  /// mode, would benchmark) a key's candidates, so the engine's memory accounting sees it. May
+  /// throw (out of memory). Empty: the autotuner allocates nothing.
+  std::function<std::shared_ptr<void>(int64_t bytes)> benchmark_scratch;
 };
 
 struct CompiledKernel;  // opaque: cubin bytes, CUmodule, CUfunction
@@ -376,6 +381,8 @@ class JitRuntime {
   /// The autotuner of this runtime (select.h), made on first use; picks live as long as the
   /// runtime and persist under cache_dir()/autotune/.
   Autotuner& autotuner();
+  /// JitOptions::benchmark_scratch(bytes), or nullptr when no allocator was given.
+  std::shared_ptr<void> benchmark_scratch(int64_t bytes) const;
 
  private:
   struct Impl;

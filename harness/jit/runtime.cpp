@@ -757,6 +757,10 @@ std::string JitRuntime::capturing_graph() const {
 
 const std::string& JitRuntime::arch() const { return impl_->arch; }
 
+std::shared_ptr<void> JitRuntime::benchmark_scratch(int64_t bytes) const {
+  return impl_->options.benchmark_scratch ? impl_->options.benchmark_scratch(bytes) : nullptr;
+}
+
 const std::string& JitRuntime::compiler() const { return impl_->compiler; }
 
 JitMonitor& JitRuntime::monitor() { return impl_->monitor; }

@@ -195,7 +195,12 @@ Selection select_by_heuristic(std::string tuning_key, KernelConfig config);
 /// call's time `est`, then max(1, int(warmup_ms / est)) warmup calls and max(1, int(rep_ms /
 /// est)) timed calls, each between two CUDA events; the candidate's time is the median.
 /// `max_reps` bounds both counts (a kernel of a few microseconds would otherwise take tens of
-/// thousands of calls). Unlike do_bench, the L2 cache is not flushed between calls.
+/// thousands of calls). Unlike do_bench, the L2 cache is not flushed between calls, but do_bench's
+/// flush buffer (kTritonBenchBufferBytes) is held through JitOptions::benchmark_scratch while a
+/// key's candidates are benchmarked, so memory accounting sees what Triton allocates.
+/// Bytes of the buffer Triton's do_bench allocates to flush L2 (256 MiB of int32).
+constexpr int64_t kTritonBenchBufferBytes = int64_t{256} << 20;
+
 struct AutotuneOptions {
   double warmup_ms = 25;  ///< Triton's default
   double rep_ms = 100;    ///< Triton's default

@@ -588,6 +588,45 @@ TEST(Autotune, SingleCandidateNeedsNoTuning) {
   EXPECT_TRUE(autotune(rt, k, "n=4096", one, run).cached);
 }
 
+// Triton's benchmark buffer: held through JitOptions::benchmark_scratch while a key's candidates
+// are benchmarked (compile-only: would be), released after; a cached pick or a single candidate
+// takes none, and an allocation failure (out of memory) ends the autotune with that error.
+TEST(Autotune, HoldsTritonsBenchmarkBufferWhileTuningAKey) {
+  JitOptions o = compile_only();
+  std::vector<int64_t> asked;
+  int alive = 0, alive_while_running = -1;
+  bool refuse = false;
+  o.benchmark_scratch = [&](int64_t bytes) -> std::shared_ptr<void> {
+    asked.push_back(bytes);
+    if (refuse) throw Error("CUDA out of memory. Tried to allocate 256.00 MiB.");
+    ++alive;
+    return std::shared_ptr<void>(new int(0), [&](void* p) {
+      --alive;
+      delete static_cast<int*>(p);
+    });
+  };
+  JitRuntime rt(o);
+  const KernelSource k = scale_kernel();
+  int calls = 0;
+  const auto counted = scale_runner(rt, k, 4096, 8192, 4096, nullptr, &calls);
+  const auto run = [&](const KernelConfig& c) {
+    alive_while_running = alive;
+    counted(c);
+  };
+  autotune(rt, k, "n=4096", block_candidates(), run);
+  EXPECT_EQ(asked, (std::vector<int64_t>{kTritonBenchBufferBytes}));
+  EXPECT_EQ(kTritonBenchBufferBytes, 256LL << 20);
+  EXPECT_EQ(alive_while_running, 1);
+  EXPECT_EQ(alive, 0);  // released once the key is tuned
+  autotune(rt, k, "n=4096", block_candidates(), run);  // cached: no buffer
+  autotune(rt, k, "n=1", {make_config({{"BLOCK", 128}}, 4)}, run);  // one candidate: none
+  EXPECT_EQ(asked.size(), 1u);
+  refuse = true;
+  const auto run2 = scale_runner(rt, k, 4096, 8192, 4097, nullptr, &calls);
+  EXPECT_THROW(autotune(rt, k, "n=4097", block_candidates(), run2), Error);
+  EXPECT_EQ(rt.autotuner().cached_picks(), 2u);  // nothing kept for the failed key
+}
+
 // An autotune first needed inside an engine's graph capture is the engine's crash in compile-only
 // mode too (the GPU's do_bench would synchronize inside the capture), even when every candidate
 // is already compiled; a pick made before the capture and a single candidate need no benchmark.
