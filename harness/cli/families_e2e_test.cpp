@@ -341,6 +341,14 @@ TEST_F(ReplayE2E, DeepSeekV4OnB200AndSkippedOnSm86) {
     }
   }
   EXPECT_TRUE(kernels.count("fp8_einsum_bhr_hdr_bhd")) << "SM100's heuristic changes the einsum tile at M = 300";
+  // The C4 layers' indexer reserves its prefill K-gather from the workspace manager in the
+  // profile run at vLLM's largest (40 * max_model_len rows of 128 FP8 values + a float32 scale),
+  // so the locked workspace holds it and the prompt's gather fits.
+  for (const auto& [name, r] : by) {
+    const int64_t rows = 40 * 16384;
+    EXPECT_EQ(r.workspace.locked_bytes, rows * 128 + rows * 4) << name;
+    EXPECT_EQ(r.extra.at("workspace_current_bytes").get<int64_t>(), rows * 132) << name;
+  }
   EXPECT_TRUE(hot_path_compiled(by["deepgemm-warmup"]).empty());
   // The warmer's cost is in the result: its sampled calls, its distinct kernels, compile and wall time.
   const nlohmann::json& rep = by["deepgemm-warmup"].extra.at("warmer_reports").at("deepgemm-warmup");

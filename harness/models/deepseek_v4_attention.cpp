@@ -31,6 +31,7 @@
 #include "harness/kernels/deepgemm/deepgemm_indexer.h"
 #include "harness/models/deepseek_v4.h"
 #include "harness/models/mixer.h"
+#include "harness/runtime/workspace.h"
 
 namespace coldstart {
 namespace {
@@ -77,6 +78,23 @@ class DeepseekV4Attention final : public Mixer {
   std::string compile_config() const override {
     return fmt::format("mla_sparse(ratio={},heads={},dim={},index={}x{},block={})", ratio_, spec_.num_heads,
                        spec_.head_dim, index_heads_, index_dim_, block_);
+  }
+
+  /// vLLM's sparse_attn_indexer without attention metadata (the profile run): it reserves its
+  /// prefill K-gather buffers from the workspace manager at their largest, so the lock at the end
+  /// of graph capture never finds a long prompt's gather bigger than startup made it.
+  void forward_no_metadata(const std::vector<at::Tensor>& in, at::Tensor& out,
+                           const ForwardBatch& batch) override {
+    (void)in;
+    (void)out;
+    (void)batch;
+    if (ratio_ == 4) index_gather(max_prefill_gather_rows());
+  }
+
+  int64_t max_workspace_bytes() const override {
+    if (ratio_ != 4) return 0;
+    const int64_t rows = max_prefill_gather_rows();
+    return round_up_256(rows * index_dim_) + round_up_256(rows * 4);
   }
 
   void forward(const std::vector<at::Tensor>& in, at::Tensor& out, const ForwardBatch& batch) override {
@@ -148,8 +166,7 @@ class DeepseekV4Attention final : public Mixer {
     for (int64_t row = 0; row < N; ++row) {
       if (ke[row] == 0) ke[row] = ks[row];  // padding rows see nothing
     }
-    at::Tensor kv_vals = at::empty({std::max<int64_t>(total, 1), D}, opt.dtype(at::kByte));
-    at::Tensor kv_sf = at::empty({std::max<int64_t>(total, 1)}, opt.dtype(at::kFloat));
+    auto [kv_vals, kv_sf] = index_gather(std::max<int64_t>(total, 1));
     if (!meta) {
       for (int r = 0, base = 0; r < B; ++r) {
         const int64_t S = batch.context_lens[r] + batch.query_lens[r];
@@ -177,6 +194,22 @@ class DeepseekV4Attention final : public Mixer {
     // Concatenated numbering -> position within the request.
     const at::Tensor start = ks_t.to(at::kLong).unsqueeze(1);
     return at::where(idx >= 0, idx - start, idx);
+  }
+
+  /// Rows of the indexer's prefill K-gather at their largest: vLLM's get_max_prefill_buffer_size,
+  /// 40 * max_model_len (vllm/model_executor/layers/sparse_attn_indexer.py, read in the vLLM fork
+  /// 1CatAI/1Cat-vLLM ae13773a; vLLM splits a prefill whose gather would exceed it into chunks,
+  /// which the replay does not: a batch past it grows the workspace).
+  int64_t max_prefill_gather_rows() const { return 40 * static_cast<int64_t>(ctx_.engine->max_model_len); }
+
+  /// The prefill K-gather of `rows` index keys from the workspace manager, as vLLM's indexer takes
+  /// it (current_workspace_manager().get_simultaneous): FP8 values [rows, index_head_dim] and one
+  /// float32 scale per row (vLLM: [rows, 4] uint8). Throws the workspace-lock error when it must
+  /// grow after capture.
+  std::pair<at::Tensor, at::Tensor> index_gather(int64_t rows) {
+    auto ws = ctx_.workspace->get_simultaneous({{{rows, index_dim_}, at::kByte}, {{rows}, at::kFloat}},
+                                               CS_HERE);
+    return {ws.at(0), ws.at(1)};
   }
 
   /// The top-k columns of each row; -1 where fewer than k are finite.
