@@ -50,7 +50,7 @@ inline std::vector<EngineKeySpec> engine_keys_workspace_policy() {
   fixed.max = 1 << 20;
   fixed.unit = "MiB";
   fixed.default_value = "394";  // vLLM's VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE
-  fixed.doc = "workspace_policy fixed: the workspace's size, allocated at startup (MiB)";
+  fixed.doc = "workspace_policy fixed: the workspace's size, allocated on first use (MiB)";
   fixed.in_result = EngineKeyInResult::kWhenSet;
   return {policy, fixed};
 }

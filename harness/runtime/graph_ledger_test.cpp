@@ -133,7 +133,15 @@ TEST(WorkspacePolicies, ResizeKeepsTheTensorButMovesItsStorage) {
   EXPECT_NE(big[0].storage().data(), before);
 }
 
-TEST(WorkspacePolicies, FixedAllocatesUpFrontAndOverflowRaises) {
+TEST(WorkspacePolicies, FixedAllocatesOnFirstUseAndOverflowRaises) {
+  {
+    WorkspaceManager ws(c10::Device(c10::kMeta), 2, WorkspacePolicy::kFixed, 2048);
+    EXPECT_EQ(ws.current_bytes(), 0);  // nothing before the first request
+    ws.get_simultaneous({{{16}, at::kByte}}, CS_HERE);
+    EXPECT_EQ(ws.current_bytes(), 2048);  // the whole buffer, in every slot
+    ws.set_slot(1);
+    EXPECT_EQ(ws.current_bytes(), 2048);
+  }
   PolicyRun run(WorkspacePolicy::kFixed, c10::kMeta, 2048);
   EXPECT_EQ(run.ws.current_bytes(), 2048);
   EXPECT_NO_THROW(run.ws.get_simultaneous({{{2048}, at::kByte}}, CS_HERE));

@@ -52,10 +52,11 @@ WorkspaceManager::WorkspaceManager(c10::Device device, int num_slots, WorkspaceP
   ledger_ids_.assign(num_slots, -1);
   if (policy_ == WorkspacePolicy::kFixed) {
     CS_CHECK(fixed_bytes > 0, "a fixed workspace needs a size");
-    for (size_t i = 0; i < buffers_.size(); ++i) {
-      buffers_[i] = at::empty({fixed_bytes}, at::TensorOptions().dtype(at::kByte).device(device_));
-      sizes_[i] = fixed_bytes;
-    }
+    // Allocated on first use, not here: vLLM's FlashInfer backend takes its workspace buffer
+    // lazily (FlashInferMetadataBuilder._get_workspace_buffer, on the first plan with attention
+    // metadata), after the profile run sized the KV cache, so the KV budget does not leave room
+    // for it (open PR #46883 proposes reserving it first).
+    fixed_bytes_ = fixed_bytes;
   }
 }
 
@@ -88,6 +89,15 @@ int64_t WorkspaceManager::current_bytes() const { return sizes_[slot_]; }
 
 void WorkspaceManager::ensure(int64_t required, const SourceLocation& caller) {
   peak_requested_ = std::max(peak_requested_, required);
+  if (policy_ == WorkspacePolicy::kFixed && sizes_[slot_] == 0) {
+    // The first request of a fixed workspace allocates every slot at its configured size (it may
+    // run out of device memory here).
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      buffers_[i] = at::empty({fixed_bytes_}, at::TensorOptions().dtype(at::kByte).device(device_));
+      sizes_[i] = fixed_bytes_;
+      report(i, BufferMove::kReallocated);
+    }
+  }
   if (sizes_[slot_] >= required) return;
   if (policy_ == WorkspacePolicy::kFixed) {
     throw WorkspaceOverflowError(fixed_overflow_text(required, sizes_[slot_], caller), required,

@@ -67,7 +67,8 @@ class WorkspaceManager {
  public:
   /// `device`: where buffers live (CUDA, or meta in compile-only mode, where accounting is
   /// identical). `num_slots`: micro-batch slots (vLLM's num_ubatches; 1 without DBO). `policy`:
-  /// what growth does; kFixed allocates `fixed_bytes` (> 0) per slot here, the other policies
+  /// what growth does; kFixed allocates `fixed_bytes` (> 0) per slot on its first request (as
+  /// vLLM's FlashInfer backend allocates its workspace buffer on first use), the other policies
   /// ignore it. Throws Error for kFixed without a size.
   explicit WorkspaceManager(c10::Device device, int num_slots = 1,
                             WorkspacePolicy policy = WorkspacePolicy::kLock,
@@ -129,6 +130,7 @@ class WorkspaceManager {
   bool locked_ = false;
   int64_t peak_requested_ = 0;
   int64_t locked_bytes_ = 0;
+  int64_t fixed_bytes_ = 0;  ///< kFixed: each slot's size once first used
   std::function<void(int64_t, const SourceLocation&)> on_grow_;
 };
 
