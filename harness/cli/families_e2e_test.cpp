@@ -348,6 +348,15 @@ TEST_F(ReplayE2E, DeepSeekV4OnB200AndSkippedOnSm86) {
     const int64_t rows = 40 * 16384;
     EXPECT_EQ(r.workspace.locked_bytes, rows * 128 + rows * 4) << name;
     EXPECT_EQ(r.extra.at("workspace_current_bytes").get<int64_t>(), rows * 132) << name;
+    // Declared with vLLM's rule, as one the profile run saw; the autotune buffer as the engine's.
+    std::map<std::string, nlohmann::json> scratch;
+    for (const auto& d : r.extra.at("declared_scratch")) scratch[d.at("name").get<std::string>()] = d;
+    ASSERT_TRUE(scratch.count("indexer prefill K-gather")) << name;
+    EXPECT_EQ(scratch["indexer prefill K-gather"].at("bytes").get<int64_t>(), rows * 132) << name;
+    EXPECT_TRUE(scratch["indexer prefill K-gather"].at("seen_by_profile_run").get<bool>()) << name;
+    EXPECT_EQ(scratch["indexer prefill K-gather"].at("config_key"), "max_model_len") << name;
+    ASSERT_TRUE(scratch.count("autotune benchmark buffer")) << name;
+    EXPECT_EQ(scratch["autotune benchmark buffer"].at("bytes").get<int64_t>(), 256 << 20) << name;
   }
   EXPECT_TRUE(hot_path_compiled(by["deepgemm-warmup"]).empty());
   // The warmer's cost is in the result: its sampled calls, its distinct kernels, compile and wall time.

@@ -235,6 +235,7 @@ StrategyResult Engine::run() {
     timed("load_weights", &Engine::do_load_weights);
     timed("profile_run", &Engine::do_profile_run);
     timed("kv_cache_alloc", &Engine::do_kv_cache_alloc);
+    record_declared_scratch();
     timed("kernel_warmup", &Engine::do_kernel_warmup);
     timed("graph_capture", &Engine::do_graph_capture);
     timed("workspace_lock", &Engine::do_workspace_lock);
@@ -285,13 +286,6 @@ StrategyResult Engine::run() {
 }
 
 void Engine::do_init() {
-  // vLLM's init snapshot (gpu_worker.py init_device, MemorySnapshot after the device is set):
-  // what is outside torch's allocator before the model exists (the CUDA context) is not charged
-  // to the KV budget later; only its increase is (memory_profiling's non_torch_increase).
-  {
-    const MemoryStats m = memory_stats(mode());
-    outside_at_init_bytes_ = m.total_device - m.free_device - m.reserved;
-  }
   jit::JitOptions jo = options_.jit;
   if (jo.arch.empty()) jo.arch = options_.device.arch();
   jo.launch = mode() == DeviceMode::kCuda;
@@ -321,6 +315,13 @@ void Engine::do_init() {
     // Creates the CUDA context and torch's allocator state, as an engine's worker init does.
     at::empty({1}, at::TensorOptions().device(device())).fill_(0);
   }
+  // vLLM's init snapshot (gpu_worker.py init_device, MemorySnapshot once the device is set up):
+  // what is outside torch's allocator before the model exists (the CUDA context) is not charged
+  // to the KV budget later; only its increase is (memory_profiling's non_torch_increase).
+  {
+    const MemoryStats m = memory_stats(mode());
+    outside_at_init_bytes_ = m.total_device - m.free_device - m.reserved;
+  }
   // Prefill attention stand-in: libtorch SDPA without its cuDNN backend unless asked
   // (COLDSTART_SDPA_CUDNN=1), see configure_sdpa_backends().
   const char* cudnn = std::getenv("COLDSTART_SDPA_CUDNN");
@@ -335,6 +336,7 @@ void Engine::do_init() {
   ctx.model = &scenario_.model;
   ctx.engine = &scenario_.engine;
   ctx.prefill_attention_spans = sdpa_spans_.get();
+  ctx.shared_buffers = &shared_buffers_;
   mixer_ctx_ = ctx;
   model_ = make_model(scenario_.model, ctx);
   build_mixers();

@@ -102,6 +102,9 @@ class Engine final : public WarmupContext {
   void do_load_weights();
   void do_profile_run();
   void do_kv_cache_alloc();
+  /// result.declared_scratch: every layer's ScratchDecl (identical ones counted as `layers`) and
+  /// the engine's own (the autotuner's benchmark buffer; a fixed workspace).
+  void record_declared_scratch();
   void do_kernel_warmup();
   void do_graph_capture();
   /// Captures the full decode graph of capture size `P` (after the policy's eager warmups of its
@@ -162,6 +165,8 @@ class Engine final : public WarmupContext {
   /// After a stale graph was launched: synchronizes, and throws StaleGraphReplayError with
   /// whether the device faulted.
   [[noreturn]] void finish_stale_replay(const StaleReference& ref);
+  /// Persistent buffers layers share (MixerContext::shared_buffers), made when caches are bound.
+  std::map<std::string, at::Tensor> shared_buffers_;
   MixerContext mixer_ctx_;                      ///< what mixers and the model were built with
   bool has_state_ = false;                      ///< some layer keeps per-request state
   at::Tensor block_table_;  ///< [max_num_seqs, max_blocks_per_req] int32, persistent

@@ -10,6 +10,8 @@
 #include <numeric>
 
 #include "harness/engine/engine_internal.h"
+#include "harness/engine/workspace_policy.engine_keys.h"
+#include "harness/jit/select.h"
 #include "harness/replay/kv_cache_plan.h"
 #include "harness/runtime/meta_memory.h"
 
@@ -138,6 +140,7 @@ void Engine::do_kv_cache_alloc() {
                                                    plan.tensor_bytes(),
                                                    tensor_address(cache_tensors_.back())));
   }
+  shared_buffers_.clear();  // made again by the layers binding their caches below
   nlohmann::json groups = nlohmann::json::array();
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     groups.push_back({{"spec", plan.group_specs[g]}, {"layers", plan.groups[g]}});
@@ -157,6 +160,51 @@ void Engine::do_kv_cache_alloc() {
   result_.extra["num_gpu_blocks"] = num_blocks_;
   result_.extra["kv_cache_bytes"] = plan.tensor_bytes() * plan.group_size;
   has_state_ = has_state;
+}
+
+void Engine::record_declared_scratch() {
+  std::vector<std::pair<ScratchDecl, int>> decls;  // with the number of layers declaring it
+  auto add = [&](const ScratchDecl& d) {
+    for (auto& [have, layers] : decls) {
+      if (have.name == d.name && have.bytes == d.bytes && have.source == d.source) {
+        ++layers;
+        return;
+      }
+    }
+    decls.push_back({d, 1});
+  };
+  for (const auto& m : mixers_)
+    for (const ScratchDecl& d : m->declared_scratch()) add(d);
+  // The engine's own. Triton's do_bench buffer: held while a key's candidates are benchmarked
+  // (autotune.cpp), inside the profile run's peak only for kernels autotuned there.
+  ScratchDecl bench;
+  bench.name = "autotune benchmark buffer";
+  bench.bytes = jit::kTritonBenchBufferBytes;
+  bench.size_rule = "256 MiB of int32 held while an autotuned kernel benchmarks the candidates of a "
+                    "new tuning key, wherever that first happens (profile run, warmup, request)";
+  bench.kind = "per call";
+  for (const jit::AutotuneRecord& a : jit_->monitor().autotunes())
+    if (a.phase == "profile_run") bench.seen_by_profile_run = true;  // e.g. vLLM's GDN warmup
+  bench.source = "Triton's do_bench (get_empty_cache_for_benchmark)";
+  add(bench);
+  if (workspace_ && workspace_->policy() == WorkspacePolicy::kFixed) {
+    ScratchDecl fixed;
+    fixed.name = "fixed attention workspace";
+    fixed.bytes = workspace_fixed_bytes(scenario_.engine);
+    fixed.size_rule = "one buffer of workspace_fixed_mb per slot, allocated on first use; a "
+                      "larger request raises FlashInfer's buffer-overflow error";
+    fixed.config_key = "workspace_fixed_mb (vLLM: VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE)";
+    fixed.kind = "persistent";
+    fixed.source = "vLLM FlashInferMetadataBuilder._get_workspace_buffer; flashinfer allocator.h";
+    add(fixed);
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [d, layers] : decls) {
+    list.push_back({{"name", d.name}, {"bytes", d.bytes}, {"layers", layers},
+                    {"size_rule", d.size_rule}, {"config_key", d.config_key}, {"kind", d.kind},
+                    {"seen_by_profile_run", d.seen_by_profile_run}, {"source", d.source}});
+  }
+  result_.extra["declared_scratch"] = list;
 }
 
 std::string Engine::memory_holders(const std::exception& e) const {

@@ -97,6 +97,21 @@ class DeepseekV4Attention final : public Mixer {
     return round_up_256(rows * index_dim_) + round_up_256(rows * 4);
   }
 
+  std::vector<ScratchDecl> declared_scratch() const override {
+    if (ratio_ != 4) return {};
+    ScratchDecl d;
+    d.name = "indexer prefill K-gather";
+    d.bytes = max_workspace_bytes();
+    d.size_rule = fmt::format("40 x max_model_len rows of index_head_dim FP8 values + a 4-byte scale "
+                              "({} B a row), reserved at its largest in the profile run",
+                              index_dim_ + 4);
+    d.config_key = "max_model_len";
+    d.kind = "workspace manager";
+    d.seen_by_profile_run = true;
+    d.source = "vllm/model_executor/layers/sparse_attn_indexer.py, get_max_prefill_buffer_size";
+    return {d};
+  }
+
   void forward(const std::vector<at::Tensor>& in, at::Tensor& out, const ForwardBatch& batch) override {
     const int64_t N = batch.num_tokens;
     const bool meta = ctx_.device.is_meta();

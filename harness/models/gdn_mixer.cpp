@@ -127,6 +127,30 @@ class GdnMixer final : public Mixer {
     chunk(pc, cu_seqlens, {static_cast<int>(kChunk)}, state, o, final_state);
   }
 
+  std::vector<ScratchDecl> declared_scratch() const override {
+    // FLA's chunk_gated_delta_rule_fwd allocates its intermediates per call
+    // (vllm/model_executor/layers/fla/ops/chunk.py at 044990c1, one sequence of T tokens, NT =
+    // ceil(T / 64) chunks, bf16 activations): g fp32 [T, H]; A fp32 [T, H, 64] and its bf16
+    // solve_tril copy; w [T, H, K]; u, v_new, o [T, H, V]; h [NT, H, V, K]; the final state fp32
+    // [H, V, K]. The profile run calls the layer without metadata: only the T = 64 warmup (vLLM
+    // PR #36599) runs, and no vLLM release reserves the rest (issue #54775 is open, PR #55149
+    // was closed unmerged).
+    const int64_t T = ctx_.engine->max_num_batched_tokens, NT = (T + kChunk - 1) / kChunk;
+    const int64_t H = hv_, K = dk_, V = dv_;
+    ScratchDecl d;
+    d.name = "chunk_gated_delta_rule intermediates";
+    d.bytes = T * H * 4 + T * H * kChunk * (4 + 2) + T * H * K * 2 + 3 * T * H * V * 2 +
+              NT * H * V * K * 2 + H * V * K * 4;
+    d.size_rule = "per prefill call of T tokens: g, A (fp32 and bf16), w, u, v_new, o, the chunk "
+                  "states h [ceil(T / 64), H, V, K] and the final state; shown at T = "
+                  "max_num_batched_tokens in one sequence";
+    d.config_key = "max_num_batched_tokens";
+    d.kind = "per call";
+    d.seen_by_profile_run = false;
+    d.source = "vllm/model_executor/layers/fla/ops/chunk.py (044990c1); vLLM issue #54775";
+    return {d};
+  }
+
   void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
                const ForwardBatch& batch) override {
     const at::Tensor& mixed_qkv = in.at(0);  // [N, conv_dim]

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,22 @@ struct MixerContext {
   const ModelConfig* model = nullptr;
   const EngineConfig* engine = nullptr;
   GpuSpans* prefill_attention_spans = nullptr;  ///< times libtorch SDPA calls when set
+  /// Persistent buffers the layers of one engine share by key (a metadata builder's scratch,
+  /// which vLLM keeps once per KV cache group, not per layer); nullptr = each layer its own.
+  std::map<std::string, at::Tensor>* shared_buffers = nullptr;
+};
+
+/// A buffer a backend keeps besides the KV cache and its per-call temporaries' ordinary
+/// allocations, declared with the engine's size rule so a reviewer can see what memory the KV
+/// budget did or did not leave room for (the result's `declared_scratch`).
+struct ScratchDecl {
+  std::string name;         ///< "split-KV decode scratch (3D path)"
+  int64_t bytes = 0;        ///< its size under this scenario's settings, one layer's
+  std::string size_rule;    ///< the engine's rule, in words
+  std::string config_key;   ///< what sets its size ("max_model_len", an env var); "" = fixed
+  std::string kind;         ///< "persistent" | "workspace manager" | "per call"
+  bool seen_by_profile_run = false;  ///< inside the profile run's peak, so the KV budget left room
+  std::string source;       ///< the engine file / PR the rule comes from
 };
 
 /// One layer's token mixer over its cache.
@@ -159,6 +176,9 @@ class Mixer {
   /// (decode at max_num_seqs, a continuation over max_model_len - 1 cached tokens), bytes; 0
   /// when it uses none. For reserve-the-maximum warmers.
   virtual int64_t max_workspace_bytes() const { return 0; }
+  /// The scratch buffers this layer's backend keeps (ScratchDecl), under the engine's settings;
+  /// empty when it keeps none besides ordinary per-call tensors.
+  virtual std::vector<ScratchDecl> declared_scratch() const { return {}; }
   /// Synthetic random inputs of `num_tokens` rows laid out as the model hands them
   /// (MixerSpec::input_widths / input_row_strides), on the engine's device.
   std::vector<at::Tensor> dummy_inputs(int64_t num_tokens) const;

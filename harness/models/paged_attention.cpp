@@ -60,14 +60,39 @@ class PagedAttention final : public Mixer {
     k_scale_ = at::empty({1}, f32);
     v_scale_ = at::empty({1}, f32);
     // The metadata builder's persistent split-KV scratch (allocated with the backend, before any
-    // graph is captured).
-    scratch_ = at::empty({paged::decode_workspace_bytes(seq_threshold_3d_, spec_.num_heads,
-                                                        spec_.head_dim)},
-                         at::TensorOptions().dtype(at::kByte).device(ctx_.device));
+    // graph is captured). vLLM has one builder per KV cache group, so the layers of a group share
+    // one buffer (layers run one after another); keyed here by the layer's cache spec and size.
+    const int64_t bytes =
+        paged::decode_workspace_bytes(seq_threshold_3d_, spec_.num_heads, spec_.head_dim);
+    auto make = [&] { return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(ctx_.device)); };
+    if (ctx_.shared_buffers != nullptr) {
+      const std::string key = fmt::format("{}/split-KV scratch/{}", cache_spec().group, bytes);
+      auto it = ctx_.shared_buffers->find(key);
+      if (it == ctx_.shared_buffers->end()) it = ctx_.shared_buffers->emplace(key, make()).first;
+      scratch_ = it->second;
+    } else {
+      scratch_ = make();
+    }
     if (ctx_.mode == DeviceMode::kCuda) {
       k_scale_.fill_(1.0);
       v_scale_.fill_(1.0);
     }
+  }
+
+  std::vector<ScratchDecl> declared_scratch() const override {
+    ScratchDecl d;
+    d.name = "split-KV decode scratch (3D path)";
+    d.bytes = paged::decode_workspace_bytes(seq_threshold_3d_, spec_.num_heads, spec_.head_dim);
+    d.size_rule = fmt::format(
+        "float32 partials [R, Hq, 16 segments, head_dim + 1] + LSE [R, Hq], R = seq_threshold_3D = "
+        "128 // num_kv_heads snapped to a capture size ({}); a larger decode batch takes the 2D "
+        "kernel instead of overflowing",
+        seq_threshold_3d_);
+    d.config_key = "cudagraph_capture_sizes";
+    d.kind = "persistent, one per KV cache group";
+    d.seen_by_profile_run = false;  // the builder exists only once the KV cache does
+    d.source = "vllm/v1/attention/backends/triton_attn.py, TritonAttentionMetadataBuilder.__init__";
+    return {d};
   }
 
   void forward(const std::vector<at::Tensor>& in, at::Tensor& out,

@@ -140,4 +140,26 @@ MixerBackendInfo turboquant_backend() {
 
 CS_REGISTER_MIXER_BACKEND(turboquant_backend());
 
+std::vector<ScratchDecl> TurboQuantAttention::declared_scratch() const {
+  // Both come from vLLM's WorkspaceManager (vllm/v1/worker/workspace.py), which grows on demand
+  // until graph capture locks it: what the capture warmups asked for is all later steps get.
+  ScratchDecl decode;
+  decode.name = "split-KV decode partials";
+  decode.bytes = decode_workspace_bytes(ctx_.engine->max_num_seqs);
+  decode.size_rule = "float32 partials [B, Hq, splits, head_dim + 1] + LSE [B, Hq] for a decode "
+                     "batch of B sequences; shown at B = max_num_seqs";
+  decode.config_key = "max_num_seqs";
+  decode.kind = "workspace manager";
+  decode.source = "vLLM TurboQuant attention backend (turboquant_attn.py), its decode path";
+  ScratchDecl cont;
+  cont.name = "continuation-prefill dequantized K/V";
+  cont.bytes = continuation_workspace_bytes(ctx_.engine->max_model_len - 1);
+  cont.size_rule = "bf16 K and V [Hk, cached tokens rounded up to block_size, head_dim] of the "
+                   "context a prefill chunk continues; shown at max_model_len - 1 cached tokens";
+  cont.config_key = "max_model_len";
+  cont.kind = "workspace manager";
+  cont.source = "turboquant_attn.py _continuation_prefill; vLLM PR #40798 reserves both maxima";
+  return {decode, cont};
+}
+
 }  // namespace coldstart

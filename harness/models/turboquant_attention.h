@@ -22,6 +22,7 @@ class TurboQuantAttention final : public Mixer {
                const ForwardBatch& batch) override;
   std::string compile_config() const override;
   int64_t max_workspace_bytes() const override;
+  std::vector<ScratchDecl> declared_scratch() const override;
 
   const tq::TqLayout& layout() const { return layout_; }
   /// Decode scratch for a batch of `batch` sequences, bytes (vLLM's formula).
