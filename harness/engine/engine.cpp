@@ -235,7 +235,6 @@ StrategyResult Engine::run() {
     timed("load_weights", &Engine::do_load_weights);
     timed("profile_run", &Engine::do_profile_run);
     timed("kv_cache_alloc", &Engine::do_kv_cache_alloc);
-    record_declared_scratch();
     timed("kernel_warmup", &Engine::do_kernel_warmup);
     timed("graph_capture", &Engine::do_graph_capture);
     timed("workspace_lock", &Engine::do_workspace_lock);
@@ -267,6 +266,7 @@ StrategyResult Engine::run() {
     result_.failed_phase = current_phase_;
     log(std::string(crash ? "crash" : "error") + " in " + current_phase_ + ": " + *result_.error);
   }
+  if (!mixers_.empty()) record_declared_scratch();
   if (ledger_.num_graphs() > 0 || !workspace_ || workspace_->policy() != WorkspacePolicy::kLock)
     result_.extra["graph_ledger"] = ledger_.to_json();
   // Which scheduler step and batch it failed in, when a request step was running.

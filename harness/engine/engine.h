@@ -103,7 +103,8 @@ class Engine final : public WarmupContext {
   void do_profile_run();
   void do_kv_cache_alloc();
   /// result.declared_scratch: every layer's ScratchDecl (identical ones counted as `layers`) and
-  /// the engine's own (the autotuner's benchmark buffer; a fixed workspace).
+  /// the engine's own (the autotuner's benchmark buffer once something was autotuned; a fixed
+  /// workspace). Recorded at the end of the run, whatever its outcome.
   void record_declared_scratch();
   void do_kernel_warmup();
   void do_graph_capture();

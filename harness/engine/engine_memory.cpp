@@ -186,7 +186,8 @@ void Engine::record_declared_scratch() {
   for (const jit::AutotuneRecord& a : jit_->monitor().autotunes())
     if (a.phase == "profile_run") bench.seen_by_profile_run = true;  // e.g. vLLM's GDN warmup
   bench.source = "Triton's do_bench (get_empty_cache_for_benchmark)";
-  add(bench);
+  // Listed once a kernel was autotuned in this run (at the end of the run, whatever its outcome).
+  if (jit_ && !jit_->monitor().autotunes().empty()) add(bench);
   if (workspace_ && workspace_->policy() == WorkspacePolicy::kFixed) {
     ScratchDecl fixed;
     fixed.name = "fixed attention workspace";
@@ -226,7 +227,9 @@ std::string Engine::memory_holders(const std::exception& e) const {
                        torch_format_size(ws));
   }
   const long long weights = result_.extra.value("weights_bytes", 0LL);
-  const long long kv = has_cache_ ? result_.extra.value("kv_cache_bytes", 0LL) : 0LL;
+  // The cache tensors allocated so far (all of them once kv_cache_alloc is done).
+  long long kv = 0;
+  for (const at::Tensor& t : cache_tensors_) kv += static_cast<long long>(t.nbytes());
   return fmt::format(
       "[coldstart: in phase {}; held then: weights {}, KV cache {}, workspace {}, activations and "
       "other buffers {}]",

@@ -86,10 +86,10 @@ class PagedAttention final : public Mixer {
     d.size_rule = fmt::format(
         "float32 partials [R, Hq, 16 segments, head_dim + 1] + LSE [R, Hq], R = seq_threshold_3D = "
         "128 // num_kv_heads snapped to a capture size ({}); a larger decode batch takes the 2D "
-        "kernel instead of overflowing",
+        "kernel instead of overflowing; one buffer per KV cache group, shared by its layers",
         seq_threshold_3d_);
     d.config_key = "cudagraph_capture_sizes";
-    d.kind = "persistent, one per KV cache group";
+    d.kind = "persistent";
     d.seen_by_profile_run = false;  // the builder exists only once the KV cache does
     d.source = "vllm/v1/attention/backends/triton_attn.py, TritonAttentionMetadataBuilder.__init__";
     return {d};
