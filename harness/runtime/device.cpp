@@ -304,6 +304,9 @@ MemoryStats memory_stats(DeviceMode mode) {
     return s;
   }
 #ifdef COLDSTART_WITH_CUDA
+  // Before torch's first CUDA allocation the caching allocator has no device state, and torch 2.x
+  // refuses to read it ("Invalid device argument"): nothing is allocated yet.
+  if (!c10::cuda::CUDACachingAllocator::get()->initialized()) return s;
   auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
   const size_t agg = 0;  // StatType::AGGREGATE in every libtorch 2.x (the enum moved namespaces)
   s.allocated = st.allocated_bytes[agg].current;
@@ -324,7 +327,8 @@ MemoryStats memory_stats(DeviceMode mode) {
 void reset_peak_memory(DeviceMode mode) {
   if (mode != DeviceMode::kCuda) reset_meta_peak();
 #ifdef COLDSTART_WITH_CUDA
-  if (mode == DeviceMode::kCuda) c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  if (mode == DeviceMode::kCuda && c10::cuda::CUDACachingAllocator::get()->initialized())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(0);
 #else
   (void)mode;
 #endif
