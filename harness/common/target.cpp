@@ -16,13 +16,14 @@ constexpr int kSmem90 = 227 * 1024;
 // Device memory as the CUDA runtime reports its total (cudaMemGetInfo), which is less than the
 // marketed size (ECC and the driver's reservations). Sources: the "total capacity" torch prints in
 // its out-of-memory message (torch.cuda.mem_get_info()[1]) in users' public reports of each card
-// (the A10's reports disagree by a few hundred MiB). On a GPU the device's own total is used; a
-// GPU run records it in the result's kv_cache_budget.total_device_bytes.
+// (the A10's reports disagree by a few hundred MiB); the H200's is what cudaMemGetInfo returned on
+// the H200 coldstart's GPU CI uses (kv_cache_budget.total_device_bytes at fe5fc2b). On a GPU the
+// device's own total is used.
 constexpr long long gib(double g) { return static_cast<long long>(g * 1073741824.0); }
 constexpr long long kMemA4000 = gib(15.61);   // 16 GB GDDR6
 constexpr long long kMemA10 = gib(22.07);     // 24 GB GDDR6
 constexpr long long kMemH100 = gib(79.18);    // 80 GB HBM3
-constexpr long long kMemH200 = 150111977472;  // 141 GB HBM3e (139.80 GiB)
+constexpr long long kMemH200 = 150109880320;  // 141 GB HBM3e (139.80 GiB; read on our H200)
 constexpr long long kMemB200 = gib(178.35);   // 180 GB HBM3e
 
 const std::vector<Target>& profiles() {
