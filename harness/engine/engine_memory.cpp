@@ -176,18 +176,24 @@ void Engine::record_declared_scratch() {
   for (const auto& m : mixers_)
     for (const ScratchDecl& d : m->declared_scratch()) add(d);
   // The engine's own. Triton's do_bench buffer: held while a key's candidates are benchmarked
-  // (autotune.cpp), inside the profile run's peak only for kernels autotuned there.
-  ScratchDecl bench;
-  bench.name = "autotune benchmark buffer";
-  bench.bytes = jit::kTritonBenchBufferBytes;
-  bench.size_rule = "256 MiB of int32 held while an autotuned kernel benchmarks the candidates of a "
-                    "new tuning key, wherever that first happens (profile run, warmup, request)";
-  bench.kind = "per call";
-  for (const jit::AutotuneRecord& a : jit_->monitor().autotunes())
-    if (a.phase == "profile_run") bench.seen_by_profile_run = true;  // e.g. vLLM's GDN warmup
-  bench.source = "Triton's do_bench (get_empty_cache_for_benchmark)";
-  // Listed once a kernel was autotuned in this run (at the end of the run, whatever its outcome).
-  if (jit_ && !jit_->monitor().autotunes().empty()) add(bench);
+  // (autotune.cpp), inside the profile run's peak only for kernels autotuned there. Listed once a
+  // kernel was autotuned in this run (recorded at the end of the run, whatever its outcome).
+  const std::vector<jit::AutotuneRecord> autotunes =
+      jit_ ? jit_->monitor().autotunes() : std::vector<jit::AutotuneRecord>{};
+  if (!autotunes.empty()) {
+    ScratchDecl bench;
+    bench.name = "autotune benchmark buffer";
+    bench.bytes = jit::kTritonBenchBufferBytes;
+    bench.size_rule = "256 MiB of int32 held while an autotuned kernel benchmarks the candidates "
+                      "of a new tuning key, wherever that first happens (profile run, warmup, "
+                      "request)";
+    bench.kind = "per call";
+    bench.seen_by_profile_run = std::any_of(  // e.g. vLLM's GDN warmup
+        autotunes.begin(), autotunes.end(),
+        [](const jit::AutotuneRecord& a) { return a.phase == "profile_run"; });
+    bench.source = "Triton's do_bench (get_empty_cache_for_benchmark)";
+    add(bench);
+  }
   if (workspace_ && workspace_->policy() == WorkspacePolicy::kFixed) {
     ScratchDecl fixed;
     fixed.name = "fixed attention workspace";

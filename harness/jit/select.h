@@ -190,6 +190,10 @@ Selection select_by_heuristic(std::string tuning_key, KernelConfig config);
 
 // ---------------------------------------------------------------- autotune (Triton-style)
 
+/// Bytes of the buffer Triton's do_bench allocates to flush L2 (256 MiB of int32; Triton 3.6's
+/// CudaDriver.get_empty_cache_for_benchmark).
+constexpr int64_t kTritonBenchBufferBytes = int64_t{256} << 20;
+
 /// How candidates are benchmarked on a GPU, after Triton 3.x's do_bench
 /// (python/triton/testing.py): one call, synchronize, 5 calls timed together to estimate one
 /// call's time `est`, then max(1, int(warmup_ms / est)) warmup calls and max(1, int(rep_ms /
@@ -198,9 +202,6 @@ Selection select_by_heuristic(std::string tuning_key, KernelConfig config);
 /// thousands of calls). Unlike do_bench, the L2 cache is not flushed between calls, but do_bench's
 /// flush buffer (kTritonBenchBufferBytes) is held through JitOptions::benchmark_scratch while a
 /// key's candidates are benchmarked, so memory accounting sees what Triton allocates.
-/// Bytes of the buffer Triton's do_bench allocates to flush L2 (256 MiB of int32).
-constexpr int64_t kTritonBenchBufferBytes = int64_t{256} << 20;
-
 struct AutotuneOptions {
   double warmup_ms = 25;  ///< Triton's default
   double rep_ms = 100;    ///< Triton's default
