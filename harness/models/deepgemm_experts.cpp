@@ -54,6 +54,12 @@ class DeepGemmExperts final : public MoeExperts {
       dest = at::empty_like(pos).index_put_({order}, pos);      // row of pair (t, k)
       a.index_copy_(0, dest, x.repeat_interleave(K, 0));
       m_indices.index_put_({dest}, flat.to(at::kInt));
+    } else {
+      // Compile-only: the large allocations of the branch above, with their lifetimes, so the
+      // meta memory count sees them (libtorch 1.13 has no meta kernels for floor_divide or
+      // repeat_interleave): the pair -> row map and x repeated top_k times.
+      dest = at::empty({T * K}, opt.dtype(at::kLong));
+      const at::Tensor repeated = at::empty({T * K, H}, opt);
     }
     const dg::Fp8Activation aq = dg::quantize_fp8(a);
     at::Tensor h = at::empty({rows, 2 * I}, opt);
@@ -65,6 +71,12 @@ class DeepGemmExperts final : public MoeExperts {
     if (!meta_) {
       const at::Tensor routed = y.index({dest}).to(at::kFloat) * topk_w.reshape({-1, 1});
       out.index_add_(0, at::arange(T, opt.dtype(at::kLong)).repeat_interleave(K), routed);
+    } else {
+      // Compile-only: the gathered rows, their float copy and the weighted product, which the
+      // statement above holds at once.
+      const at::Tensor gathered = at::empty({T * K, H}, opt);
+      const at::Tensor as_float = at::empty({T * K, H}, opt.dtype(at::kFloat));
+      const at::Tensor routed = at::empty({T * K, H}, opt.dtype(at::kFloat));
     }
     return out;
   }

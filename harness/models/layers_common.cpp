@@ -191,7 +191,14 @@ int64_t shard_evenly(int64_t n, int tp, const std::string& key,
 
 at::Tensor clamped_swiglu(const at::Tensor& gu, double limit) {
   const int64_t I = gu.size(1) / 2;
-  if (gu.is_meta()) return at::empty({gu.size(0), I}, gu.options());
+  if (gu.is_meta()) {
+    // Compile-only: the float temporaries the last statement below holds at once (gate, up,
+    // silu(gate), the product), so the meta memory count peaks where the GPU does.
+    const at::TensorOptions f32 = gu.options().dtype(at::kFloat);
+    const at::Tensor g = at::empty({gu.size(0), I}, f32), u = at::empty({gu.size(0), I}, f32);
+    const at::Tensor act = at::empty({gu.size(0), I}, f32), prod = at::empty({gu.size(0), I}, f32);
+    return at::empty({gu.size(0), I}, gu.options().dtype(at::kBFloat16));
+  }
   at::Tensor g = gu.narrow(1, 0, I).to(at::kFloat), u = gu.narrow(1, I, I).to(at::kFloat);
   if (limit > 0) {
     g = g.clamp_max(limit);

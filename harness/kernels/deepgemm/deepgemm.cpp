@@ -102,8 +102,15 @@ std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const CallS
   const int64_t rows = x.size(0), k = x.size(1);
   if (k % 128 != 0) fail(fn, "x", fmt::format("K = {} is not a multiple of 128", k));
   if (x.is_meta()) {
-    return {at::empty({rows, k}, x.options().dtype(at::kByte)),
-            at::empty({rows, k / 128}, x.options().dtype(at::kFloat))};
+    // The allocations of the path below at its peak (the second statement), so the compile-only
+    // memory count matches the GPU's: the float copy of x (none when x is float already), the
+    // scales, the scaled and the clamped float temporaries, and the FP8 bytes. libtorch 1.13 has
+    // no meta kernel for abs(), so the sizes are allocated directly (meta_memory.h counts them).
+    const at::TensorOptions f32 = x.options().dtype(at::kFloat);
+    const at::Tensor xf = x.scalar_type() == at::kFloat ? x : at::empty({rows, k}, f32);
+    at::Tensor scale = at::empty({rows, k / 128}, f32);
+    const at::Tensor scaled = at::empty({rows, k}, f32), clamped = at::empty({rows, k}, f32);
+    return {at::empty({rows, k}, x.options().dtype(at::kByte)), scale};
   }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   const at::Tensor xf = x.to(at::kFloat).reshape({rows, k / 128, 128});
