@@ -577,47 +577,59 @@ INSTANTIATE_TEST_SUITE_P(AllScenarios, ScenarioExpectations, ::testing::ValuesIn
                            return n;
                          });
 
-// Compile-only mode counts the meta device's storages (harness/runtime/meta_memory.h): every
-// phase has its memory, and the profile run's peak agrees with what an H100 measured for the same
-// scenario (baselines/h100-sm90.json, recorded with torch's caching allocator).
-TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusProfilePeak) {
-  const nlohmann::json j = replay_json("scenarios/qwen3-8b-bf16.yaml --strategy none");
-  ASSERT_FALSE(j.is_null());
-  ASSERT_GE(j.at("results").size(), 1u);
-  const auto& r = j.at("results").at(0);  // every variant runs the same profile run
-  const auto& mem = r.at("phase_memory");
-  for (const char* phase : {"init", "load_weights", "profile_run", "kv_cache_alloc",
-                            "kernel_warmup", "graph_capture", "workspace_lock", "sampler_warmup",
-                            "0.prefill", "0.first_decode", "0.decode", "1.prefill",
-                            "1.first_decode", "1.decode"}) {
-    ASSERT_TRUE(mem.contains(phase)) << phase << " in " << mem.dump();
-    EXPECT_GE(mem.at(phase).at("peak_allocated_bytes").get<int64_t>(),
-              mem.at(phase).at("allocated_bytes").get<int64_t>())
-        << phase;
-  }
-  const int64_t weights = r.at("weights_bytes");
-  const int64_t kv = r.at("kv_cache_bytes");
-  const int64_t after_load = mem.at("load_weights").at("allocated_bytes");
-  EXPECT_GE(after_load, weights);
-  EXPECT_LT(after_load, weights + (64 << 20));  // rotary tables, block table: tens of MB
-  const int64_t peak = r.at("profile_peak_bytes");
-  EXPECT_EQ(mem.at("profile_run").at("peak_allocated_bytes").get<int64_t>(), peak);
-  EXPECT_GT(peak, after_load);  // the profile run's activations
-  EXPECT_GE(mem.at("kv_cache_alloc").at("allocated_bytes").get<int64_t>(), after_load + kv);
-  // The H100's measurement of the same profile run.
-  const std::vector<RunResults> h100 =
-      cli::read_any_results(source_dir() + "/baselines/h100-sm90.json");
-  std::optional<double> measured;
-  for (const RunResults& run : h100) {
-    if (run.scenario.name != "qwen3-8b-bf16") continue;
-    for (const StrategyResult& s : run.results) {
-      if (s.strategy == "none" && s.extra.contains("profile_peak_bytes"))
-        measured = s.extra.at("profile_peak_bytes").get<double>();
+/// Compile-only mode's device-memory model against the H200's measurement (baselines/h200-sm90.json,
+/// replayed at e964562): every phase's peak of the dense model, and of DeepSeek V4 whose FP8
+/// activation quantization and MoE routing temporaries have no meta kernels in libtorch 1.13 and
+/// are allocated by size instead, within 1% of what torch's caching allocator reported there.
+TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusPhasePeaks) {
+  const std::vector<RunResults> h200 = cli::read_any_results(source_dir() + "/baselines/h200-sm90.json");
+  const auto measured = [&](const std::string& scenario, const std::string& variant) -> nlohmann::json {
+    for (const RunResults& run : h200) {
+      if (run.scenario.name != scenario) continue;
+      for (const StrategyResult& s : run.results)
+        if (s.strategy == "none" && s.variant == variant && s.extra.contains("phase_memory"))
+          return s.extra.at("phase_memory");
     }
+    return nullptr;
+  };
+  struct Case {
+    std::string scenario, args;
+  };
+  for (const Case& c : {Case{"qwen3-8b-bf16", ""},
+                        Case{"deepseek-v4-flash", " --set 'matrix=requests.0.prompt_tokens: [300]'"}}) {
+    SCOPED_TRACE(c.scenario);
+    const nlohmann::json j =
+        replay_json("scenarios/" + c.scenario + ".yaml --strategy none --target h200" + c.args);
+    ASSERT_FALSE(j.is_null());
+    ASSERT_GE(j.at("results").size(), 1u);
+    const auto& r = j.at("results").at(0);
+    const auto& mem = r.at("phase_memory");
+    for (const auto& [phase, m] : mem.items()) {
+      EXPECT_GE(m.at("peak_allocated_bytes").get<int64_t>(), m.at("allocated_bytes").get<int64_t>()) << phase;
+    }
+    const int64_t weights = r.at("weights_bytes");
+    const int64_t kv = r.at("kv_cache_bytes");
+    const int64_t after_load = mem.at("load_weights").at("allocated_bytes");
+    EXPECT_GE(after_load, weights);
+    const int64_t peak = r.at("profile_peak_bytes");
+    EXPECT_EQ(mem.at("profile_run").at("peak_allocated_bytes").get<int64_t>(), peak);
+    EXPECT_GT(peak, after_load);  // the profile run's activations
+    EXPECT_GE(mem.at("kv_cache_alloc").at("allocated_bytes").get<int64_t>(), after_load + kv);
+    const std::string variant = r.value("variant", "");
+    const nlohmann::json gpu = measured(c.scenario, variant);
+    ASSERT_FALSE(gpu.is_null()) << "baselines/h200-sm90.json has no " << c.scenario << " / none [" << variant << "]";
+    size_t compared = 0;
+    for (const auto& [phase, g] : gpu.items()) {
+      const int64_t on_gpu = g.at("peak_allocated_bytes");
+      if (on_gpu < (1 << 20)) continue;  // init: torch's first small blocks
+      ASSERT_TRUE(mem.contains(phase)) << phase << " in " << mem.dump();
+      const int64_t here = mem.at(phase).at("peak_allocated_bytes");
+      EXPECT_NEAR(static_cast<double>(here) / static_cast<double>(on_gpu), 1.0, 0.01)
+          << phase << ": compile-only " << here << " bytes, H200 " << on_gpu;
+      ++compared;
+    }
+    EXPECT_GE(compared, 10u) << "the H200 result lists too few phases: " << gpu.dump();
   }
-  ASSERT_TRUE(measured.has_value()) << "baselines/h100-sm90.json has no qwen3-8b-bf16 run";
-  EXPECT_NEAR(static_cast<double>(peak) / *measured, 1.0, 0.05)
-      << "compile-only " << peak << " bytes, H100 " << *measured;
 }
 
 }  // namespace
