@@ -282,6 +282,28 @@ TEST_F(ReplayE2E, NemotronNanoOn16GbRunsOutOfMemoryOnItsFirstPrefillWithoutAMamb
     }
     EXPECT_TRUE(found) << r->at("strategy");
   }
+  // The CUDA context and library state are off limits, as on a card: in the budget's terms and in
+  // torch's text ("this process has" counts them, "allocated by PyTorch" does not).
+  EXPECT_EQ(none.at("kv_cache_budget").at("outside_allocator_at_init_bytes").get<long long>(),
+            none.at("meta").at("target").at("context_bytes").get<long long>());
+  EXPECT_EQ(none.at("kv_cache_budget").at("outside_allocator_bytes").get<long long>(),
+            none.at("meta").at("target").at("library_growth_bytes").get<long long>());
+  EXPECT_GT(none.at("meta").at("target").at("context_bytes").get<long long>(), 0);
+  // A utilization the card cannot give once its context exists: vLLM refuses to start.
+  ASSERT_EQ(run_coldstart("replay scenarios/nemotron-3-nano-16gb.yaml --device compile-only "
+                          "--target rtx-a4000 --strategy none --set engine.gpu_memory_utilization=0.99 "
+                          "--json " + json,
+                          out),
+            0)
+      << read_text(out);
+  const auto refused = nlohmann::json::parse(read_text(json)).at("results").at(0);
+  EXPECT_EQ(refused.at("outcome"), "crash");
+  EXPECT_EQ(refused.at("failed_phase"), "init");
+  EXPECT_EQ(refused.at("error").get<std::string>().rfind(
+                "Free memory on device cuda:0 (15.0", 0), 0u) << refused.at("error");
+  EXPECT_NE(refused.at("error").get<std::string>().find(
+                "GiB) on startup is less than desired GPU memory utilization (0.99, 15.45 GiB)."),
+            std::string::npos) << refused.at("error");
 }
 
 /// NemotronH's dense relu2 MLP layers ('-', Nemotron-H 56B) replay in compile-only mode too; a

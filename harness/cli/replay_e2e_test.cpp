@@ -223,11 +223,17 @@ TEST_F(ReplayE2E, CompileOnlyTargetsSetArchSmCountAndDeviceMemory) {
       by[r.strategy + " [" + r.variant + "]"] = r;
       for (const auto& c : r.hot_path_compiles)
         EXPECT_NE(c.key.find("@sm_" + std::to_string(t.sm)), std::string::npos) << c.key;
-      // The KV cache takes gpu_memory_utilization of the target's memory after the profile run.
+      // The KV cache takes gpu_memory_utilization of the target's memory after the profile run
+      // (on the 16 GB card nothing gets that far: below).
+      if (t.name == "rtx-a4000") continue;
       const nlohmann::json& budget = r.extra.at("kv_cache_budget");
       EXPECT_EQ(budget.at("total_device_bytes").get<long long>(),
                 target_profile(t.name).memory_bytes) << t.name;
-      EXPECT_EQ(budget.at("outside_allocator_bytes").get<long long>(), 0) << t.name;
+      // The memory outside torch's allocator: the target's context and library growth.
+      EXPECT_EQ(budget.at("outside_allocator_at_init_bytes").get<long long>(),
+                target_profile(t.name).context_bytes) << t.name;
+      EXPECT_EQ(budget.at("outside_allocator_bytes").get<long long>(),
+                target_profile(t.name).library_growth_bytes) << t.name;
       EXPECT_EQ(budget.at("profile_peak_bytes").get<long long>(),
                 r.extra.at("profile_peak_bytes").get<long long>()) << t.name;
     }
@@ -235,15 +241,15 @@ TEST_F(ReplayE2E, CompileOnlyTargetsSetArchSmCountAndDeviceMemory) {
       EXPECT_EQ(outcomes(by), sm90) << t.name;  // 180 GB: everything that ran on an H200 fits
       continue;
     }
-    // Qwen3-8B's 16.4 GB of bf16 weights leave a 16 GB card nothing for the KV cache: vLLM
-    // refuses to start, in every strategy, before any kernel is warmed.
+    // Qwen3-8B's 16.4 GB (15.27 GiB) of bf16 weights do not fit beside the CUDA context on a
+    // 16 GB card (15.61 GiB): loading them runs out of memory, in every strategy, before the KV
+    // cache is sized or any kernel is warmed.
     for (const auto& [k, r] : by) {
       EXPECT_EQ(outcome_name(r.outcome), "crash") << k;
-      EXPECT_EQ(r.failed_phase.value_or(""), "kv_cache_alloc") << k;
-      EXPECT_EQ(r.error.value_or("").rfind("No available memory for the cache blocks. Try "
-                                           "increasing `gpu_memory_utilization`", 0), 0u)
+      EXPECT_EQ(r.failed_phase.value_or(""), "load_weights") << k;
+      EXPECT_EQ(r.error.value_or("").rfind("CUDA out of memory. Tried to allocate ", 0), 0u)
           << k << ": " << r.error.value_or("");
-      EXPECT_LT(r.extra.at("kv_cache_budget").at("available_bytes").get<long long>(), 0) << k;
+      EXPECT_FALSE(r.extra.contains("kv_cache_budget")) << k;
     }
   }
 }
@@ -269,8 +275,10 @@ TEST_F(ReplayE2E, CompileOnlyOutOfMemoryIsACrashWithTorchsTextAndWhatHeldTheMemo
     // The phase's memory is recorded although it failed: what was held when it ran out.
     const long long peak =
         r.extra.at("phase_memory").at("load_weights").at("peak_allocated_bytes").get<long long>();
-    EXPECT_LE(peak, target_profile("a10").memory_bytes);
-    EXPECT_GT(peak, target_profile("a10").memory_bytes - (1LL << 30));
+    // Everything but the CUDA context the worker's init created.
+    const Target a10 = target_profile("a10");
+    EXPECT_LE(peak, a10.memory_bytes - a10.context_bytes);
+    EXPECT_GT(peak, a10.memory_bytes - a10.context_bytes - (1LL << 30));
   }
 }
 

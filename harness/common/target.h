@@ -21,6 +21,15 @@ struct Target {
   /// gpu_memory_utilization and what torch's out-of-memory text calls the total capacity);
   /// 0 when unknown (a bare `--arch` without a flagship profile).
   long long memory_bytes = 0;
+  /// Compile-only: device memory outside torch's caching allocator once an engine worker has
+  /// initialised CUDA (the CUDA context, torch's and the libraries' device state), in bytes: part
+  /// of what cudaMemGetInfo counts as used before the model loads, so it is never free for the
+  /// allocator. 0 when unknown. On a GPU it is measured (kv_cache_budget).
+  long long context_bytes = 0;
+  /// Compile-only: how much that memory grows during the profile run (library handles and
+  /// workspaces created at their first call, e.g. cuBLAS's), in bytes; vLLM charges this growth
+  /// to the KV budget (non_torch_increase). 0 when unknown.
+  long long library_growth_bytes = 0;
 
   /// The arch with its architecture-specific suffix ("sm_90a", "sm_100a") that kernels using
   /// wgmma / tcgen05 / TMA multicast need; equals `arch` below sm_90.

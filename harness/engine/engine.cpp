@@ -224,6 +224,9 @@ StrategyResult Engine::run() {
   if (dev.mode != DeviceMode::kCuda) {
     track_meta_memory();
     set_meta_memory_limit(dev.target.memory_bytes);
+    // The CUDA context the worker's init creates holds part of the device from the start
+    // (target.h: context_bytes, the H200's measurement).
+    set_meta_outside_allocator_bytes(dev.target.memory_bytes > 0 ? dev.target.context_bytes : 0);
   }
   try {
     double startup = 0;
@@ -292,7 +295,13 @@ void Engine::do_init() {
   // The autotuner's benchmark buffer comes from torch's allocator on the engine's device, as
   // Triton's does: counted by the memory model in compile-only mode, by the caching allocator on
   // a GPU, and able to run out of memory in either.
-  jo.benchmark_scratch = [dev = device()](int64_t bytes) -> std::shared_ptr<void> {
+  // Each request is noted (phase included) before the allocation, so a run whose autotune could
+  // not get the buffer still declares it.
+  jo.benchmark_scratch = [this, dev = device()](int64_t bytes) -> std::shared_ptr<void> {
+    {
+      const std::lock_guard<std::mutex> lock(bench_buffer_mu_);
+      bench_buffer_phases_.insert(jit_ ? jit_->monitor().phase() : std::string());
+    }
     return std::make_shared<at::Tensor>(
         at::empty({bytes / 4}, at::TensorOptions().dtype(at::kInt).device(dev)));
   };
@@ -321,6 +330,9 @@ void Engine::do_init() {
   {
     const MemoryStats m = memory_stats(mode());
     outside_at_init_bytes_ = m.total_device - m.free_device - m.reserved;
+    // vLLM then refuses to start when less than gpu_memory_utilization of the device is free.
+    if (m.total_device > 0)
+      check_startup_free_memory(m.free_device, m.total_device, scenario_.engine.gpu_memory_utilization);
   }
   // Prefill attention stand-in: libtorch SDPA without its cuDNN backend unless asked
   // (COLDSTART_SDPA_CUDNN=1), see configure_sdpa_backends().

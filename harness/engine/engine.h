@@ -10,7 +10,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -192,6 +194,9 @@ class Engine final : public WarmupContext {
   long long profile_peak_bytes_ = 0;  ///< the profile run's peak allocation (KV cache sizing)
   /// Device memory outside torch's allocator when init began (the CUDA context), bytes.
   long long outside_at_init_bytes_ = 0;
+  /// Phases in which the autotuner asked for its benchmark buffer (declared_scratch).
+  std::set<std::string> bench_buffer_phases_;
+  std::mutex bench_buffer_mu_;  ///< warmers autotune from several threads
   /// What held device memory when `e` (an out-of-memory error) was raised: "[coldstart: in phase
   /// P (request R, step S); held then: weights .., KV cache .., workspace .., activations and
   /// other buffers ..]", sizes in torch's spelling.

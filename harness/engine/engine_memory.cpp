@@ -42,6 +42,12 @@ void Engine::do_profile_run() {
   // metadata, so every mixer returns early; then _dummy_sampler_run on the last token of each
   // dummy request. Its peak activation memory sizes the KV cache.
   reset_peak_memory(mode());
+  // Compile-only: the libraries' device state created at their first call in this run (cuBLAS's
+  // handle and workspace) grows the memory outside torch's allocator (target.h).
+  if (mode() != DeviceMode::kCuda && options_.device.target.memory_bytes > 0) {
+    set_meta_outside_allocator_bytes(options_.device.target.context_bytes +
+                                     options_.device.target.library_growth_bytes);
+  }
   const std::vector<SeqStep> seqs = dummy_seqs(scenario_.engine.max_num_batched_tokens);
   ForwardBatch b = make_batch(seqs, /*skip_attention=*/true);
   sample(model_->compute_logits(last_token_hidden(run_eager(b), b)), b.num_reqs);
@@ -82,7 +88,8 @@ void Engine::do_kv_cache_alloc() {
     // outside torch's allocator grew since the init snapshot (non_torch_increase: library
     // handles, loaded kernel modules; not the CUDA context, which the snapshot already held). On
     // a GPU both are measured (outside = total - free - reserved); in compile-only mode the
-    // device is the target's memory and nothing outside the allocator is modelled (0).
+    // device is the target's memory and the outside terms are the target's context and library
+    // growth (target.h), the H200's measurements.
     const double budget = e.gpu_memory_utilization * static_cast<double>(m.total_device);
     const long long outside = m.total_device - m.free_device - m.reserved - outside_at_init_bytes_;
     // The profile run's peak (each phase starts a new peak window, so not m.peak_allocated).
@@ -176,11 +183,11 @@ void Engine::record_declared_scratch() {
   for (const auto& m : mixers_)
     for (const ScratchDecl& d : m->declared_scratch()) add(d);
   // The engine's own. Triton's do_bench buffer: held while a key's candidates are benchmarked
-  // (autotune.cpp), inside the profile run's peak only for kernels autotuned there. Listed once a
-  // kernel was autotuned in this run (recorded at the end of the run, whatever its outcome).
-  const std::vector<jit::AutotuneRecord> autotunes =
-      jit_ ? jit_->monitor().autotunes() : std::vector<jit::AutotuneRecord>{};
-  if (!autotunes.empty()) {
+  // (autotune.cpp), inside the profile run's peak only for kernels autotuned there. Listed once
+  // the autotuner asked for it in this run, also when that allocation ran out of memory
+  // (recorded at the end of the run, whatever its outcome).
+  const std::lock_guard<std::mutex> bench_lock(bench_buffer_mu_);
+  if (!bench_buffer_phases_.empty()) {
     ScratchDecl bench;
     bench.name = "autotune benchmark buffer";
     bench.bytes = jit::kTritonBenchBufferBytes;
@@ -188,9 +195,7 @@ void Engine::record_declared_scratch() {
                       "of a new tuning key, wherever that first happens (profile run, warmup, "
                       "request)";
     bench.kind = "per call";
-    bench.seen_by_profile_run = std::any_of(  // e.g. vLLM's GDN warmup
-        autotunes.begin(), autotunes.end(),
-        [](const jit::AutotuneRecord& a) { return a.phase == "profile_run"; });
+    bench.seen_by_profile_run = bench_buffer_phases_.count("profile_run") > 0;  // vLLM's GDN warmup
     bench.source = "Triton's do_bench (get_empty_cache_for_benchmark)";
     add(bench);
   }

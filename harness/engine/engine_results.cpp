@@ -26,7 +26,8 @@ nlohmann::json device_meta_json(const DeviceInfo& dev) {
           {"target", {{"profile", t.profile}, {"device_name", t.device_name}, {"arch", t.arch},
                       {"sm_count", t.sm_count},
                       {"shared_memory_per_block", t.shared_memory_per_block},
-                      {"memory_bytes", t.memory_bytes}}}};
+                      {"memory_bytes", t.memory_bytes}, {"context_bytes", t.context_bytes},
+                      {"library_growth_bytes", t.library_growth_bytes}}}};
 }
 
 void Engine::snapshot() {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "harness/common/error.h"
@@ -96,6 +97,29 @@ int64_t kv_cache_bytes_for_request(const KvCachePlanInput& in, int64_t tokens) {
     bytes += checked_mul(pages, page.page_bytes, "the cache bytes of one request in a layer");
   }
   return bytes;
+}
+
+std::string python_round2(double x) {
+  std::string s = fmt::format("{:.2f}", x);
+  while (s.size() > 1 && s.back() == '0' && s[s.size() - 2] != '.') s.pop_back();
+  return s;
+}
+
+void check_startup_free_memory(int64_t free_bytes, int64_t total_bytes, double gpu_memory_utilization) {
+  // vllm/v1/worker/utils.py, request_memory (called by gpu_worker.py's Worker.init_device with
+  // the init MemorySnapshot): requested = ceil(total * gpu_memory_utilization); a ValueError when
+  // the free memory is less. GiB figures are mem_utils.format_gib, round(b / GiB, 2), printed as
+  // Python floats; the utilization as Python prints it; the device as torch prints it.
+  const double requested = std::ceil(gpu_memory_utilization * static_cast<double>(total_bytes));
+  if (static_cast<double>(free_bytes) >= requested) return;
+  constexpr double kGiB = 1073741824.0;
+  std::string util = fmt::format("{}", gpu_memory_utilization);
+  if (util.find_first_of(".e") == std::string::npos) util += ".0";
+  throw KvCacheMemoryError(fmt::format(
+      "Free memory on device cuda:0 ({}/{} GiB) on startup is less than desired GPU memory utilization "
+      "({}, {} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+      python_round2(static_cast<double>(free_bytes) / kGiB),
+      python_round2(static_cast<double>(total_bytes) / kGiB), util, python_round2(requested / kGiB)));
 }
 
 int64_t estimate_max_model_len(const KvCachePlanInput& in, int64_t available_bytes,

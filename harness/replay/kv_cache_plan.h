@@ -83,9 +83,10 @@ KvCachePage plan_page(const KvCachePlanInput& in);
 /// not fit 64 bits throws Error naming the operands, never a wrapped value.
 KvCachePlan plan_kv_cache(const KvCachePlanInput& in);
 
-/// vLLM refuses to start: the memory left for the caches after the profile run holds nothing, or
-/// not one request of max_model_len tokens. The text is vLLM's ValueError
-/// (vllm/v1/core/kv_cache_utils.py, _check_enough_kv_cache_memory, commit 001cabc1).
+/// vLLM refuses to start for want of memory: less than gpu_memory_utilization of the device is
+/// free when the worker starts (check_startup_free_memory), or the memory left for the caches after
+/// the profile run holds nothing, or not one request of max_model_len tokens
+/// (check_enough_kv_cache_memory). The texts are vLLM's ValueErrors.
 class KvCacheMemoryError : public Error {
  public:
   using Error::Error;
@@ -107,6 +108,17 @@ int64_t estimate_max_model_len(const KvCachePlanInput& in, int64_t available_byt
 /// seq len (...), (X GiB KV cache is needed, ...").
 void check_enough_kv_cache_memory(const KvCachePlanInput& in, int64_t available_bytes,
                                   int64_t max_model_len);
+
+/// vLLM's worker start (vllm/v1/worker/utils.py request_memory, from gpu_worker.py's
+/// Worker.init_device once the device and its distributed group are set up): throws
+/// KvCacheMemoryError ("Free memory on device cuda:0 (F/T GiB) on startup is less than desired GPU
+/// memory utilization (U, R GiB). ...") when `free_bytes` < ceil(`gpu_memory_utilization` *
+/// `total_bytes`). Sizes in bytes.
+void check_startup_free_memory(int64_t free_bytes, int64_t total_bytes, double gpu_memory_utilization);
+
+/// Python's str() of round(x, 2), as vLLM prints GiB figures in its startup check: at most two
+/// decimals, trailing zeros dropped but one kept ("15.0", "14.6", "139.8").
+std::string python_round2(double x);
 
 /// vLLM's free block queue over the block ids [first, end): taken from the front, returned to the
 /// back. The ids never handed out are kept as a range, so a cache of 2^31 blocks costs no memory

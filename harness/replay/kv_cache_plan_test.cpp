@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "harness/common/error.h"
 
 namespace coldstart {
@@ -91,6 +93,36 @@ TEST(KvCacheMemory, TooLittleMemoryRaisesVllmsStartupErrors) {
               "Based on the available memory, the estimated maximum model length is 16384. Try "
               "increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
               "initializing the engine.");
+  }
+}
+
+TEST(KvCacheMemory, TooLittleFreeMemoryAtWorkerStartRaisesVllmsError) {
+  EXPECT_EQ(python_round2(15.0), "15.0");
+  EXPECT_EQ(python_round2(14.6049), "14.6");
+  EXPECT_EQ(python_round2(139.7988), "139.8");
+  EXPECT_EQ(python_round2(0.004), "0.0");
+  const int64_t total = 16760905728;  // 15.61 GiB, an RTX A4000
+  const int64_t context = 648871936;
+  EXPECT_NO_THROW(check_startup_free_memory(total - context, total, 0.94));
+  EXPECT_NO_THROW(check_startup_free_memory(total, total, 1.0));  // nothing else on the device
+  try {
+    check_startup_free_memory(total - context, total, 0.99);
+    FAIL() << "no error at 0.99";
+  } catch (const KvCacheMemoryError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "Free memory on device cuda:0 (15.01/15.61 GiB) on startup is less than desired GPU "
+              "memory utilization (0.99, 15.45 GiB). Decrease GPU memory utilization or reduce GPU "
+              "memory used by other processes.");
+  }
+  // ceil(total * utilization): one byte short of it is refused.
+  const int64_t requested = static_cast<int64_t>(std::ceil(0.9 * static_cast<double>(total)));
+  EXPECT_NO_THROW(check_startup_free_memory(requested, total, 0.9));
+  EXPECT_THROW(check_startup_free_memory(requested - 1, total, 0.9), KvCacheMemoryError);
+  try {
+    check_startup_free_memory(0, total, 1.0);
+    FAIL();
+  } catch (const KvCacheMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("(1.0, 15.61 GiB)"), std::string::npos) << e.what();
   }
 }
 

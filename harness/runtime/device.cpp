@@ -294,13 +294,16 @@ MemoryStats memory_stats(DeviceMode mode) {
   MemoryStats s;
   if (mode != DeviceMode::kCuda) {
     // Compile-only: the meta device's counting allocator (meta_memory.h), when installed. With a
-    // target's memory set as its limit, the device is that big and nothing but tensors uses it
-    // (no cached segments, no context): reserved = allocated, free = total - allocated.
+    // target's memory set as its limit, the device is that big and holds tensors plus the memory
+    // modelled outside the allocator (the target's CUDA context; no cached segments): reserved =
+    // allocated, free = total - allocated - outside.
     s.allocated = meta_allocated_bytes();
     s.peak_allocated = meta_peak_bytes();
     s.reserved = s.allocated;
     s.total_device = meta_memory_limit();
-    s.free_device = s.total_device > 0 ? std::max(0LL, s.total_device - s.allocated) : 0;
+    s.free_device = s.total_device > 0
+                        ? std::max(0LL, s.total_device - s.allocated - meta_outside_allocator_bytes())
+                        : 0;
     return s;
   }
 #ifdef COLDSTART_WITH_CUDA

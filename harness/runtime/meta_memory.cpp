@@ -16,6 +16,7 @@ std::atomic<int64_t> g_allocated{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<bool> g_tracked{false};
 std::atomic<int64_t> g_limit{0};
+std::atomic<int64_t> g_outside{0};
 
 // What a storage's DataPtr carries so that its deleter can give its bytes back. The data pointer
 // itself stays null, as the meta device's own allocator leaves it.
@@ -34,7 +35,8 @@ c10::DataPtr allocate_meta_block(size_t nbytes) {
   const int64_t limit = g_limit.load(std::memory_order_relaxed);
   if (limit > 0) {
     const int64_t held = g_allocated.load(std::memory_order_relaxed);
-    if (held + bytes > limit) throw DeviceOutOfMemoryError(bytes, held, limit);
+    const int64_t outside = g_outside.load(std::memory_order_relaxed);
+    if (held + outside + bytes > limit) throw DeviceOutOfMemoryError(bytes, held, limit, outside);
   }
   auto* block = new MetaBlock{bytes};
   const int64_t now = g_allocated.fetch_add(block->bytes, std::memory_order_relaxed) + block->bytes;
@@ -66,17 +68,18 @@ std::string torch_format_size(int64_t bytes) {
 }
 
 DeviceOutOfMemoryError::DeviceOutOfMemoryError(int64_t requested_bytes, int64_t allocated_bytes,
-                                               int64_t capacity_bytes)
+                                               int64_t capacity_bytes, int64_t outside_bytes)
     // The sentences of torch 2.x's message, with what the compile-only model knows: nothing is
-    // cached unused and no other process shares the device, so "in use" is what tensors hold.
+    // cached unused and no other process shares the device, so "in use" is what tensors hold
+    // plus the memory outside the allocator (the CUDA context: torch's "non-PyTorch memory").
     : Error(fmt::format(
           "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} "
           "is free. Including non-PyTorch memory, this process has {} memory in use. Of the "
           "allocated memory {} is allocated by PyTorch, and 0 bytes is reserved by PyTorch but "
           "unallocated.",
           torch_format_size(requested_bytes), torch_format_size(capacity_bytes),
-          torch_format_size(capacity_bytes - allocated_bytes), torch_format_size(allocated_bytes),
-          torch_format_size(allocated_bytes))),
+          torch_format_size(capacity_bytes - allocated_bytes - outside_bytes),
+          torch_format_size(allocated_bytes + outside_bytes), torch_format_size(allocated_bytes))),
       requested_(requested_bytes),
       allocated_(allocated_bytes),
       capacity_(capacity_bytes) {}
@@ -108,5 +111,9 @@ void reset_meta_peak() { g_peak.store(g_allocated.load(std::memory_order_relaxed
 void set_meta_memory_limit(int64_t bytes) { g_limit.store(bytes > 0 ? bytes : 0); }
 
 int64_t meta_memory_limit() { return g_limit.load(std::memory_order_relaxed); }
+
+void set_meta_outside_allocator_bytes(int64_t bytes) { g_outside.store(bytes > 0 ? bytes : 0); }
+
+int64_t meta_outside_allocator_bytes() { return g_outside.load(std::memory_order_relaxed); }
 
 }  // namespace coldstart

@@ -19,7 +19,10 @@ namespace coldstart {
 /// Sizes in bytes.
 class DeviceOutOfMemoryError : public Error {
  public:
-  DeviceOutOfMemoryError(int64_t requested_bytes, int64_t allocated_bytes, int64_t capacity_bytes);
+  /// `outside_bytes`: device memory outside torch's allocator (the CUDA context), counted as in
+  /// use and never free.
+  DeviceOutOfMemoryError(int64_t requested_bytes, int64_t allocated_bytes, int64_t capacity_bytes,
+                         int64_t outside_bytes = 0);
   int64_t requested_bytes() const { return requested_; }   ///< the block asked for
   int64_t allocated_bytes() const { return allocated_; }   ///< held by tensors at that moment
   int64_t capacity_bytes() const { return capacity_; }     ///< the device's memory
@@ -52,11 +55,17 @@ void reset_meta_peak();
 
 /// The device memory the meta allocator may hand out in total, in bytes (the target's memory);
 /// 0 (the default) is unlimited. An allocation that would take meta_allocated_bytes() past it
-/// throws DeviceOutOfMemoryError and allocates nothing. Not counted: the CUDA context and
-/// libraries' handles (memory outside torch's allocator), and the caching allocator's cached but
-/// unused segments, so a device runs out somewhat earlier than this model says.
+/// throws DeviceOutOfMemoryError and allocates nothing. The memory outside torch's allocator
+/// (set_meta_outside_allocator_bytes) is taken from it first. Not modelled: the caching
+/// allocator's cached but unused segments, so a device runs out somewhat earlier than this says.
 void set_meta_memory_limit(int64_t bytes);
 int64_t meta_memory_limit();
+
+/// Device memory held outside torch's allocator (the CUDA context, library handles), in bytes:
+/// no meta allocation may use it, and memory_stats() counts it as neither free nor reserved, as
+/// cudaMemGetInfo and torch's statistics disagree by it on a GPU. 0 (the default) is none.
+void set_meta_outside_allocator_bytes(int64_t bytes);
+int64_t meta_outside_allocator_bytes();
 
 /// A storage of `nbytes` as the CUDA caching allocator accounts it in allocated_bytes: at least
 /// 512 bytes, rounded up to a multiple of 512 (c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize

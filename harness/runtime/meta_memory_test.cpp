@@ -4,6 +4,7 @@
 #include "harness/runtime/meta_memory.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "harness/runtime/graph.h"
@@ -93,6 +94,37 @@ TEST(MetaMemory, AnAllocationPastTheLimitRaisesTorchsOutOfMemoryAndTakesNothing)
   EXPECT_EQ(meta_memory_limit(), 0);
   at::Tensor big = at::empty({1LL << 40}, bf16);  // 2 TiB: unlimited again
   EXPECT_EQ(memory_stats(DeviceMode::kCompileOnly).total_device, 0);
+}
+
+TEST(MetaMemory, MemoryOutsideTheAllocatorIsNeverFreeAndCountsAsInUse) {
+  track_meta_memory();
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(at::kMeta);
+  const int64_t base = meta_allocated_bytes();
+  set_meta_memory_limit(base + (64 << 20));
+  set_meta_outside_allocator_bytes(24 << 20);  // a "CUDA context"
+  EXPECT_EQ(meta_outside_allocator_bytes(), 24 << 20);
+  {
+    at::Tensor w = at::empty({4096, 4096}, bf16);  // 32 MiB: 8 MiB left beside the context
+    const MemoryStats m = memory_stats(DeviceMode::kCompileOnly);
+    EXPECT_EQ(m.free_device, 8 << 20);
+    EXPECT_EQ(m.total_device - m.free_device - m.reserved, 24 << 20);  // as cudaMemGetInfo sees it
+    try {
+      at::Tensor x = at::empty({2048, 4096}, bf16);  // 16 MiB: would fit without the context
+      FAIL() << "no out-of-memory error";
+    } catch (const DeviceOutOfMemoryError& e) {
+      const std::string text = e.what();
+      EXPECT_NE(text.find(" of which 8.00 MiB is free."), std::string::npos) << text;
+      // torch: "this process has" includes non-PyTorch memory; "allocated by PyTorch" does not.
+      EXPECT_NE(text.find(fmt::format("this process has {} memory in use. Of the allocated memory {} "
+                                      "is allocated by PyTorch",
+                                      torch_format_size(base + (56 << 20)),
+                                      torch_format_size(base + (32 << 20)))),
+                std::string::npos)
+          << text;
+    }
+  }
+  set_meta_outside_allocator_bytes(0);
+  set_meta_memory_limit(0);
 }
 
 }  // namespace
