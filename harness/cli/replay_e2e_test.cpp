@@ -123,6 +123,21 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
   const std::string said = read_text(out);
   EXPECT_EQ(said.find('\x1b'), std::string::npos) << said;
   EXPECT_NE(said.find("\\x1B]0;title\\x07.yaml"), std::string::npos) << said;
+  // Each error names where the bad value came from: a matrix given by --set is blamed on the
+  // command line, not on a line of the scenario; an empty or unknown target names its sources.
+  const std::string where = paths::join(dir_, "where.txt");
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only "
+                          "--set 'matrix={cudagraph_mode: [bogus]}'", where), 2);
+  EXPECT_NE(read_text(where).find("--set matrix, variant 'cudagraph_mode=bogus': key "
+                                  "'engine.cudagraph_mode'"), std::string::npos) << read_text(where);
+  EXPECT_EQ(read_text(where).find("qwen3-8b-bf16.yaml:1:"), std::string::npos) << read_text(where);
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --target ''", where), 2);
+  EXPECT_NE(read_text(where).find("--target: needs a profile name"), std::string::npos) << read_text(where);
+  ::setenv("COLDSTART_TARGET", "foo", 1);
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only", where), 2);
+  ::unsetenv("COLDSTART_TARGET");
+  EXPECT_NE(read_text(where).find("--target / COLDSTART_TARGET 'foo': unknown target"),
+            std::string::npos) << read_text(where);
   // std::regex recurses per nested group: a deep --filter is refused, not a stack overflow.
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --filter '" +
                           std::string(5000, '(') + std::string(5000, ')') + "'"),

@@ -174,7 +174,12 @@ void add_common_options(CLI::App* cmd, ReplayArgs& a) {
   cmd->add_option("--target", a.target,
                   "compile-only target GPU: rtx-a4000, a10, h100, h200, b200 (arch, SM count, "
                   "device name for tuned tables)")
-      ->envname("COLDSTART_TARGET");
+      ->envname("COLDSTART_TARGET")
+      // An empty name would silently mean "no target"; say so instead.
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string("needs a profile name (rtx-a4000, a10, h100, h200, b200)")
+                         : std::string();
+      });
   cmd->add_option("--sm-count", a.sm_count,
                   "compile-only SM count (with --arch, or replacing the --target profile's)")
       ->envname("COLDSTART_SM_COUNT");

@@ -90,7 +90,8 @@ Target target_profile(const std::string& name) {
     if (t.profile == name) return t;
     known += (known.empty() ? "" : ", ") + t.profile;
   }
-  throw InputError(fmt::format("--target '{}': unknown target (known: {})", name, known));
+  // The name comes from --target or from COLDSTART_TARGET: both are named.
+  throw InputError(fmt::format("--target / COLDSTART_TARGET '{}': unknown target (known: {})", name, known));
 }
 
 Target target_for_arch(const std::string& arch, int sm_count) {

@@ -211,7 +211,11 @@ void apply_set_overrides(Checker& c, YAML::Node root, const std::vector<std::str
 
 void apply_variant_overrides(Checker& c, YAML::Node root, const Variant& variant) {
   const YAML::Node matrix = lookup(root, "matrix");
-  const std::string label = fmt::format("variant '{}'", variant.name);
+  // A matrix given by `--set matrix=...` has no place in the file: its values are blamed on the
+  // command line, not on a line of the scenario.
+  const bool matrix_from_cli = c.from_command_line({"matrix"});
+  const std::string label = matrix_from_cli ? fmt::format("--set matrix, variant '{}'", variant.name)
+                                            : fmt::format("variant '{}'", variant.name);
   for (const auto& [key, text_value] : variant.overrides) {
     Resolved r = resolve_key(key);
     if (!r.error.empty()) {
@@ -221,7 +225,7 @@ void apply_variant_overrides(Checker& c, YAML::Node root, const Variant& variant
     // Prefer the matrix's own node, so problems point into the file.
     YAML::Node value;
     bool from_file = false;
-    if (matrix.IsMap()) {
+    if (matrix.IsMap() && !matrix_from_cli) {
       for (auto it = matrix.begin(); it != matrix.end() && !from_file; ++it) {
         if (!it->first.IsScalar() || resolve_key(it->first.Scalar()).path != r.path) continue;
         if (!it->second.IsSequence()) continue;
