@@ -250,6 +250,9 @@ TEST_F(ReplayE2E, NemotronNanoOn16GbRunsOutOfMemoryOnItsFirstPrefillWithoutAMamb
             0)
       << read_text(out);
   const auto j = nlohmann::json::parse(read_text(json));
+  // The engine summary carries what sizes the KV cache, so compare can tell such runs apart.
+  EXPECT_EQ(j.at("scenario").at("engine").at("gpu_memory_utilization").get<double>(), 0.96);
+  EXPECT_FALSE(j.at("scenario").at("engine").contains("num_gpu_blocks"));
   std::map<std::string, nlohmann::json> by;
   for (const auto& r : j.at("results")) by[r.at("strategy").get<std::string>()] = r;
   ASSERT_EQ(by.size(), 2u);
@@ -259,8 +262,15 @@ TEST_F(ReplayE2E, NemotronNanoOn16GbRunsOutOfMemoryOnItsFirstPrefillWithoutAMamb
   const std::string e = none.at("error");
   EXPECT_EQ(e.rfind("CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a total capacity "
                     "of 15.61 GiB of which ", 0), 0u) << e;
-  EXPECT_NE(e.find("[coldstart: in phase prefill (request 0, step 0); held then: weights "),
+  // The allocation that failed is named: the do_bench buffer of the SSD chain's first autotune,
+  // after its first candidate compiled (a hot-path compile of the crashed run).
+  EXPECT_NE(e.find("[coldstart: in phase prefill (request 0, step 0), taking Triton's 256.00 MiB "
+                   "benchmark buffer for the autotune of mamba_ssd_cumsum for tuning key '"),
             std::string::npos) << e;
+  EXPECT_NE(e.find("; held then: weights "), std::string::npos) << e;
+  bool cumsum_compiled = false;
+  for (const auto& c : none.at("hot_path_compiles")) cumsum_compiled |= c.at("kernel") == "mamba_ssd_cumsum";
+  EXPECT_TRUE(cumsum_compiled) << none.at("hot_path_compiles").dump();
   const long long total = none.at("kv_cache_budget").at("total_device_bytes");
   EXPECT_LE(none.at("phase_memory").at("0.prefill").at("peak_allocated_bytes").get<long long>(), total);
   const nlohmann::json& warmed = by.at("all-mamba");
@@ -289,6 +299,19 @@ TEST_F(ReplayE2E, NemotronNanoOn16GbRunsOutOfMemoryOnItsFirstPrefillWithoutAMamb
   EXPECT_EQ(none.at("kv_cache_budget").at("outside_allocator_bytes").get<long long>(),
             none.at("meta").at("target").at("library_growth_bytes").get<long long>());
   EXPECT_GT(none.at("meta").at("target").at("context_bytes").get<long long>(), 0);
+  // A fixed num_gpu_blocks counts blocks of the raised size (2096 tokens here): 100 hold
+  // max_model_len 8192 and the run starts.
+  ASSERT_EQ(run_coldstart("replay scenarios/nemotron-3-nano-16gb.yaml --device compile-only "
+                          "--target rtx-a4000 --strategy none --set engine.num_gpu_blocks=100 "
+                          "--set engine.gpu_memory_utilization=0.9 --json " + json,
+                          out),
+            0)
+      << read_text(out);
+  {
+    const auto fixed = nlohmann::json::parse(read_text(json)).at("results").at(0);
+    EXPECT_EQ(fixed.at("num_gpu_blocks"), 100) << fixed.dump().substr(0, 400);
+    EXPECT_EQ(fixed.at("block_size_raised").at("to"), 2096);
+  }
   // A utilization the card cannot give once its context exists: vLLM refuses to start.
   ASSERT_EQ(run_coldstart("replay scenarios/nemotron-3-nano-16gb.yaml --device compile-only "
                           "--target rtx-a4000 --strategy none --set engine.gpu_memory_utilization=0.99 "

@@ -296,14 +296,21 @@ void Engine::do_init() {
   // Triton's does: counted by the memory model in compile-only mode, by the caching allocator on
   // a GPU, and able to run out of memory in either.
   // Each request is noted (phase included) before the allocation, so a run whose autotune could
-  // not get the buffer still declares it.
-  jo.benchmark_scratch = [this, dev = device()](int64_t bytes) -> std::shared_ptr<void> {
+  // not get the buffer still declares it, and an out-of-memory error names the autotune.
+  jo.benchmark_scratch = [this, dev = device()](int64_t bytes, const std::string& what)
+      -> std::shared_ptr<void> {
     {
       const std::lock_guard<std::mutex> lock(bench_buffer_mu_);
       bench_buffer_phases_.insert(jit_ ? jit_->monitor().phase() : std::string());
     }
-    return std::make_shared<at::Tensor>(
-        at::empty({bytes / 4}, at::TensorOptions().dtype(at::kInt).device(dev)));
+    try {
+      return std::make_shared<at::Tensor>(
+          at::empty({bytes / 4}, at::TensorOptions().dtype(at::kInt).device(dev)));
+    } catch (const std::exception&) {
+      const std::lock_guard<std::mutex> lock(bench_buffer_mu_);
+      bench_buffer_failed_for_ = what;  // memory_holders() names it
+      throw;
+    }
   };
   jit_ = std::make_unique<jit::JitRuntime>(jo);
   jit_->monitor().set_phase("init");

@@ -196,7 +196,9 @@ class Engine final : public WarmupContext {
   long long outside_at_init_bytes_ = 0;
   /// Phases in which the autotuner asked for its benchmark buffer (declared_scratch).
   std::set<std::string> bench_buffer_phases_;
-  std::mutex bench_buffer_mu_;  ///< warmers autotune from several threads
+  mutable std::mutex bench_buffer_mu_;  ///< warmers autotune from several threads
+  /// The autotune whose benchmark buffer could not be allocated ("" when none).
+  std::string bench_buffer_failed_for_;
   /// What held device memory when `e` (an out-of-memory error) was raised: "[coldstart: in phase
   /// P (request R, step S); held then: weights .., KV cache .., workspace .., activations and
   /// other buffers ..]", sizes in torch's spelling.

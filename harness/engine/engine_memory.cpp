@@ -230,6 +230,13 @@ std::string Engine::memory_holders(const std::exception& e) const {
     const StepContext st = jit_->monitor().step();
     if (st.request >= 0) where += fmt::format(" (request {}, step {})", st.request, st.step);
   }
+  {
+    // The allocation that failed was Triton's do_bench buffer: say for which autotune.
+    const std::lock_guard<std::mutex> lock(bench_buffer_mu_);
+    if (!bench_buffer_failed_for_.empty())
+      where += fmt::format(", taking Triton's {} benchmark buffer for {}",
+                           torch_format_size(jit::kTritonBenchBufferBytes), bench_buffer_failed_for_);
+  }
   if (!result_.extra.contains("weights_bytes")) {
     // Still loading: what is held is the weights loaded so far (and the engine's small buffers).
     return fmt::format("[coldstart: in phase {}; held then: weights loaded so far and other "

@@ -79,12 +79,15 @@ int clamp_count(double wanted, int max_reps) {
 }
 
 // Triton 3.x do_bench (python/triton/testing.py), without the L2 flush: returns the median time
-// of one run_once(c) in milliseconds.
+// of one run_once(c) in milliseconds. `take_buffer` is called where do_bench takes its flush
+// buffer, after the first call and a synchronize; the buffer is held until the return.
 double bench(const KernelConfig& c, const std::function<void(const KernelConfig&)>& run_once,
-             CUstream stream, const AutotuneOptions& options) {
+             CUstream stream, const AutotuneOptions& options,
+             const std::function<std::shared_ptr<void>()>& take_buffer) {
   const DriverApi& d = driver();
   run_once(c);  // compiles (on the first call) and launches once
   CS_CU_CHECK(d.cuStreamSynchronize(stream));
+  const std::shared_ptr<void> buffer = take_buffer();
 
   Events estimate(2);
   CS_CU_CHECK(d.cuEventRecord(estimate[0], stream));
@@ -313,9 +316,17 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
   // flush: triton.runtime.driver.active.get_empty_cache_for_benchmark(), int32 [256 MiB / 4] in
   // Triton 3.x). An autotune first reached after the KV cache took its share of the device needs
   // that much free: on a small GPU that is an out-of-memory error on the first request (vLLM PR
-  // #36599 moved the GDN kernels' autotuning into the profile run for this reason). Held here in
-  // both modes so the memory model sees it; coldstart's bench() does not flush L2 with it.
-  const std::shared_ptr<void> bench_buffer = rt.benchmark_scratch(kTritonBenchBufferBytes);
+  // #36599 moved the GDN kernels' autotuning into the profile run for this reason). As in
+  // do_bench, per candidate: taken after the candidate's first call (which compiles it) and a
+  // synchronize, released when its benchmark returns. Taken in both modes so the memory model
+  // sees it; coldstart's bench() does not flush L2 with it.
+  auto take_buffer = [&](const KernelConfig& c) {
+    return [&rt, &kernel, &tuning_key, &c] {
+      return rt.benchmark_scratch(
+          kTritonBenchBufferBytes,
+          fmt::format("the autotune of {} for tuning key '{}', candidate {}", kernel, tuning_key, c.name));
+    };
+  };
 
   std::vector<std::optional<double>> ms(candidates.size());
   std::vector<std::string> errors(candidates.size());
@@ -327,9 +338,10 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
     SelectionScope scope(rt, candidate);
     try {
       if (gpu) {
-        ms[i] = bench(candidates[i], run_once, cu_stream, options);
+        ms[i] = bench(candidates[i], run_once, cu_stream, options, take_buffer(candidates[i]));
       } else {
-        run_once(candidates[i]);
+        run_once(candidates[i]);             // compiles; nothing is launched
+        (void)take_buffer(candidates[i])();  // where do_bench would hold its buffer
       }
       ok[i] = true;
     } catch (const CudaError& e) {

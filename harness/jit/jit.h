@@ -329,9 +329,10 @@ struct JitOptions {
   double disk_lock_timeout_s = 60;
   /// Allocates `bytes` of device scratch and returns a handle that frees it when destroyed; the
   /// autotuner holds Triton's benchmark buffer through it while it benchmarks (or, in compile-only
-  /// mode, would benchmark) a key's candidates, so the engine's memory accounting sees it. May
-  /// throw (out of memory). Empty: the autotuner allocates nothing.
-  std::function<std::shared_ptr<void>(int64_t bytes)> benchmark_scratch;
+  /// mode, would benchmark) one candidate, so the engine's memory accounting sees it. `what`
+  /// names the autotune ("the autotune of <kernel> for tuning key '<key>', candidate <name>").
+  /// May throw (out of memory). Empty: the autotuner allocates nothing.
+  std::function<std::shared_ptr<void>(int64_t bytes, const std::string& what)> benchmark_scratch;
 };
 
 struct CompiledKernel;  // opaque: cubin bytes, CUmodule, CUfunction
@@ -381,8 +382,8 @@ class JitRuntime {
   /// The autotuner of this runtime (select.h), made on first use; picks live as long as the
   /// runtime and persist under cache_dir()/autotune/.
   Autotuner& autotuner();
-  /// JitOptions::benchmark_scratch(bytes), or nullptr when no allocator was given.
-  std::shared_ptr<void> benchmark_scratch(int64_t bytes) const;
+  /// JitOptions::benchmark_scratch(bytes, what), or nullptr when no allocator was given.
+  std::shared_ptr<void> benchmark_scratch(int64_t bytes, const std::string& what) const;
 
  private:
   struct Impl;

@@ -757,8 +757,8 @@ std::string JitRuntime::capturing_graph() const {
 
 const std::string& JitRuntime::arch() const { return impl_->arch; }
 
-std::shared_ptr<void> JitRuntime::benchmark_scratch(int64_t bytes) const {
-  return impl_->options.benchmark_scratch ? impl_->options.benchmark_scratch(bytes) : nullptr;
+std::shared_ptr<void> JitRuntime::benchmark_scratch(int64_t bytes, const std::string& what) const {
+  return impl_->options.benchmark_scratch ? impl_->options.benchmark_scratch(bytes, what) : nullptr;
 }
 
 const std::string& JitRuntime::compiler() const { return impl_->compiler; }

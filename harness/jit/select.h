@@ -200,8 +200,9 @@ constexpr int64_t kTritonBenchBufferBytes = int64_t{256} << 20;
 /// est)) timed calls, each between two CUDA events; the candidate's time is the median.
 /// `max_reps` bounds both counts (a kernel of a few microseconds would otherwise take tens of
 /// thousands of calls). Unlike do_bench, the L2 cache is not flushed between calls, but do_bench's
-/// flush buffer (kTritonBenchBufferBytes) is held through JitOptions::benchmark_scratch while a
-/// key's candidates are benchmarked, so memory accounting sees what Triton allocates.
+/// flush buffer (kTritonBenchBufferBytes) is taken through JitOptions::benchmark_scratch while
+/// each candidate is benchmarked (after its first call, as do_bench does), so memory accounting
+/// sees what Triton allocates.
 struct AutotuneOptions {
   double warmup_ms = 25;  ///< Triton's default
   double rep_ms = 100;    ///< Triton's default

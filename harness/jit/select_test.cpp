@@ -588,16 +588,19 @@ TEST(Autotune, SingleCandidateNeedsNoTuning) {
   EXPECT_TRUE(autotune(rt, k, "n=4096", one, run).cached);
 }
 
-// Triton's benchmark buffer: held through JitOptions::benchmark_scratch while a key's candidates
-// are benchmarked (compile-only: would be), released after; a cached pick or a single candidate
-// takes none, and an allocation failure (out of memory) ends the autotune with that error.
+// Triton's benchmark buffer: taken through JitOptions::benchmark_scratch per candidate after its
+// first call (do_bench: fn(), synchronize, then the buffer), released after its benchmark; a
+// cached pick or a single candidate takes none, and an allocation failure (out of memory) ends
+// the autotune with that error, after the first candidate compiled.
 TEST(Autotune, HoldsTritonsBenchmarkBufferWhileTuningAKey) {
   JitOptions o = compile_only();
   std::vector<int64_t> asked;
+  std::vector<std::string> whats;
   int alive = 0, alive_while_running = -1;
   bool refuse = false;
-  o.benchmark_scratch = [&](int64_t bytes) -> std::shared_ptr<void> {
+  o.benchmark_scratch = [&](int64_t bytes, const std::string& what) -> std::shared_ptr<void> {
     asked.push_back(bytes);
+    whats.push_back(what);
     if (refuse) throw Error("CUDA out of memory. Tried to allocate 256.00 MiB.");
     ++alive;
     return std::shared_ptr<void>(new int(0), [&](void* p) {
@@ -613,17 +616,22 @@ TEST(Autotune, HoldsTritonsBenchmarkBufferWhileTuningAKey) {
     alive_while_running = alive;
     counted(c);
   };
-  autotune(rt, k, "n=4096", block_candidates(), run);
-  EXPECT_EQ(asked, (std::vector<int64_t>{kTritonBenchBufferBytes}));
+  const auto cands = block_candidates();
+  autotune(rt, k, "n=4096", cands, run);
+  EXPECT_EQ(asked, std::vector<int64_t>(cands.size(), kTritonBenchBufferBytes));  // one per candidate
   EXPECT_EQ(kTritonBenchBufferBytes, 256LL << 20);
-  EXPECT_EQ(alive_while_running, 1);
-  EXPECT_EQ(alive, 0);  // released once the key is tuned
-  autotune(rt, k, "n=4096", block_candidates(), run);  // cached: no buffer
+  EXPECT_EQ(alive_while_running, 0);  // the first call of a candidate runs before the buffer
+  EXPECT_EQ(alive, 0);                // released after each candidate
+  ASSERT_FALSE(whats.empty());
+  EXPECT_EQ(whats[0], "the autotune of " + k.name + " for tuning key 'n=4096', candidate " + cands[0].name);
+  autotune(rt, k, "n=4096", cands, run);  // cached: no buffer
   autotune(rt, k, "n=1", {make_config({{"BLOCK", 128}}, 4)}, run);  // one candidate: none
-  EXPECT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked.size(), cands.size());
   refuse = true;
+  const int before = calls;
   const auto run2 = scale_runner(rt, k, 4096, 8192, 4097, nullptr, &calls);
-  EXPECT_THROW(autotune(rt, k, "n=4097", block_candidates(), run2), Error);
+  EXPECT_THROW(autotune(rt, k, "n=4097", cands, run2), Error);
+  EXPECT_EQ(calls, before + 1);  // the first candidate ran (compiled) before the buffer failed
   EXPECT_EQ(rt.autotuner().cached_picks(), 2u);  // nothing kept for the failed key
 }
 
