@@ -156,6 +156,8 @@ TEST_F(ReplayE2E, WhatTheHarnessCannotReplayExitsTwoBeforeAnythingRuns) {
   const std::string v4 = "scenarios/deepseek-v4-flash.yaml";
   const std::vector<Case> cases = {
       {"--set engine.kv_cache_dtype=fp8_e5m2", "key 'engine.kv_cache_dtype'"},
+      // 100 blocks of 16 tokens cannot hold max_model_len (an attention-only model keeps 16).
+      {"--set engine.num_gpu_blocks=100", "key 'engine.num_gpu_blocks'"},
       {"--set cudagraph_mode=full", "key 'engine.cudagraph_mode'"},
       {"--set model.overrides.mlp_hidden_act=silu", "key 'model.mlp_hidden_act'", nano},
       // Mamba2 shapes the kernels lack, and caches the replay does not size, before anything runs.

@@ -201,10 +201,11 @@ TEST_F(ScenarioFiles, NumGpuBlocks) {
       load(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  num_gpu_blocks: 4096\n"));
   ASSERT_TRUE(s.engine.num_gpu_blocks.has_value());
   EXPECT_EQ(*s.engine.num_gpu_blocks, 4096);
-  // 100 blocks * 16 tokens cannot hold max_model_len 32768.
-  expect_at(
-      error_of(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  num_gpu_blocks: 100\n")),
-      9, "engine.num_gpu_blocks", "fewer than max_model_len");
+  // Whether 100 blocks hold max_model_len depends on the block size the model ends up with
+  // (raised for recurrent-state layers): check_replayable decides (the e2e tests show both).
+  Scenario few =
+      load(replace(kBase, "  block_size: 16\n", "  block_size: 16\n  num_gpu_blocks: 100\n"));
+  EXPECT_EQ(few.engine.num_gpu_blocks.value_or(0), 100);
 }
 
 TEST_F(ScenarioFiles, OwnedEngineKeysValidatedWithTheirOwnersRules) {
