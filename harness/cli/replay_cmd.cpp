@@ -62,7 +62,11 @@ ScenarioSummary summarize(const Scenario& s) {
                 {"kv_cache_dtype", e.kv_cache_dtype},
                 {"cudagraph_mode", cudagraph_mode_name(e.cudagraph_mode)},
                 {"cudagraph_capture_sizes", e.cudagraph_capture_sizes},
-                {"tensor_parallel_size", e.tensor_parallel_size}};
+                {"tensor_parallel_size", e.tensor_parallel_size},
+                // The KV cache's size follows from these: a run at another utilization is not
+                // like for like (compare notes it).
+                {"gpu_memory_utilization", e.gpu_memory_utilization}};
+  if (e.num_gpu_blocks) sum.engine["num_gpu_blocks"] = *e.num_gpu_blocks;
   // The keys their owners declare (engine_keys.h), with their defaults when left out.
   for (const EngineKeySpec& k : declared_engine_keys()) {
     if (k.in_result == EngineKeyInResult::kNever ||
