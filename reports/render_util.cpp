@@ -587,6 +587,12 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
         const long long d = *p - *none_peak;
         text += fmt::format(" ({}{} MB)", d < 0 ? "-" : "+", mb(d < 0 ? -d : d));
       }
+      // A run that failed held memory only up to where it stopped: its peak (and a difference
+      // against it) covers less than a whole run.
+      if (r->outcome != Outcome::kOk) {
+        text += fmt::format(" [until its {}{}]", outcome_name(r->outcome),
+                            r->failed_phase && !r->failed_phase->empty() ? " in " + *r->failed_phase : "");
+      }
       memory.push_back(text);
     }
     if (!memory.empty())

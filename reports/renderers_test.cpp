@@ -547,6 +547,13 @@ TEST(Verdict, PeakDeviceMemoryAgainstNone) {
   EXPECT_EQ(line_of(detail::verdicts(run)[0], "peak device memory (vs none)"),
             "none 300.00 MB, reserve 428.00 MB (+128.00 MB)");
   EXPECT_EQ(detail::peak_device_bytes(run.results[1]), 428LL << 20);
+  // A run that failed says its peak stops where it did.
+  run.results[0].outcome = Outcome::kCrash;
+  run.results[0].failed_phase = "prefill";
+  EXPECT_EQ(line_of(detail::verdicts(run)[0], "peak device memory (vs none)"),
+            "none 300.00 MB [until its crash in prefill], reserve 428.00 MB (+128.00 MB)");
+  run.results[0].outcome = Outcome::kOk;
+  run.results[0].failed_phase.reset();
   run.results[0].extra.erase("phase_memory");  // no baseline: no deltas
   EXPECT_EQ(line_of(detail::verdicts(run)[0], "peak device memory"), "reserve 428.00 MB");
 }

@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
   CLI::App* doctor =
       app.add_subcommand("doctor", "show driver, GPU, versions; check NVRTC, driver load, CUDA graphs");
 
+  // Command-line errors read like every other error of the tool ("coldstart: ...").
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return "coldstart: " + CLI::FailureMessage::simple(a, e);
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -132,7 +132,10 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
                                   "'engine.cudagraph_mode'"), std::string::npos) << read_text(where);
   EXPECT_EQ(read_text(where).find("qwen3-8b-bf16.yaml:1:"), std::string::npos) << read_text(where);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --target ''", where), 2);
-  EXPECT_NE(read_text(where).find("--target: needs a profile name"), std::string::npos) << read_text(where);
+  EXPECT_NE(read_text(where).find("coldstart: --target: needs a profile name"), std::string::npos)
+      << read_text(where);
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --arch ''", where), 2);
+  EXPECT_NE(read_text(where).find("coldstart: --arch: needs an arch"), std::string::npos) << read_text(where);
   ::setenv("COLDSTART_TARGET", "foo", 1);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only", where), 2);
   ::unsetenv("COLDSTART_TARGET");

@@ -170,7 +170,11 @@ void add_common_options(CLI::App* cmd, ReplayArgs& a) {
   cmd->add_option("--device", a.device, "auto | cuda | compile-only")
       ->envname("COLDSTART_DEVICE")->capture_default_str();
   cmd->add_option("--arch", a.arch, "compile target in compile-only mode, e.g. sm_86, sm_90, sm_100")
-      ->envname("COLDSTART_ARCH");
+      ->envname("COLDSTART_ARCH")
+      // An empty arch would silently mean the default; say so instead.
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string("needs an arch such as sm_86, sm_90 or sm_100") : std::string();
+      });
   cmd->add_option("--target", a.target,
                   "compile-only target GPU: rtx-a4000, a10, h100, h200, b200 (arch, SM count, "
                   "device name for tuned tables)")
