@@ -330,11 +330,16 @@ bool ran(const StrategyResult& r) {
 
 bool good(const StrategyResult& r) { return r.outcome == Outcome::kOk && !disallowed_hot_path(r); }
 
+/// "crash in prefill": the outcome and, when known, the phase it ended in.
+std::string outcome_where(const StrategyResult& r) {
+  std::string s = outcome_name(r.outcome);
+  if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
+  return s;
+}
+
 std::string failure_text(const StrategyResult& r) {
   if (r.outcome == Outcome::kOk) return r.strategy + " (hot-path compiles not allowed)";
-  std::string s = fmt::format("{} ({}", r.strategy, outcome_name(r.outcome));
-  if (r.failed_phase && !r.failed_phase->empty()) s += " in " + *r.failed_phase;
-  return s + ")";
+  return fmt::format("{} ({})", r.strategy, outcome_where(r));
 }
 
 std::string ms_text(double v) { return fmt::format("{:.2f} ms", v); }
@@ -589,10 +594,7 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
       }
       // A run that failed held memory only up to where it stopped: its peak (and a difference
       // against it) covers less than a whole run.
-      if (r->outcome != Outcome::kOk) {
-        text += fmt::format(" [until its {}{}]", outcome_name(r->outcome),
-                            r->failed_phase && !r->failed_phase->empty() ? " in " + *r->failed_phase : "");
-      }
+      if (r->outcome != Outcome::kOk) text += fmt::format(" [until its {}]", outcome_where(*r));
       memory.push_back(text);
     }
     if (!memory.empty())

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "harness/cli/compare.h"
 #include "harness/common/paths.h"
@@ -166,24 +167,24 @@ void check_filter_size(const std::string& filter) {
   }
 }
 
+namespace {
+// A CLI11 check refusing an empty value, which would otherwise silently mean "not given".
+std::function<std::string(const std::string&)> refuse_empty(std::string what) {
+  return [what = std::move(what)](const std::string& v) { return v.empty() ? what : std::string(); };
+}
+}  // namespace
+
 void add_common_options(CLI::App* cmd, ReplayArgs& a) {
   cmd->add_option("--device", a.device, "auto | cuda | compile-only")
       ->envname("COLDSTART_DEVICE")->capture_default_str();
   cmd->add_option("--arch", a.arch, "compile target in compile-only mode, e.g. sm_86, sm_90, sm_100")
       ->envname("COLDSTART_ARCH")
-      // An empty arch would silently mean the default; say so instead.
-      ->check([](const std::string& v) {
-        return v.empty() ? std::string("needs an arch such as sm_86, sm_90 or sm_100") : std::string();
-      });
+      ->check(refuse_empty("needs an arch such as sm_86, sm_90 or sm_100"));
   cmd->add_option("--target", a.target,
                   "compile-only target GPU: rtx-a4000, a10, h100, h200, b200 (arch, SM count, "
                   "device name for tuned tables)")
       ->envname("COLDSTART_TARGET")
-      // An empty name would silently mean "no target"; say so instead.
-      ->check([](const std::string& v) {
-        return v.empty() ? std::string("needs a profile name (rtx-a4000, a10, h100, h200, b200)")
-                         : std::string();
-      });
+      ->check(refuse_empty("needs a profile name (rtx-a4000, a10, h100, h200, b200)"));
   cmd->add_option("--sm-count", a.sm_count,
                   "compile-only SM count (with --arch, or replacing the --target profile's)")
       ->envname("COLDSTART_SM_COUNT");

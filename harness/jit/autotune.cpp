@@ -321,11 +321,9 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
   // synchronize, released when its benchmark returns. Taken in both modes so the memory model
   // sees it; coldstart's bench() does not flush L2 with it.
   auto take_buffer = [&](const KernelConfig& c) {
-    return [&rt, &kernel, &tuning_key, &c] {
-      return rt.benchmark_scratch(
-          kTritonBenchBufferBytes,
-          fmt::format("the autotune of {} for tuning key '{}', candidate {}", kernel, tuning_key, c.name));
-    };
+    return rt.benchmark_scratch(
+        kTritonBenchBufferBytes,
+        fmt::format("the autotune of {} for tuning key '{}', candidate {}", kernel, tuning_key, c.name));
   };
 
   std::vector<std::optional<double>> ms(candidates.size());
@@ -338,10 +336,11 @@ Selection Autotuner::tune(const std::string& kernel, const std::string& source_t
     SelectionScope scope(rt, candidate);
     try {
       if (gpu) {
-        ms[i] = bench(candidates[i], run_once, cu_stream, options, take_buffer(candidates[i]));
+        ms[i] = bench(candidates[i], run_once, cu_stream, options,
+                      [&] { return take_buffer(candidates[i]); });
       } else {
-        run_once(candidates[i]);             // compiles; nothing is launched
-        (void)take_buffer(candidates[i])();  // where do_bench would hold its buffer
+        run_once(candidates[i]);           // compiles; nothing is launched
+        (void)take_buffer(candidates[i]);  // where do_bench would hold its buffer
       }
       ok[i] = true;
     } catch (const CudaError& e) {

@@ -303,19 +303,20 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
   const std::vector<MixerSpec> plan = m->layer_plan();
   const std::vector<MoeSpec> moe = m->moe_specs();
   // A fixed num_gpu_blocks must hold one max_model_len request. Models with recurrent-state
-  // layers get a larger block size at startup (vLLM's hybrid rule, kv_cache_plan.h), known once
-  // the caches are planned: the engine checks those.
-  const bool has_state_layers = std::any_of(plan.begin(), plan.end(), [](const MixerSpec& l) {
-    return l.kind == "gdn" || l.kind == "mamba2";
+  // layers (their backends serve any kv_cache_dtype, mixer.h) get a larger block size at startup
+  // (vLLM's hybrid rule, kv_cache_plan.h), known once the caches are planned: the engine checks
+  // those.
+  const bool has_state_layers = std::any_of(plan.begin(), plan.end(), [&](const MixerSpec& l) {
+    const MixerBackendInfo* b = find_mixer_backend(l.kind, e.kv_cache_dtype);
+    return b != nullptr && b->kv_cache_dtypes.empty();
   });
-  if (e.num_gpu_blocks && !has_state_layers && e.max_model_len > 0 &&
-      *e.num_gpu_blocks * static_cast<long long>(e.block_size) < e.max_model_len) {
+  const long long block_tokens =
+      e.num_gpu_blocks ? *e.num_gpu_blocks * static_cast<long long>(e.block_size) : 0;
+  if (e.num_gpu_blocks && !has_state_layers && e.max_model_len > 0 && block_tokens < e.max_model_len) {
     out.push_back({"engine.num_gpu_blocks",
                    fmt::format("{} blocks of {} tokens hold {} tokens, fewer than max_model_len "
                                "({}); vLLM refuses to start",
-                               *e.num_gpu_blocks, e.block_size,
-                               *e.num_gpu_blocks * static_cast<long long>(e.block_size),
-                               e.max_model_len)});
+                               *e.num_gpu_blocks, e.block_size, block_tokens, e.max_model_len)});
   }
   check_shape_limits(s, plan, moe, out);
   check_tuned_tables(s, out);
