@@ -165,6 +165,61 @@ std::string CompileKey::digest() const {
   return detail::hex64(detail::fnv1a(text.data(), text.size()));
 }
 
+namespace {
+
+const char* arg_kind_text(const KernelArg& a) {
+  switch (a.kind) {
+    case KernelArg::Kind::kPointer: return "a pointer";
+    case KernelArg::Kind::kI32: return "an i32";
+    case KernelArg::Kind::kI64: return "an i64";
+    case KernelArg::Kind::kF32: return "an fp32";
+    case KernelArg::Kind::kU64: return "a u64";
+    case KernelArg::Kind::kTensorMap: return "a tensor map";
+  }
+  return "?";
+}
+
+bool kind_fits(ParamType::Kind want, KernelArg::Kind got) {
+  switch (want) {
+    case ParamType::Kind::kUnchecked: return true;
+    case ParamType::Kind::kPointer: return got == KernelArg::Kind::kPointer;
+    case ParamType::Kind::kI32: return got == KernelArg::Kind::kI32;
+    case ParamType::Kind::kI64: return got == KernelArg::Kind::kI64;
+    case ParamType::Kind::kU64: return got == KernelArg::Kind::kU64;
+    case ParamType::Kind::kF32: return got == KernelArg::Kind::kF32;
+    case ParamType::Kind::kTensorMap: return got == KernelArg::Kind::kTensorMap;
+  }
+  return false;
+}
+
+bool is_float_dtype(DType d) {
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF8E4M3;
+}
+
+}  // namespace
+
+void check_launch_args(const KernelSource& kernel, const std::vector<KernelArg>& args) {
+  if (kernel.arg_types.empty()) return;
+  for (size_t i = 0; i < args.size() && i < kernel.arg_types.size(); ++i) {
+    const ParamType& t = kernel.arg_types[i];
+    const KernelArg& a = args[i];
+    const std::string name = i < kernel.arg_names.size() ? kernel.arg_names[i] : "?";
+    if (!kind_fits(t.kind, a.kind)) {
+      throw Error(fmt::format("kernel {}: argument {} '{}' is declared {} but the launch passes {}",
+                              kernel.name, i, name, t.text, arg_kind_text(a)));
+    }
+    if (t.kind != ParamType::Kind::kPointer) continue;
+    const bool size_ok = t.elem_bytes == 0 || dtype_bytes(a.dtype) == t.elem_bytes;
+    const bool class_ok = t.elem == ParamType::Elem::kAny ||
+                          (t.elem == ParamType::Elem::kFloat) == is_float_dtype(a.dtype);
+    if (!size_ok || !class_ok) {
+      throw Error(fmt::format("kernel {}: argument {} '{}' is declared {} but the launch passes a "
+                              "pointer to {}",
+                              kernel.name, i, name, t.text, dtype_name(a.dtype)));
+    }
+  }
+}
+
 CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
                             const std::vector<KernelArg>& args, const std::string& arch,
                             const std::string& compiler) {
@@ -172,6 +227,7 @@ CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Conste
     throw Error(fmt::format("kernel {}: {} launch arguments given, {} declared in arg_names",
                             kernel.name, args.size(), kernel.arg_names.size()));
   }
+  check_launch_args(kernel, args);
   CompileKey key;
   key.kernel = kernel.name;
   key.source_hash = detail::fnv1a_cstr(kernel.source);

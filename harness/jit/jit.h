@@ -86,6 +86,22 @@ struct Constexpr {
   int64_t value;
 };
 
+/// What a kernel's `extern "C"` signature declares of one launch argument, as far as a KernelArg
+/// can be checked against it (kernels::make_kernel_source reads it from the .cu text, so the
+/// .cu signature is the one list of a kernel's arguments: names, kinds and element sizes).
+struct ParamType {
+  /// The KernelArg kind the declaration takes; kUnchecked for types the reader cannot map
+  /// (template-dependent, `bool`, structs): any argument is accepted there.
+  enum class Kind : uint8_t { kUnchecked, kPointer, kI32, kI64, kU64, kF32, kTensorMap };
+  /// What a pointee's type says of its elements: floating point, integer, or either (a raw
+  /// 16-bit word type holds bf16 as well as i16).
+  enum class Elem : uint8_t { kAny, kFloat, kInt };
+  Kind kind = Kind::kUnchecked;
+  uint8_t elem_bytes = 0;  ///< kPointer: bytes per pointee element; 0 = not checked (void*, ...)
+  Elem elem = Elem::kAny;  ///< kPointer: the pointee's class
+  std::string text;        ///< the declared type as written, qualifiers dropped ("cs_u16*")
+};
+
 /// A runtime-compiled kernel: its CUDA C++ source and the `extern "C" __global__` entry name.
 /// `arg_names` name the launch arguments in order (the kernel families read them from the
 /// entry's signature: kernels::make_kernel_source); for an integer or pointer argument named N
@@ -106,6 +122,9 @@ struct KernelSource {
   /// Uses features only the architecture-specific targets have (wgmma, TMA multicast, tcgen05):
   /// compiled for sm_90a / sm_100a instead of sm_90 / sm_100.
   bool arch_specific = false;
+  /// The declared type of each argument, parallel to arg_names; empty = not checked (a source
+  /// written by hand in a test). make_compile_key checks every launch's arguments against it.
+  std::vector<ParamType> arg_types;
 };
 
 /// Raised when a kernel is asked for on an arch it does not declare (KernelSource::min_sm /
@@ -145,10 +164,17 @@ struct CompileKey {
 };
 
 /// Builds the compile key for a launch of `kernel` with these constexprs and arguments.
-/// Throws Error if `args.size() != kernel.arg_names.size()`.
+/// Throws Error if `args.size() != kernel.arg_names.size()`, or (check_launch_args) when an
+/// argument does not fit its declared type.
 CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Constexpr>& constexprs,
                             const std::vector<KernelArg>& args, const std::string& arch,
                             const std::string& compiler);
+
+/// Throws Error "kernel <name>: argument <i> '<arg>' is declared <type> but the launch passes
+/// <kind>" when an argument's kind (pointer, i32, i64, u64, fp32, tensor map) differs from what
+/// `kernel.arg_types` declares, or a pointer's element size or class (float / integer) does not
+/// fit its pointee type. Nothing is checked where arg_types is empty or says kUnchecked.
+void check_launch_args(const KernelSource& kernel, const std::vector<KernelArg>& args);
 
 /// What the JIT monitor does with a compile after startup finished.
 enum class MonitorMode { kRecord, kWarn, kError };

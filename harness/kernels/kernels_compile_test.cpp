@@ -179,6 +179,55 @@ TEST(KernelRegistry, EveryKernelHasACompileCase) {
   }
 }
 
+// Every kernel's argument types come from its .cu signature, and each compile case fits them
+// (make_compile_case checks it; this states it per argument). Unchecked declarations are the
+// exception: none of a family's kernels may have all its arguments unchecked.
+TEST(KernelRegistry, EveryKernelDeclaresTypedArguments) {
+  size_t checked = 0, total = 0;
+  for (const jit::KernelSource* k : all_kernel_sources()) {
+    ASSERT_EQ(k->arg_types.size(), k->arg_names.size()) << k->name;
+    size_t mine = 0;
+    for (const jit::ParamType& t : k->arg_types) {
+      EXPECT_FALSE(t.text.empty()) << k->name;
+      mine += t.kind != jit::ParamType::Kind::kUnchecked;
+    }
+    EXPECT_GT(mine, 0u) << k->name << ": no argument type could be read from its signature";
+    checked += mine;
+    total += k->arg_types.size();
+  }
+  EXPECT_GT(checked * 10, total * 9) << checked << " of " << total << " arguments checked";
+  for (const KernelCompileCase& c : all_compile_cases()) {
+    EXPECT_NO_THROW(jit::check_launch_args(*c.kernel, c.args)) << c.label;
+  }
+}
+
+// An argument that does not fit its declaration is refused before anything compiles, naming the
+// kernel, the argument and both types.
+TEST(KernelRegistry, ArgumentOfTheWrongTypeIsRefusedByName) {
+  KernelCompileCase c = all_compile_cases().front();
+  const jit::KernelSource& k = *c.kernel;
+  size_t i = 0;
+  while (i < k.arg_types.size() && k.arg_types[i].kind != jit::ParamType::Kind::kPointer) ++i;
+  ASSERT_LT(i, k.arg_types.size()) << c.label << " has no pointer argument";
+  std::vector<jit::KernelArg> args = c.args;
+  args[i] = jit::KernelArg::i64(7);
+  try {
+    jit::check_launch_args(k, args);
+    ADD_FAILURE() << "an i64 passed for pointer " << k.arg_names[i];
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("kernel " + k.name), std::string::npos) << m;
+    EXPECT_NE(m.find("'" + k.arg_names[i] + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("the launch passes an i64"), std::string::npos) << m;
+  }
+  jit::JitOptions o;
+  o.arch = "sm_90a";
+  o.launch = false;
+  jit::JitRuntime rt(o);
+  EXPECT_THROW(rt.ensure(k, c.constexprs, args), Error);
+  EXPECT_EQ(rt.cached_kernels(), 0u);
+}
+
 // What an older toolkit's NVRTC can target (Debian 12's 11.8, Ubuntu 24.04's 12.0): plain archs
 // as listed; "a" targets from 12.0 with their base listed; "f" targets from 12.9.
 TEST(NvrtcArchs, OlderToolkitsLackArchSpecificAndBlackwellTargets) {

@@ -197,8 +197,87 @@ bool is_attribute(std::string_view w) {
   return w == "__attribute__" || w == "__align__" || w == "alignas" || w == "__declspec";
 }
 
-// The name of one parameter, toks[begin, end) (no top-level comma), the `index`th of the list.
-std::string param_name(const std::vector<Token>& toks, size_t begin, size_t end, size_t index,
+// What a parameter's type words (qualifiers dropped, name excluded) and pointer depth declare,
+// for jit::check_launch_args. Knows the builtin types, <cstdint>'s, CUDA's and device_common.cuh's
+// typedefs (cs_u8 .. cs_u64); anything else (a family's macro or template type) is not checked.
+jit::ParamType param_type(const std::vector<std::string_view>& type_words, int stars,
+                          bool templated) {
+  using K = jit::ParamType::Kind;
+  using E = jit::ParamType::Elem;
+  jit::ParamType t;
+  std::string base;
+  for (std::string_view w : type_words) {
+    if (!base.empty()) base += ' ';
+    base += w;
+  }
+  if (base == "long long int") base = "long long";
+  if (base == "unsigned long long int") base = "unsigned long long";
+  if (base == "signed int" || base == "signed") base = "int";
+  t.text = base + std::string(static_cast<size_t>(stars), '*');
+  if (templated || stars > 1) return t;
+  struct Entry {
+    const char* name;
+    K scalar;           // the kind a by-value parameter takes (kUnchecked: none)
+    uint8_t bytes;      // element bytes behind a pointer (0: not checked)
+    E elem;
+  };
+  static const Entry kTypes[] = {
+      {"float", K::kF32, 4, E::kFloat},
+      {"double", K::kUnchecked, 8, E::kFloat},
+      {"__nv_bfloat16", K::kUnchecked, 2, E::kFloat},
+      {"nv_bfloat16", K::kUnchecked, 2, E::kFloat},
+      {"__half", K::kUnchecked, 2, E::kFloat},
+      {"half", K::kUnchecked, 2, E::kFloat},
+      {"__nv_fp8_e4m3", K::kUnchecked, 1, E::kFloat},
+      {"char", K::kUnchecked, 1, E::kAny},
+      {"signed char", K::kUnchecked, 1, E::kAny},
+      {"unsigned char", K::kUnchecked, 1, E::kAny},
+      {"int8_t", K::kUnchecked, 1, E::kAny},
+      {"uint8_t", K::kUnchecked, 1, E::kAny},
+      {"cs_u8", K::kUnchecked, 1, E::kAny},
+      {"short", K::kUnchecked, 2, E::kAny},
+      {"unsigned short", K::kUnchecked, 2, E::kAny},
+      {"int16_t", K::kUnchecked, 2, E::kAny},
+      {"uint16_t", K::kUnchecked, 2, E::kAny},
+      {"cs_u16", K::kUnchecked, 2, E::kAny},
+      {"int", K::kI32, 4, E::kInt},
+      {"int32_t", K::kI32, 4, E::kInt},
+      {"cs_i32", K::kI32, 4, E::kInt},
+      {"unsigned", K::kI32, 4, E::kAny},
+      {"unsigned int", K::kI32, 4, E::kAny},
+      {"uint32_t", K::kI32, 4, E::kAny},
+      {"cs_u32", K::kI32, 4, E::kAny},
+      {"long long", K::kI64, 8, E::kInt},
+      {"int64_t", K::kI64, 8, E::kInt},
+      {"cs_i64", K::kI64, 8, E::kInt},
+      {"unsigned long long", K::kU64, 8, E::kAny},
+      {"uint64_t", K::kU64, 8, E::kAny},
+      {"cs_u64", K::kU64, 8, E::kAny},
+      {"CUtensorMap", K::kTensorMap, 0, E::kAny},
+  };
+  for (const Entry& e : kTypes) {
+    if (base != e.name) continue;
+    if (stars == 1) {
+      t.kind = K::kPointer;
+      t.elem_bytes = e.bytes;
+      t.elem = e.elem;
+    } else {
+      t.kind = e.scalar;
+    }
+    return t;
+  }
+  if (stars == 1) t.kind = K::kPointer;  // void* or a macro type: a pointer of any element
+  return t;
+}
+
+struct Param {
+  std::string name;
+  jit::ParamType type;
+};
+
+// One parameter, toks[begin, end) (no top-level comma), the `index`th of the list: its name and
+// declared type.
+Param read_param(const std::vector<Token>& toks, size_t begin, size_t end, size_t index,
                        const char* entry) {
   auto fail = [&](const std::string& why) -> std::string {
     throw Error(fmt::format("kernel {}: parameter {} (line {}) {}", entry, index + 1,
@@ -213,6 +292,8 @@ std::string param_name(const std::vector<Token>& toks, size_t begin, size_t end,
   };
   std::vector<std::string_view> words;  // type and name words at top level, qualifiers left out
   bool after_name_suffix = false;       // an array suffix '[..]' has been seen
+  int stars = 0;                        // pointer declarators ('*', and '&' / '[]' count too)
+  bool templated = false;               // the type has template arguments or a scope (X::T)
   for (size_t i = begin; i < end;) {
     const Token& t = toks[i];
     if (t.kind == Tok::kIdent) {
@@ -228,16 +309,20 @@ std::string param_name(const std::vector<Token>& toks, size_t begin, size_t end,
     }
     if (is_punct(t, '<')) {  // template arguments of a type: not the name
       if (after_name_suffix) fail("has '<' after its array suffix");
+      templated = true;
       i = past_group(i);
       continue;
     }
     if (is_punct(t, '[')) {  // an array suffix follows the name
       after_name_suffix = true;
+      ++stars;
       i = past_group(i);
       continue;
     }
     if (is_punct(t, '*') || is_punct(t, '&') || is_punct(t, ':')) {
       if (after_name_suffix) fail("has a declarator after its array suffix");
+      if (is_punct(t, ':')) templated = true;
+      if (is_punct(t, '*') || is_punct(t, '&')) ++stars;
       ++i;
       continue;
     }
@@ -249,11 +334,29 @@ std::string param_name(const std::vector<Token>& toks, size_t begin, size_t end,
   }
   if (words.empty()) fail("has no type or name");
   if (words.size() == 1 || is_builtin_type(words.back())) fail("has no name");
-  return std::string(words.back());
+  Param p;
+  p.name = std::string(words.back());
+  words.pop_back();
+  p.type = param_type(words, stars, templated);
+  return p;
 }
 
-// The names of the parameter list whose '(' is toks[open]. Throws when it is not closed.
-std::vector<std::string> param_list(const std::vector<Token>& toks, size_t open, const char* entry) {
+bool same_names(const std::vector<Param>& a, const std::vector<Param>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].type.text != b[i].type.text) return false;
+  }
+  return true;
+}
+
+std::string params_text(const std::vector<Param>& ps) {
+  std::string s;
+  for (const Param& p : ps) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+// The parameters of the list whose '(' is toks[open]. Throws when it is not closed.
+std::vector<Param> param_list(const std::vector<Token>& toks, size_t open, const char* entry) {
   const size_t close = skip_group(toks, open, toks.size(), false);
   if (close == kNotClosed) {
     throw Error(fmt::format("kernel {}: the parameter list at line {} is not closed", entry,
@@ -267,7 +370,7 @@ std::vector<std::string> param_list(const std::vector<Token>& toks, size_t open,
           toks[i].line, toks[i].text));
     }
   }
-  std::vector<std::string> names;
+  std::vector<Param> names;
   if (begin == end) return names;                                              // ()
   if (end == begin + 1 && toks[begin].kind == Tok::kIdent && toks[begin].text == "void") {
     return names;                                                              // (void)
@@ -275,7 +378,7 @@ std::vector<std::string> param_list(const std::vector<Token>& toks, size_t open,
   size_t start = begin;
   for (size_t i = begin; i <= end;) {
     if (i == end || is_punct(toks[i], ',')) {
-      names.push_back(param_name(toks, start, i, names.size(), entry));
+      names.push_back(read_param(toks, start, i, names.size(), entry));
       start = ++i;
       continue;
     }
@@ -293,12 +396,10 @@ std::vector<std::string> param_list(const std::vector<Token>& toks, size_t open,
   return names;
 }
 
-}  // namespace
-
-std::vector<std::string> kernel_param_names(const char* text, const char* entry) {
+std::vector<Param> kernel_params(const char* text, const char* entry) {
   const std::vector<Token> toks = tokenize(text, entry);
   const std::string_view want(entry);
-  std::vector<std::vector<std::string>> found;
+  std::vector<std::vector<Param>> found;
   std::vector<int> found_lines;
   // Reads every `entry (` at brace depth 0 of toks[begin, end), outside any parentheses.
   auto scan = [&](size_t begin, size_t end) {
@@ -348,21 +449,37 @@ std::vector<std::string> kernel_param_names(const char* text, const char* entry)
                             entry));
   }
   for (size_t k = 1; k < found.size(); ++k) {
-    if (found[k] != found[0]) {
+    if (!same_names(found[k], found[0])) {
       throw Error(fmt::format(
           "kernel {}: its extern \"C\" declarations at lines {} and {} disagree: ({}) vs ({})",
-          entry, found_lines[0], found_lines[k], fmt::join(found[0], ", "),
-          fmt::join(found[k], ", ")));
+          entry, found_lines[0], found_lines[k], params_text(found[0]), params_text(found[k])));
     }
   }
   return found[0];
+}
+
+}  // namespace
+
+std::vector<std::string> kernel_param_names(const char* text, const char* entry) {
+  std::vector<std::string> names;
+  for (Param& p : kernel_params(text, entry)) names.push_back(std::move(p.name));
+  return names;
+}
+
+std::vector<jit::ParamType> kernel_param_types(const char* text, const char* entry) {
+  std::vector<jit::ParamType> types;
+  for (Param& p : kernel_params(text, entry)) types.push_back(std::move(p.type));
+  return types;
 }
 
 jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,
                                      std::string& storage, const char* entry) {
   if (entry == nullptr) entry = name;
   jit::KernelSource k;
-  k.arg_names = kernel_param_names(text, entry);
+  for (Param& p : kernel_params(text, entry)) {
+    k.arg_names.push_back(std::move(p.name));
+    k.arg_types.push_back(std::move(p.type));
+  }
   k.name = name;
   k.entry = entry;
   storage = std::string(kSource_device_common) + "\n" + common + "\n#line 1 \"" + name + ".cu\"\n" +
@@ -390,6 +507,7 @@ KernelCompileCase make_compile_case(const char* family, const jit::KernelSource&
                             family, c.label, args.size(), k.entry, k.arg_names.size(),
                             fmt::join(k.arg_names, ", ")));
   }
+  jit::check_launch_args(k, args);
   c.kernel = &k;
   c.constexprs = std::move(cs);
   c.args = std::move(args);

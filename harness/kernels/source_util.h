@@ -29,12 +29,20 @@ const char* device_common_source();
 /// other unsupported form, `...`, or a #directive inside the list.
 std::vector<std::string> kernel_param_names(const char* text, const char* entry);
 
+/// The declared types of the same parameters (jit::ParamType: kind, a pointee's element size and
+/// class), read as kernel_param_names reads the names; same errors. Types the reader cannot map
+/// (template-dependent, a family's macro types) come back kUnchecked or as pointers of any
+/// element.
+std::vector<jit::ParamType> kernel_param_types(const char* text, const char* entry);
+
 /// The KernelSource of kernel `name` (also its extern "C" entry unless `entry` names another
 /// one): one NVRTC program made of the helpers all families share (device_common_source()), the
 /// family's shared device helpers `common`, then the kernel file `text`, behind a
 /// `#line 1 "<name>.cu"` so NVRTC's messages point into the kernel file. Its arg_names are the
 /// entry's parameter names as `text` declares them (kernel_param_names), so the .cu signature is
-/// the only list of them. The program text is kept in `storage`, which must outlive the returned
+/// the only list of them; its arg_types are their declared types (kernel_param_types), which
+/// every launch and compile case is checked against (jit::check_launch_args). The program text
+/// is kept in `storage`, which must outlive the returned
 /// source (a function-local static). Throws Error "kernel <entry>: ..." when `text` holds no
 /// such entry or its parameter list cannot be read.
 jit::KernelSource make_kernel_source(const char* common, const char* name, const char* text,
@@ -45,7 +53,8 @@ std::string compile_case_label(const jit::KernelSource& k, const std::vector<jit
 
 /// A compile case of `family` ("paged") for kernel `k`, labelled by compile_case_label, with
 /// `args` the launch arguments it compiles for. Throws Error "<family>: compile case <label> ..."
-/// when `args` does not hold one argument per parameter of `k` (k.arg_names).
+/// when `args` does not hold one argument per parameter of `k` (k.arg_names), and
+/// jit::check_launch_args's Error when an argument does not fit its declared type.
 KernelCompileCase make_compile_case(const char* family, const jit::KernelSource& k,
                                     std::vector<jit::Constexpr> cs,
                                     std::vector<jit::KernelArg> args);

@@ -39,6 +39,80 @@ paged_thing(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__ key_cac
             (Names{"q", "key_cache", "value", "sm_scale", "stride", "flags", "tmap_a", "ld"}));
 }
 
+// The same signature's types: known scalars and pointees are checked, a family's macro types are
+// pointers of any element, template-dependent and struct types are not checked.
+TEST(KernelParamTypes, KnownTypesAreCheckedOthersAreNot) {
+  const char* text = R"(
+extern "C" __global__ void k(const cs_u16* __restrict__ q, const pa_cache_t* kc, float* out,
+    float sm_scale, cs_i64 stride, unsigned char* flags, const __grid_constant__ CUtensorMap tm,
+    long long ld, unsigned long long bits, int n, const int* __restrict__ idx,
+    typename X<int>::T* dep, Params p, float** table) {}
+)";
+  using K = jit::ParamType::Kind;
+  using E = jit::ParamType::Elem;
+  const std::vector<jit::ParamType> t = kernel_param_types(text, "k");
+  ASSERT_EQ(t.size(), 14u);
+  auto is = [&](size_t i, K kind, int bytes, E elem, const char* txt) {
+    EXPECT_EQ(t[i].kind, kind) << i;
+    EXPECT_EQ(t[i].elem_bytes, bytes) << i;
+    EXPECT_EQ(t[i].elem, elem) << i;
+    EXPECT_EQ(t[i].text, txt) << i;
+  };
+  is(0, K::kPointer, 2, E::kAny, "cs_u16*");
+  is(1, K::kPointer, 0, E::kAny, "pa_cache_t*");
+  is(2, K::kPointer, 4, E::kFloat, "float*");
+  is(3, K::kF32, 0, E::kAny, "float");
+  is(4, K::kI64, 0, E::kAny, "cs_i64");
+  is(5, K::kPointer, 1, E::kAny, "unsigned char*");
+  is(6, K::kTensorMap, 0, E::kAny, "CUtensorMap");
+  is(7, K::kI64, 0, E::kAny, "long long");
+  is(8, K::kU64, 0, E::kAny, "unsigned long long");
+  is(9, K::kI32, 0, E::kAny, "int");
+  is(10, K::kPointer, 4, E::kInt, "int*");
+  EXPECT_EQ(t[11].kind, K::kUnchecked);
+  EXPECT_EQ(t[12].kind, K::kUnchecked);
+  EXPECT_EQ(t[12].text, "Params");
+  EXPECT_EQ(t[13].kind, K::kUnchecked);  // a pointer to pointers
+}
+
+// check_launch_args against those types: kinds, element sizes and classes.
+TEST(KernelParamTypes, LaunchArgumentsAreCheckedAgainstThem) {
+  jit::KernelSource k;
+  k.name = "k";
+  k.arg_names = {"q", "out", "n", "idx"};
+  k.arg_types = kernel_param_types(
+      "extern \"C\" __global__ void k(const cs_u16* q, float* out, int n, const int* idx) {}", "k");
+  using jit::DType;
+  using jit::KernelArg;
+  const auto ok = std::vector<KernelArg>{KernelArg::pointer(256, DType::kBF16),
+                                         KernelArg::pointer(0, DType::kF32), KernelArg::i32(3),
+                                         KernelArg::pointer(512, DType::kI32)};
+  EXPECT_NO_THROW(jit::check_launch_args(k, ok));
+  auto with = [&](size_t i, KernelArg a) {
+    std::vector<KernelArg> v = ok;
+    v[i] = a;
+    try {
+      jit::check_launch_args(k, v);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NO_THROW(jit::check_launch_args(k, {KernelArg::pointer(0, DType::kI16), ok[1], ok[2], ok[3]}));
+  EXPECT_EQ(with(0, KernelArg::pointer(0, DType::kF32)),
+            "kernel k: argument 0 'q' is declared cs_u16* but the launch passes a pointer to fp32");
+  EXPECT_EQ(with(1, KernelArg::pointer(0, DType::kI32)),
+            "kernel k: argument 1 'out' is declared float* but the launch passes a pointer to i32");
+  EXPECT_EQ(with(2, KernelArg::i64(3)),
+            "kernel k: argument 2 'n' is declared int but the launch passes an i64");
+  EXPECT_EQ(with(3, KernelArg::pointer(0, DType::kF32)),
+            "kernel k: argument 3 'idx' is declared int* but the launch passes a pointer to fp32");
+  EXPECT_EQ(with(3, KernelArg::f32(1.f)),
+            "kernel k: argument 3 'idx' is declared int* but the launch passes an fp32");
+  k.arg_types.clear();  // a hand-written source without types: nothing is checked
+  EXPECT_NO_THROW(jit::check_launch_args(k, {KernelArg::i64(1), ok[1], ok[2], ok[3]}));
+}
+
 TEST(KernelParamNames, CommentsAndLineBreaksInsideTheList) {
   const char* text =
       "extern \"C\"  // entry\n"

@@ -222,6 +222,7 @@ const jit::KernelSource& gemm_source(const char* name) {
   k->entry = "dg_fp8_gemm";
   k->source = text.c_str();
   k->arg_names = kernels::kernel_param_names(kSource_dg_fp8_gemm, "dg_fp8_gemm");
+  k->arg_types = kernels::kernel_param_types(kSource_dg_fp8_gemm, "dg_fp8_gemm");
   // M is not compiled in (DeepGEMM's compiled dims "nk"); output strides are runtime values.
   k->do_not_specialize = {"m", "ldo", "gso"};
   k->min_sm = 90;
