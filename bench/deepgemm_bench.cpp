@@ -22,6 +22,7 @@
 #include <torch/version.h>
 
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "harness/jit/jit.h"
 #include "harness/kernels/deepgemm/deepgemm.h"
 #include "harness/kernels/launch_util.h"
+#include "harness/kernels/model_shapes.h"
 
 namespace cj = coldstart::jit;
 namespace dg = coldstart::deepgemm;
@@ -38,11 +40,10 @@ namespace {
 
 constexpr int kCalls = 20;
 
-struct Shape {
-  const char* name;
-  int64_t n, k;
-};
-const Shape kShapes[] = {{"wqa_wkv", 1536, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared_w13", 4096, 4096}};
+using Shape = coldstart::kernels::shapes::LinearShape;
+const auto& kShapes = coldstart::kernels::shapes::kDeepSeekV4FlashLinears;
+static_assert(std::size(coldstart::kernels::shapes::kDeepSeekV4FlashLinears) == 4,
+              "BM_Fp8Gemm's ArgsProduct lists shapes 0..3");
 const char* const kImpls[] = {"ours-wgmma", "ours-mma.sync", "cublaslt-blockwise", "cublaslt-per-tensor"};
 
 cj::JitRuntime& runtime() {

@@ -183,10 +183,8 @@ bool setup(const std::vector<std::string>& positional) {
     return false;
   }
   if (positional.size() == 1) table_dir = positional[0];
-  const fm::MoeShape qwen{512, 512, 2048, 10, true};
-  fm::MoeShape nano{128, 1856, 2688, 6, true};
-  nano.activation = fm::Activation::kRelu2NoMul;
-  nano.use_grouped_topk = true;
+  const fm::MoeShape qwen = fm::moe_shape(coldstart::kernels::shapes::kQwen3NextMoe);
+  const fm::MoeShape nano = fm::moe_shape(coldstart::kernels::shapes::kNemotronNanoMoe);
   // Owned for the whole run: the registered rows point at them.
   static const std::vector<Case> cases = {
       {"qwen3next_h200", "Qwen3-Next", qwen, {table_dir, "NVIDIA H200"}, {1, 8, 32, 64, 512, 4096}},

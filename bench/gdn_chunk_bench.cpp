@@ -34,7 +34,7 @@ namespace cb = coldstart::bench;
 
 namespace {
 
-const gc::GdnDims kDims{16, 32, 128, 128};
+const gc::GdnDims kDims = gc::gdn_dims(coldstart::kernels::shapes::kQwen3NextGdnTp1);
 
 cj::JitRuntime& runtime() {
   static cj::JitRuntime* rt = [] {

@@ -42,7 +42,7 @@ namespace cb = coldstart::bench;
 
 namespace {
 
-const gd::GdnDims kDims{16, 32, 128, 128};  // Qwen3-Next-80B-A3B, TP1
+const gd::GdnDims kDims = gd::gdn_dims(coldstart::kernels::shapes::kQwen3NextGdnTp1);
 constexpr int64_t kConvDim = 2 * 16 * 128 + 32 * 128;
 constexpr int64_t kSsm = 32 * 128 * 128;
 constexpr int kPerReq = 4;  // MTP tokens per request

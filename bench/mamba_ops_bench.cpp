@@ -27,6 +27,7 @@
 #include "harness/jit/jit.h"
 #include "harness/kernels/launch_util.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
+#include "harness/kernels/model_shapes.h"
 
 namespace cj = coldstart::jit;
 namespace cb = coldstart::bench;
@@ -34,7 +35,10 @@ namespace mo = coldstart::mamba_ops;
 
 namespace {
 
-constexpr int64_t kDim = 8192, kSlots = 257, kPage = 3 * kDim + 32 * 128 * 128 * 2;
+namespace shapes = coldstart::kernels::shapes;
+constexpr shapes::GdnHeads kGdn = shapes::kQwen3NextGdnTp1;
+constexpr int64_t kDim = shapes::conv_dim(kGdn), kSlots = 257,
+                  kPage = 3 * kDim + shapes::state_elems(kGdn) * 2;
 
 // What the rows share: the runtime and the paged conv / SSM state caches.
 struct Shared {
@@ -52,7 +56,7 @@ Shared& shared() {
     p->pages = at::randn({kSlots, kPage}, on_gpu(at::kBFloat16));
     p->conv = p->pages.as_strided({kSlots, 3, kDim}, {kPage, kDim, 1}, 0);
     p->w = at::randn({kDim, 4}, on_gpu(at::kBFloat16));
-    p->ssm = at::randn({kSlots, 32, 128, 128}, on_gpu(at::kFloat));
+    p->ssm = at::randn({kSlots, kGdn.num_v_heads, kGdn.head_v_dim, kGdn.head_k_dim}, on_gpu(at::kFloat));
     return p;
   }();
   return *s;
@@ -94,14 +98,14 @@ void run_row(benchmark::State& state, const std::string& row, const at::Tensor& 
 void BM_CausalConv1dFwd(benchmark::State& state) {
   Shared& s = shared();
   const int64_t t = state.range(0), b = t == 512 ? 4 : 1;
-  const at::Tensor x = at::randn({t, kDim + 4096}, on_gpu(at::kBFloat16)).narrow(1, 0, kDim);
+  const at::Tensor x = at::randn({t, kDim + int64_t{kGdn.num_v_heads} * kGdn.head_v_dim}, on_gpu(at::kBFloat16)).narrow(1, 0, kDim);
   const at::Tensor out = at::empty({t, kDim}, on_gpu(at::kBFloat16));
   const at::Tensor qsl = at::arange(0, t + 1, t / b, on_gpu(at::kInt));
   const at::Tensor ci = at::arange(1, b + 1, on_gpu(at::kInt));
   const at::Tensor has = at::ones({b}, on_gpu(at::kBool));
   run_row(state,
           "causal_conv1d_fwd T=" + std::to_string(t) + " B=" + std::to_string(b) +
-              " dim=8192 w=4",
+              " dim=" + std::to_string(kDim) + " w=4",
           out, 4.0 * t * kDim, [&] {
             mo::causal_conv1d_fwd(s.rt, x, s.w, at::Tensor(), s.conv, qsl, ci, has,
                                   mo::Activation::kSilu, out);
@@ -113,7 +117,7 @@ void BM_CausalConv1dUpdate(benchmark::State& state) {
   const int64_t b = state.range(0);
   const at::Tensor x = at::randn({b, kDim}, on_gpu(at::kBFloat16));
   const at::Tensor idx = at::arange(0, b, on_gpu(at::kInt));
-  run_row(state, "causal_conv1d_update B=" + std::to_string(b) + " dim=8192 w=4", x,
+  run_row(state, "causal_conv1d_update B=" + std::to_string(b) + " dim=" + std::to_string(kDim) + " w=4", x,
           2.0 * b * kDim * 8.0, [&] {
             mo::causal_conv1d_update(s.rt, x, s.conv, s.w, at::Tensor(), mo::Activation::kSilu,
                                      idx, x);
@@ -134,14 +138,14 @@ void BM_GatedRmsNorm(benchmark::State& state) {
 }
 
 // n SSM state rows (32 x 128 x 128 fp32), read once and written once.
-double state_bytes(int64_t n) { return 2.0 * n * 32 * 128 * 128 * 4; }
+double state_bytes(int64_t n) { return 2.0 * n * shapes::state_elems(kGdn) * 4; }
 
 void BM_GatherInitialStates(benchmark::State& state) {
   Shared& s = shared();
   const int64_t n = state.range(0);
   const at::Tensor idx = at::arange(3, 3 + n, on_gpu(at::kInt));
   const at::Tensor has = at::ones({n}, on_gpu(at::kBool));
-  const at::Tensor g = at::empty({n, 32, 128, 128}, s.ssm.options());
+  const at::Tensor g = at::empty({n, kGdn.num_v_heads, kGdn.head_v_dim, kGdn.head_k_dim}, s.ssm.options());
   run_row(state, "gather_initial_states n=" + std::to_string(n) + " row=32x128x128 fp32", g,
           state_bytes(n), [&] { mo::gather_initial_states(s.rt, s.ssm, idx, has, g); });
 }
@@ -150,7 +154,7 @@ void BM_ScatterStates(benchmark::State& state) {
   Shared& s = shared();
   const int64_t n = state.range(0);
   const at::Tensor idx = at::arange(3, 3 + n, on_gpu(at::kInt));
-  const at::Tensor g = at::randn({n, 32, 128, 128}, s.ssm.options());
+  const at::Tensor g = at::randn({n, kGdn.num_v_heads, kGdn.head_v_dim, kGdn.head_k_dim}, s.ssm.options());
   run_row(state, "scatter_states n=" + std::to_string(n) + " row=32x128x128 fp32", g,
           state_bytes(n), [&] { mo::scatter_states(s.rt, s.ssm, g, idx); });
 }

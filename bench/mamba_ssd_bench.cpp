@@ -39,7 +39,8 @@ namespace cb = coldstart::bench;
 
 namespace {
 
-const ms::SsdDims kModels[] = {{64, 64, 8, 128, 128}, {16, 64, 1, 128, 128}};
+const ms::SsdDims kModels[] = {ms::ssd_dims(coldstart::kernels::shapes::kNemotronNanoMambaTp1),
+                               ms::ssd_dims(coldstart::kernels::shapes::kNemotronSuperMambaTp8)};
 const char* const kModelNames[] = {"nano-tp1", "super-tp8"};
 const char* const kKernelNames[] = {"cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan"};
 

@@ -28,6 +28,7 @@
 #include "harness/jit/jit.h"
 #include "harness/kernels/launch_util.h"
 #include "harness/kernels/mamba_ssu/mamba_ssu.h"
+#include "harness/kernels/model_shapes.h"
 
 namespace cj = coldstart::jit;
 namespace ms = coldstart::mamba_ssu;
@@ -41,7 +42,11 @@ struct Model {
   const char* name;
   int64_t H, P, G, N;
 };
-const Model kModels[] = {{"nano-tp1", 64, 64, 8, 128}, {"super-tp8", 16, 64, 1, 128}};
+Model model(const char* name, const coldstart::kernels::shapes::Mamba2Heads& m) {
+  return {name, m.nheads, m.head_dim, m.ngroups, m.dstate};
+}
+const Model kModels[] = {model("nano-tp1", coldstart::kernels::shapes::kNemotronNanoMambaTp1),
+                         model("super-tp8", coldstart::kernels::shapes::kNemotronSuperMambaTp8)};
 
 cj::JitRuntime& runtime() {
   static cj::JitRuntime* rt = new cj::JitRuntime(cj::JitOptions{});

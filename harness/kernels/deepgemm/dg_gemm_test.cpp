@@ -14,6 +14,7 @@
 #include "harness/jit/driver.h"
 #include "harness/kernels/deepgemm/deepgemm.h"
 #include "harness/kernels/deepgemm/dg_reference.h"
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/test_util.h"
 
 namespace coldstart::deepgemm {
@@ -340,6 +341,16 @@ INSTANTIATE_TEST_SUITE_P(
                     GemmCase{1, 1536, 4096, true}, GemmCase{300, 1536, 4096, true},
                     GemmCase{2049, 4096, 2048, true}, GemmCase{77, 1000, 128, true}),
     gemm_name);
+
+// Every DeepSeek V4 linear the replay runs (model_shapes.h), at a decode-batch M.
+std::vector<GemmCase> served_linears() {
+  std::vector<GemmCase> out;
+  for (const kernels::shapes::LinearShape& l : kernels::shapes::kDeepSeekV4FlashLinears) {
+    out.push_back(GemmCase{33, l.n, l.k, false});
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(ServedLinears, DeepGemmGpu, testing::ValuesIn(served_linears()), gemm_name);
 
 TEST(DeepGemmTileCoverage, TheShapesReachDistinctTiles) {
   std::set<std::string> names;

@@ -14,6 +14,7 @@
 
 #include "harness/common/error.h"
 #include "harness/kernels/deepgemm/dg_indexer_kernels.h"
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/source_util.h"
 
 // Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
@@ -395,9 +396,11 @@ std::vector<KernelCompileCase> compile_cases() {
   // DeepSeek V4-Flash shapes (hf-configs/deepseek-v4-flash.json): fused wq_a+wkv (1536, 4096) at
   // decode and prefill M, wo_a's batched einsum (8 groups of (1024, 4096)), the experts' w13
   // (4096, 4096) grouped; each with what the H200 (132 SMs) heuristic picks.
-  const GemmShape shapes[] = {{GemmType::kNormal, 1, 1536, 4096, 1},
-                              {GemmType::kNormal, 300, 1536, 4096, 1},
-                              {GemmType::kNormal, 4096, 4096, 8192, 1},
+  const kernels::shapes::LinearShape wqa_wkv = kernels::shapes::kDeepSeekV4FlashLinears[0];
+  const kernels::shapes::LinearShape wo_b = kernels::shapes::kDeepSeekV4FlashLinears[2];
+  const GemmShape shapes[] = {{GemmType::kNormal, 1, wqa_wkv.n, wqa_wkv.k, 1},
+                              {GemmType::kNormal, 300, wqa_wkv.n, wqa_wkv.k, 1},
+                              {GemmType::kNormal, 4096, wo_b.n, wo_b.k, 1},
                               {GemmType::kBatched, 300, 1024, 4096, 8},
                               {GemmType::kMGroupedContiguous, 2048, 4096, 4096, 16}};
   for (const GemmShape& s : shapes) {

@@ -49,6 +49,17 @@ struct MoeShape {
   float routed_scaling_factor = 1.0f;
 };
 
+/// A served model's routed experts (kernels/model_shapes.h) as a MoeShape: renormalized top-k;
+/// a NemotronH layer routes by sigmoid grouped top-k (one group) into ReLU^2 experts.
+inline MoeShape moe_shape(const kernels::shapes::MoeExperts& m) {
+  MoeShape s{m.num_experts, m.intermediate, m.hidden, m.top_k, true};
+  if (m.nemotron) {
+    s.activation = Activation::kRelu2NoMul;
+    s.use_grouped_topk = true;
+  }
+  return s;
+}
+
 /// Why the kernels cannot run shape `s` (experts, top-k, and for grouped_topk the groups), or ""
 /// when they can. Every wrapper throws InputError with this text; the MoE backend's check asks
 /// it at validation, so a scenario with such a shape is refused before anything runs.

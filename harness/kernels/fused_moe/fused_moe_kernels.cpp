@@ -201,10 +201,11 @@ std::vector<KernelCompileCase> compile_cases() {
                  std::vector<KernelArg> args) {
     cases.push_back(kernels::make_compile_case("fused_moe", k, std::move(cs), std::move(args)));
   };
-  const int64_t E = 512;  // Qwen3-Next: 512 experts, top-10, N = 512, hidden 2048
-  const int top_k = 10;
-  const int64_t N = 512;
-  const int64_t H = 2048;
+  const kernels::shapes::MoeExperts qwen = kernels::shapes::kQwen3NextMoe;
+  const int64_t E = qwen.num_experts;
+  const int top_k = qwen.top_k;
+  const int64_t N = qwen.intermediate;
+  const int64_t H = qwen.hidden;
   add(topk_softmax_kernel(), topk_softmax_constexprs(E, top_k, true, true),
       {ptr(DType::kBF16), ptr(DType::kF32), ptr(DType::kI32), KernelArg::i32(64),
        KernelArg::i64(E)});
@@ -253,7 +254,10 @@ std::vector<KernelCompileCase> compile_cases() {
   }
   // NemotronH routing (vLLM's grouped_topk, sigmoid): Nano (E 128, top 6, one group), Super
   // (E 512, top 22, one group) and a DeepSeek-V3-like grouped case (E 256, 8 groups, 4 kept).
-  const int64_t routing[][4] = {{128, 6, 1, 1}, {512, 22, 1, 1}, {256, 8, 8, 4}};
+  const kernels::shapes::MoeExperts nano = kernels::shapes::kNemotronNanoMoe;
+  const kernels::shapes::MoeExperts super = kernels::shapes::kNemotronSuperMoeTp8;
+  const int64_t routing[][4] = {
+      {nano.num_experts, nano.top_k, 1, 1}, {super.num_experts, super.top_k, 1, 1}, {256, 8, 8, 4}};
   for (const auto& r : routing) {
     add(grouped_topk_kernel(),
         grouped_topk_constexprs(r[0], static_cast<int>(r[1]), r[2], r[3], true),
@@ -270,10 +274,10 @@ std::vector<KernelCompileCase> compile_cases() {
                                {32, 32, 128, 1, 4, 5},   {64, 128, 128, 1, 8, 4},
                                {128, 128, 64, 1, 4, 3},  {128, 128, 64, 1, 8, 5},
                                {128, 256, 64, 1, 8, 4}};
-  const int64_t nano_e = 128;
-  const int nano_k = 6;
-  const int64_t nano_n = 1856;
-  const int64_t nano_h = 2688;
+  const int64_t nano_e = nano.num_experts;
+  const int nano_k = nano.top_k;
+  const int64_t nano_n = nano.intermediate;
+  const int64_t nano_h = nano.hidden;
   for (const auto& t : nano_table) {
     const jit::KernelConfig cfg = jit::make_config({{"BLOCK_SIZE_M", t[0]},
                                                     {"BLOCK_SIZE_N", t[1]},

@@ -47,6 +47,7 @@
 #include "harness/jit/jit.h"
 #include "harness/jit/select.h"
 #include "harness/kernels/kernel_registry.h"
+#include "harness/kernels/model_shapes.h"
 
 namespace coldstart::fused_moe {
 

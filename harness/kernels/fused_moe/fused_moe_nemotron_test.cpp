@@ -26,11 +26,10 @@ namespace {
 
 using namespace kernels::test;  // test_util.h
 
-// E, N, H (expert input width), top_k, renormalize, activation, grouped, n_group, topk_group.
-// Nemotron-3 Nano (TP1): 128 experts, top-6, moe_intermediate 1856, hidden 2688, no latent.
-const MoeShape kNano{128, 1856, 2688, 6, true, Activation::kRelu2NoMul, true, 1, 1};
-// Nemotron-3 Super at TP8: 512 experts, top-22, moe_intermediate 2688 / 8 = 336, latent 1024.
-const MoeShape kSuperTp8{512, 336, 1024, 22, true, Activation::kRelu2NoMul, true, 1, 1};
+// The served models' experts (kernels/model_shapes.h). Other shapes below list E, N, H (expert
+// input width), top_k, renormalize, activation, grouped, n_group, topk_group.
+const MoeShape kNano = moe_shape(kernels::shapes::kNemotronNanoMoe);
+const MoeShape kSuperTp8 = moe_shape(kernels::shapes::kNemotronSuperMoeTp8);
 
 std::string table_dir() {
   const char* dir = std::getenv("COLDSTART_SOURCE_DIR");

@@ -23,7 +23,7 @@ namespace {
 
 using namespace kernels::test;  // test_util.h
 
-const MoeShape kQwen{512, 512, 2048, 10, true};  // Qwen3-Next: E, N, H, top_k, norm_topk_prob
+const MoeShape kQwen = moe_shape(kernels::shapes::kQwen3NextMoe);
 const MoeShape kSmall{8, 128, 256, 2, false};
 
 std::string table_dir() {

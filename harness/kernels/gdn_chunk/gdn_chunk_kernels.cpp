@@ -388,7 +388,7 @@ unsigned o_smem_bytes(const GdnDims& d, const jit::KernelConfig& c) {
 std::vector<KernelCompileCase> compile_cases() {
   using jit::DType;
   using jit::KernelArg;
-  const GdnDims d{16, 32, 128, 128};
+  const GdnDims d = gdn_dims(kernels::shapes::kQwen3NextGdnTp1);
   const uint64_t base = 1u << 20;  // 256-byte aligned, as a real allocation
   const int T = 4096;              // do_not_specialize: any T gives these keys
   auto p = [&](DType t) { return KernelArg::pointer(base, t); };

@@ -29,6 +29,7 @@
 #include "harness/jit/jit.h"
 #include "harness/jit/select.h"
 #include "harness/kernels/kernel_registry.h"
+#include "harness/kernels/model_shapes.h"
 
 namespace coldstart::gdn_chunk {
 
@@ -49,6 +50,11 @@ struct GdnDims {
   /// 65535 / 1024 so grids fit) and K, V are each 64, 128 or 256.
   void validate() const;
 };
+
+/// A served model's GDN heads (kernels/model_shapes.h) as this family's dims.
+inline GdnDims gdn_dims(const kernels::shapes::GdnHeads& h) {
+  return {h.num_k_heads, h.num_v_heads, h.head_k_dim, h.head_v_dim};
+}
 
 /// Number of 64-token chunks over the sequences: sum of ceil(len / 64) (index.py
 /// prepare_chunk_indices); zero-length sequences have none. Throws InputError on a negative length.

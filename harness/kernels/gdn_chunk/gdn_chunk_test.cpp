@@ -27,7 +27,7 @@ namespace {
 
 using namespace kernels::test;  // test_util.h
 
-const GdnDims kQwen{16, 32, 128, 128};  // Qwen3-Next-80B-A3B GDN layer, TP1
+const GdnDims kQwen = gdn_dims(kernels::shapes::kQwen3NextGdnTp1);
 const GdnDims kSmall{1, 4, 64, 64};     // K = V = 64, four value heads per key head
 
 // ---------------------------------------------------------------------------------------------

@@ -146,7 +146,7 @@ std::vector<KernelCompileCase> compile_cases() {
   using jit::DType;
   using jit::KernelArg;
   std::vector<KernelCompileCase> cases;
-  const GdnDims d{16, 32, 128, 128};  // Qwen3-Next-80B-A3B, TP1
+  const GdnDims d = gdn_dims(kernels::shapes::kQwen3NextGdnTp1);
   const int64_t conv_dim = 2ll * d.num_k_heads * d.head_k_dim + int64_t{d.num_v_heads} * d.head_v_dim;
   const int64_t ssm = int64_t{d.num_v_heads} * d.head_v_dim * d.head_k_dim;
   const uint64_t base = 1u << 20;  // 256-byte aligned, as a real allocation

@@ -21,6 +21,7 @@
 
 #include "harness/jit/jit.h"
 #include "harness/kernels/kernel_registry.h"
+#include "harness/kernels/model_shapes.h"
 
 namespace coldstart::gdn_decode {
 
@@ -32,6 +33,11 @@ struct GdnDims {
   int head_k_dim;   ///< K
   int head_v_dim;   ///< V
 };
+
+/// A served model's GDN heads (kernels/model_shapes.h) as this family's dims.
+inline GdnDims gdn_dims(const kernels::shapes::GdnHeads& h) {
+  return {h.num_k_heads, h.num_v_heads, h.head_k_dim, h.head_v_dim};
+}
 
 /// Throws InputError (naming `who`) unless: all positive; Hv a multiple of Hk; K and V in
 /// {32, 64, 128, 256} (the update kernel's limits).

@@ -26,7 +26,7 @@ namespace {
 
 using namespace kernels::test;  // test_util.h
 
-const GdnDims kQwen{16, 32, 128, 128};  // Qwen3-Next-80B-A3B, TP1
+const GdnDims kQwen = gdn_dims(kernels::shapes::kQwen3NextGdnTp1);
 constexpr int64_t kConvDim = 2 * 16 * 128 + 32 * 128;
 const float kScale = 1.0f / std::sqrt(128.0f);
 

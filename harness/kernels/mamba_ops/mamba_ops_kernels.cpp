@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/source_util.h"
 
 // Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
@@ -249,14 +250,15 @@ std::vector<KernelCompileCase> compile_cases() {
   };
   // Qwen3-Next-80B GDN, TP 1: conv dim 8192 (q, k 16 x 128 each, v 32 x 128), width 4; a slot
   // page holds the conv state (3 x 8192 bf16) and the SSM state (32 x 128 x 128 fp32).
-  const int64_t dim = 8192;
-  const int64_t page_elems = (3 * dim * 2 + 32 * 128 * 128 * 4) / 2;  // in bf16 elements
+  const kernels::shapes::GdnHeads gdn = kernels::shapes::kQwen3NextGdnTp1;
+  const int64_t dim = kernels::shapes::conv_dim(gdn);
+  const int64_t page_elems = (3 * dim * 2 + kernels::shapes::state_elems(gdn) * 4) / 2;  // bf16s
   const int64_t slots = 257;
   for (int width : {4, 2}) {
     ConvFwdSpec f;
     f.dim = dim;
     f.num_cache_lines = slots;
-    f.stride_x_token = dim + 32 * 128;  // mixed_qkv: a column slice of qkvz
+    f.stride_x_token = dim + int64_t{gdn.num_v_heads} * gdn.head_v_dim;  // mixed_qkv: a slice of qkvz
     f.stride_w_dim = width;
     f.stride_istate_seq = page_elems;
     f.stride_istate_token = dim;
@@ -297,8 +299,8 @@ std::vector<KernelCompileCase> compile_cases() {
          KernelArg::i64(128), KernelArg::i64(128), KernelArg::i64(128), KernelArg::i32(1024),
          KernelArg::f32(1e-6f)});
   }
-  // State rows: the GDN SSM state (32 x 128 x 128) in fp32, and a bf16 state.
-  const int64_t row = 32 * 128 * 128;
+  // State rows: the GDN SSM state (Hv x V x K) in fp32, and a bf16 state.
+  const int64_t row = kernels::shapes::state_elems(gdn);
   add(gather_kernel(), gather_constexprs(row, true, DType::kF32, DType::kI32),
       {KernelArg::pointer(base, DType::kF32), KernelArg::pointer(base, DType::kI32),
        KernelArg::pointer(base, DType::kU8), KernelArg::pointer(base, DType::kF32),

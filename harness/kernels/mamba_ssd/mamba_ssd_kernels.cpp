@@ -440,7 +440,7 @@ unsigned chunk_scan_smem_bytes(const SsdDims& d, const jit::KernelConfig& c) {
 std::vector<KernelCompileCase> compile_cases() {
   using jit::DType;
   using jit::KernelArg;
-  const SsdDims d{64, 64, 8, 128, 128};  // Nemotron-3-Nano TP1
+  const SsdDims d = ssd_dims(kernels::shapes::kNemotronNanoMambaTp1);
   const uint64_t base = 1u << 20;        // 256-byte aligned, as a real allocation
   const int64_t H = d.nheads, P = d.head_dim, G = d.ngroups, N = d.dstate, cs = d.chunk_size;
   const int64_t nchunks = 64;  // T = 8192 in one sequence

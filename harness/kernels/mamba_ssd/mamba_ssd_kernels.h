@@ -62,6 +62,7 @@
 #include "harness/jit/jit.h"
 #include "harness/jit/select.h"
 #include "harness/kernels/kernel_registry.h"
+#include "harness/kernels/model_shapes.h"
 
 namespace coldstart::mamba_ssd {
 
@@ -77,6 +78,11 @@ struct SsdDims {
   /// of two in 16..256 and chunk_size a power of two in 16..256 (the tile shapes of these kernels).
   void validate() const;
 };
+
+/// A served model's Mamba2 heads (kernels/model_shapes.h) as this family's dims.
+inline SsdDims ssd_dims(const kernels::shapes::Mamba2Heads& m) {
+  return {m.nheads, m.head_dim, m.ngroups, m.dstate, m.chunk_size};
+}
 
 /// Host-side chunk metadata of a prefill batch (vLLM Mamba2AttentionMetadata's
 /// cu_chunk_seqlen_p, last_chunk_indices_p, seq_idx_p).

@@ -29,7 +29,7 @@ namespace {
 using namespace kernels::test;  // test_util.h
 using jit::DType;
 
-const SsdDims kNano{64, 64, 8, 128, 128};  // Nemotron-3-Nano TP1
+const SsdDims kNano = ssd_dims(kernels::shapes::kNemotronNanoMambaTp1);
 const SsdDims kTest{8, 64, 2, 128, 128};   // small heads, Nemotron head / state / chunk sizes
 
 // ---------------------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ TEST(MambaSsdCandidates, TuningKeysCarryDtypesAndNoneness) {
             "dt:fp32,dA_cumsum:fp32,seq_idx:i32,C:bf16,states:fp32,D:bf16,initstates:None,"
             "cu_chunk_seqlens:i32");
   // the key does not depend on the number of heads except for the cumsum
-  const SsdDims super{16, 64, 1, 128, 128};
+  const SsdDims super = ssd_dims(kernels::shapes::kNemotronSuperMambaTp8);
   EXPECT_EQ(chunk_scan_tuning_key(super, DType::kBF16, DType::kF32, DType::kBF16, std::nullopt),
             chunk_scan_tuning_key(kNano, DType::kBF16, DType::kF32, DType::kBF16, std::nullopt));
   EXPECT_NE(cumsum_tuning_key(super, DType::kBF16, DType::kBF16),
@@ -421,6 +421,13 @@ TEST(MambaSsdGpu, Bf16StateDtype) {
   CS_REQUIRE_GPU();
   const ChainCase k{{1, 127, 129, 300, 64, 20}, {0, 200, 0, 77, 128, 200}, true, at::kBFloat16, 50};
   check_chain(kTest, k);
+}
+
+// The served models' own head counts (model_shapes.h), two sequences, one continuing.
+TEST(MambaSsdGpu, ServedModelShapes) {
+  CS_REQUIRE_GPU();
+  check_chain(kNano, {{300, 77}, {0, 130}, true, at::kFloat, 80, 16});
+  check_chain(ssd_dims(kernels::shapes::kNemotronSuperMambaTp8), {{200}, {0}, false, at::kFloat, 90});
 }
 
 TEST(MambaSsdGpu, ManyChunks) {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "harness/common/error.h"
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/source_util.h"
 
 // Embedded by cs_add_kernel_family (harness/kernels/CMakeLists.txt).
@@ -324,7 +325,9 @@ std::vector<KernelCompileCase> compile_cases() {
                                                update_kernel_args(a)));
   };
   // Nemotron-3 Nano TP1: the page holds the conv state (3 x 6144 bf16) before the SSM state.
-  const int64_t nano_page = 64 * 64 * 128 + 3 * 6144 / 2;
+  const kernels::shapes::Mamba2Heads nano = kernels::shapes::kNemotronNanoMambaTp1;
+  const kernels::shapes::Mamba2Heads super = kernels::shapes::kNemotronSuperMambaTp8;
+  const int64_t nano_page = int64_t{nano.nheads} * nano.head_dim * nano.dstate + 3 * 6144 / 2;
   for (const auto& [bm, nw, st] : {std::tuple<int, int, DType>{4, 1, DType::kF32},
                                    {8, 1, DType::kF32},
                                    {4, 4, DType::kBF16},    // no bf16 (= float16) table: heuristic
@@ -333,14 +336,16 @@ std::vector<KernelCompileCase> compile_cases() {
     s.block_size_m = bm;
     s.num_warps = nw;
     s.state = st;
-    add(s, mixer_args(64, 64, 8, 128, st == DType::kF32 ? nano_page : 2 * nano_page, st));
+    add(s, mixer_args(nano.nheads, nano.head_dim, nano.ngroups, nano.dstate,
+                      st == DType::kF32 ? nano_page : 2 * nano_page, st));
   }
   {  // Super TP8 (H 16, one group) with a float16 state: vLLM's float16 table or the heuristic
     UpdateSpec s;
     s.block_size_m = 4;
     s.num_warps = 4;
     s.state = DType::kF16;
-    add(s, mixer_args(16, 64, 1, 128, 16 * 64 * 128 + 3 * 2304, DType::kF16));
+    add(s, mixer_args(super.nheads, super.head_dim, super.ngroups, super.dstate,
+                      int64_t{super.nheads} * super.head_dim * super.dstate + 3 * 2304, DType::kF16));
   }
   {  // untied dt / A / dt_bias / D, dstate 48, head dim 50, a state stride defeating vectors
     UpdateSpec s;

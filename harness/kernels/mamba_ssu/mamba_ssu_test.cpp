@@ -26,6 +26,7 @@
 #include "harness/jit/jit.h"
 #include "harness/kernels/mamba_ssu/mamba_ssu.h"
 #include "harness/kernels/mamba_ssu/mamba_ssu_reference.h"
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/test_util.h"
 
 namespace coldstart::mamba_ssu {
@@ -218,6 +219,8 @@ struct Dims {
   int64_t H, P, G, N;
 };
 
+Dims dims_of(const kernels::shapes::Mamba2Heads& m) { return {m.nheads, m.head_dim, m.ngroups, m.dstate}; }
+
 struct Inputs {
   at::Tensor buffer, state, conv, x, dt, A, B, C, D, dt_bias, idx, out;
 };
@@ -279,7 +282,7 @@ at::Tensor slot_indices(int64_t batch, int64_t slots, bool nulls, int64_t null_i
 // ---------------------------------------------------------------------------------------------
 // CPU: validation and compile keys (compile-only runtime, meta tensors)
 
-const Dims kNano{64, 64, 8, 128};  // Nemotron-3 Nano TP1
+const Dims kNano = dims_of(kernels::shapes::kNemotronNanoMambaTp1);
 const int64_t kNanoPad = 3 * 6144 / 2;  // the conv state's share of the page, in float32 elements
 
 std::set<std::string> keys(jit::JitRuntime& rt) {
@@ -474,7 +477,7 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{kSmall, 64, at::kBFloat16, 24}, GpuCase{kSmall, 257, at::kBFloat16, 32},
         GpuCase{kSmall, 3, at::kHalf, 32},  // float16 state (vLLM's float16 tables)
         // Nemotron-3 Nano TP1 and Super TP8 shapes
-        GpuCase{kNano, 64, at::kFloat, kNanoPad}, GpuCase{Dims{16, 64, 1, 128}, 9, at::kFloat, 3456},
+        GpuCase{kNano, 64, at::kFloat, kNanoPad}, GpuCase{dims_of(kernels::shapes::kNemotronSuperMambaTp8), 9, at::kFloat, 3456},
         // untied dt / A / dt_bias / D, head dim and dstate not powers of two
         GpuCase{Dims{4, 50, 2, 48}, 5, at::kBFloat16, 32, false},
         GpuCase{Dims{4, 50, 2, 48}, 6, at::kFloat, 8, false},

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/source_util.h"
 #include "harness/kernels/split_kv.h"
 
@@ -129,8 +130,9 @@ std::vector<KernelCompileCase> compile_cases() {
   using jit::DType;
   using jit::KernelArg;
   std::vector<KernelCompileCase> cases;
-  const int hq = 32;
-  const int hk = 8;
+  const kernels::shapes::AttentionHeads qwen = kernels::shapes::kQwen3_8B;
+  const int hq = qwen.num_q_heads;
+  const int hk = qwen.num_kv_heads;
   const int max_model_len = 32768;
   const int64_t num_blocks = 4096;
   const uint64_t base = 1u << 20;  // 256-byte aligned, as a real allocation
@@ -138,7 +140,7 @@ std::vector<KernelCompileCase> compile_cases() {
                  std::vector<KernelArg> args) {
     cases.push_back(kernels::make_compile_case("paged", k, std::move(cs), std::move(args)));
   };
-  for (int d : {128, 256}) {
+  for (int d : {qwen.head_dim, 256}) {
     const int64_t qkv_stride = static_cast<int64_t>(hq + 2 * hk) * d;  // q/k/v views of qkv
     const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
     for (CacheDtype dt : {CacheDtype::kBF16, CacheDtype::kFP8E4M3}) {

@@ -19,10 +19,16 @@
 #include "harness/kernels/paged/paged.h"
 #include "harness/kernels/paged/paged_reference.h"
 #include "harness/kernels/reference_util.h"
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/test_util.h"
 
 namespace coldstart::paged {
 namespace {
+
+// Qwen3-8B's attention heads (kernels/model_shapes.h): the served shape among the cases below.
+constexpr int kHq = kernels::shapes::kQwen3_8B.num_q_heads;
+constexpr int kHk = kernels::shapes::kQwen3_8B.num_kv_heads;
+constexpr int kD = kernels::shapes::kQwen3_8B.head_dim;
 
 using namespace kernels::test;  // test_util.h
 
@@ -394,10 +400,10 @@ TEST_P(PagedStoreGpu, BytesMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PagedStoreGpu,
-    testing::Values(StoreCase{1, 32, 8, 128, 16, kBF16}, StoreCase{300, 32, 8, 128, 16, kFP8},
+    testing::Values(StoreCase{1, kHq, kHk, kD, 16, kBF16}, StoreCase{300, kHq, kHk, kD, 16, kFP8},
                     StoreCase{17, 8, 8, 64, 32, kFP8}, StoreCase{300, 16, 2, 256, 16, kBF16},
                     StoreCase{2053, 16, 2, 128, 32, kFP8}, StoreCase{33, 32, 4, 256, 32, kFP8},
-                    StoreCase{17, 8, 8, 64, 16, kBF16}, StoreCase{1, 32, 8, 128, 16, kFP8}),
+                    StoreCase{17, 8, 8, 64, 16, kBF16}, StoreCase{1, kHq, kHk, kD, 16, kFP8}),
     store_name);
 
 // ---- decode ----
@@ -418,9 +424,9 @@ std::vector<DecodeCase> decode_cases() {
   std::vector<DecodeCase> out;
   for (CacheDtype dt : {kBF16, kFP8}) {
     out.push_back({1, 1, 8, 8, 128, 16, dt});        // one token, group 1
-    out.push_back({3, 17, 32, 8, 128, 16, dt});      // crosses a block, 9 of 16 splits used
+    out.push_back({3, 17, kHq, kHk, kD, 16, dt});      // crosses a block, 9 of 16 splits used
     out.push_back({4, 300, 32, 4, 64, 32, dt});      // group 8
-    out.push_back({8, 2053, 32, 8, 128, 16, dt});    // batch 8, long, uneven last split
+    out.push_back({8, 2053, kHq, kHk, kD, 16, dt});    // batch 8, long, uneven last split
     out.push_back({2, 513, 16, 2, 256, 32, dt});     // D 256
     out.push_back({5, 16, 8, 1, 64, 16, dt});        // exactly one block, group 8, MQA-like
     out.push_back({1, 4096 + 7, 32, 8, 256, 16, dt});
@@ -530,10 +536,10 @@ std::vector<PrefillCase> prefill_cases() {
   std::vector<PrefillCase> out;
   for (CacheDtype dt : {kBF16, kFP8}) {
     out.push_back({{{0, 7}}, 8, 8, 128, 16, dt});                          // plain prefill
-    out.push_back({{{16, 16}}, 32, 8, 128, 16, dt});                       // block-aligned
+    out.push_back({{{16, 16}}, kHq, kHk, kD, 16, dt});                       // block-aligned
     out.push_back({{{17, 33}, {0, 1}, {100, 64}}, 32, 4, 64, 32, dt});     // group 8, 3 seqs
     out.push_back({{{513, 40}}, 16, 2, 256, 16, dt});                      // D 256
-    out.push_back({{{31, 1}, {32, 5}, {33, 17}, {5, 100}}, 32, 8, 128, 32, dt});
+    out.push_back({{{31, 1}, {32, 5}, {33, 17}, {5, 100}}, kHq, kHk, kD, 32, dt});
     out.push_back({{{1000, 3}, {2048, 1}}, 8, 1, 64, 16, dt});            // long context, MQA
     // Qwen3-Next's gated attention in a hybrid cache: 544-token blocks, block-major pages.
     out.push_back({{{600, 70}, {0, 9}}, 16, 2, 256, 544, dt, true});

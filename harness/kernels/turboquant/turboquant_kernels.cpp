@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/source_util.h"
 #include "harness/kernels/split_kv.h"
 
@@ -102,10 +103,11 @@ std::vector<KernelCompileCase> compile_cases() {
   using jit::DType;
   using jit::KernelArg;
   std::vector<KernelCompileCase> cases;
-  const int hq = 32;
-  const int hk = 8;
+  const kernels::shapes::AttentionHeads qwen = kernels::shapes::kQwen3_8B;
+  const int hq = qwen.num_q_heads;
+  const int hk = qwen.num_kv_heads;
   const int max_model_len = 32768;
-  for (int d : {128, 64}) {
+  for (int d : {qwen.head_dim, 64}) {
     const TqLayout l = TqLayout::make(d, 16, hk);
     const int64_t qkv_stride = static_cast<int64_t>(hq + 2 * hk) * d;  // q/k/v views of qkv
     const uint64_t base = 1u << 20;                                     // 256-byte aligned

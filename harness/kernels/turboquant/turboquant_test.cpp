@@ -14,12 +14,18 @@
 
 #include "harness/jit/jit.h"
 #include "harness/kernels/reference_util.h"
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/test_util.h"
 #include "harness/kernels/turboquant/turboquant.h"
 #include "harness/kernels/turboquant/turboquant_reference.h"
 
 namespace coldstart::tq {
 namespace {
+
+// Qwen3-8B's attention heads (kernels/model_shapes.h): the served shape among the cases below.
+constexpr int kHq = kernels::shapes::kQwen3_8B.num_q_heads;
+constexpr int kHk = kernels::shapes::kQwen3_8B.num_kv_heads;
+constexpr int kD = kernels::shapes::kQwen3_8B.head_dim;
 
 using kernels::ref::token_slots;
 using namespace kernels::test;  // test_util.h
@@ -300,7 +306,7 @@ TEST_P(TqStoreGpu, BytesMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, TqStoreGpu,
-    testing::Values(StoreCase{1, 32, 8, 128}, StoreCase{17, 32, 8, 128}, StoreCase{300, 32, 8, 128},
+    testing::Values(StoreCase{1, kHq, kHk, kD}, StoreCase{17, kHq, kHk, kD}, StoreCase{300, kHq, kHk, kD},
                     StoreCase{300, 8, 8, 64}, StoreCase{2053, 16, 2, 128}, StoreCase{17, 16, 2, 64}),
     store_name);
 
@@ -435,9 +441,9 @@ TEST_P(TqDequantGpu, MatchesReferenceAndLeavesTailUntouched) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, TqDequantGpu,
-    testing::Values(DecodeCase{1, 1, 32, 8, 128}, DecodeCase{1, 17, 32, 8, 128},
-                    DecodeCase{1, 300, 8, 8, 64}, DecodeCase{1, 2048 + 5, 32, 8, 128},
-                    DecodeCase{1, 2048, 16, 2, 64}, DecodeCase{1, 16, 32, 8, 128}),
+    testing::Values(DecodeCase{1, 1, kHq, kHk, kD}, DecodeCase{1, 17, kHq, kHk, kD},
+                    DecodeCase{1, 300, 8, 8, 64}, DecodeCase{1, 2048 + 5, kHq, kHk, kD},
+                    DecodeCase{1, 2048, 16, 2, 64}, DecodeCase{1, 16, kHq, kHk, kD}),
     [](const testing::TestParamInfo<DecodeCase>& i) {
       return "n" + std::to_string(i.param.ctx) + "_hk" + std::to_string(i.param.hk) + "_d" +
              std::to_string(i.param.d);
