@@ -1,6 +1,10 @@
 // The JIT runtime: in-memory cache with an allocation-free hit path, on-disk cache written
 // atomically, NVRTC compiles on a miss, module loading and launches through the driver API.
 //
+// One file over 600 lines on purpose: it is the private Impl of JitRuntime, whose hit path, the
+// in-flight table and the disk cache share Impl's locks and its state; splitting it would put
+// Impl in a header and its lock order across files. Keys are compile_key.cpp, NVRTC compiler.cpp.
+//
 // Hit path: ensure() hashes (kernel source pointer, kernel name, constexpr names/values, each
 // argument's kind/dtype/specialization) into 64 bits without building any string, finds the entry
 // under a shared lock and verifies it field by field (so a hash collision can never return the

@@ -4,6 +4,9 @@
 //   scenario_fuzz [-max_total_time=S] [-runs=N] [-seed=N] [-timeout=S] [-rss_limit_mb=M]
 //                 [-max_len=N] [-dict=FILE] [-artifact_prefix=DIR/] CORPUS_DIR_OR_FILE...
 //
+// One self-contained program over 600 lines on purpose (a driver for builds without libFuzzer,
+// nothing else links it): the mutators, the coverage map and the run loop share its state.
+//
 // Given only files, it runs each once (reproduce a finding); given a directory, it fuzzes. The
 // seed corpus is every file of the directories (and the files) given. Each step picks a corpus
 // entry, stacks 1-16 mutations on it (bit flips, byte sets, inserts, deletes, copies, splices
