@@ -605,14 +605,15 @@ INSTANTIATE_TEST_SUITE_P(AllScenarios, ScenarioExpectations, ::testing::ValuesIn
                            return n;
                          });
 
-/// Compile-only mode's device-memory model against the H200's measurement (baselines/h200-sm90.json,
-/// replayed at e964562): every phase's peak of the dense model, and of DeepSeek V4 whose FP8
-/// activation quantization and MoE routing temporaries have no meta kernels in libtorch 1.13 and
-/// are allocated by size instead, within 1% of what torch's caching allocator reported there.
+/// Compile-only mode's device-memory model against the GPUs' measurements (baselines/
+/// h200-sm90.json, replayed at e964562; h100-sm90.json, at a22b93d): every phase's peak of the
+/// dense model on both targets, and of DeepSeek V4 (whose FP8 activation quantization and MoE
+/// routing temporaries have no meta kernels in libtorch 1.13 and are allocated by size instead)
+/// on the H200, within 1% of what torch's caching allocator reported there.
 TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusPhasePeaks) {
-  const std::vector<RunResults> h200 = cli::read_any_results(source_dir() + "/baselines/h200-sm90.json");
-  const auto measured = [&](const std::string& scenario, const std::string& variant) -> nlohmann::json {
-    for (const RunResults& run : h200) {
+  const auto measured = [&](const std::string& baseline, const std::string& scenario,
+                            const std::string& variant) -> nlohmann::json {
+    for (const RunResults& run : cli::read_any_results(source_dir() + "/baselines/" + baseline)) {
       if (run.scenario.name != scenario) continue;
       for (const StrategyResult& s : run.results)
         if (s.strategy == "none" && s.variant == variant && s.extra.contains("phase_memory"))
@@ -621,13 +622,16 @@ TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusPhasePeaks) {
     return nullptr;
   };
   struct Case {
-    std::string scenario, args;
+    std::string scenario, args, target, baseline;
   };
-  for (const Case& c : {Case{"qwen3-8b-bf16", ""},
-                        Case{"deepseek-v4-flash", " --set 'matrix=requests.0.prompt_tokens: [300]'"}}) {
-    SCOPED_TRACE(c.scenario);
-    const nlohmann::json j =
-        replay_json("scenarios/" + c.scenario + ".yaml --strategy none --target h200" + c.args);
+  for (const Case& c :
+       {Case{"qwen3-8b-bf16", "", "h200", "h200-sm90.json"},
+        Case{"qwen3-8b-bf16", "", "h100", "h100-sm90.json"},
+        Case{"deepseek-v4-flash", " --set 'matrix=requests.0.prompt_tokens: [300]'", "h200",
+             "h200-sm90.json"}}) {
+    SCOPED_TRACE(c.scenario + " on " + c.target);
+    const nlohmann::json j = replay_json("scenarios/" + c.scenario + ".yaml --strategy none --target " +
+                                         c.target + c.args);
     ASSERT_FALSE(j.is_null());
     ASSERT_GE(j.at("results").size(), 1u);
     const auto& r = j.at("results").at(0);
@@ -644,8 +648,8 @@ TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusPhasePeaks) {
     EXPECT_GT(peak, after_load);  // the profile run's activations
     EXPECT_GE(mem.at("kv_cache_alloc").at("allocated_bytes").get<int64_t>(), after_load + kv);
     const std::string variant = r.value("variant", "");
-    const nlohmann::json gpu = measured(c.scenario, variant);
-    ASSERT_FALSE(gpu.is_null()) << "baselines/h200-sm90.json has no " << c.scenario << " / none [" << variant << "]";
+    const nlohmann::json gpu = measured(c.baseline, c.scenario, variant);
+    ASSERT_FALSE(gpu.is_null()) << "baselines/" << c.baseline << " has no " << c.scenario << " / none [" << variant << "]";
     size_t compared = 0;
     for (const auto& [phase, g] : gpu.items()) {
       const int64_t on_gpu = g.at("peak_allocated_bytes");
@@ -653,10 +657,10 @@ TEST_F(ReplayE2E, CompileOnlyPhaseMemoryMatchesTheGpusPhasePeaks) {
       ASSERT_TRUE(mem.contains(phase)) << phase << " in " << mem.dump();
       const int64_t here = mem.at(phase).at("peak_allocated_bytes");
       EXPECT_NEAR(static_cast<double>(here) / static_cast<double>(on_gpu), 1.0, 0.01)
-          << phase << ": compile-only " << here << " bytes, H200 " << on_gpu;
+          << phase << ": compile-only " << here << " bytes, " << c.target << " " << on_gpu;
       ++compared;
     }
-    EXPECT_GE(compared, 10u) << "the H200 result lists too few phases: " << gpu.dump();
+    EXPECT_GE(compared, 10u) << "the GPU result lists too few phases: " << gpu.dump();
   }
 }
 

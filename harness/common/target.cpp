@@ -16,23 +16,24 @@ constexpr int kSmem90 = 227 * 1024;
 // Device memory as the CUDA runtime reports its total (cudaMemGetInfo), which is less than the
 // marketed size (ECC and the driver's reservations). Sources: the "total capacity" torch prints in
 // its out-of-memory message (torch.cuda.mem_get_info()[1]) in users' public reports of each card
-// (the A10's reports disagree by a few hundred MiB); the H200's is what cudaMemGetInfo returned on
-// the H200 coldstart's GPU CI uses (kv_cache_budget.total_device_bytes at fe5fc2b). On a GPU the
-// device's own total is used.
+// (the A10's reports disagree by a few hundred MiB); the H200's and the H100's are what
+// cudaMemGetInfo returned on the cards of coldstart's GPU CI (kv_cache_budget.total_device_bytes
+// in baselines/h200-sm90.json and h100-sm90.json). On a GPU the device's own total is used.
 constexpr long long gib(double g) { return static_cast<long long>(g * 1073741824.0); }
 constexpr long long kMemA4000 = gib(15.61);   // 16 GB GDDR6
 constexpr long long kMemA10 = gib(22.07);     // 24 GB GDDR6
-constexpr long long kMemH100 = gib(79.18);    // 80 GB HBM3
+constexpr long long kMemH100 = 85017493504;   // 80 GB HBM3 (79.18 GiB; read on our H100)
 constexpr long long kMemH200 = 150109880320;  // 141 GB HBM3e (139.80 GiB; read on our H200)
 constexpr long long kMemB200 = gib(178.35);   // 180 GB HBM3e
 
-// Memory outside torch's allocator, measured on the H200 of coldstart's GPU CI (driver 13.0,
-// torch 2.11, CUDA_MODULE_LOADING lazy): 648,871,936 B after the worker's first CUDA allocation
-// and 71,303,168 B more after the profile run, the same in all 111 results of baselines/
-// h200-sm90.json (kv_cache_budget.outside_allocator_at_init_bytes / outside_allocator_bytes;
-// Qwen3-Next grew 73,400,320 B). It is the only measurement coldstart has, so every profile
-// uses it; a card with fewer SMs likely holds a somewhat smaller context (its local-memory
-// reservation scales with the SM count), which makes compile-only mode slightly pessimistic there.
+// Memory outside torch's allocator, measured on the H200 and the H100 of coldstart's GPU CI
+// (driver 13.0 / 580.159.04, torch 2.11, CUDA_MODULE_LOADING lazy): 648,871,936 B after the
+// worker's first CUDA allocation and 71,303,168 B more after the profile run, the same in all 111
+// results of baselines/h200-sm90.json and of h100-sm90.json, byte for byte
+// (kv_cache_budget.outside_allocator_at_init_bytes / outside_allocator_bytes; Qwen3-Next grew
+// 73,400,320 B on both). Both cards have 132 SMs; every profile uses these figures, and a card
+// with fewer SMs likely holds a somewhat smaller context (its local-memory reservation scales
+// with the SM count), which makes compile-only mode slightly pessimistic there.
 constexpr long long kContextMeasured = 648871936;
 constexpr long long kLibraryGrowthMeasured = 71303168;
 
