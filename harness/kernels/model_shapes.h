@@ -79,6 +79,12 @@ struct AttentionHeads {
 
 /// Qwen3-8B (qwen3-8b.json: num_attention_heads 32, num_key_value_heads 8, head_dim 128).
 inline constexpr AttentionHeads kQwen3_8B{32, 8, 128};
+/// Qwen3-Next-80B-A3B's full-attention layers at TP1 (num_attention_heads 16,
+/// num_key_value_heads 2, head_dim 256).
+inline constexpr AttentionHeads kQwen3NextAttentionTp1{16, 2, 256};
+/// Nemotron-3 Nano's attention layers at TP1 (num_attention_heads 32, num_key_value_heads 2,
+/// head_dim 128).
+inline constexpr AttentionHeads kNemotronNanoAttentionTp1{32, 2, 128};
 
 /// One linear layer as an N x K GEMM (out features, in features).
 struct LinearShape {

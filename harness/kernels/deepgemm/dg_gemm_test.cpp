@@ -133,10 +133,14 @@ TEST(DeepGemmCoverage, SeedSamplingIsDenseTo2048ThenEvery16th) {
 TEST(DeepGemmCoverage, GapsOfTheSeedSamplingAreRealAndListed) {
   const int64_t max_tokens = 8192;
   const std::vector<int64_t> sampled = dense_warmup_m_values(max_tokens);
-  const std::vector<GemmShape> shapes = {{GemmType::kNormal, 0, 1536, 4096, 1},  {GemmType::kNormal, 0, 32768, 1024, 1},
-                                         {GemmType::kNormal, 0, 4096, 8192, 1},  {GemmType::kNormal, 0, 8192, 1024, 1},
-                                         {GemmType::kNormal, 0, 4096, 4096, 1},  {GemmType::kNormal, 0, 4096, 2048, 1},
-                                         {GemmType::kBatched, 0, 1024, 4096, 8}};
+  // The served linears (model_shapes.h), then other V4 shapes the replay reaches.
+  std::vector<GemmShape> shapes;
+  for (const kernels::shapes::LinearShape& l : kernels::shapes::kDeepSeekV4FlashLinears) {
+    shapes.push_back({GemmType::kNormal, 0, l.n, l.k, 1});
+  }
+  shapes.push_back({GemmType::kNormal, 0, 8192, 1024, 1});
+  shapes.push_back({GemmType::kNormal, 0, 4096, 2048, 1});
+  shapes.push_back({GemmType::kBatched, 0, 1024, 4096, 8});
   size_t total = 0;
   for (const auto& [sm, sms] : {std::pair<int, int>{90, 132}, {100, 148}}) {
     for (const GemmShape& shape : shapes) {

@@ -140,7 +140,7 @@ TEST(FusedMoeNemotronCompileOnly, AotKernelsForGroupedRelu2Shape) {
 TEST(FusedMoeNemotronCompileOnly, Relu2ExpertsOnMeta) {
   jit::JitRuntime rt(compile_only_options());
   precompile_aot_kernels(rt, kNano);
-  const int64_t E = 128, N = 1856, H = 2688;
+  const int64_t E = kNano.num_experts, N = kNano.intermediate, H = kNano.hidden;
   for (int64_t m : {1, 5, 6, 64, 800}) {
     const size_t before = rt.monitor().records().size();
     const jit::Selection sel = fused_experts(

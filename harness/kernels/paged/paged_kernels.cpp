@@ -130,9 +130,6 @@ std::vector<KernelCompileCase> compile_cases() {
   using jit::DType;
   using jit::KernelArg;
   std::vector<KernelCompileCase> cases;
-  const kernels::shapes::AttentionHeads qwen = kernels::shapes::kQwen3_8B;
-  const int hq = qwen.num_q_heads;
-  const int hk = qwen.num_kv_heads;
   const int max_model_len = 32768;
   const int64_t num_blocks = 4096;
   const uint64_t base = 1u << 20;  // 256-byte aligned, as a real allocation
@@ -140,7 +137,14 @@ std::vector<KernelCompileCase> compile_cases() {
                  std::vector<KernelArg> args) {
     cases.push_back(kernels::make_compile_case("paged", k, std::move(cs), std::move(args)));
   };
-  for (int d : {qwen.head_dim, 256}) {
+  // The served models' attention heads (model_shapes.h): Qwen3-8B, and the attention layers of
+  // the hybrids, Qwen3-Next (head dim 256) and Nemotron-3 Nano (KV group 16).
+  for (const kernels::shapes::AttentionHeads& heads :
+       {kernels::shapes::kQwen3_8B, kernels::shapes::kQwen3NextAttentionTp1,
+        kernels::shapes::kNemotronNanoAttentionTp1}) {
+    const int hq = heads.num_q_heads;
+    const int hk = heads.num_kv_heads;
+    const int d = heads.head_dim;
     const int64_t qkv_stride = static_cast<int64_t>(hq + 2 * hk) * d;  // q/k/v views of qkv
     const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
     for (CacheDtype dt : {CacheDtype::kBF16, CacheDtype::kFP8E4M3}) {
