@@ -206,7 +206,7 @@ void check_launch_args(const KernelSource& kernel, const std::vector<KernelArg>&
     const std::string name = i < kernel.arg_names.size() ? kernel.arg_names[i] : "?";
     if (!kind_fits(t.kind, a.kind)) {
       throw Error(fmt::format("kernel {}: argument {} '{}' is declared {} but the launch passes {}",
-                              kernel.name, i, name, t.text, arg_kind_text(a)));
+                              kernel.name, i + 1, name, t.text, arg_kind_text(a)));
     }
     if (t.kind != ParamType::Kind::kPointer) continue;
     const bool size_ok = t.elem_bytes == 0 || dtype_bytes(a.dtype) == t.elem_bytes;
@@ -215,7 +215,7 @@ void check_launch_args(const KernelSource& kernel, const std::vector<KernelArg>&
     if (!size_ok || !class_ok) {
       throw Error(fmt::format("kernel {}: argument {} '{}' is declared {} but the launch passes a "
                               "pointer to {}",
-                              kernel.name, i, name, t.text, dtype_name(a.dtype)));
+                              kernel.name, i + 1, name, t.text, dtype_name(a.dtype)));
     }
   }
 }

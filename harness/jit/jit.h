@@ -170,10 +170,11 @@ CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Conste
                             const std::vector<KernelArg>& args, const std::string& arch,
                             const std::string& compiler);
 
-/// Throws Error "kernel <name>: argument <i> '<arg>' is declared <type> but the launch passes
+/// Throws Error "kernel <name>: argument <n> '<arg>' is declared <type> but the launch passes
 /// <kind>" when an argument's kind (pointer, i32, i64, u64, fp32, tensor map) differs from what
 /// `kernel.arg_types` declares, or a pointer's element size or class (float / integer) does not
-/// fit its pointee type. Nothing is checked where arg_types is empty or says kUnchecked.
+/// fit its pointee type; <n> counts from 1, as the signature reader's errors do. Nothing is
+/// checked where arg_types is empty or says kUnchecked.
 void check_launch_args(const KernelSource& kernel, const std::vector<KernelArg>& args);
 
 /// What the JIT monitor does with a compile after startup finished.

@@ -73,6 +73,12 @@ extern "C" __global__ void k(const cs_u16* __restrict__ q, const pa_cache_t* kc,
   EXPECT_EQ(t[12].kind, K::kUnchecked);
   EXPECT_EQ(t[12].text, "Params");
   EXPECT_EQ(t[13].kind, K::kUnchecked);  // a pointer to pointers
+  const std::vector<jit::ParamType> w =
+      kernel_param_types("extern \"C\" __global__ void w(long a, size_t b, bool c) {}", "w");
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].kind, K::kI64);
+  EXPECT_EQ(w[1].kind, K::kU64);
+  EXPECT_EQ(w[2].kind, K::kUnchecked);  // no KernelArg kind for a bool
 }
 
 // check_launch_args against those types: kinds, element sizes and classes.
@@ -100,15 +106,15 @@ TEST(KernelParamTypes, LaunchArgumentsAreCheckedAgainstThem) {
   };
   EXPECT_NO_THROW(jit::check_launch_args(k, {KernelArg::pointer(0, DType::kI16), ok[1], ok[2], ok[3]}));
   EXPECT_EQ(with(0, KernelArg::pointer(0, DType::kF32)),
-            "kernel k: argument 0 'q' is declared cs_u16* but the launch passes a pointer to fp32");
+            "kernel k: argument 1 'q' is declared cs_u16* but the launch passes a pointer to fp32");
   EXPECT_EQ(with(1, KernelArg::pointer(0, DType::kI32)),
-            "kernel k: argument 1 'out' is declared float* but the launch passes a pointer to i32");
+            "kernel k: argument 2 'out' is declared float* but the launch passes a pointer to i32");
   EXPECT_EQ(with(2, KernelArg::i64(3)),
-            "kernel k: argument 2 'n' is declared int but the launch passes an i64");
+            "kernel k: argument 3 'n' is declared int but the launch passes an i64");
   EXPECT_EQ(with(3, KernelArg::pointer(0, DType::kF32)),
-            "kernel k: argument 3 'idx' is declared int* but the launch passes a pointer to fp32");
+            "kernel k: argument 4 'idx' is declared int* but the launch passes a pointer to fp32");
   EXPECT_EQ(with(3, KernelArg::f32(1.f)),
-            "kernel k: argument 3 'idx' is declared int* but the launch passes an fp32");
+            "kernel k: argument 4 'idx' is declared int* but the launch passes an fp32");
   k.arg_types.clear();  // a hand-written source without types: nothing is checked
   EXPECT_NO_THROW(jit::check_launch_args(k, {KernelArg::i64(1), ok[1], ok[2], ok[3]}));
 }
