@@ -240,16 +240,10 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
     }
     // The scenario's expect: rules as the run checked them.
     if (!run.rules.empty()) {
-      size_t met = 0;
-      std::vector<const RuleCheck*> unmet;
-      for (const RuleCheck& rule : run.rules) {
-        met += rule.status == "met";
-        if (rule.status == "unmet") unmet.push_back(&rule);
-      }
-      out += fmt::format("expect: rules: {} met, {} unmet, {} not checked\n", met, unmet.size(),
-                         run.rules.size() - met - unmet.size());
-      for (const RuleCheck* rule : unmet)
-        for (const auto& d : rule->details) out += "- ❌ " + cell(d) + "\n";
+      out += "expect: rules: " + detail::rule_tally(run) + "\n";
+      for (const RuleCheck& rule : run.rules)
+        if (rule.status == "unmet")
+          for (const auto& d : rule.details) out += "- ❌ " + cell(d) + "\n";
     }
 
     // Full error texts, folded so a long comment stays readable.

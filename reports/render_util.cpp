@@ -316,6 +316,20 @@ std::string step_graph_text(const std::string& graph, const std::string& eager_r
   return eager_reason.empty() ? ", run eagerly" : ", run eagerly: " + eager_reason;
 }
 
+std::string rule_tally(const RunResults& run) {
+  size_t met = 0, unmet = 0, other_mode = 0, not_run = 0;
+  for (const RuleCheck& r : run.rules) {
+    if (r.status == "met") ++met;
+    else if (r.status == "unmet") ++unmet;
+    else if (r.status == "not_applicable") ++other_mode;
+    else ++not_run;
+  }
+  std::string s = fmt::format("{} met, {} unmet", met, unmet);
+  if (other_mode) s += fmt::format(", {} for another mode, arch or device", other_mode);
+  if (not_run) s += fmt::format(", {} not checked", not_run);
+  return s;
+}
+
 double hot_path_compile_ms(const StrategyResult& r) {
   double sum = 0;
   for (const CompileEvent& e : hot_path_compiled(r))

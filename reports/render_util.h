@@ -104,6 +104,12 @@ std::string step_graph_text(const std::string& graph, const std::string& eager_r
 /// cold compile time.
 double hot_path_compile_ms(const StrategyResult& r);
 
+/// The scenario's expect: rules as the run checked them, counted: "2 met, 1 unmet" then, when
+/// there are any, ", 3 for another mode, arch or device" (not_applicable) and ", 1 not checked"
+/// (not_checked: its strategy or variant did not run). The words replay prints for the same
+/// statuses.
+std::string rule_tally(const RunResults& run);
+
 /// Which strategy to pick in one variant of a run, as the table, Markdown and HTML show it.
 /// Only strategies that ran (not skipped, not interrupted) are weighed.
 struct VariantVerdict {

@@ -33,15 +33,9 @@ int report_main(const std::vector<std::string>& inputs, const ReplayArgs& a) {
     std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
     // The scenario's expect: rules as the run checked them (report does not re-check them).
     if (run.rules.empty()) continue;
-    size_t met = 0, unmet = 0, other = 0;
-    for (const RuleCheck& r : run.rules) {
-      if (r.status == "met") ++met;
-      else if (r.status == "unmet") ++unmet;
-      else ++other;
-    }
-    std::cout << fmt::format("expectations of {} (as the run checked them): {} met, {} unmet, {} "
-                             "not checked\n",
-                             reports::detail::terminal_text(run.scenario.name), met, unmet, other);
+    std::cout << fmt::format("expectations of {} (as the run checked them): {}\n",
+                             reports::detail::terminal_text(run.scenario.name),
+                             reports::detail::rule_tally(run));
     for (const RuleCheck& r : run.rules)
       if (r.status == "unmet")
         for (const std::string& d : r.details)

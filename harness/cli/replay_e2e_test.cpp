@@ -141,6 +141,13 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
   ::unsetenv("COLDSTART_TARGET");
   EXPECT_NE(read_text(where).find("--target / COLDSTART_TARGET 'foo': unknown target"),
             std::string::npos) << read_text(where);
+  // An arch from the environment that contradicts --target names both spellings of each.
+  ::setenv("COLDSTART_ARCH", "sm_100", 1);
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --target h100", where), 2);
+  ::unsetenv("COLDSTART_ARCH");
+  EXPECT_NE(read_text(where).find("--arch / COLDSTART_ARCH sm_100 contradicts --target / "
+                                  "COLDSTART_TARGET h100 (sm_90)"),
+            std::string::npos) << read_text(where);
   // std::regex recurses per nested group: a deep --filter is refused, not a stack overflow.
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --filter '" +
                           std::string(5000, '(') + std::string(5000, ')') + "'"),

@@ -107,9 +107,10 @@ void validate_run_options(const ReplayArgs& a) {
   }
   if (!a.target.empty() || !a.arch.empty() || a.sm_count != 0) {
     // Device-independent part of the target: the profile and arch agree, the SM count is sane.
+    // Either may come from its environment variable: the text names both spellings.
     if (!a.target.empty() && !a.arch.empty() && parse_sm(a.arch) != target_profile(a.target).sm)
-      throw InputError("--arch " + a.arch + " contradicts --target " + a.target + " (" +
-                       target_profile(a.target).arch + ")");
+      throw InputError("--arch / COLDSTART_ARCH " + a.arch + " contradicts --target / "
+                       "COLDSTART_TARGET " + a.target + " (" + target_profile(a.target).arch + ")");
     if (a.sm_count < 0 || a.sm_count > 1024)
       throw InputError("--sm-count " + std::to_string(a.sm_count) + ": expected 1..1024");
   }

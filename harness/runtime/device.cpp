@@ -84,7 +84,8 @@ DeviceInfo select_device(const std::string& requested, const std::string& arch,
     if (!target_name.empty()) {
       info.target = target_profile(target_name);
       if (!arch.empty() && parse_arch(arch) != info.target.sm) {
-        throw InputError("--arch " + arch + " contradicts --target " + target_name + " (" +
+        throw InputError("--arch / COLDSTART_ARCH " + arch + " contradicts --target / "
+                         "COLDSTART_TARGET " + target_name + " (" +
                          info.target.arch + ")");
       }
       if (sm_count > 0) info.target.sm_count = sm_count;
