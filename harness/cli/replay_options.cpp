@@ -178,12 +178,14 @@ std::function<std::string(const std::string&)> refuse_empty(std::string what) {
 void add_common_options(CLI::App* cmd, ReplayArgs& a) {
   cmd->add_option("--device", a.device, "auto | cuda | compile-only")
       ->envname("COLDSTART_DEVICE")->capture_default_str();
-  cmd->add_option("--arch", a.arch, "compile target in compile-only mode, e.g. sm_86, sm_90, sm_100")
+  cmd->add_option("--arch", a.arch,
+                  "compile target in compile-only mode, e.g. sm_86, sm_90, sm_100; these three "
+                  "take their flagship profile (rtx-a4000 16 GB, h200, b200), memory included")
       ->envname("COLDSTART_ARCH")
       ->check(refuse_empty("needs an arch such as sm_86, sm_90 or sm_100"));
   cmd->add_option("--target", a.target,
                   "compile-only target GPU: rtx-a4000, a10, h100, h200, b200 (arch, SM count, "
-                  "device name for tuned tables)")
+                  "device memory, device name for tuned tables)")
       ->envname("COLDSTART_TARGET")
       ->check(refuse_empty("needs a profile name (rtx-a4000, a10, h100, h200, b200)"));
   cmd->add_option("--sm-count", a.sm_count,
