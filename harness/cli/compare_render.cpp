@@ -34,51 +34,47 @@ std::string metric_cell(const MetricDelta& m) {
   return cell;
 }
 
+// The hot-path compiles one kind of change was seen in, over the compared pairs.
+struct ChangeSeen {
+  size_t compiles = 0;
+  std::set<std::string> pairs;
+  std::string example;
+
+  void add(const CompareRow& r) {
+    ++compiles;
+    if (pairs.insert(r.label()).second && example.empty()) example = r.label();
+  }
+  /// "(<n> hot-path compiles in <m> pairs, e.g. <label>)".
+  std::string suffix() const {
+    return fmt::format("({} hot-path compile{} in {} pair{}, e.g. {})", compiles,
+                       compiles == 1 ? "" : "s", pairs.size(), pairs.size() == 1 ? "" : "s",
+                       example);
+  }
+};
+
 // One line per (kernel, difference) of the rows' key_changed:
 // "<kernel>: <what> (<n> hot-path compiles in <m> pairs, e.g. <label>)".
 std::vector<std::string> key_change_lines(const std::vector<CompareRow>& rows) {
-  struct Seen {
-    size_t compiles = 0;
-    std::set<std::string> pairs;
-    std::string example;
-  };
-  std::map<std::pair<std::string, std::string>, Seen> by;
+  std::map<std::pair<std::string, std::string>, ChangeSeen> by;
   for (const CompareRow& r : rows)
-    for (const KeyChange& c : r.key_changed) {
-      Seen& s = by[{c.current.kernel, c.what}];
-      ++s.compiles;
-      if (s.pairs.insert(r.label()).second && s.example.empty()) s.example = r.label();
-    }
+    for (const KeyChange& c : r.key_changed) by[{c.current.kernel, c.what}].add(r);
   std::vector<std::string> out;
-  for (const auto& [k, s] : by)
-    out.push_back(fmt::format("{}: {} ({} hot-path compile{} in {} pair{}, e.g. {})", k.first,
-                              k.second, s.compiles, s.compiles == 1 ? "" : "s", s.pairs.size(),
-                              s.pairs.size() == 1 ? "" : "s", s.example));
+  for (const auto& [k, s] : by) out.push_back(fmt::format("{}: {} {}", k.first, k.second, s.suffix()));
   return out;
 }
 
 // One line per (kernel, baseline source, current source) of the rows' kernel_source_changed:
 // "<kernel>: source <old> -> <new> (<n> hot-path compiles in <m> pairs, e.g. <label>)".
 std::vector<std::string> source_change_lines(const std::vector<CompareRow>& rows) {
-  struct Seen {
-    size_t compiles = 0;
-    std::set<std::string> pairs;
-    std::string example;
-  };
-  std::map<std::tuple<std::string, std::string, std::string>, Seen> by;
+  std::map<std::tuple<std::string, std::string, std::string>, ChangeSeen> by;
   for (const CompareRow& r : rows)
-    for (const SourceChange& c : r.kernel_source_changed) {
-      Seen& s = by[{c.current.kernel, c.baseline_source_hash,
-                    split_compile_key(c.current.key).source_hash}];
-      ++s.compiles;
-      if (s.pairs.insert(r.label()).second && s.example.empty()) s.example = r.label();
-    }
+    for (const SourceChange& c : r.kernel_source_changed)
+      by[{c.current.kernel, c.baseline_source_hash, split_compile_key(c.current.key).source_hash}]
+          .add(r);
   std::vector<std::string> out;
   for (const auto& [k, s] : by)
-    out.push_back(fmt::format("{}: source {} -> {} ({} hot-path compile{} in {} pair{}, e.g. {})",
-                              std::get<0>(k), std::get<1>(k), std::get<2>(k), s.compiles,
-                              s.compiles == 1 ? "" : "s", s.pairs.size(),
-                              s.pairs.size() == 1 ? "" : "s", s.example));
+    out.push_back(fmt::format("{}: source {} -> {} {}", std::get<0>(k), std::get<1>(k),
+                              std::get<2>(k), s.suffix()));
   return out;
 }
 
