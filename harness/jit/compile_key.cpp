@@ -203,10 +203,11 @@ void check_launch_args(const KernelSource& kernel, const std::vector<KernelArg>&
   for (size_t i = 0; i < args.size() && i < kernel.arg_types.size(); ++i) {
     const ParamType& t = kernel.arg_types[i];
     const KernelArg& a = args[i];
-    const std::string name = i < kernel.arg_names.size() ? kernel.arg_names[i] : "?";
+    // The argument's name, looked up only for a message.
+    auto name = [&] { return i < kernel.arg_names.size() ? kernel.arg_names[i] : std::string("?"); };
     if (!kind_fits(t.kind, a.kind)) {
       throw Error(fmt::format("kernel {}: argument {} '{}' is declared {} but the launch passes {}",
-                              kernel.name, i + 1, name, t.text, arg_kind_text(a)));
+                              kernel.name, i + 1, name(), t.text, arg_kind_text(a)));
     }
     if (t.kind != ParamType::Kind::kPointer) continue;
     const bool size_ok = t.elem_bytes == 0 || dtype_bytes(a.dtype) == t.elem_bytes;
@@ -215,7 +216,7 @@ void check_launch_args(const KernelSource& kernel, const std::vector<KernelArg>&
     if (!size_ok || !class_ok) {
       throw Error(fmt::format("kernel {}: argument {} '{}' is declared {} but the launch passes a "
                               "pointer to {}",
-                              kernel.name, i + 1, name, t.text, dtype_name(a.dtype)));
+                              kernel.name, i + 1, name(), t.text, dtype_name(a.dtype)));
     }
   }
 }

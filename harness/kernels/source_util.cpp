@@ -210,8 +210,9 @@ jit::ParamType param_type(const std::vector<std::string_view>& type_words, int s
     if (!base.empty()) base += ' ';
     base += w;
   }
-  if (base == "long long int") base = "long long";
-  if (base == "unsigned long long int") base = "unsigned long long";
+  // One spelling per type: a trailing "int" after long / unsigned long adds nothing.
+  if (base == "long int" || base == "long long int") base.resize(base.size() - 4);
+  if (base == "unsigned long int" || base == "unsigned long long int") base.resize(base.size() - 4);
   if (base == "signed int" || base == "signed") base = "int";
   t.text = base + std::string(static_cast<size_t>(stars), '*');
   if (templated || stars > 1) return t;
@@ -248,7 +249,6 @@ jit::ParamType param_type(const std::vector<std::string_view>& type_words, int s
       {"uint32_t", K::kI32, 4, E::kAny},
       {"cs_u32", K::kI32, 4, E::kAny},
       {"long", K::kI64, 8, E::kInt},
-      {"long int", K::kI64, 8, E::kInt},
       {"unsigned long", K::kU64, 8, E::kAny},
       {"size_t", K::kU64, 8, E::kAny},
       {"long long", K::kI64, 8, E::kInt},
