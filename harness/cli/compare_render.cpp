@@ -4,12 +4,18 @@
 #include "harness/cli/compare_internal.h"
 
 #include <algorithm>
+#include <cmath>
+#include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "harness/common/error.h"
+#include "harness/common/paths.h"
 #include "reports/render_util.h"
 
 namespace coldstart::cli {
