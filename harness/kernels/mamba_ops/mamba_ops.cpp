@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "harness/kernels/launch_util.h"
@@ -244,8 +247,93 @@ void causal_conv1d_update(jit::JitRuntime& rt, const at::Tensor& x, const at::Te
   rt.launch(conv_update_kernel(), conv_update_constexprs(s),
             {tensor_arg(x), tensor_arg(weight),
              bias.defined() ? tensor_arg(bias) : KernelArg::pointer(0, jit::DType::kBF16),
-             tensor_arg(conv_states), tensor_arg(conv_state_indices), tensor_arg(out),
-             KernelArg::i32(to_i32(fn, "x", b))},
+             tensor_arg(conv_states), tensor_arg(conv_state_indices),
+             KernelArg::pointer(0, jit::DType::kI32), KernelArg::pointer(0, jit::DType::kI32),
+             tensor_arg(out), KernelArg::i32(to_i32(fn, "x", b))},
+            dims(grid_dim(fn, "x (batch)", b, 0x7fffffff),
+                 grid_dim(fn, "y (channel blocks)", (dim + kConvBlockN - 1) / kConvBlockN, 65535),
+                 1, kConvBlockN),
+            stream_for(x));
+}
+
+void causal_conv1d_update_varlen_spec(jit::JitRuntime& rt, const at::Tensor& x,
+                                      const at::Tensor& conv_states, const at::Tensor& weight,
+                                      const at::Tensor& bias, Activation act,
+                                      const at::Tensor& conv_state_indices,
+                                      const at::Tensor& num_accepted_tokens,
+                                      const at::Tensor& query_start_loc, int max_query_len,
+                                      const at::Tensor& out) {
+  const CallSite fn{kFamily, "causal_conv1d_update_varlen_spec"};
+  check(fn, "x", x, at::kBFloat16, 2, Layout::kInnerContiguous);
+  const int64_t t = x.size(0);
+  const int64_t dim = x.size(1);
+  if (dim < 1) fail(fn, "x", fmt::format("has shape {}; dim must be positive", shape_str(x)));
+  if (max_query_len < 1) {
+    fail(fn, "max_query_len", fmt::format("is {}; it must be at least 1", max_query_len));
+  }
+  const int width = check_weight_bias(fn, weight, bias, dim, x);
+  check_conv_states(fn, conv_states, dim, width, x);
+  // The kernel reads the window from row num_accepted_tokens - 1 <= max_query_len - 1 and
+  // rewrites up to width - 2 + max_query_len rows.
+  const int64_t rows_needed = width - 1 + (int64_t{max_query_len} - 1);
+  if (conv_states.size(1) < rows_needed) {
+    fail(fn, "conv_states",
+         fmt::format("has shape {}; speculative decoding with max_query_len {} needs at least "
+                     "width - 1 + (max_query_len - 1) = {} rows (vLLM sizes the conv state "
+                     "width - 1 + num_speculative_tokens)",
+                     shape_str(conv_states), max_query_len, rows_needed));
+  }
+  check(fn, "conv_state_indices", conv_state_indices, at::kInt, 1, Layout::kAny);
+  const int64_t b = conv_state_indices.size(0);
+  check(fn, "num_accepted_tokens", num_accepted_tokens, at::kInt, 1, Layout::kContiguous);
+  check_size(fn, "num_accepted_tokens", num_accepted_tokens, 0, b);
+  check(fn, "query_start_loc", query_start_loc, at::kInt, 1, Layout::kContiguous);
+  check_size(fn, "query_start_loc", query_start_loc, 0, b + 1);
+  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
+  check_conv_act(fn, act);
+  if (out.sizes() != x.sizes()) {
+    fail(fn, "out", fmt::format("has shape {}, x has {}", shape_str(out), shape_str(x)));
+  }
+  if (overlaps(out, x)) {
+    fail(fn, "out", "overlaps x (vLLM writes the verify update into a new tensor)");
+  }
+  for (const auto& [name, tensor] :
+       {std::pair<const char*, const at::Tensor*>{"conv_state_indices", &conv_state_indices},
+        {"num_accepted_tokens", &num_accepted_tokens},
+        {"query_start_loc", &query_start_loc},
+        {"out", &out}}) {
+    check_same_device(fn, x, name, *tensor);
+  }
+  if (b == 0 || t == 0) return;
+
+  ConvUpdateSpec s;
+  s.dim = dim;
+  s.seqlen = max_query_len;
+  s.num_cache_lines = conv_states.size(0);
+  // vLLM's varlen view: x and out flat (token, dim), no per-request stride.
+  s.stride_x_seq = 0;
+  s.stride_x_dim = x.stride(1);
+  s.stride_x_token = x.stride(0);
+  s.stride_w_dim = weight.stride(0);
+  s.stride_w_width = weight.stride(1);
+  s.stride_state_seq = conv_states.stride(0);
+  s.stride_state_dim = conv_states.stride(2);
+  s.stride_state_tok = conv_states.stride(1);
+  s.stride_state_indices = conv_state_indices.stride(0);
+  s.stride_o_seq = 0;
+  s.stride_o_dim = out.stride(1);
+  s.stride_o_token = out.stride(0);
+  s.width = width;
+  s.has_bias = bias.defined();
+  s.silu = act == Activation::kSilu;
+  s.varlen = true;
+  s.spec_decoding = true;
+  rt.launch(conv_update_kernel(), conv_update_constexprs(s),
+            {tensor_arg(x), tensor_arg(weight),
+             bias.defined() ? tensor_arg(bias) : KernelArg::pointer(0, jit::DType::kBF16),
+             tensor_arg(conv_states), tensor_arg(conv_state_indices),
+             tensor_arg(num_accepted_tokens), tensor_arg(query_start_loc), tensor_arg(out),
+             KernelArg::i32(to_i32(fn, "conv_state_indices", b))},
             dims(grid_dim(fn, "x (batch)", b, 0x7fffffff),
                  grid_dim(fn, "y (channel blocks)", (dim + kConvBlockN - 1) / kConvBlockN, 65535),
                  1, kConvBlockN),

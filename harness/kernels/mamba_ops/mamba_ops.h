@@ -12,8 +12,9 @@
 //
 // Conv state layout (vLLM's default "SD", mamba_utils.get_conv_state_layout):
 //   conv_states [num_slots, state_rows, dim], bf16, innermost dimension contiguous
-//   (stride(2) == 1); row 0 is the oldest token, state_rows >= width - 1 (more rows under spec
-//   decode; the kernels here use rows 0 .. width - 2). stride(0) is the slot page stride: a conv
+//   (stride(2) == 1); row 0 is the oldest token, state_rows >= width - 1 (width - 1 +
+//   num_speculative_tokens under spec decode; the kernels here use rows 0 .. width - 2, except
+//   causal_conv1d_update_varlen_spec). stride(0) is the slot page stride: a conv
 //   state is a view into a bigger per-request page (conv + SSM state), so it is usually not
 //   state_rows * dim; stride(1) is the row stride (usually dim). The kernels get vLLM's
 //   transposed view (slot, dim, token): strides (stride(0), stride(2), stride(1)).
@@ -71,6 +72,41 @@ void causal_conv1d_fwd(jit::JitRuntime& rt, const at::Tensor& x, const at::Tenso
 void causal_conv1d_update(jit::JitRuntime& rt, const at::Tensor& x, const at::Tensor& conv_states,
                           const at::Tensor& weight, const at::Tensor& bias, Activation act,
                           const at::Tensor& conv_state_indices, const at::Tensor& out);
+
+/// Speculative-decoding verify step of the decode conv (kernel mamba_causal_conv1d_update with
+/// IS_VARLEN = IS_SPEC_DECODING = 1; vLLM's causal_conv1d_update with query_start_loc and
+/// num_accepted_tokens, as the GDN layer calls it for MTP verify rows). Request b owns token rows
+/// [qsl[b], qsl[b + 1]) of x (len_b of them, 0 <= len_b <= max_query_len; len_b == 0 skips the
+/// request). With a = num_accepted_tokens[b] - 1 (the previous step's accepted tokens end the
+/// history), h_b = conv state rows a .. a + width - 2 of slot conv_state_indices[b] followed by
+/// the request's tokens, and out[qsl[b] + t] = act(bias + sum_j w[:, j] * h_b[t + j]) for
+/// t < len_b. The state's rows 0 .. width - 3 + len_b then become h_b[1 ..] (rows a + 1 ..
+/// a + width - 2, then the tokens; the later rows are kept).
+/// - x: bf16 [T, dim], innermost contiguous (any row stride); rows past qsl[B] are not read
+/// - conv_states: as for causal_conv1d_fwd, with state_rows >= width - 1 + (max_query_len - 1)
+///   (vLLM allocates width - 1 + num_speculative_tokens rows under spec decode)
+/// - weight, bias: as for causal_conv1d_fwd
+/// - act: kNone or kSilu
+/// - conv_state_indices: int32 [B] (any stride); kPadSlotId skips the request (its out rows and
+///   its state untouched)
+/// - num_accepted_tokens: int32 [B], contiguous, each in 1 .. max_query_len
+/// - query_start_loc: int32 [B + 1], contiguous, non-decreasing, qsl[B] <= T
+/// - max_query_len: tokens of the longest request, or a bound on them (vLLM passes
+///   num_speculative_tokens + 1); a compile-time constant of the kernel (SEQLEN; the state rows
+///   the kernel rewrites, STATE_LEN = width - 1 + (max_query_len - 1), follow it), so another
+///   value is another compile
+/// - out: bf16 [T, dim], innermost contiguous; must not overlap x. Rows of skipped requests and
+///   rows past qsl[B] are not written.
+/// The per-request values (lengths, accepted counts) live on the device and are not checked.
+/// Throws Error naming the argument on any other violation (max_query_len < 1, too few state
+/// rows, dtypes, shapes, layouts, devices). B == 0 or T == 0 launches nothing.
+void causal_conv1d_update_varlen_spec(jit::JitRuntime& rt, const at::Tensor& x,
+                                      const at::Tensor& conv_states, const at::Tensor& weight,
+                                      const at::Tensor& bias, Activation act,
+                                      const at::Tensor& conv_state_indices,
+                                      const at::Tensor& num_accepted_tokens,
+                                      const at::Tensor& query_start_loc, int max_query_len,
+                                      const at::Tensor& out);
 
 // gated_rms_norm_rows_per_block(M, num_sms) is declared in mamba_ops_kernels.h (torch-free).
 

@@ -170,7 +170,12 @@ std::vector<jit::Constexpr> conv_fwd_constexprs(const ConvFwdSpec& s) {
 
 std::vector<jit::Constexpr> conv_update_constexprs(const ConvUpdateSpec& s) {
   check_width(s.width);
-  const int64_t state_len = s.width - 1;  // not spec decoding
+  if (s.seqlen < 1) {
+    throw InputError(fmt::format("mamba_ops: conv update seqlen {} must be at least 1", s.seqlen));
+  }
+  // causal_conv1d_update: spec decoding keeps seqlen - 1 more rows (the drafts a later step may
+  // reject).
+  const int64_t state_len = s.width - 1 + (s.spec_decoding ? s.seqlen - 1 : 0);
   return {{"DIM", s.dim},
           {"SEQLEN", s.seqlen},
           {"STATE_LEN", state_len},
@@ -191,6 +196,8 @@ std::vector<jit::Constexpr> conv_update_constexprs(const ConvUpdateSpec& s) {
           {"HAS_BIAS", s.has_bias ? 1 : 0},
           {"KERNEL_WIDTH", s.width},
           {"SILU_ACTIVATION", s.silu ? 1 : 0},
+          {"IS_VARLEN", s.varlen ? 1 : 0},
+          {"IS_SPEC_DECODING", s.spec_decoding ? 1 : 0},
           {"USE_PAD_SLOT", 1},
           {"NP2_STATELEN", next_power_of_2(state_len)},
           {"NP2_SEQLEN", next_power_of_2(s.seqlen)},
@@ -285,7 +292,36 @@ std::vector<KernelCompileCase> compile_cases() {
         {KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, DType::kBF16),
          KernelArg::pointer(u.has_bias ? base : 0, DType::kBF16),
          KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, DType::kI32),
+         KernelArg::pointer(0, DType::kI32), KernelArg::pointer(0, DType::kI32),
          KernelArg::pointer(base, DType::kBF16), KernelArg::i32(16)});
+  }
+  // Speculative-decoding verify (MTP with num_speculative_tokens 2, the setting Qwen's
+  // Qwen3-Next model card serves with: max_query_len 3): x the spec rows of mixed_qkv [T, dim]
+  // (row stride dim, as the decode case's), the conv state width - 1 + 2 = 5 rows.
+  {
+    const int64_t spec_tokens = 2;
+    const int64_t spec_page =
+        ((3 + spec_tokens) * dim * 2 + kernels::shapes::state_elems(gdn) * 4) / 2;  // bf16s
+    ConvUpdateSpec u;
+    u.dim = dim;
+    u.seqlen = spec_tokens + 1;
+    u.num_cache_lines = slots;
+    u.stride_x_seq = 0;
+    u.stride_x_token = dim;
+    u.stride_w_dim = 4;
+    u.stride_state_seq = spec_page;
+    u.stride_state_tok = dim;
+    u.stride_o_seq = 0;
+    u.stride_o_token = dim;
+    u.width = 4;
+    u.varlen = true;
+    u.spec_decoding = true;
+    add(conv_update_kernel(), conv_update_constexprs(u),
+        {KernelArg::pointer(base, DType::kBF16), KernelArg::pointer(base, DType::kBF16),
+         KernelArg::pointer(0, DType::kBF16), KernelArg::pointer(base, DType::kBF16),
+         KernelArg::pointer(base, DType::kI32), KernelArg::pointer(base, DType::kI32),
+         KernelArg::pointer(base, DType::kI32), KernelArg::pointer(base, DType::kBF16),
+         KernelArg::i32(16)});
   }
   // Gated RMSNorm over [T * 32 heads, 128]: silu after the norm (GDN), sigmoid before it.
   for (int rpb : {1, 4}) {

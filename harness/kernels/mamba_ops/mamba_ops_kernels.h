@@ -10,7 +10,12 @@
 //                  (_causal_conv1d_fwd_kernel + causal_conv1d_fn: BLOCK_M = 8, BLOCK_N = 256,
 //                  num_stages = 2, every stride a tl.constexpr, cu_seqlen a specialized int;
 //                  _causal_conv1d_update_kernel + causal_conv1d_update: BLOCK_N = 256,
-//                  state_len = width - 1 outside spec decode, batch a specialized int)
+//                  batch a specialized int; IS_VARLEN = query_start_loc given (x flat
+//                  [num_tokens, dim], stride_x_seq = stride_o_seq = 0, seqlen = max_query_len),
+//                  IS_SPEC_DECODING = num_accepted_tokens given (state_len = width - 1 +
+//                  (seqlen - 1), else width - 1); NP2_STATELEN / NP2_SEQLEN = next_power_of_2 of
+//                  state_len / seqlen. Qwen3-Next's GDN layer calls it with both flags for
+//                  speculative-decoding verify steps, max_query_len = num_speculative_tokens + 1)
 //   conv state     vllm/model_executor/layers/mamba/mamba_utils.py @ 02d71083:
 //                  get_conv_state_layout() defaults to "SD" (is_conv_state_dim_first() is False
 //                  unless VLLM_SSM_CONV_STATE_LAYOUT=DS): a slot holds (state_len, dim), dim
@@ -108,7 +113,8 @@ struct ConvFwdSpec {
 /// USE_PAD_SLOT, NP2_STATELEN, BLOCK_M, BLOCK_N. Throws InputError for a width outside 2..4.
 std::vector<jit::Constexpr> conv_fwd_constexprs(const ConvFwdSpec& s);
 
-/// What enters causal_conv1d_update's constexprs (x / out as (seq, dim, token)).
+/// What enters causal_conv1d_update's constexprs (x / out as (seq, dim, token); varlen: x / out
+/// flat (token, dim) with stride_x_seq = stride_o_seq = 0).
 struct ConvUpdateSpec {
   int64_t dim = 0;
   int64_t seqlen = 1;
@@ -121,9 +127,14 @@ struct ConvUpdateSpec {
   int width = 4;
   bool has_bias = false;
   bool silu = true;
+  bool varlen = false;         ///< IS_VARLEN: query_start_loc given; seqlen = max_query_len
+  bool spec_decoding = false;  ///< IS_SPEC_DECODING: num_accepted_tokens given
 };
-/// DIM, SEQLEN, STATE_LEN (= width - 1), NUM_CACHE_LINES, the strides, PAD_SLOT_ID, HAS_BIAS,
-/// KERNEL_WIDTH, SILU_ACTIVATION, USE_PAD_SLOT, NP2_STATELEN, NP2_SEQLEN, BLOCK_N.
+/// DIM, SEQLEN, STATE_LEN (width - 1; width - 1 + (seqlen - 1) when spec_decoding),
+/// NUM_CACHE_LINES, the strides, PAD_SLOT_ID, HAS_BIAS, KERNEL_WIDTH, SILU_ACTIVATION, IS_VARLEN,
+/// IS_SPEC_DECODING, USE_PAD_SLOT, NP2_STATELEN, NP2_SEQLEN, BLOCK_N (vLLM @ 03c6dad8 also has
+/// IS_APC_ENABLED and IS_EAGLE_TREE, always 0 here and left out of the key). Throws InputError
+/// for a width outside 2..4 or seqlen < 1.
 std::vector<jit::Constexpr> conv_update_constexprs(const ConvUpdateSpec& s);
 
 /// N (= group_size), BLOCK_N, ROWS_PER_BLOCK, HAS_BIAS (0), HAS_Z (1), NORM_BEFORE_GATE,
@@ -142,8 +153,8 @@ std::vector<jit::Constexpr> scatter_constexprs(int64_t row_size, bool launch_pdl
                                                jit::DType index_dtype);
 
 /// Representative compile cases (Qwen3-Next-80B GDN shapes at TP 1: conv dim 8192, width 4,
-/// head dim 128, 32 value heads; plus width 2 with bias and a sigmoid gate) for the multi-arch
-/// compile test.
+/// head dim 128, 32 value heads, and its speculative-decoding verify update with
+/// max_query_len 3; plus width 2 with bias and a sigmoid gate) for the multi-arch compile test.
 std::vector<KernelCompileCase> compile_cases();
 
 }  // namespace coldstart::mamba_ops

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -66,6 +67,39 @@ Conv causal_conv1d_update(const at::Tensor& x, const at::Tensor& conv_states,
   return run_conv(x, weight, bias, conv_states, at::arange(b, at::kLong),
                   at::ones({b}, at::kLong), conv_state_indices.cpu().to(at::kLong),
                   at::ones({b}, at::kBool), silu_act);
+}
+
+Conv causal_conv1d_update_varlen_spec(const at::Tensor& x_in, const at::Tensor& conv_states,
+                                      const at::Tensor& weight, const at::Tensor& bias,
+                                      bool silu_act, const at::Tensor& conv_state_indices,
+                                      const at::Tensor& num_accepted_tokens,
+                                      const at::Tensor& query_start_loc) {
+  const at::Tensor x = x_in.cpu().to(at::kDouble);
+  const at::Tensor w = weight.cpu().to(at::kDouble);
+  const int64_t width = w.size(1);
+  const at::Tensor qsl = query_start_loc.cpu().to(at::kLong);
+  const at::Tensor slots = conv_state_indices.cpu().to(at::kLong);
+  const at::Tensor accepted = num_accepted_tokens.cpu().to(at::kLong);
+  Conv r;
+  r.out = at::full({x.size(0), x.size(1)}, std::numeric_limits<double>::quiet_NaN(), at::kDouble);
+  r.conv_states = conv_states.cpu().clone();
+  for (int64_t b = 0; b < slots.size(0); ++b) {
+    const int64_t slot = slots[b].item<int64_t>();
+    if (slot == kPadSlotId) continue;
+    const int64_t start = qsl[b].item<int64_t>();
+    const int64_t len = qsl[b + 1].item<int64_t>() - start;
+    if (len == 0) continue;
+    // The accepted history: width - 1 rows ending at the last accepted token of the last step.
+    const int64_t first = accepted[b].item<int64_t>() - 1;
+    at::Tensor state = r.conv_states[slot];
+    const at::Tensor h =
+        at::cat({state.narrow(0, first, width - 1).to(at::kDouble), x.narrow(0, start, len)});
+    r.out.narrow(0, start, len).copy_(conv_rows(h, w, bias, len, silu_act));
+    // Every input but the oldest stays: a later step may reject some of the new tokens.
+    const int64_t kept = width - 2 + len;
+    state.narrow(0, 0, kept).copy_(h.narrow(0, 1, kept).to(state.scalar_type()));
+  }
+  return r;
 }
 
 at::Tensor gated_rms_norm(const at::Tensor& x_in, const at::Tensor& z_in, const at::Tensor& weight,

@@ -31,6 +31,18 @@ Conv causal_conv1d_update(const at::Tensor& x, const at::Tensor& conv_states,
                           const at::Tensor& weight, const at::Tensor& bias, bool silu,
                           const at::Tensor& conv_state_indices);
 
+/// Speculative-decoding verify conv of causal_conv1d_update_varlen_spec: for each request b whose
+/// slot is not kPadSlotId and whose token rows [qsl[b], qsl[b + 1]) are not empty, h = the slot's
+/// state rows a .. a + width - 2 (a = num_accepted_tokens[b] - 1) followed by those x rows;
+/// out[qsl[b] + t] = act(bias + sum_j w[:, j] * h[t + j]); then the slot's first
+/// width - 2 + len rows become h without its first row. out is NaN on every row no request
+/// writes (skipped requests, rows past qsl[B]).
+Conv causal_conv1d_update_varlen_spec(const at::Tensor& x, const at::Tensor& conv_states,
+                                      const at::Tensor& weight, const at::Tensor& bias, bool silu,
+                                      const at::Tensor& conv_state_indices,
+                                      const at::Tensor& num_accepted_tokens,
+                                      const at::Tensor& query_start_loc);
+
 /// Gated RMSNorm of gated_rms_norm, float64 [M, N].
 at::Tensor gated_rms_norm(const at::Tensor& x, const at::Tensor& z, const at::Tensor& weight,
                           double eps, bool norm_before_gate, Activation act, int64_t group_size);

@@ -7,7 +7,9 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <ostream>
 #include <set>
 #include <string>
 #include <tuple>
@@ -16,6 +18,7 @@
 #include "harness/jit/jit.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
 #include "harness/kernels/mamba_ops/mamba_ops_reference.h"
+#include "harness/kernels/model_shapes.h"
 #include "harness/kernels/test_util.h"
 
 namespace coldstart::mamba_ops {
@@ -193,6 +196,109 @@ TEST(MambaOpsCompileOnly, ConvKeysFollowTritonSpecialization) {
   EXPECT_EQ(keys_of(rt, "mamba_causal_conv1d_update").size(), 3u);
 }
 
+// The speculative-decoding verify update (Qwen3-Next GDN at TP 1, width 4, num_speculative_tokens
+// 2: conv state rows 3 + 2): its own keys beside the decode update's, one per max_query_len.
+TEST(MambaOpsCompileOnly, SpecUpdateKeysFollowMaxQueryLen) {
+  jit::JitRuntime rt(compile_only_options());
+  const int64_t dim = kernels::shapes::conv_dim(kernels::shapes::kQwen3NextGdnTp1);
+  const at::Tensor w = at::empty({dim, 4}, kMeta.dtype(at::kBFloat16));
+  const StatePages p = state_pages(kMeta, 9, 3 + 2, dim);
+  const int64_t b = 4;
+  const at::Tensor ci = at::empty({b}, kMeta.dtype(at::kInt));
+  const at::Tensor accepted = at::empty({b}, kMeta.dtype(at::kInt));
+  const at::Tensor qsl = at::empty({b + 1}, kMeta.dtype(at::kInt));
+  auto spec = [&](int64_t t, int max_query_len) {
+    causal_conv1d_update_varlen_spec(rt, at::empty({t, dim}, kMeta.dtype(at::kBFloat16)), p.conv,
+                                     w, at::Tensor(), Activation::kSilu, ci, accepted, qsl,
+                                     max_query_len,
+                                     at::empty({t, dim}, kMeta.dtype(at::kBFloat16)));
+  };
+  const at::Tensor x1 = at::empty({b, dim}, kMeta.dtype(at::kBFloat16));
+  causal_conv1d_update(rt, x1, p.conv, w, at::Tensor(), Activation::kSilu, ci, x1);
+  spec(12, 3);
+  spec(7, 3);  // the token count is no kernel argument: a hit
+  EXPECT_EQ(keys_of(rt, "mamba_causal_conv1d_update").size(), 2u);
+  spec(8, 2);  // SEQLEN and STATE_LEN are constexprs
+  const std::set<std::string> keys = keys_of(rt, "mamba_causal_conv1d_update");
+  ASSERT_EQ(keys.size(), 3u);
+  auto count = [&](const std::string& text) {
+    int n = 0;
+    for (const std::string& k : keys) n += k.find(text) != std::string::npos ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(count("SEQLEN=1,STATE_LEN=3,"), 1);
+  EXPECT_EQ(count("SEQLEN=3,STATE_LEN=5,"), 1);
+  EXPECT_EQ(count("SEQLEN=2,STATE_LEN=4,"), 1);
+  EXPECT_EQ(count("IS_VARLEN=0,IS_SPEC_DECODING=0,"), 1);
+  EXPECT_EQ(count("IS_VARLEN=1,IS_SPEC_DECODING=1,"), 2);
+  EXPECT_EQ(count("STRIDE_X_SEQ=0,"), 2);  // varlen: x is flat (token, dim)
+  EXPECT_EQ(count("NP2_STATELEN=8,NP2_SEQLEN=4,"), 1);
+  // Empty batches compile nothing.
+  causal_conv1d_update_varlen_spec(rt, at::empty({0, dim}, kMeta.dtype(at::kBFloat16)), p.conv, w,
+                                   at::Tensor(), Activation::kSilu, ci, accepted, qsl, 3,
+                                   at::empty({0, dim}, kMeta.dtype(at::kBFloat16)));
+  causal_conv1d_update_varlen_spec(rt, at::empty({5, dim}, kMeta.dtype(at::kBFloat16)), p.conv, w,
+                                   at::Tensor(), Activation::kSilu,
+                                   at::empty({0}, kMeta.dtype(at::kInt)),
+                                   at::empty({0}, kMeta.dtype(at::kInt)),
+                                   at::empty({1}, kMeta.dtype(at::kInt)), 3,
+                                   at::empty({5, dim}, kMeta.dtype(at::kBFloat16)));
+  EXPECT_EQ(keys_of(rt, "mamba_causal_conv1d_update").size(), 3u);
+}
+
+TEST(MambaOpsCompileOnly, SpecUpdateValidationNamesArgument) {
+  jit::JitRuntime rt(compile_only_options());
+  const int64_t dim = 300;
+  const auto bf16 = kMeta.dtype(at::kBFloat16);
+  const auto i32 = kMeta.dtype(at::kInt);
+  const at::Tensor x = at::empty({9, dim}, bf16);
+  const at::Tensor out = at::empty({9, dim}, bf16);
+  const at::Tensor w = at::empty({dim, 4}, bf16);
+  const StatePages p = state_pages(kMeta, 6, 4, dim);  // width 4: room for max_query_len <= 2
+  const at::Tensor ci = at::empty({3}, i32);
+  const at::Tensor acc = at::empty({3}, i32);
+  const at::Tensor qsl = at::empty({4}, i32);
+  const char* fn = "mamba_ops::causal_conv1d_update_varlen_spec: ";
+  auto call = [&](const at::Tensor& x_, const at::Tensor& conv, const at::Tensor& w_,
+                  const at::Tensor& ci_, const at::Tensor& acc_, const at::Tensor& qsl_, int q,
+                  const at::Tensor& out_, Activation act = Activation::kSilu) {
+    causal_conv1d_update_varlen_spec(rt, x_, conv, w_, at::Tensor(), act, ci_, acc_, qsl_, q,
+                                     out_);
+  };
+  EXPECT_NO_THROW(call(x, p.conv, w, ci, acc, qsl, 2, out));
+  const size_t compiled = rt.cached_kernels();
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, acc, qsl, 3, out),
+                  std::string(fn) + "argument 'conv_states' has shape [6, 4, 300]; speculative "
+                                    "decoding with max_query_len 3 needs at least width - 1 + "
+                                    "(max_query_len - 1) = 5 rows");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, acc, qsl, 0, out),
+                  std::string(fn) + "argument 'max_query_len' is 0");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, at::empty({3}, kMeta.dtype(at::kLong)), qsl, 2, out),
+                  std::string(fn) + "argument 'num_accepted_tokens'");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, at::empty({4}, i32), qsl, 2, out),
+                  std::string(fn) + "argument 'num_accepted_tokens'");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, at::empty({6}, i32).slice(0, 0, 6, 2), qsl, 2, out),
+                  std::string(fn) + "argument 'num_accepted_tokens'");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, acc, at::empty({3}, i32), 2, out),
+                  std::string(fn) + "argument 'query_start_loc'");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, acc, at::empty({4}, kMeta.dtype(at::kLong)), 2, out),
+                  std::string(fn) + "argument 'query_start_loc'");
+  EXPECT_MENTIONS(call(x, p.conv, w, at::empty({3}, kMeta.dtype(at::kLong)), acc, qsl, 2, out),
+                  std::string(fn) + "argument 'conv_state_indices'");
+  EXPECT_MENTIONS(call(x, p.conv, at::empty({dim, 5}, bf16), ci, acc, qsl, 2, out),
+                  std::string(fn) + "argument 'weight'");
+  EXPECT_MENTIONS(call(x, p.conv.transpose(1, 2), w, ci, acc, qsl, 2, out),
+                  std::string(fn) + "argument 'conv_states'");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, acc, qsl, 2, x),
+                  std::string(fn) + "argument 'out' overlaps x");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, acc, qsl, 2, at::empty({8, dim}, bf16)),
+                  std::string(fn) + "argument 'out' has shape [8, 300]");
+  EXPECT_MENTIONS(call(x.t(), p.conv, w, ci, acc, qsl, 2, out), std::string(fn) + "argument 'x'");
+  EXPECT_MENTIONS(call(x, p.conv, w, ci, acc, qsl, 2, out, Activation::kSigmoid),
+                  "activation sigmoid is not supported");
+  EXPECT_EQ(rt.cached_kernels(), compiled);
+}
+
 TEST(MambaOpsCompileOnly, GatedNormKeysFollowRowsPerBlockAndM) {
   jit::JitRuntime rt(compile_only_options());
   const at::Tensor wt = at::empty({128}, kMeta.dtype(at::kBFloat16));
@@ -209,6 +315,87 @@ TEST(MambaOpsCompileOnly, GatedNormKeysFollowRowsPerBlockAndM) {
   norm(1);
   norm(7);
   EXPECT_EQ(keys_of(rt, "mamba_gated_rms_norm").size(), 5u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU: the spec-decode reference against vLLM's index arithmetic
+
+// One channel of _causal_conv1d_update_kernel (vLLM 03c6dad8) with IS_VARLEN and
+// IS_SPEC_DECODING, written out the way the kernel indexes (per-request state_len and seqlen, the
+// shift by one from the accepted offset, the x part at i - VAL, then the sliding window), for
+// exact small-integer inputs, against the reference's reading (the window is the accepted
+// history, the new state drops its oldest row).
+TEST(MambaOpsReference, VarlenSpecUpdateFollowsVllmsIndexing) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  int checked = 0;
+  for (int width = 2; width <= 4; ++width) {
+    for (int max_q = 1; max_q <= 4; ++max_q) {
+      const int state_len = width - 1 + (max_q - 1);
+      const int rows = state_len + 1;  // one row past what the kernel may touch
+      for (int len = 0; len <= max_q; ++len) {
+        for (int accepted = 1; accepted <= max_q; ++accepted) {
+          std::vector<double> old(rows), xs(len + 1), wt(width);
+          for (int r = 0; r < rows; ++r) old[r] = 100 + r;
+          for (int t = 0; t <= len; ++t) xs[t] = 10 * (t + 1);
+          for (int j = 0; j < width; ++j) wt[j] = j + 1;
+          // The kernel's arithmetic.
+          std::vector<double> st = old;
+          std::vector<double> want_out(len + 1, nan);  // row len: past qsl[B]
+          if (len > 0) {
+            const int state_len_b = state_len - (max_q - len);
+            const int off = accepted - 1;
+            std::vector<double> col(width - 1);
+            for (int j = 0; j < width - 1; ++j) col[j] = old[off + j];
+            const int val = state_len_b - len;
+            std::vector<double> next(state_len_b);
+            for (int i = 0; i < state_len_b; ++i) {
+              next[i] = i + len < state_len_b ? old[off + i + 1]
+                        : (i - val >= 0 && i - val < len) ? xs[i - val]
+                                                          : 0.0;
+            }
+            for (int i = 0; i < state_len_b; ++i) st[i] = next[i];
+            for (int t = 0; t < len; ++t) {
+              double acc = 0;
+              for (int j = 0; j < width - 1; ++j) acc += col[j] * wt[j];
+              acc += xs[t] * wt[width - 1];
+              for (int j = 0; j + 1 < width - 1; ++j) col[j] = col[j + 1];
+              col[width - 2] = xs[t];
+              want_out[t] = acc;
+            }
+          }
+          const at::Tensor x = at::tensor(xs).reshape({len + 1, 1}).to(at::kBFloat16);
+          const at::Tensor conv = at::tensor(old).reshape({1, rows, 1}).to(at::kBFloat16);
+          const at::Tensor w = at::tensor(wt).reshape({1, width}).to(at::kBFloat16);
+          const ref::Conv got = ref::causal_conv1d_update_varlen_spec(
+              x, conv, w, at::Tensor(), false, at::tensor(std::vector<int32_t>{0}),
+              at::tensor(std::vector<int32_t>{accepted}), at::tensor(std::vector<int32_t>{0, len}));
+          const std::string what = "width " + std::to_string(width) + " max_query_len " +
+                                   std::to_string(max_q) + " len " + std::to_string(len) +
+                                   " accepted " + std::to_string(accepted);
+          EXPECT_TRUE(at::equal(got.conv_states.to(at::kDouble).reshape({rows}), at::tensor(st)))
+              << what;
+          const at::Tensor o = got.out.reshape({len + 1});
+          for (int t = 0; t <= len; ++t) {
+            if (std::isnan(want_out[t])) {
+              EXPECT_TRUE(std::isnan(o[t].item<double>())) << what << " row " << t;
+            } else {
+              EXPECT_EQ(o[t].item<double>(), want_out[t]) << what << " row " << t;
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+  // A PAD_SLOT_ID request changes nothing.
+  const at::Tensor conv = at::ones({2, 3, 4}, at::kBFloat16);
+  const ref::Conv pad = ref::causal_conv1d_update_varlen_spec(
+      at::ones({2, 4}, at::kBFloat16), conv, at::ones({4, 2}, at::kBFloat16), at::Tensor(), true,
+      at::tensor(std::vector<int32_t>{kPadSlotId}), at::tensor(std::vector<int32_t>{1}),
+      at::tensor(std::vector<int32_t>{0, 2}));
+  EXPECT_TRUE(at::equal(pad.conv_states, conv));
+  EXPECT_TRUE(pad.out.isnan().all().item<bool>());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -355,6 +542,106 @@ TEST(MambaConvUpdateGpu, MatchesReferenceOutOfPlaceAndInPlace) {
     }
   }
 }
+
+// The speculative-decoding verify update: varlen requests of up to max_query_len tokens.
+struct SpecCase {
+  int64_t dim;
+  int width;
+  bool bias;
+  bool silu;
+  int max_query_len;
+  std::vector<int32_t> lens;      // tokens per request (0 = nothing scheduled)
+  std::vector<int32_t> slots;     // kPadSlotId = skip
+  std::vector<int32_t> accepted;  // num_accepted_tokens, 1 .. max_query_len
+};
+
+// e.g. D8192_W4_silu_Q4_B7_T22: dim, width, bias / silu, max_query_len, requests, tokens.
+std::string spec_name(const ::testing::TestParamInfo<SpecCase>& i) {
+  const SpecCase& c = i.param;
+  int64_t tokens = 0;
+  for (int32_t n : c.lens) tokens += n;
+  return "D" + std::to_string(c.dim) + "_W" + std::to_string(c.width) + (c.bias ? "_bias" : "") +
+         (c.silu ? "_silu" : "") + "_Q" + std::to_string(c.max_query_len) + "_B" +
+         std::to_string(c.lens.size()) + "_T" + std::to_string(tokens);
+}
+void PrintTo(const SpecCase& c, std::ostream* os) {
+  auto list = [os](const char* name, const std::vector<int32_t>& v) {
+    *os << " " << name << " [";
+    for (size_t i = 0; i < v.size(); ++i) *os << (i ? ", " : "") << v[i];
+    *os << "]";
+  };
+  *os << spec_name({c, 0});
+  list("lens", c.lens);
+  list("slots", c.slots);
+  list("accepted", c.accepted);
+}
+
+class MambaConvUpdateSpecGpu : public ::testing::TestWithParam<SpecCase> {};
+
+TEST_P(MambaConvUpdateSpecGpu, MatchesReference) {
+  CS_REQUIRE_GPU();
+  const SpecCase c = GetParam();
+  jit::JitRuntime& rt = gpu_runtime();
+  std::vector<int32_t> qsl{0};
+  for (int32_t n : c.lens) qsl.push_back(qsl.back() + n);
+  const int64_t b = static_cast<int64_t>(c.lens.size());
+  const int64_t t = qsl.back() + 2;  // two padding rows past qsl[B]: never read or written
+  // x: a column slice of a wider projection; conv_state_indices: every other entry of a pool.
+  const at::Tensor proj = random_bf16({t, c.dim + 64}, 51 + c.width, 1.0, 0.0);
+  const at::Tensor x = proj.narrow(1, 16, c.dim);
+  const at::Tensor w = random_bf16({c.dim, c.width}, 52, 0.5, 0.0);
+  const at::Tensor bias = c.bias ? random_bf16({c.dim}, 53, 0.5, 0.1) : at::Tensor();
+  // The rows spec decode needs plus one spare row holding NaN, which no request may read or
+  // write; the rest of each page (the SSM-state stand-in) is random and must stay as it is.
+  const int64_t rows = c.width - 1 + (c.max_query_len - 1) + 1;
+  StatePages p = state_pages(cuda(at::kBFloat16), 9, rows, c.dim);
+  p.buffer.copy_(random_bf16({9, p.buffer.size(1)}, 54 + c.max_query_len, 1.0, 0.0));
+  p.conv.select(1, rows - 1).fill_(kNaN);
+  std::vector<int32_t> pool;
+  for (int32_t s : c.slots) pool.insert(pool.end(), {s, 77});
+  const at::Tensor ci = ints(pool).slice(0, 0, 2 * b, 2);
+  const at::Tensor accepted = ints(c.accepted);
+  const at::Tensor q = ints(qsl);
+  const at::Tensor before = p.buffer.cpu();
+  const at::Tensor x_before = proj.cpu();
+  const ref::Conv want =
+      ref::causal_conv1d_update_varlen_spec(x, p.conv, w, bias, c.silu, ci, accepted, q);
+  const at::Tensor out = poisoned_bf16({t, c.dim});
+  causal_conv1d_update_varlen_spec(rt, x, p.conv, w, bias,
+                                   c.silu ? Activation::kSilu : Activation::kNone, ci, accepted,
+                                   q, c.max_query_len, out);
+  // Rows of the pad request, of the empty request (none) and past qsl[B] keep the poison.
+  expect_close(out, want.out, 2e-2, "spec update out");
+  // The whole page buffer, bit for bit (NaN rows included): the rewritten conv-state rows as the
+  // reference, every other element kept.
+  at::Tensor expected = before.clone();
+  expected.as_strided(p.conv.sizes(), p.conv.strides(), 8).copy_(want.conv_states);
+  EXPECT_TRUE(at::equal(p.buffer.cpu().view(at::kShort), expected.view(at::kShort)))
+      << "conv state pages differ";
+  EXPECT_TRUE(at::equal(proj.cpu().view(at::kShort), x_before.view(at::kShort))) << "x changed";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MambaConvUpdateSpecGpu,
+    ::testing::Values(
+        // Qwen3-Next GDN at TP 1 (dim 8192, width 4, silu, no bias): num_speculative_tokens 3
+        // with mixed lengths (one empty request, one pad), then the served 2 (max_query_len 3).
+        SpecCase{kernels::shapes::conv_dim(kernels::shapes::kQwen3NextGdnTp1), 4, false, true, 4,
+                 {4, 2, 0, 4, 3, 1, 4}, {3, 6, 0, kPadSlotId, 8, 1, 5}, {4, 1, 1, 2, 3, 1, 2}},
+        SpecCase{kernels::shapes::conv_dim(kernels::shapes::kQwen3NextGdnTp1), 4, false, true, 3,
+                 {3, 3, 1, 0, 2}, {2, kPadSlotId, 7, 4, 0}, {2, 3, 1, 1, 2}},
+        // dim not a multiple of BLOCK_N, width 3 with bias and no activation, one draft token.
+        SpecCase{4160, 3, true, false, 2, {2, 1, 2, 0, 2}, {4, 2, kPadSlotId, 1, 7},
+                 {2, 1, 1, 1, 1}},
+        // width 2 (the window is one accepted row), bias and silu.
+        SpecCase{1000, 2, true, true, 3, {3, 1, 2, 0, 3}, {5, 0, 8, 2, kPadSlotId},
+                 {3, 1, 2, 1, 1}},
+        // max_query_len above every length; the last request accepted more tokens than it now
+        // schedules (num_accepted_tokens counts the previous step's).
+        SpecCase{520, 3, false, true, 4, {3, 1, 0, 2, 1}, {1, 3, 5, 7, 0}, {2, 1, 1, 2, 4}},
+        // width 4 with bias, one draft token, the pad request first.
+        SpecCase{4160, 4, true, false, 2, {2, 2, 1, 0}, {kPadSlotId, 3, 6, 2}, {1, 2, 1, 1}}),
+    spec_name);
 
 TEST(MambaGatedRmsNormGpu, MatchesReference) {
   CS_REQUIRE_GPU();
