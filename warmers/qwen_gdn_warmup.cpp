@@ -25,7 +25,7 @@
 #include <algorithm>
 #include <set>
 
-#include "warmers/qwen_gdn_warmup.engine_keys.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "harness/kernels/gdn_chunk/gdn_chunk.h"
 #include "harness/kernels/gdn_decode/gdn_decode.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"

@@ -2,6 +2,10 @@
 // DeepSeek V4 on other archs, the compile memo, the steady request and `coldstart list`.
 #include "harness/cli/e2e_fixture.h"
 
+#include <set>
+#include <string>
+#include <vector>
+
 namespace coldstart {
 namespace {
 
@@ -30,10 +34,8 @@ TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {
 /// Qwen3-Next: the hybrid cache layout, which tuned-table entry each token count used and where
 /// it first compiled, and the compile keys that separate serving from the GDN warmer.
 TEST_F(ReplayE2E, QwenNextHybridLayoutMoeConfigsAndGdnKeys) {
-  // With speculative decoding configured the warmer also compiles the fused MTP decode kernel
-  // (draft tokens are not replayed, so nothing else changes).
   // (The run's compile memo serves the second strategy's keys, which halves the NVRTC time.)
-  auto by = replay("scenarios/qwen3-next-gdn.yaml", "--set engine.num_speculative_tokens=3");
+  auto by = replay("scenarios/qwen3-next-gdn.yaml");
   ASSERT_EQ(by.size(), 2u);
   const StrategyResult& none = by.at("none []");
   const StrategyResult& warm = by.at("qwen-gdn-warmup []");
@@ -71,13 +73,6 @@ TEST_F(ReplayE2E, QwenNextHybridLayoutMoeConfigsAndGdnKeys) {
   int conv_hot = 0;
   for (const auto& c : warm.hot_path_compiles) conv_hot += c.kernel == "mamba_causal_conv1d_fwd";
   EXPECT_EQ(conv_hot, 2) << "2048- and 952-token prefills";
-  // The seed's MTP request counts on 132 SMs and 32 value heads are 1, 5 and 17; 17 exceeds
-  // max_num_seqs (16) and is skipped: two value tiles (32 and 64), two keys, at startup only.
-  std::set<std::string> mtp_keys;
-  for (const auto& c : warm.startup_compile_list)
-    if (c.kernel == "gdn_decode_mtp" && c.phase == "kernel_warmup") mtp_keys.insert(c.key);
-  EXPECT_EQ(mtp_keys.size(), 2u);
-  for (const auto& c : none.startup_compile_list) EXPECT_NE(c.kernel, "gdn_decode_mtp");
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -506,6 +501,69 @@ TEST_F(ReplayE2E, ListFiltersAndSaysWhenNothingMatches) {
   EXPECT_EQ(text.find("tq-decode-warmup"), std::string::npos) << "filtered out";
   EXPECT_EQ(run_coldstart("list --filter no-such-thing", out), 1);
   EXPECT_EQ(read_text(out), "coldstart list: nothing matches --filter 'no-such-thing'\n");
+}
+
+
+/// Speculative decoding on Qwen3-Next (k = 2): vLLM's warmup metadata crashes the FULL capture
+/// in the spec conv update (PR #39483), capture metadata does not; capture sizes rounded to
+/// multiples of 3; verify rows of 3 tokens replay the size-3 graph; the Qwen GDN warmer's MTP
+/// step compiles the fused MTP kernel at startup. A backend without a verify path is refused.
+TEST_F(ReplayE2E, QwenNextMtpVerifyStepsAndWarmupMetadata) {
+  auto by = replay("scenarios/qwen3-next-gdn-mtp.yaml");
+  ASSERT_EQ(by.size(), 4u);
+  for (const char* s : {"none", "qwen-gdn-warmup"}) {
+    const StrategyResult& crash = by.at(std::string(s) + " [cudagraph_warmup_metadata=build]");
+    EXPECT_EQ(crash.outcome, Outcome::kCrash) << s;
+    EXPECT_EQ(crash.failed_phase.value_or(""), "graph_capture") << s;
+    EXPECT_NE(crash.error.value_or("").find("operation not permitted when stream is capturing: "
+                                            "mamba_causal_conv1d_update"),
+              std::string::npos)
+        << crash.error.value_or("");
+    const StrategyResult& ok = by.at(std::string(s) + " [cudagraph_warmup_metadata=capture]");
+    ASSERT_EQ(ok.outcome, Outcome::kOk) << s << ": " << ok.error.value_or("");
+    const nlohmann::json& spec = ok.extra.at("spec_decode");
+    EXPECT_EQ(spec.at("capture_sizes"), nlohmann::json({3, 6, 9}));
+    EXPECT_EQ(spec.at("capture_sizes_given"), nlohmann::json({1, 2, 4, 8, 16}));
+    // The spec conv update compiled in the capture's warmups, never on the hot path.
+    bool warmed = false;
+    for (const auto& c : ok.startup_compile_list)
+      warmed |= c.kernel == "mamba_causal_conv1d_update" && c.phase == "graph_capture";
+    EXPECT_TRUE(warmed) << s;
+    for (const auto& c : ok.hot_path_compiles) EXPECT_NE(c.kernel, "mamba_causal_conv1d_update");
+    // Verify rows of 3 tokens; the first request's context grows by 2 a step (1 of 2 drafts
+    // accepted), and a lone verify request replays the size-3 FULL graph.
+    int verify_steps = 0;
+    std::vector<int> contexts;
+    for (const auto& step : ok.extra.at("schedule")) {
+      if (step.at("wave").get<int>() != 0) continue;
+      for (const auto& row : step.at("seqs")) {
+        if (row.at("kind") != "verify") continue;
+        ++verify_steps;
+        EXPECT_EQ(row.at("query").get<int>(), 3);
+        contexts.push_back(row.at("context").get<int>());
+        EXPECT_EQ(step.at("graph"), "full@3");
+      }
+    }
+    EXPECT_EQ(verify_steps, 4) << "8 output tokens after the first, 2 a step";
+    ASSERT_GE(contexts.size(), 2u);
+    EXPECT_EQ(contexts[0], 600);
+    EXPECT_EQ(contexts[1], 602);
+  }
+  std::set<std::string> mtp;
+  for (const auto& c : by.at("qwen-gdn-warmup [cudagraph_warmup_metadata=capture]").startup_compile_list)
+    if (c.kernel == "gdn_decode_mtp" && c.phase == "kernel_warmup") mtp.insert(c.key);
+  EXPECT_FALSE(mtp.empty()) << "the warmer's MTP step";
+  for (const auto& c : by.at("none [cudagraph_warmup_metadata=capture]").startup_compile_list)
+    EXPECT_NE(c.kernel, "gdn_decode_mtp");
+
+  const std::string out = paths::join(dir_, "spec.txt"), json = paths::join(dir_, "spec.json");
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
+                          "--arch sm_90 --set engine.num_speculative_tokens=1 --json " + json, out),
+            2);
+  EXPECT_NE(read_text(out).find("engine.num_speculative_tokens"), std::string::npos) << read_text(out);
+  EXPECT_NE(read_text(out).find("no speculative-decoding verify path"), std::string::npos)
+      << read_text(out);
+  EXPECT_FALSE(paths::exists(json));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <numeric>
 
 #include "harness/engine/engine_internal.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "harness/engine/workspace_policy.engine_keys.h"
 #include "harness/runtime/meta_memory.h"
 #include "harness/runtime/nvtx.h"
@@ -63,6 +64,23 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
   result_.warmers = strategy_.warmers;
   result_.outcome = Outcome::kError;
   result_.extra["allow_hot_path_compiles"] = strategy_.allow_hot_path_compiles;
+  // Speculative decoding: vLLM rounds the capture sizes before anything is built from them
+  // (spec_decode.engine_keys.h), so every reader of the list (graph capture, the attention
+  // backend's 3D threshold) sees the rounded one.
+  EngineConfig& e = scenario_.engine;
+  if (const int k = num_speculative_tokens(e); k > 0) {
+    nlohmann::json spec = {{"num_speculative_tokens", k},
+                           {"accepted_per_step", spec_accepted_tokens(e)},
+                           {"verify_query_len", k + 1},
+                           {"warmup_metadata", warmups_use_capture_metadata(e) ? "capture" : "build"},
+                           {"draft_model", "not replayed (synthetic draft tokens)"}};
+    if (spec_decode_rounds_capture_sizes(e)) {
+      spec["capture_sizes_given"] = e.cudagraph_capture_sizes;
+      e.cudagraph_capture_sizes = spec_decode_capture_sizes(e.cudagraph_capture_sizes, k + 1);
+      spec["capture_sizes"] = e.cudagraph_capture_sizes;
+    }
+    result_.extra["spec_decode"] = spec;
+  }
   sdpa_spans_ = std::make_unique<GpuSpans>(mode());
   model_spans_ = std::make_unique<GpuSpans>(mode());
   mixer_spans_ = std::make_unique<GpuSpans>(mode());

@@ -130,6 +130,10 @@ class Engine final : public WarmupContext {
   at::Tensor last_token_hidden(const at::Tensor& hidden, const ForwardBatch& batch) const;
   /// vLLM's _dummy_run batch of `num_tokens` tokens (min(num_tokens, max_num_seqs) requests).
   std::vector<SeqStep> dummy_seqs(int num_tokens) const;
+  /// The FULL capture's dummy batch under speculative decoding: num_tokens / (1 + k) verify
+  /// requests of 1 + k tokens in the null block; `drafts`: the metadata knows their drafts
+  /// (capture metadata) or not (vLLM's build() in the eager warmups).
+  std::vector<SeqStep> dummy_verify_seqs(int num_tokens, bool drafts) const;
   void do_sampler_warmup();
   /// (Re)builds one mixer per layer from the model's plan with mixer_ctx_.
   void build_mixers();

@@ -12,6 +12,7 @@
 
 #include "harness/engine/capture_policy.engine_keys.h"
 #include "harness/engine/engine_internal.h"
+#include "harness/models/spec_decode.engine_keys.h"
 
 namespace coldstart {
 
@@ -69,25 +70,41 @@ bool captures_piecewise(CudaGraphMode mode) {
 
 /// Copies a step's inputs into the static batch a graph of `size` rows was captured with, and
 /// pads the rest (token 0 at position 0; with attention metadata, slot -1 and length 0 so the
-/// kernels skip the padding rows). Full graphs hold uniform decode batches only, so their
-/// query_start_loc (0, 1, ..., size) never changes.
+/// kernels skip the padding rows). Full graphs hold uniform decode batches only: one token per
+/// request, so query_start_loc (0, 1, ..., size) never changes; under speculative decoding
+/// uniform verify batches of spec_query_len tokens per request, whose padding requests get no
+/// tokens (query_start_loc padded with the step's token count, PAD_SLOT_ID state pages and one
+/// accepted token, as vLLM's GDN metadata builder pads them).
 static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, int size,
                       bool attention_metadata) {
   const int n = step.num_tokens;
   captured.input_ids.narrow(0, 0, n).copy_(step.input_ids);
   captured.positions.narrow(0, 0, n).copy_(step.positions);
+  const bool verify = captured.spec_state_slots.defined() && captured.spec_query_len > 1;
+  const int b = verify ? step.num_reqs : n;  // requests of the step
+  const int bs = verify ? captured.num_reqs : size;  // requests of the static batch
   if (attention_metadata) {
     captured.slot_mapping.narrow(0, 0, n).copy_(step.slot_mapping);
-    captured.seq_lens.narrow(0, 0, n).copy_(step.seq_lens);
-    captured.state_slots.narrow(0, 0, n).copy_(step.state_slots);
+    captured.seq_lens.narrow(0, 0, b).copy_(step.seq_lens);
+    captured.state_slots.narrow(0, 0, b).copy_(step.state_slots);
+    if (verify) {
+      captured.query_start_loc.narrow(0, 0, b + 1).copy_(step.query_start_loc);
+      captured.spec_state_slots.narrow(0, 0, b).copy_(step.spec_state_slots);
+      captured.num_accepted_tokens.narrow(0, 0, b).copy_(step.num_accepted_tokens);
+    }
   }
-  if (size == n) return;
-  captured.input_ids.narrow(0, n, size - n).fill_(0);
-  captured.positions.narrow(0, n, size - n).fill_(0);
-  if (attention_metadata) {
-    captured.slot_mapping.narrow(0, n, size - n).fill_(-1);
-    captured.seq_lens.narrow(0, n, size - n).fill_(0);
-    captured.state_slots.narrow(0, n, size - n).fill_(0);  // the null state slot
+  if (size > n) {
+    captured.input_ids.narrow(0, n, size - n).fill_(0);
+    captured.positions.narrow(0, n, size - n).fill_(0);
+    if (attention_metadata) captured.slot_mapping.narrow(0, n, size - n).fill_(-1);
+  }
+  if (!attention_metadata || bs == b) return;
+  captured.seq_lens.narrow(0, b, bs - b).fill_(0);
+  captured.state_slots.narrow(0, b, bs - b).fill_(0);  // the null state slot
+  if (verify) {
+    captured.query_start_loc.narrow(0, b + 1, bs - b).fill_(n);
+    captured.spec_state_slots.narrow(0, b, bs - b).fill_(-1);
+    captured.num_accepted_tokens.narrow(0, b, bs - b).fill_(1);
   }
 }
 
@@ -112,9 +129,12 @@ void Engine::do_graph_capture() {
   // A step with more tokens than the largest capture size finds no graph and runs eagerly
   // (execute(); vLLM's CudagraphDispatcher.dispatch, vllm/v1/cudagraph_dispatcher.py at
   // ae2e8e62, returns CUDAGraphMode.NONE for it without a log line).
+  // Under speculative decoding a FULL size holds size / (1 + k) verify requests
+  // (spec_decode.engine_keys.h): the sizes up to (1 + k) * max_num_seqs.
+  const int max_full = e.max_num_seqs * (num_speculative_tokens(e) + 1);
   int largest_full = 0;
   for (int P : sizes)
-    if (full_decode && P <= e.max_num_seqs) largest_full = std::max(largest_full, P);
+    if (full_decode && P <= max_full) largest_full = std::max(largest_full, P);
   const int largest_piecewise =
       piecewise && !sizes.empty() ? *std::max_element(sizes.begin(), sizes.end()) : 0;
   result_.extra["capture_policy"] = {{"order", capture_ascending(e) ? "ascending" : "largest_first"},
@@ -154,7 +174,7 @@ void Engine::do_graph_capture() {
   }
   if (full_decode) {
     for (int P : sizes) {
-      if (P > e.max_num_seqs) continue;
+      if (P > max_full) continue;
       if (capture_lazily(e)) {
         lazy_sizes_.push_back(P);  // captured by execute() on first use
         continue;
@@ -180,10 +200,19 @@ void Engine::capture_full_decode(int P, const std::string& step) {
   auto g = std::make_unique<FullGraph>();
   g->size = P;
   // Full decode sizes are at most max_num_seqs, so vLLM's dummy batch of P tokens is P decode
-  // requests of one token each, in the null block; with attention metadata.
-  g->in = make_batch(dummy_seqs(P), /*skip_attention=*/false);
+  // requests of one token each, in the null block; with attention metadata. Under speculative
+  // decoding P / (1 + k) verify requests: the capture's metadata knows their drafts
+  // (build_for_cudagraph_capture), the eager warmups' only under cudagraph_warmup_metadata
+  // capture (spec_decode.engine_keys.h).
+  const bool spec = num_speculative_tokens(e) > 0;
+  g->in = make_batch(spec ? dummy_verify_seqs(P, true) : dummy_seqs(P), /*skip_attention=*/false);
   capture_step_ = step;
-  for (int w = 0; w < capture_warmups(e); ++w) run_eager(g->in);  // vLLM: cudagraph_num_of_warmups
+  {
+    const ForwardBatch warm =
+        spec && !warmups_use_capture_metadata(e) ? make_batch(dummy_verify_seqs(P, false), false)
+                                                 : g->in;
+    for (int w = 0; w < capture_warmups(e); ++w) run_eager(warm);  // cudagraph_num_of_warmups
+  }
   g->graph = std::make_unique<CapturedGraph>(mode());
   g->static_ledger_id = ledger_.add_buffer(
       fmt::format("the static batch of full decode capture size {}", P),
@@ -228,11 +257,13 @@ std::string Engine::eager_reason(const ForwardBatch& batch) const {
   if (e.cudagraph_mode == CudaGraphMode::kNone) return "cudagraph_mode none captures no graphs";
   if (!captures_piecewise(e.cudagraph_mode)) {
     const int largest_full = full_.empty() ? 0 : full_.rbegin()->first;
-    if (batch.uniform_decode() && largest_full > 0 && N > largest_full)
+    if ((batch.uniform_decode() || batch.uniform_verify()) && largest_full > 0 && N > largest_full)
       return fmt::format("{} decode tokens, more than the largest full decode capture size, {}",
                          N, largest_full);
     return fmt::format("a {} step, which {} never captures",
-                       batch.uniform_decode() ? "decode" : "prefill or mixed",
+                       batch.uniform_decode()   ? "decode"
+                       : batch.uniform_verify() ? "verify"
+                                                : "prefill or mixed",
                        cudagraph_mode_name(e.cudagraph_mode));
   }
   const int largest_piecewise = piecewise_.empty() ? 0 : piecewise_.rbegin()->first;
@@ -327,10 +358,11 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     if (model_spans_) model_spans_->begin();
     at::Tensor logits = model_->compute_logits(last_token_hidden(hidden, batch));
     if (model_spans_) model_spans_->end();
-    return sample(logits, batch.num_reqs);
+    return sample(logits, static_cast<int>(logits.size(0)));
   };
-  // Full decode graph (mixers inside); under lazy capture, captured here on first use.
-  if (batch.uniform_decode()) {
+  // Full decode graph (mixers inside); under lazy capture, captured here on first use. With
+  // speculative decoding the FULL graphs hold uniform verify batches (1 + k rows a request).
+  if (batch.spec_query_len > 1 ? batch.uniform_verify() : batch.uniform_decode()) {
     if (!lazy_sizes_.empty()) capture_lazily_if_needed(N);
     auto it = full_.lower_bound(N);
     if (it != full_.end()) {
@@ -372,6 +404,26 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   step_graph_ = "eager";
   step_eager_reason_ = eager_reason(batch);
   return finish(run_eager(batch));
+}
+
+std::vector<SeqStep> Engine::dummy_verify_seqs(int num_tokens, bool drafts) const {
+  // vLLM's _dummy_run with uniform_decode: cdiv(num_tokens, 1 + k) requests of 1 + k tokens, in
+  // the null block; the capture's metadata gives each num_accepted_tokens = 1 + k (the diff of
+  // query_start_loc, gdn_attn.py build_for_cudagraph_capture).
+  const int q = num_speculative_tokens(scenario_.engine) + 1;
+  const int num_reqs = std::max(1, (num_tokens + q - 1) / q);
+  std::vector<SeqStep> seqs;
+  for (int r = 0; r < num_reqs; ++r) {
+    SeqStep s;
+    s.req_slot = r;
+    s.query_len = std::min(q, num_tokens - r * q);
+    s.blocks.assign(1, 0);
+    s.state_pages.assign(q, 0);
+    s.verify = drafts;
+    s.num_accepted = q;
+    seqs.push_back(s);
+  }
+  return seqs;
 }
 
 }  // namespace coldstart

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "harness/engine/engine_internal.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "harness/engine/workspace_policy.engine_keys.h"
 #include "harness/jit/select.h"
 #include "harness/replay/kv_cache_plan.h"
@@ -115,10 +116,11 @@ void Engine::do_kv_cache_alloc() {
     // No device size known (compile-only for a bare --arch without a profile).
     // At most 2^31 - 1 (block ids are 32-bit): a huge max_num_seqs x max_model_len is capped.
     in.num_gpu_blocks = std::min<int64_t>(
-        static_cast<int64_t>(e.max_num_seqs) * (blocks_per_req + 1) + 1, kMaxKvBlocks);
+        static_cast<int64_t>(e.max_num_seqs) * (blocks_per_req + 1 + num_speculative_tokens(e)) + 1,
+        kMaxKvBlocks);
     result_.extra["kv_cache_sizing"] =
-        "compile-only, no device memory known: max_num_seqs full-length sequences (+ a state "
-        "page each) + the null block";
+        "compile-only, no device memory known: max_num_seqs full-length sequences (+ 1 + "
+        "num_speculative_tokens state pages each) + the null block";
   }
   // vLLM's startup check: the cache must hold one max_model_len request (the loader checks a
   // fixed num_gpu_blocks the same way); a request that needs more blocks than are usable is

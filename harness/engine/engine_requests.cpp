@@ -12,6 +12,7 @@
 
 #include "harness/engine/engine.h"
 #include "harness/engine/engine_internal.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "harness/replay/scheduler.h"
 #include "harness/runtime/host_upload.h"
 
@@ -115,36 +116,45 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
   const int lead = ids.front();
   // Each request is a fresh sequence with its own blocks (no prefix-cache hits), taken from the
   // free block queue when it is admitted and returned when it finishes; a model with recurrent
-  // layers also gives it one state page (vLLM mamba_cache_mode "none").
+  // layers also gives it one state page (vLLM mamba_cache_mode "none"), 1 + k of them under
+  // speculative decoding, whose verify rows also write k lookahead KV slots.
+  const int spec_k = num_speculative_tokens(e);
+  const int state_pages_per_req = has_state_ ? 1 + spec_k : 0;
+  auto kv_blocks = [&](const RequestSpec& r) {
+    return cdiv(r.prompt_tokens + r.decode_steps + spec_k, e.block_size);
+  };
   std::vector<SchedRequest> reqs;
   for (int id : ids) {
     const RequestSpec& r = scenario_.requests[id];
-    const int64_t need = cdiv(r.prompt_tokens + r.decode_steps, e.block_size) + (has_state_ ? 1 : 0);
+    const int64_t need = kv_blocks(r) + state_pages_per_req;
     reqs.push_back({id, r.prompt_tokens, r.decode_steps, r.arrival_step, need});
   }
   Scheduler sched(reqs, e.max_num_seqs, e.max_num_batched_tokens, e.enable_chunked_prefill,
                   has_cache_ ? static_cast<int64_t>(free_blocks_.size()) : -1);
+  if (spec_k > 0) sched.set_speculative(spec_k, spec_accepted_tokens(e));
   std::map<int, std::vector<int32_t>> blocks;
-  std::map<int, int> state_page;
+  std::map<int, std::vector<int32_t>> state_pages;
+  std::map<int, int> num_accepted;  // 1 + the drafts the request's last verify step accepted
   auto admit = [&](int id) {
     const RequestSpec& r = scenario_.requests[id];
-    const int n = cdiv(r.prompt_tokens + r.decode_steps, e.block_size);
-    CS_CHECK(free_blocks_.size() >= static_cast<size_t>(n + (has_state_ ? 1 : 0)),
+    const int n = kv_blocks(r);
+    CS_CHECK(free_blocks_.size() >= static_cast<size_t>(n + state_pages_per_req),
              "the scheduler admitted a request the free block queue cannot hold");
     for (int i = 0; i < n; ++i) {
       blocks[id].push_back(free_blocks_.front());
       free_blocks_.pop_front();
     }
-    if (has_state_) {
-      state_page[id] = free_blocks_.front();
+    for (int i = 0; i < state_pages_per_req; ++i) {
+      state_pages[id].push_back(free_blocks_.front());
       free_blocks_.pop_front();
     }
+    num_accepted[id] = 1;
   };
   auto release = [&](int id) {
     for (int32_t b : blocks[id]) free_blocks_.push_back(b);
-    if (state_page.count(id)) free_blocks_.push_back(state_page[id]);
+    for (int32_t b : state_pages[id]) free_blocks_.push_back(b);
     blocks.erase(id);
-    state_page.erase(id);
+    state_pages.erase(id);
   };
   std::map<int, Clock::time_point> arrival;
   std::map<int, double> reporting_at_arrival;
@@ -169,7 +179,10 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       if (!blocks.count(q.id)) admit(q.id);
       SeqStep s;
       s.req_slot = static_cast<int>(seqs.size());
-      s.state_slot = has_state_ ? state_page[q.id] : 0;
+      s.state_slot = has_state_ ? state_pages[q.id].front() : 0;
+      s.state_pages = state_pages[q.id];
+      s.verify = q.num_draft_tokens > 0;
+      s.num_accepted = num_accepted[q.id];
       s.context_len = q.context_len;
       s.query_len = q.query_len;
       s.blocks = blocks[q.id];
@@ -193,7 +206,9 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       nlohmann::json rows = nlohmann::json::array();
       for (const ScheduledSeq& q : st.seqs) {
         rows.push_back({{"request", q.id}, {"context", q.context_len}, {"query", q.query_len},
-                        {"kind", q.decode_index >= 0 ? "decode" : "prefill"}});
+                        {"kind", q.num_draft_tokens > 0 ? "verify"
+                                 : q.decode_index >= 0  ? "decode"
+                                                        : "prefill"}});
       }
       schedule_.push_back({{"wave", wave}, {"step", st.index}, {"phase", role},
                            {"num_tokens", st.num_tokens()}, {"mixed", st.mixed()},
@@ -266,6 +281,9 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     }
     sched.complete(st);
     for (const ScheduledSeq& q : st.seqs)
+      if (q.num_draft_tokens > 0)
+        num_accepted[q.id] = 1 + std::min(spec_accepted_tokens(e), q.num_draft_tokens);
+    for (const ScheduledSeq& q : st.seqs)
       if (sched.finished(q.id) && blocks.count(q.id)) release(q.id);
   }
   jit_->monitor().set_step(StepContext{});
@@ -337,6 +355,24 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
   starts.push_back(static_cast<int32_t>(pos.size()));
   b.query_start_loc = to_dev(starts, at::kInt);
   b.state_slots = to_dev(state_slots, at::kInt);
+  const int spec_k = num_speculative_tokens(scenario_.engine);
+  if (spec_k > 0) {
+    // vLLM's GDN metadata: spec_state_indices = block_table[:, :1 + k] of the state group, and
+    // num_accepted_tokens per request; verify rows lead the batch (reorder_batch_threshold).
+    b.spec_query_len = spec_k + 1;
+    std::vector<int32_t> pages, accepted;
+    for (const SeqStep& s : seqs) {
+      for (int c = 0; c <= spec_k; ++c)
+        pages.push_back(c < static_cast<int>(s.state_pages.size()) ? s.state_pages[c]
+                                                                   : s.state_slot);
+      accepted.push_back(s.num_accepted);
+    }
+    while (b.num_spec_reqs < b.num_reqs && seqs[b.num_spec_reqs].verify) ++b.num_spec_reqs;
+    for (size_t r = b.num_spec_reqs; r < seqs.size(); ++r)
+      CS_CHECK(!seqs[r].verify, "verify rows lead the batch (vLLM reorders them first)");
+    b.spec_state_slots = to_dev(pages, at::kInt).view({b.num_reqs, spec_k + 1});
+    b.num_accepted_tokens = to_dev(accepted, at::kInt);
+  }
   // Block-table rows of the batch's request slots, written in place so the batch keeps the
   // engine table's stride (max_blocks_per_req), as vLLM's persistent block table does.
   int max_slot = 0;
@@ -358,12 +394,19 @@ ForwardBatch Engine::make_batch(const std::vector<SeqStep>& seqs, bool skip_atte
 }
 
 at::Tensor Engine::last_token_rows(const ForwardBatch& batch) const {
+  // A verify row's logits cover all its rows (the drafts' positions and the bonus token's:
+  // vLLM's logits_indices under speculative decoding), other requests' only the last row.
   std::vector<int64_t> last;
-  for (int r = 0; r < batch.num_reqs; ++r) last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
-  if (device().is_meta()) {
-    return at::empty({batch.num_reqs}, at::TensorOptions().dtype(at::kLong).device(device()));
+  for (int r = 0; r < batch.num_reqs; ++r) {
+    const int first = r < batch.num_spec_reqs ? batch.query_start[r]
+                                              : batch.query_start[r] + batch.query_lens[r] - 1;
+    for (int t = first; t < batch.query_start[r] + batch.query_lens[r]; ++t) last.push_back(t);
   }
-  return at::from_blob(last.data(), {batch.num_reqs}, at::kLong).clone().to(device());
+  if (device().is_meta()) {
+    return at::empty({static_cast<int64_t>(last.size())},
+                     at::TensorOptions().dtype(at::kLong).device(device()));
+  }
+  return at::from_blob(last.data(), {static_cast<int64_t>(last.size())}, at::kLong).clone().to(device());
 }
 
 }  // namespace coldstart

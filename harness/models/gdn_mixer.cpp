@@ -16,6 +16,14 @@
 //   context), chunk_gated_delta_rule (chunk 64), and the final states scattered back
 //   (scatter_states). The index / mask slices start at num_decodes, so in mixed batches their
 //   pointers are not 16-byte aligned: the gather / scatter kernels specialize on that.
+// Verify steps (speculative decoding, spec_decode.engine_keys.h; the same file at 00545a8a):
+// the leading num_spec_reqs requests carry drafts; their rows (the whole batch when nothing
+// else runs, else an index_select copy) go through causal_conv1d_update with query_start_loc and
+// num_accepted_tokens (varlen, IS_SPEC_DECODING) on the conv state of their first state page,
+// then fused_sigmoid_gating_delta_rule_update with the [B, 1 + k] state pages and
+// num_accepted_tokens; the other rows take the non-speculative path below, and the outputs are
+// merged. Without drafts in the metadata (vLLM's build() in a FULL capture's eager warmups)
+// rows of 1 + k tokens are prefills. The conv state has conv_kernel - 1 + k rows.
 // - without attention metadata (profile run, capture warmups): the first call runs vLLM's
 //   _warmup_prefill_kernels: fused_post_conv_prep + chunk_gated_delta_rule at T = 64 on random
 //   inputs, which compiles (and on a GPU autotunes) the chunk chain before the KV cache exists.
@@ -31,6 +39,7 @@
 #include <cmath>
 
 #include "harness/models/recurrent_state.engine_keys.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "harness/kernels/gdn_chunk/gdn_chunk.h"
 #include "harness/kernels/gdn_decode/gdn_decode.h"
 #include "harness/kernels/mamba_ops/mamba_ops.h"
@@ -56,6 +65,7 @@ class GdnMixer final : public Mixer {
         dk_(spec.params.value("head_k_dim", int64_t{128})),
         dv_(spec.head_dim),
         width_(spec.params.value("conv_kernel", int64_t{4})),
+        conv_rows_(width_ - 1 + num_speculative_tokens(*ctx.engine)),
         state_dtype_(ssm_dtype(*ctx.engine)) {
     conv_dim_ = 2 * hk_ * dk_ + hv_ * dv_;
     // The layer's parameters: random (seeded by layer) on a GPU, shapes only on meta.
@@ -74,7 +84,7 @@ class GdnMixer final : public Mixer {
 
   std::string backend() const override { return "gdn_triton"; }
 
-  int64_t conv_state_bytes() const { return conv_dim_ * (width_ - 1) * 2; }
+  int64_t conv_state_bytes() const { return conv_dim_ * conv_rows_ * 2; }
   int64_t ssm_state_bytes() const {
     return hv_ * dv_ * dk_ * static_cast<int64_t>(c10::elementSize(state_dtype_));
   }
@@ -83,7 +93,7 @@ class GdnMixer final : public Mixer {
     CacheSpec c;
     c.kind = CacheSpec::Kind::kState;
     c.bytes_per_request = conv_state_bytes() + ssm_state_bytes();
-    c.group = fmt::format("gdn/conv={}x{}/ssm={}x{}x{}/{}", conv_dim_, width_ - 1, hv_, dv_, dk_,
+    c.group = fmt::format("gdn/conv={}x{}/ssm={}x{}x{}/{}", conv_dim_, conv_rows_, hv_, dv_, dk_,
                           c10::toString(state_dtype_));
     return c;
   }
@@ -93,7 +103,7 @@ class GdnMixer final : public Mixer {
              "GDN state page smaller than one request's state");
     const int64_t conv_page = c.page_bytes / 2;
     conv_state_ = c.bytes.view(at::kBFloat16)
-                      .as_strided({c.num_pages, width_ - 1, conv_dim_}, {conv_page, conv_dim_, 1});
+                      .as_strided({c.num_pages, conv_rows_, conv_dim_}, {conv_page, conv_dim_, 1});
     const int64_t es = static_cast<int64_t>(c10::elementSize(state_dtype_));
     CS_CHECK(c.page_bytes % es == 0 && conv_state_bytes() % es == 0,
              "GDN state page not aligned to the SSM dtype");
@@ -153,9 +163,17 @@ class GdnMixer final : public Mixer {
 
   void forward(const std::vector<at::Tensor>& in, at::Tensor& out,
                const ForwardBatch& batch) override {
-    const at::Tensor& mixed_qkv = in.at(0);  // [N, conv_dim]
-    const at::Tensor& b = in.at(1);          // [N, Hv]
-    const at::Tensor& a = in.at(2);          // [N, Hv]
+    if (batch.num_spec_reqs > 0) {
+      forward_verify(in, out, batch);
+      return;
+    }
+    forward_rows(in.at(0), in.at(2), in.at(1), out, batch);
+  }
+
+  /// The non-speculative path over `batch`: mixed_qkv [>= T, conv_dim], a / b [>= T, Hv]; writes
+  /// rows 0..T-1 of out.
+  void forward_rows(const at::Tensor& mixed_qkv, const at::Tensor& a, const at::Tensor& b,
+                    at::Tensor& out, const ForwardBatch& batch) {
     const int B = batch.num_reqs;
     // Decodes lead the batch (vLLM's input batch is reordered that way for GDN, whose metadata
     // builder sets reorder_batch_threshold = 1); the scheduler's order already is.
@@ -180,7 +198,7 @@ class GdnMixer final : public Mixer {
       mamba_ops::causal_conv1d_update(*ctx_.jit, x, conv_state_, conv_weight_, at::Tensor(),
                                       mamba_ops::Activation::kSilu, slots, conv_out);
       decode(conv_out, a.narrow(0, 0, T), b.narrow(0, 0, T), slots,
-             batch.query_start_loc.narrow(0, 0, B + 1), o);
+             batch.query_start_loc.narrow(0, 0, B + 1), at::Tensor(), o);
       return;
     }
 
@@ -195,7 +213,7 @@ class GdnMixer final : public Mixer {
                                  has_initial_state, mamba_ops::Activation::kSilu, conv_out);
     if (D > 0) {
       decode(conv_out.narrow(0, 0, D), a.narrow(0, 0, D), b.narrow(0, 0, D), slots,
-             batch.query_start_loc.narrow(0, 0, D + 1), o.narrow(0, 0, D));
+             batch.query_start_loc.narrow(0, 0, D + 1), at::Tensor(), o.narrow(0, 0, D));
     }
     const int64_t TP = T - D;  // prefill tokens, after the decode rows
     const gdn_chunk::PostConvOut pc =
@@ -271,8 +289,10 @@ class GdnMixer final : public Mixer {
 
   // vLLM rearrange_mixed_qkv: contiguous q [T, Hk, K], k, v [T, Hv, V] copies, then the fused
   // decode update over the requests' SSM-state pages.
+  // `num_accepted` defined: the verify rows' spec state pages ([N, 1 + k] slots).
   void decode(const at::Tensor& conv_out, const at::Tensor& a, const at::Tensor& b,
-              const at::Tensor& slots, const at::Tensor& cu_seqlens, const at::Tensor& o) const {
+              const at::Tensor& slots, const at::Tensor& cu_seqlens,
+              const at::Tensor& num_accepted, const at::Tensor& o) const {
     const int64_t T = conv_out.size(0);
     const at::Tensor q = conv_out.narrow(1, 0, hk_ * dk_).contiguous().view({T, hk_, dk_});
     const at::Tensor k = conv_out.narrow(1, hk_ * dk_, hk_ * dk_).contiguous().view({T, hk_, dk_});
@@ -281,7 +301,7 @@ class GdnMixer final : public Mixer {
                                  static_cast<int>(dk_), static_cast<int>(dv_)};
     gdn_decode::fused_sigmoid_gating_delta_rule_update(*ctx_.jit, dd, a_log_, a, b, dt_bias_, q, k,
                                                        v, ssm_state_, slots, cu_seqlens,
-                                                       at::Tensor(), o, scale(), true);
+                                                       num_accepted, o, scale(), true);
   }
 
   at::Tensor zeros_f32(std::vector<int64_t> shape) const {
@@ -289,7 +309,64 @@ class GdnMixer final : public Mixer {
     return ctx_.mode == DeviceMode::kCuda ? at::zeros(shape, f32) : at::empty(shape, f32);
   }
 
-  int64_t hk_, hv_, dk_, dv_, width_, conv_dim_ = 0;
+  /// Verify step: the spec rows (the leading num_spec_reqs requests) through the conv update
+  /// with num_accepted_tokens and the spec state pages, the rest as forward_rows; outputs merged
+  /// in batch order.
+  void forward_verify(const std::vector<at::Tensor>& in, at::Tensor& out,
+                      const ForwardBatch& batch) {
+    const at::Tensor& mixed_qkv = in.at(0);
+    const at::Tensor& b = in.at(1);
+    const at::Tensor& a = in.at(2);
+    const int B = batch.num_reqs, S = batch.num_spec_reqs;
+    const int64_t T = batch.query_start[B - 1] + batch.query_lens[B - 1];
+    const int64_t TS = S == B ? T : batch.query_start[S];  // spec rows lead the batch
+    at::Tensor x_spec, spec_qsl;
+    if (S == B) {
+      x_spec = mixed_qkv.narrow(0, 0, T);
+      spec_qsl = batch.query_start_loc.narrow(0, 0, B + 1);
+    } else {
+      // vLLM: index_select copies by spec_token_indx / non_spec_token_indx (the spec rows lead,
+      // so the copies are of row ranges: fresh, contiguous tensors), and its own cumsum of the
+      // spec requests' query lengths.
+      x_spec = mixed_qkv.narrow(0, 0, TS).clone(at::MemoryFormat::Contiguous);
+      std::vector<int32_t> cu = {0};
+      for (int r = 0; r < S; ++r) cu.push_back(cu.back() + batch.query_lens[r]);
+      spec_qsl = upload(cu, at::kInt, ctx_.device);
+    }
+    const at::Tensor spec_pages = batch.spec_state_slots.narrow(0, 0, S);
+    const at::Tensor accepted = batch.num_accepted_tokens.narrow(0, 0, S);
+    at::Tensor conv_out = at::empty_like(x_spec);
+    mamba_ops::causal_conv1d_update_varlen_spec(
+        *ctx_.jit, x_spec, conv_state_, conv_weight_, at::Tensor(), mamba_ops::Activation::kSilu,
+        batch.spec_state_slots.select(1, 0).narrow(0, 0, S), accepted, spec_qsl,
+        batch.spec_query_len, conv_out);
+    at::Tensor o = out.narrow(0, 0, T).view({T, hv_, dv_});
+    decode(conv_out, a.narrow(0, 0, TS), b.narrow(0, 0, TS), spec_pages, spec_qsl, accepted,
+           o.narrow(0, 0, TS));
+    if (S == B) return;
+    // The other rows: a batch of their own (rebased query starts, fresh index tensors).
+    ForwardBatch rest;
+    rest.num_reqs = B - S;
+    rest.num_tokens = static_cast<int>(T - TS);
+    std::vector<int32_t> starts;
+    for (int r = S; r < B; ++r) {
+      rest.query_lens.push_back(batch.query_lens[r]);
+      rest.context_lens.push_back(batch.context_lens[r]);
+      rest.query_start.push_back(batch.query_start[r] - static_cast<int>(TS));
+      starts.push_back(rest.query_start.back());
+    }
+    starts.push_back(rest.num_tokens);
+    rest.query_start_loc = upload(starts, at::kInt, ctx_.device);
+    rest.state_slots = batch.state_slots.narrow(0, S, B - S).clone();
+    auto rows_copy = [&](const at::Tensor& t) {
+      return t.narrow(0, TS, T - TS).clone(at::MemoryFormat::Contiguous);
+    };
+    at::Tensor rest_out = at::empty({T - TS, hv_ * dv_}, out.options());
+    forward_rows(rows_copy(mixed_qkv), rows_copy(a), rows_copy(b), rest_out, rest);
+    out.narrow(0, TS, T - TS).copy_(rest_out);
+  }
+
+  int64_t hk_, hv_, dk_, dv_, width_, conv_rows_, conv_dim_ = 0;
   at::ScalarType state_dtype_;
   at::Tensor conv_weight_, a_log_, dt_bias_;
   at::Tensor conv_state_, ssm_state_;
@@ -302,6 +379,7 @@ MixerBackendInfo gdn_backend() {
   b.name = "gdn_triton";
   b.description = "gated delta net (Qwen3-Next) with vLLM's Triton/FLA kernels: causal conv1d, "
                   "chunked prefill chain (chunk 64), fused decode update, state gather/scatter";
+  b.verify_steps = true;
   b.make = [](const MixerSpec& s, const MixerContext& c) -> std::unique_ptr<Mixer> {
     return std::make_unique<GdnMixer>(s, c);
   };

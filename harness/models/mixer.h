@@ -44,9 +44,23 @@ struct ForwardBatch {
   at::Tensor state_slots;             ///< [B] int32, state page (block id) of each request
   bool skip_attention = false;        ///< no attention metadata (profile run, piecewise capture):
                                       ///< mixers are skipped and leave their output as it is
+  /// Speculative decoding (spec_decode.engine_keys.h). The first num_spec_reqs requests are
+  /// verify rows whose drafts the metadata knows (vLLM's GDN spec decodes); 0 without drafts,
+  /// and in the eager warmups of a FULL capture under cudagraph_warmup_metadata build.
+  int num_spec_reqs = 0;
+  int spec_query_len = 1;             ///< 1 + num_speculative_tokens (1: no speculative decoding)
+  at::Tensor spec_state_slots;        ///< [B, 1 + k] int32: each request's state pages (column t
+                                      ///< receives the state after its token t; column 0 holds the
+                                      ///< conv state); undefined when k == 0
+  at::Tensor num_accepted_tokens;     ///< [B] int32: 1 + the drafts the request's previous verify
+                                      ///< step accepted (its initial state's column + 1); 1 for a
+                                      ///< first verify step; undefined when k == 0
 
-  /// Every request has one new token (a decode step).
+  /// Every request has one new token (a decode step without drafts).
   bool uniform_decode() const;
+  /// Every request is a verify row of spec_query_len tokens with known drafts (a FULL
+  /// uniform-decode batch under speculative decoding); false when spec_query_len == 1.
+  bool uniform_verify() const;
 };
 
 /// One sequence's share of a step: which request slot, how many tokens are already cached, how
@@ -57,6 +71,11 @@ struct SeqStep {
   int context_len = 0;
   int query_len = 0;
   std::vector<int32_t> blocks;
+  /// Speculative decoding: the request's 1 + k state pages (state_slot is the first), whether
+  /// this row carries drafts, and 1 + the drafts its previous verify step accepted.
+  std::vector<int32_t> state_pages;
+  bool verify = false;
+  int num_accepted = 1;
 };
 
 /// What one layer's mixer is and the shapes it works on (the model's layer plan has one per
@@ -195,6 +214,10 @@ struct MixerBackendInfo {
   std::vector<std::string> kv_cache_dtypes;  ///< the engine's kv_cache_dtype values it serves;
                                             ///< empty = any (recurrent-state mixers)
   std::string description;                  ///< one line for `coldstart list`
+  /// Serves speculative-decoding verify steps (rows of 1 + k tokens per request, the
+  /// ForwardBatch spec fields) as its engine layer does; a scenario with
+  /// num_speculative_tokens > 0 and a backend without them is refused before anything runs.
+  bool verify_steps = false;
   std::function<std::unique_ptr<Mixer>(const MixerSpec&, const MixerContext&)> make;
   /// The runtime-compiled kernels it launches (their declared archs are checked against the
   /// target before anything runs).

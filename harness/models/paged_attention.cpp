@@ -147,6 +147,9 @@ MixerBackendInfo paged_backend() {
   b.kv_cache_dtypes = {"auto", "bfloat16", "fp8", "fp8_e4m3"};
   b.description = "paged KV cache in bf16 or fp8 e4m3: store, split-KV decode for small decode "
                   "batches, unified prefill kernel otherwise (vLLM triton_attn)";
+  // Verify rows (1 + k tokens a request) take unified attention's 2D path, as vLLM's Triton
+  // backend does for any batch whose max query length is above 1: paged_prefill.
+  b.verify_steps = true;
   b.make = [](const MixerSpec& s, const MixerContext& c) -> std::unique_ptr<Mixer> {
     return std::make_unique<PagedAttention>(s, c);
   };

@@ -15,6 +15,7 @@
 #include "harness/common/paths.h"
 #include "harness/jit/nvrtc_archs.h"
 #include "harness/models/model.h"
+#include "harness/models/spec_decode.engine_keys.h"
 
 namespace coldstart {
 namespace {
@@ -143,6 +144,13 @@ bool ForwardBatch::uniform_decode() const {
   return true;
 }
 
+bool ForwardBatch::uniform_verify() const {
+  if (num_reqs == 0 || spec_query_len <= 1 || num_spec_reqs != num_reqs) return false;
+  for (int q : query_lens)
+    if (q != spec_query_len) return false;
+  return true;
+}
+
 std::string MixerSpec::summary() const {
   return fmt::format("{}(heads={},kv_heads={},head_dim={})", kind, num_heads, num_kv_heads,
                      head_dim);
@@ -254,8 +262,16 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, const MixerContext&
   return f->make(config, ctx);
 }
 
+/// The backends that serve verify steps, by name.
+static std::vector<std::string> verify_backends() {
+  std::vector<std::string> out;
+  for (const MixerBackendInfo& b : mixer_backends())
+    if (b.verify_steps) out.push_back(b.name);
+  return out;
+}
+
 std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* target) {
-  std::vector<ScenarioProblem> out;
+  std::vector<ScenarioProblem> out = check_spec_decode(s.engine);
   const EngineConfig& e = s.engine;
   if (e.cudagraph_mode == CudaGraphMode::kFull) {
     // Mixed prefill/decode batches inside one full graph need every mixer to be capturable for
@@ -332,6 +348,13 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
       continue;
     }
     check_archs(b->name, b->kernels, "engine.kv_cache_dtype");
+    if (num_speculative_tokens(e) > 0 && !b->verify_steps &&
+        seen.insert("verify:" + b->name).second)
+      out.push_back({"engine.num_speculative_tokens",
+                     fmt::format("the {} backend of the model's {} layers has no speculative-"
+                                 "decoding verify path in coldstart (verify steps are replayed "
+                                 "for: {})",
+                                 b->name, spec.kind, join(verify_backends()))});
     if (!b->check) continue;
     for (auto& p : b->check(spec, s.model, e)) {
       if (seen.insert(p.key + ":" + p.message).second) out.push_back(std::move(p));

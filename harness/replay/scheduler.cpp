@@ -49,6 +49,13 @@ Scheduler::Scheduler(std::vector<SchedRequest> requests, int max_num_seqs,
   });
 }
 
+void Scheduler::set_speculative(int num_spec_tokens, int accepted) {
+  if (num_spec_tokens < 0 || accepted < 0 || accepted > num_spec_tokens)
+    throw Error(fmt::format("scheduler: {} accepted of {} draft tokens", accepted, num_spec_tokens));
+  spec_tokens_ = num_spec_tokens;
+  accepted_ = accepted;
+}
+
 bool Scheduler::done() const {
   return std::all_of(reqs_.begin(), reqs_.end(), [](const State& s) { return s.finished; });
 }
@@ -93,8 +100,10 @@ SchedStep Scheduler::next() {
       q.query_len = std::min(s.r.prompt_tokens - s.computed, budget);
       q.completes_prefill = s.computed + q.query_len == s.r.prompt_tokens;
     } else {
-      q.query_len = 1;
-      q.decode_index = s.decoded;
+      // A verify row: the last sampled token and its drafts, cut to the budget left.
+      q.query_len = std::min(1 + spec_tokens_, budget);
+      q.num_draft_tokens = q.query_len - 1;
+      q.decode_index = s.steps;
     }
     budget -= q.query_len;
     out.seqs.push_back(q);
@@ -126,8 +135,16 @@ SchedStep Scheduler::next() {
 void Scheduler::complete(const SchedStep& step) {
   for (const auto& q : step.seqs) {
     State& s = find(q.id);
-    s.computed += q.query_len;
-    if (q.decode_index >= 0) ++s.decoded;
+    if (q.decode_index >= 0) {
+      // The accepted drafts and the token before them stay in the KV cache; the bonus token is
+      // the next step's first row.
+      const int emitted = 1 + std::min(accepted_, q.num_draft_tokens);
+      s.computed += emitted;
+      s.decoded += emitted;
+      ++s.steps;
+    } else {
+      s.computed += q.query_len;
+    }
     // Finished once the prompt is in and every decode step ran (decode_steps == 0: the first
     // sampled token ends it).
     if (!s.finished && s.computed >= s.r.prompt_tokens && s.decoded >= s.r.decode_steps) {

@@ -32,6 +32,8 @@ struct ScheduledSeq {
   int query_len = 0;               ///< new tokens this step
   bool completes_prefill = false;  ///< the last prompt chunk: the step samples its first token
   int decode_index = -1;           ///< >= 0: this is its decode step number decode_index (0 = first)
+  int num_draft_tokens = 0;        ///< a verify row: query_len - 1 draft tokens (speculative
+                                   ///< decoding), 0 otherwise
 };
 
 /// One scheduler step.
@@ -51,6 +53,13 @@ class Scheduler {
   /// would keep it waiting for ever; the replay refuses it).
   Scheduler(std::vector<SchedRequest> requests, int max_num_seqs, int max_num_batched_tokens,
             bool enable_chunked_prefill, int64_t free_blocks = -1);
+  /// Speculative decoding (vLLM's scheduler with spec tokens): every decode row becomes a verify
+  /// row of 1 + num_spec_tokens tokens (the last sampled token and its drafts; fewer when the
+  /// token budget is short), and a step that ran it advances the request by 1 + `accepted`
+  /// tokens (accepted drafts plus the bonus token). Output tokens count against decode_steps.
+  /// Call before the first next(); throws Error when a value is negative or accepted >
+  /// num_spec_tokens.
+  void set_speculative(int num_spec_tokens, int accepted);
   /// True when every request finished.
   bool done() const;
   /// The next step's batch (advances the step counter over idle steps). Throws Error when
@@ -69,7 +78,8 @@ class Scheduler {
   struct State {
     SchedRequest r;
     int computed = 0;   ///< tokens in the KV cache
-    int decoded = 0;    ///< decode steps done
+    int decoded = 0;    ///< output tokens after the first (one per decode step without drafts)
+    int steps = 0;      ///< decode (verify) steps run
     bool admitted = false;
     bool finished = false;
   };
@@ -80,6 +90,8 @@ class Scheduler {
   bool chunked_;
   int64_t free_blocks_;
   int64_t step_ = 0;
+  int spec_tokens_ = 0;  ///< drafts per verify row
+  int accepted_ = 0;     ///< drafts a verify step accepts
 };
 
 }  // namespace coldstart

@@ -117,5 +117,43 @@ TEST(Scheduler, ArrivalStepsBeyondInt32DoNotOverflow) {
   EXPECT_EQ(steps[2].index, 3000000002LL);
 }
 
+
+TEST(Scheduler, SpeculativeDecodingSchedulesVerifyRowsAndAdvancesByAcceptedTokens) {
+  // k = 2, one draft accepted per step: rows of 3 tokens, each step emits 2 tokens, so 5 output
+  // tokens after the first take 3 verify steps (2 + 2 + 2 >= 5).
+  Scheduler s({{0, 100, 5, 0}, {1, 40, 0, 1}}, 4, 2048, true);
+  s.set_speculative(2, 1);
+  auto steps = run_all(s);
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[0].seqs[0].num_draft_tokens, 0);  // the prefill carries no drafts
+  // Step 1: the verify row first, the arriving prefill after it (a mixed batch).
+  ASSERT_EQ(steps[1].seqs.size(), 2u);
+  EXPECT_EQ(steps[1].seqs[0].query_len, 3);
+  EXPECT_EQ(steps[1].seqs[0].num_draft_tokens, 2);
+  EXPECT_EQ(steps[1].seqs[0].decode_index, 0);
+  EXPECT_EQ(steps[1].seqs[1].query_len, 40);
+  EXPECT_TRUE(steps[1].mixed());
+  EXPECT_EQ(steps[1].num_tokens(), 43);
+  // The context grows by 1 + accepted per verify step.
+  EXPECT_EQ(steps[2].seqs[0].context_len, 102);
+  EXPECT_EQ(steps[3].seqs[0].context_len, 104);
+  EXPECT_EQ(steps[3].seqs[0].decode_index, 2);
+  EXPECT_TRUE(s.finished(0));
+}
+
+TEST(Scheduler, VerifyRowsAreCutToTheTokenBudgetAndBadSettingsAreRefused) {
+  Scheduler s({{0, 8, 4, 0}, {1, 8, 4, 0}}, 4, 20, true);
+  s.set_speculative(16, 16);
+  auto steps = run_all(s);
+  ASSERT_GE(steps.size(), 2u);
+  // Step 1: the first verify row takes 17 of the 20 tokens, the second gets the 3 left.
+  EXPECT_EQ(steps[1].seqs[0].query_len, 17);
+  EXPECT_EQ(steps[1].seqs[1].query_len, 3);
+  EXPECT_EQ(steps[1].seqs[1].num_draft_tokens, 2);
+  Scheduler bad({{0, 8, 4, 0}}, 4, 20, true);
+  EXPECT_THROW(bad.set_speculative(1, 2), Error);
+  EXPECT_THROW(bad.set_speculative(-1, 0), Error);
+}
+
 }  // namespace
 }  // namespace coldstart
