@@ -135,6 +135,58 @@ int64_t check_state_rows(const CallSite& fn, const char* arg, const at::Tensor& 
   return row.numel();
 }
 
+/// The (seq, dim, token) strides of x or out as the conv update kernel indexes them.
+struct SeqDimTokenStrides {
+  int64_t seq, dim, token;
+};
+
+/// Fills the conv update's constexprs and launches it: the plain decode (num_accepted_tokens
+/// and query_start_loc undefined) or the varlen spec-decoding path (both defined). The wrappers
+/// have checked every argument; b > 0 requests.
+void launch_conv_update(jit::JitRuntime& rt, const CallSite& fn, const at::Tensor& x,
+                        const at::Tensor& conv_states, const at::Tensor& weight,
+                        const at::Tensor& bias, Activation act,
+                        const at::Tensor& conv_state_indices,
+                        const at::Tensor& num_accepted_tokens, const at::Tensor& query_start_loc,
+                        const at::Tensor& out, int64_t b, int seqlen, SeqDimTokenStrides xs,
+                        SeqDimTokenStrides os) {
+  const bool spec = num_accepted_tokens.defined();
+  const int64_t dim = x.size(1);
+  ConvUpdateSpec s;
+  s.dim = dim;
+  s.seqlen = seqlen;
+  s.num_cache_lines = conv_states.size(0);
+  s.stride_x_seq = xs.seq;
+  s.stride_x_dim = xs.dim;
+  s.stride_x_token = xs.token;
+  s.stride_w_dim = weight.stride(0);
+  s.stride_w_width = weight.stride(1);
+  s.stride_state_seq = conv_states.stride(0);
+  s.stride_state_dim = conv_states.stride(2);
+  s.stride_state_tok = conv_states.stride(1);
+  s.stride_state_indices = conv_state_indices.stride(0);
+  s.stride_o_seq = os.seq;
+  s.stride_o_dim = os.dim;
+  s.stride_o_token = os.token;
+  s.width = static_cast<int>(weight.size(1));
+  s.has_bias = bias.defined();
+  s.silu = act == Activation::kSilu;
+  s.varlen = spec;
+  s.spec_decoding = spec;
+  const KernelArg null_i32 = KernelArg::pointer(0, jit::DType::kI32);
+  rt.launch(conv_update_kernel(), conv_update_constexprs(s),
+            {tensor_arg(x), tensor_arg(weight),
+             bias.defined() ? tensor_arg(bias) : KernelArg::pointer(0, jit::DType::kBF16),
+             tensor_arg(conv_states), tensor_arg(conv_state_indices),
+             spec ? tensor_arg(num_accepted_tokens) : null_i32,
+             spec ? tensor_arg(query_start_loc) : null_i32, tensor_arg(out),
+             KernelArg::i32(to_i32(fn, spec ? "conv_state_indices" : "x", b))},
+            dims(grid_dim(fn, "x (batch)", b, 0x7fffffff),
+                 grid_dim(fn, "y (channel blocks)", (dim + kConvBlockN - 1) / kConvBlockN, 65535),
+                 1, kConvBlockN),
+            stream_for(x));
+}
+
 }  // namespace
 
 void causal_conv1d_fwd(jit::JitRuntime& rt, const at::Tensor& x, const at::Tensor& weight,
@@ -224,36 +276,10 @@ void causal_conv1d_update(jit::JitRuntime& rt, const at::Tensor& x, const at::Te
   check_same_device(fn, x, "out", out);
   if (b == 0) return;
 
-  ConvUpdateSpec s;
-  s.dim = dim;
-  s.seqlen = 1;
-  s.num_cache_lines = conv_states.size(0);
   // vLLM unsqueezes x to [B, dim, 1]: the token stride of the new last dimension is 1.
-  s.stride_x_seq = x.stride(0);
-  s.stride_x_dim = x.stride(1);
-  s.stride_x_token = 1;
-  s.stride_w_dim = weight.stride(0);
-  s.stride_w_width = weight.stride(1);
-  s.stride_state_seq = conv_states.stride(0);
-  s.stride_state_dim = conv_states.stride(2);
-  s.stride_state_tok = conv_states.stride(1);
-  s.stride_state_indices = conv_state_indices.stride(0);
-  s.stride_o_seq = out.stride(0);
-  s.stride_o_dim = out.stride(1);
-  s.stride_o_token = 1;
-  s.width = width;
-  s.has_bias = bias.defined();
-  s.silu = act == Activation::kSilu;
-  rt.launch(conv_update_kernel(), conv_update_constexprs(s),
-            {tensor_arg(x), tensor_arg(weight),
-             bias.defined() ? tensor_arg(bias) : KernelArg::pointer(0, jit::DType::kBF16),
-             tensor_arg(conv_states), tensor_arg(conv_state_indices),
-             KernelArg::pointer(0, jit::DType::kI32), KernelArg::pointer(0, jit::DType::kI32),
-             tensor_arg(out), KernelArg::i32(to_i32(fn, "x", b))},
-            dims(grid_dim(fn, "x (batch)", b, 0x7fffffff),
-                 grid_dim(fn, "y (channel blocks)", (dim + kConvBlockN - 1) / kConvBlockN, 65535),
-                 1, kConvBlockN),
-            stream_for(x));
+  launch_conv_update(rt, fn, x, conv_states, weight, bias, act, conv_state_indices, at::Tensor(),
+                     at::Tensor(), out, b, /*seqlen=*/1, {x.stride(0), x.stride(1), 1},
+                     {out.stride(0), out.stride(1), 1});
 }
 
 void causal_conv1d_update_varlen_spec(jit::JitRuntime& rt, const at::Tensor& x,
@@ -306,38 +332,10 @@ void causal_conv1d_update_varlen_spec(jit::JitRuntime& rt, const at::Tensor& x,
   }
   if (b == 0 || t == 0) return;
 
-  ConvUpdateSpec s;
-  s.dim = dim;
-  s.seqlen = max_query_len;
-  s.num_cache_lines = conv_states.size(0);
   // vLLM's varlen view: x and out flat (token, dim), no per-request stride.
-  s.stride_x_seq = 0;
-  s.stride_x_dim = x.stride(1);
-  s.stride_x_token = x.stride(0);
-  s.stride_w_dim = weight.stride(0);
-  s.stride_w_width = weight.stride(1);
-  s.stride_state_seq = conv_states.stride(0);
-  s.stride_state_dim = conv_states.stride(2);
-  s.stride_state_tok = conv_states.stride(1);
-  s.stride_state_indices = conv_state_indices.stride(0);
-  s.stride_o_seq = 0;
-  s.stride_o_dim = out.stride(1);
-  s.stride_o_token = out.stride(0);
-  s.width = width;
-  s.has_bias = bias.defined();
-  s.silu = act == Activation::kSilu;
-  s.varlen = true;
-  s.spec_decoding = true;
-  rt.launch(conv_update_kernel(), conv_update_constexprs(s),
-            {tensor_arg(x), tensor_arg(weight),
-             bias.defined() ? tensor_arg(bias) : KernelArg::pointer(0, jit::DType::kBF16),
-             tensor_arg(conv_states), tensor_arg(conv_state_indices),
-             tensor_arg(num_accepted_tokens), tensor_arg(query_start_loc), tensor_arg(out),
-             KernelArg::i32(to_i32(fn, "conv_state_indices", b))},
-            dims(grid_dim(fn, "x (batch)", b, 0x7fffffff),
-                 grid_dim(fn, "y (channel blocks)", (dim + kConvBlockN - 1) / kConvBlockN, 65535),
-                 1, kConvBlockN),
-            stream_for(x));
+  launch_conv_update(rt, fn, x, conv_states, weight, bias, act, conv_state_indices,
+                     num_accepted_tokens, query_start_loc, out, b, max_query_len,
+                     {0, x.stride(1), x.stride(0)}, {0, out.stride(1), out.stride(0)});
 }
 
 void gated_rms_norm(jit::JitRuntime& rt, const at::Tensor& x, const at::Tensor& z,
