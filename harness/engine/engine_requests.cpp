@@ -131,7 +131,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
   }
   Scheduler sched(reqs, e.max_num_seqs, e.max_num_batched_tokens, e.enable_chunked_prefill,
                   has_cache_ ? static_cast<int64_t>(free_blocks_.size()) : -1);
-  if (spec_k > 0) sched.set_speculative(spec_k, spec_accepted_tokens(e));
+  if (spec_k > 0) sched.set_speculative(spec_k, spec_accepted_tokens(e), e.max_model_len);
   std::map<int, std::vector<int32_t>> blocks;
   std::map<int, std::vector<int32_t>> state_pages;
   std::map<int, int> num_accepted;  // 1 + the drafts the request's last verify step accepted

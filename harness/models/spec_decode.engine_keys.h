@@ -3,12 +3,14 @@
 // paged_attention.cpp) and by the qwen-gdn-warmup warmer. What vLLM does (stored sources read
 // with the search tools; facts, not code):
 //   verify rows   a running request with drafts is scheduled 1 + k tokens (its last sampled
-//                 token and k drafts); the rows a step accepts advance its computed tokens
+//                 token and k drafts), cut to the token budget and to max_model_len - 1 -
+//                 computed tokens; the rows a step accepts advance its computed tokens
 //                 (vllm/v1/core/sched/scheduler.py). The KV cache holds k lookahead slots.
 //   capture sizes with FULL decode graphs and k > 0 every capture size is rounded up to a
 //                 multiple of 1 + k, sizes above the largest dropped, [1 + k] when none is left
-//                 (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode,
-//                 vllm/config/compilation.py; issue #28207). A FULL uniform-decode graph of
+//                 and 1 + k fits under the largest (CompilationConfig.
+//                 adjust_cudagraph_sizes_for_spec_decode, vllm/config/compilation.py @ 002284db;
+//                 issue #28207). A FULL uniform-decode graph of
 //                 size x holds x / (1 + k) verify requests (CudagraphDispatcher).
 //   GDN           the metadata builder's build() treats a request as a spec decode only when the
 //                 step carries draft tokens for it; build_for_cudagraph_capture() derives them
@@ -122,8 +124,8 @@ inline std::vector<ScenarioProblem> check_spec_decode(const EngineConfig& e) {
   const int a = static_cast<int>(e.int_key("spec_accepted_tokens"));
   if (a > k)
     out.push_back({"engine.spec_accepted_tokens",
-                   "accepts " + std::to_string(a) + " drafts but num_speculative_tokens is " +
-                       std::to_string(k)});
+                   "is " + std::to_string(a) + ", more than num_speculative_tokens (" +
+                       std::to_string(k) + "): set it to at most that, or -1 (all drafts)"});
   if (k == 0) return out;
   if (e.string_key("cudagraph_capture") == "lazy")
     out.push_back({"engine.cudagraph_capture",

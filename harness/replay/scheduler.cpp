@@ -49,11 +49,12 @@ Scheduler::Scheduler(std::vector<SchedRequest> requests, int max_num_seqs,
   });
 }
 
-void Scheduler::set_speculative(int num_spec_tokens, int accepted) {
-  if (num_spec_tokens < 0 || accepted < 0 || accepted > num_spec_tokens)
+void Scheduler::set_speculative(int num_spec_tokens, int accepted, int max_model_len) {
+  if (num_spec_tokens < 0 || accepted < 0 || accepted > num_spec_tokens || max_model_len < 0)
     throw Error(fmt::format("scheduler: {} accepted of {} draft tokens", accepted, num_spec_tokens));
   spec_tokens_ = num_spec_tokens;
   accepted_ = accepted;
+  max_model_len_ = max_model_len;
 }
 
 bool Scheduler::done() const {
@@ -100,8 +101,11 @@ SchedStep Scheduler::next() {
       q.query_len = std::min(s.r.prompt_tokens - s.computed, budget);
       q.completes_prefill = s.computed + q.query_len == s.r.prompt_tokens;
     } else {
-      // A verify row: the last sampled token and its drafts, cut to the budget left.
+      // A verify row: the last sampled token and its drafts, cut to the budget left and so
+      // its last position stays below max_model_len (vllm/v1/core/sched/scheduler.py).
       q.query_len = std::min(1 + spec_tokens_, budget);
+      if (max_model_len_ > 0)
+        q.query_len = std::max(1, std::min(q.query_len, max_model_len_ - 1 - s.computed));
       q.num_draft_tokens = q.query_len - 1;
       q.decode_index = s.steps;
     }

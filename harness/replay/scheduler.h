@@ -57,9 +57,11 @@ class Scheduler {
   /// row of 1 + num_spec_tokens tokens (the last sampled token and its drafts; fewer when the
   /// token budget is short), and a step that ran it advances the request by 1 + `accepted`
   /// tokens (accepted drafts plus the bonus token). Output tokens count against decode_steps.
-  /// Call before the first next(); throws Error when a value is negative or accepted >
-  /// num_spec_tokens.
-  void set_speculative(int num_spec_tokens, int accepted);
+  /// A verify row is also cut so its last position stays below max_model_len (vLLM:
+  /// max_model_len - 1 - computed tokens, "necessary when using spec decoding"), never below
+  /// one token; max_model_len 0 = no limit. Call before the first next(); throws Error when a
+  /// value is negative or accepted > num_spec_tokens.
+  void set_speculative(int num_spec_tokens, int accepted, int max_model_len = 0);
   /// True when every request finished.
   bool done() const;
   /// The next step's batch (advances the step counter over idle steps). Throws Error when
@@ -92,6 +94,7 @@ class Scheduler {
   int64_t step_ = 0;
   int spec_tokens_ = 0;  ///< drafts per verify row
   int accepted_ = 0;     ///< drafts a verify step accepts
+  int max_model_len_ = 0;  ///< caps verify rows (0: no cap)
 };
 
 }  // namespace coldstart

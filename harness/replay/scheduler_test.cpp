@@ -150,6 +150,16 @@ TEST(Scheduler, VerifyRowsAreCutToTheTokenBudgetAndBadSettingsAreRefused) {
   EXPECT_EQ(steps[1].seqs[0].query_len, 17);
   EXPECT_EQ(steps[1].seqs[1].query_len, 3);
   EXPECT_EQ(steps[1].seqs[1].num_draft_tokens, 2);
+  // vLLM keeps a verify row's last position below max_model_len: prompt 10 + 3 output tokens
+  // under max_model_len 14 cuts the second verify row (context 12) to 14 - 1 - 12 = 1 token.
+  Scheduler capped({{0, 10, 3, 0}}, 4, 2048, true);
+  capped.set_speculative(3, 1, 14);
+  auto cut = run_all(capped);
+  ASSERT_EQ(cut.size(), 3u);
+  EXPECT_EQ(cut[1].seqs[0].query_len, 3);  // 14 - 1 - 10
+  EXPECT_EQ(cut[2].seqs[0].context_len, 12);
+  EXPECT_EQ(cut[2].seqs[0].query_len, 1);
+  EXPECT_EQ(cut[2].seqs[0].num_draft_tokens, 0);
   Scheduler bad({{0, 8, 4, 0}}, 4, 20, true);
   EXPECT_THROW(bad.set_speculative(1, 2), Error);
   EXPECT_THROW(bad.set_speculative(-1, 0), Error);
