@@ -564,6 +564,16 @@ TEST_F(ReplayE2E, QwenNextMtpVerifyStepsAndWarmupMetadata) {
   EXPECT_NE(read_text(out).find("no speculative-decoding verify path"), std::string::npos)
       << read_text(out);
   EXPECT_FALSE(paths::exists(json));
+  // A size list that rounds to nothing (vLLM raises at startup) is refused at the list.
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-next-gdn-mtp.yaml --device compile-only "
+                          "--arch sm_90 --set 'engine.cudagraph_capture_sizes=[1]' --json " + json,
+                          out),
+            2);
+  EXPECT_NE(read_text(out).find("key 'engine.cudagraph_capture_sizes': no capture size is left "
+                                "after rounding to a multiple of 3"),
+            std::string::npos)
+      << read_text(out);
+  EXPECT_FALSE(paths::exists(json));
 }
 
 }  // namespace

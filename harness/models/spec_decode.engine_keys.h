@@ -132,7 +132,9 @@ inline std::vector<ScenarioProblem> check_spec_decode(const EngineConfig& e) {
                    "lazy capture with num_speculative_tokens > 0 is not replayed"});
   if (spec_decode_rounds_capture_sizes(e) &&
       spec_decode_capture_sizes(e.cudagraph_capture_sizes, k + 1).empty())
-    out.push_back({"engine.num_speculative_tokens",
+    // Named at the size list when the scenario gives one (the list is what has no room).
+    out.push_back({e.capture_sizes_listed ? "engine.cudagraph_capture_sizes"
+                                          : "engine.num_speculative_tokens",
                    "no capture size is left after rounding to a multiple of " +
                        std::to_string(k + 1) +
                        " (num_speculative_tokens + 1): vLLM refuses to start; list a larger "
