@@ -86,6 +86,22 @@ void check_conv_states(const CallSite& fn, const at::Tensor& s, int64_t dim, int
   check_same_device(fn, ref, "conv_states", s);
 }
 
+// x: bf16 [rows, dim >= 1], innermost contiguous (the conv wrappers' input); returns dim.
+int64_t check_conv_x(const CallSite& fn, const at::Tensor& x) {
+  check(fn, "x", x, at::kBFloat16, 2, Layout::kInnerContiguous);
+  const int64_t dim = x.size(1);
+  if (dim < 1) fail(fn, "x", fmt::format("has shape {}; dim must be positive", shape_str(x)));
+  return dim;
+}
+
+// out: bf16 of x's shape, innermost contiguous (the conv wrappers' output).
+void check_conv_out(const CallSite& fn, const at::Tensor& out, const at::Tensor& x) {
+  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
+  if (out.sizes() != x.sizes()) {
+    fail(fn, "out", fmt::format("has shape {}, x has {}", shape_str(out), shape_str(x)));
+  }
+}
+
 void check_conv_act(const CallSite& fn, Activation act) {
   if (act == Activation::kSigmoid) {
     throw Error(fmt::format("{}::{}: activation sigmoid is not supported (none or silu)",
@@ -195,24 +211,19 @@ void causal_conv1d_fwd(jit::JitRuntime& rt, const at::Tensor& x, const at::Tenso
                        const at::Tensor& has_initial_state, Activation act,
                        const at::Tensor& out) {
   const CallSite fn{kFamily, "causal_conv1d_fwd"};
-  check(fn, "x", x, at::kBFloat16, 2, Layout::kInnerContiguous);
+  const int64_t dim = check_conv_x(fn, x);
   const int64_t t = x.size(0);
-  const int64_t dim = x.size(1);
-  if (dim < 1) fail(fn, "x", fmt::format("has shape {}; dim must be positive", shape_str(x)));
   const int width = check_weight_bias(fn, weight, bias, dim, x);
   check_conv_states(fn, conv_states, dim, width, x);
   check(fn, "query_start_loc", query_start_loc, at::kInt, 1, Layout::kContiguous);
   check(fn, "cache_indices", cache_indices, at::kInt, 1, Layout::kAny);
   check(fn, "has_initial_state", has_initial_state, at::kBool, 1, Layout::kContiguous);
-  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
+  check_conv_out(fn, out, x);
   check_conv_act(fn, act);
   const int64_t b = query_start_loc.size(0) - 1;
   if (b < 0) fail(fn, "query_start_loc", "must have B + 1 >= 1 entries");
   check_size(fn, "cache_indices", cache_indices, 0, b);
   check_size(fn, "has_initial_state", has_initial_state, 0, b);
-  if (out.sizes() != x.sizes()) {
-    fail(fn, "out", fmt::format("has shape {}, x has {}", shape_str(out), shape_str(x)));
-  }
   if (overlaps(out, x)) fail(fn, "out", "overlaps x (the prefill conv cannot run in place)");
   for (const auto& [name, tensor] : {std::pair<const char*, const at::Tensor*>{"query_start_loc", &query_start_loc},
                                      {"cache_indices", &cache_indices},
@@ -256,19 +267,14 @@ void causal_conv1d_update(jit::JitRuntime& rt, const at::Tensor& x, const at::Te
                           const at::Tensor& weight, const at::Tensor& bias, Activation act,
                           const at::Tensor& conv_state_indices, const at::Tensor& out) {
   const CallSite fn{kFamily, "causal_conv1d_update"};
-  check(fn, "x", x, at::kBFloat16, 2, Layout::kInnerContiguous);
+  const int64_t dim = check_conv_x(fn, x);
   const int64_t b = x.size(0);
-  const int64_t dim = x.size(1);
-  if (dim < 1) fail(fn, "x", fmt::format("has shape {}; dim must be positive", shape_str(x)));
   const int width = check_weight_bias(fn, weight, bias, dim, x);
   check_conv_states(fn, conv_states, dim, width, x);
   check(fn, "conv_state_indices", conv_state_indices, at::kInt, 1, Layout::kAny);
-  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
+  check_conv_out(fn, out, x);
   check_conv_act(fn, act);
   check_size(fn, "conv_state_indices", conv_state_indices, 0, b);
-  if (out.sizes() != x.sizes()) {
-    fail(fn, "out", fmt::format("has shape {}, x has {}", shape_str(out), shape_str(x)));
-  }
   if (!same_view(out, x) && overlaps(out, x)) {
     fail(fn, "out", "overlaps x without being the same view");
   }
@@ -290,10 +296,8 @@ void causal_conv1d_update_varlen_spec(jit::JitRuntime& rt, const at::Tensor& x,
                                       const at::Tensor& query_start_loc, int max_query_len,
                                       const at::Tensor& out) {
   const CallSite fn{kFamily, "causal_conv1d_update_varlen_spec"};
-  check(fn, "x", x, at::kBFloat16, 2, Layout::kInnerContiguous);
+  const int64_t dim = check_conv_x(fn, x);
   const int64_t t = x.size(0);
-  const int64_t dim = x.size(1);
-  if (dim < 1) fail(fn, "x", fmt::format("has shape {}; dim must be positive", shape_str(x)));
   if (max_query_len < 1) {
     fail(fn, "max_query_len", fmt::format("is {}; it must be at least 1", max_query_len));
   }
@@ -315,11 +319,8 @@ void causal_conv1d_update_varlen_spec(jit::JitRuntime& rt, const at::Tensor& x,
   check_size(fn, "num_accepted_tokens", num_accepted_tokens, 0, b);
   check(fn, "query_start_loc", query_start_loc, at::kInt, 1, Layout::kContiguous);
   check_size(fn, "query_start_loc", query_start_loc, 0, b + 1);
-  check(fn, "out", out, at::kBFloat16, 2, Layout::kInnerContiguous);
+  check_conv_out(fn, out, x);
   check_conv_act(fn, act);
-  if (out.sizes() != x.sizes()) {
-    fail(fn, "out", fmt::format("has shape {}, x has {}", shape_str(out), shape_str(x)));
-  }
   if (overlaps(out, x)) {
     fail(fn, "out", "overlaps x (vLLM writes the verify update into a new tensor)");
   }
