@@ -573,6 +573,15 @@ TEST_F(ReplayE2E, QwenNextMtpVerifyStepsAndWarmupMetadata) {
                                 "after rounding to a multiple of 3"),
             std::string::npos)
       << read_text(out);
+  EXPECT_FALSE(paths::exists(json));  // Lazy capture with speculative decoding is not replayed: refused with the capture policies.
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-next-gdn-mtp.yaml --device compile-only "
+                          "--arch sm_90 --set engine.cudagraph_capture=lazy "
+                          "--set engine.workspace_policy=grow --json " + json,
+                          out),
+            2);
+  EXPECT_NE(read_text(out).find("lazy capture with num_speculative_tokens > 0 is not replayed"),
+            std::string::npos)
+      << read_text(out);
   EXPECT_FALSE(paths::exists(json));
 }
 

@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "harness/engine/workspace_policy.engine_keys.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "harness/replay/engine_keys.h"
 #include "harness/replay/scenario.h"
 
@@ -72,12 +73,16 @@ inline bool capture_lazily(const EngineConfig& e) {
   return e.string_key("cudagraph_capture") == "lazy";
 }
 
-/// Capture policies the replay refuses before anything runs: lazy capture with a workspace that
-/// locks (vLLM locks at the end of its startup capture and never captures lazily; TensorRT-LLM,
-/// which does, never locks), or with a cudagraph_mode that captures no full decode graphs.
+/// Capture policies the replay refuses before anything runs: lazy capture with speculative
+/// decoding (not replayed), with a workspace that locks (vLLM locks at the end of its startup
+/// capture and never captures lazily; TensorRT-LLM, which does, never locks), or with a
+/// cudagraph_mode that captures no full decode graphs.
 inline std::vector<ScenarioProblem> check_capture_policy(const EngineConfig& e) {
   std::vector<ScenarioProblem> out;
   if (!capture_lazily(e)) return out;
+  if (num_speculative_tokens(e) > 0)
+    out.push_back({"engine.cudagraph_capture",
+                   "lazy capture with num_speculative_tokens > 0 is not replayed"});
   if (workspace_policy_key(e) == "lock")
     out.push_back({"engine.cudagraph_capture",
                    "lazy capture with workspace_policy lock is no engine's combination (vLLM "

@@ -66,6 +66,12 @@ class PausedSpans {
 bool captures_piecewise(CudaGraphMode mode) {
   return mode == CudaGraphMode::kPiecewise || mode == CudaGraphMode::kFullAndPiecewise;
 }
+
+/// Whether a FULL decode graph can hold `batch`: uniform decode rows, or under speculative
+/// decoding uniform verify rows of 1 + k tokens (vLLM's uniform_decode_query_len).
+bool fits_full_graphs(const ForwardBatch& batch) {
+  return batch.spec_query_len > 1 ? batch.uniform_verify() : batch.uniform_decode();
+}
 }  // namespace
 
 /// Copies a step's inputs into the static batch a graph of `size` rows was captured with, and
@@ -80,9 +86,8 @@ static void copy_into_static(ForwardBatch& captured, const ForwardBatch& step, i
   const int n = step.num_tokens;
   captured.input_ids.narrow(0, 0, n).copy_(step.input_ids);
   captured.positions.narrow(0, 0, n).copy_(step.positions);
-  const bool verify = captured.spec_state_slots.defined() && captured.spec_query_len > 1;
-  const int b = verify ? step.num_reqs : n;  // requests of the step
-  const int bs = verify ? captured.num_reqs : size;  // requests of the static batch
+  const bool verify = captured.spec_query_len > 1;
+  const int b = step.num_reqs, bs = captured.num_reqs;  // requests of the step, of the graph
   if (attention_metadata) {
     captured.slot_mapping.narrow(0, 0, n).copy_(step.slot_mapping);
     captured.seq_lens.narrow(0, 0, b).copy_(step.seq_lens);
@@ -257,7 +262,7 @@ std::string Engine::eager_reason(const ForwardBatch& batch) const {
   if (e.cudagraph_mode == CudaGraphMode::kNone) return "cudagraph_mode none captures no graphs";
   if (!captures_piecewise(e.cudagraph_mode)) {
     const int largest_full = full_.empty() ? 0 : full_.rbegin()->first;
-    if ((batch.uniform_decode() || batch.uniform_verify()) && largest_full > 0 && N > largest_full)
+    if (fits_full_graphs(batch) && largest_full > 0 && N > largest_full)
       return fmt::format("{} decode tokens, more than the largest full decode capture size, {}",
                          N, largest_full);
     return fmt::format("a {} step, which {} never captures",
@@ -362,7 +367,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   };
   // Full decode graph (mixers inside); under lazy capture, captured here on first use. With
   // speculative decoding the FULL graphs hold uniform verify batches (1 + k rows a request).
-  if (batch.spec_query_len > 1 ? batch.uniform_verify() : batch.uniform_decode()) {
+  if (fits_full_graphs(batch)) {
     if (!lazy_sizes_.empty()) capture_lazily_if_needed(N);
     auto it = full_.lower_bound(N);
     if (it != full_.end()) {

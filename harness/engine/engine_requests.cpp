@@ -281,8 +281,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
     }
     sched.complete(st);
     for (const ScheduledSeq& q : st.seqs)
-      if (q.num_draft_tokens > 0)
-        num_accepted[q.id] = 1 + std::min(spec_accepted_tokens(e), q.num_draft_tokens);
+      if (q.num_draft_tokens > 0) num_accepted[q.id] = sched.emitted_tokens(q);
     for (const ScheduledSeq& q : st.seqs)
       if (sched.finished(q.id) && blocks.count(q.id)) release(q.id);
   }

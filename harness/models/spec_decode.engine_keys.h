@@ -127,9 +127,6 @@ inline std::vector<ScenarioProblem> check_spec_decode(const EngineConfig& e) {
                    "is " + std::to_string(a) + ", more than num_speculative_tokens (" +
                        std::to_string(k) + "): set it to at most that, or -1 (all drafts)"});
   if (k == 0) return out;
-  if (e.string_key("cudagraph_capture") == "lazy")
-    out.push_back({"engine.cudagraph_capture",
-                   "lazy capture with num_speculative_tokens > 0 is not replayed"});
   if (spec_decode_rounds_capture_sizes(e) &&
       spec_decode_capture_sizes(e.cudagraph_capture_sizes, k + 1).empty())
     // Named at the size list when the scenario gives one (the list is what has no room).

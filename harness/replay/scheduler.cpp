@@ -57,6 +57,10 @@ void Scheduler::set_speculative(int num_spec_tokens, int accepted, int max_model
   max_model_len_ = max_model_len;
 }
 
+int Scheduler::emitted_tokens(const ScheduledSeq& q) const {
+  return q.decode_index >= 0 ? 1 + std::min(accepted_, q.num_draft_tokens) : q.query_len;
+}
+
 bool Scheduler::done() const {
   return std::all_of(reqs_.begin(), reqs_.end(), [](const State& s) { return s.finished; });
 }
@@ -139,15 +143,12 @@ SchedStep Scheduler::next() {
 void Scheduler::complete(const SchedStep& step) {
   for (const auto& q : step.seqs) {
     State& s = find(q.id);
+    // A decode row's accepted drafts and the token before them stay in the KV cache; the bonus
+    // token is the next step's first row.
+    s.computed += emitted_tokens(q);
     if (q.decode_index >= 0) {
-      // The accepted drafts and the token before them stay in the KV cache; the bonus token is
-      // the next step's first row.
-      const int emitted = 1 + std::min(accepted_, q.num_draft_tokens);
-      s.computed += emitted;
-      s.decoded += emitted;
+      s.decoded += emitted_tokens(q);
       ++s.steps;
-    } else {
-      s.computed += q.query_len;
     }
     // Finished once the prompt is in and every decode step ran (decode_steps == 0: the first
     // sampled token ends it).

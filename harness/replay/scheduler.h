@@ -62,6 +62,9 @@ class Scheduler {
   /// one token; max_model_len 0 = no limit. Call before the first next(); throws Error when a
   /// value is negative or accepted > num_spec_tokens.
   void set_speculative(int num_spec_tokens, int accepted, int max_model_len = 0);
+  /// Tokens a step that ran `q` adds to its request: 1 + the drafts it accepts for a verify row
+  /// (speculative decoding), 1 for a plain decode row, query_len for a prefill chunk.
+  int emitted_tokens(const ScheduledSeq& q) const;
   /// True when every request finished.
   bool done() const;
   /// The next step's batch (advances the step counter over idle steps). Throws Error when
