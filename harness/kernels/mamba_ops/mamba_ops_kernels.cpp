@@ -295,9 +295,10 @@ std::vector<KernelCompileCase> compile_cases() {
          KernelArg::pointer(0, DType::kI32), KernelArg::pointer(0, DType::kI32),
          KernelArg::pointer(base, DType::kBF16), KernelArg::i32(16)});
   }
-  // Speculative-decoding verify (MTP with num_speculative_tokens 2, the setting Qwen's
-  // Qwen3-Next model card serves with: max_query_len 3): x the spec rows of mixed_qkv [T, dim]
-  // (row stride dim, as the decode case's), the conv state width - 1 + 2 = 5 rows.
+  // Speculative-decoding verify (MTP with num_speculative_tokens 2, the setting of vLLM PR
+  // #39483's qwen3_next_mtp report and of scenarios/qwen3-next-gdn-mtp.yaml: max_query_len 3): x
+  // the spec rows of mixed_qkv [T, dim] (row stride dim, as the decode case's), the conv state
+  // width - 1 + 2 = 5 rows.
   {
     const int64_t spec_tokens = 2;
     const int64_t spec_page =
