@@ -29,6 +29,9 @@ struct ForwardState {
   /// Tensors a model hands from one piece to the next besides the residual stream (Qwen3-Next's
   /// output gates, made before a mixer and applied after it); graph-captured like the others.
   std::vector<at::Tensor> carry;
+  /// A draft model's second input (an MTP head's): the target's final hidden states of the
+  /// step's rows, [N, H] bf16. Unused by target models.
+  at::Tensor target_hidden;
 };
 
 /// A decoder-only model over real shapes with random bf16 weights. Pieces: piece 0 = embedding +
@@ -50,6 +53,13 @@ class Model {
   /// registry for each before anything runs, and the model builds its experts with
   /// make_moe_experts while loading weights.
   virtual std::vector<MoeSpec> moe_specs() const { return {}; }
+  /// The model's multi-token-prediction head as the draft model of speculative decoding (vLLM's
+  /// "mtp" method), or nullptr when the family has none. Made right after construction, before
+  /// any weights; its load_weights must run after the target's (it shares the target's
+  /// embedding and LM head and keeps a reference to the target). Its plan numbers its layers
+  /// after the target's (MixerSpec::layer >= the target's decoder layer count), its piece 0
+  /// reads ForwardState::target_hidden, and it has one mixer layer per MTP layer.
+  virtual std::unique_ptr<Model> make_mtp_drafter() { return nullptr; }
   /// Mixer layers (the plan's length): the forward pass has num_layers() + 1 pieces.
   int num_layers() const { return static_cast<int>(layer_plan().size()); }
   /// Allocates and fills the weights (normal, seeded); on meta only shapes are made. Returns bytes.

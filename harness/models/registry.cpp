@@ -295,6 +295,20 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
   ctx.model = &s.model;
   ctx.engine = &s.engine;
   std::unique_ptr<Model> m = f->make(s.model, ctx);
+  std::vector<MixerSpec> plan = m->layer_plan();
+  if (uses_mtp_drafter(e)) {
+    // vLLM's mtp method needs the checkpoint's MTP layers; the drafter's layers are checked with
+    // the target's below.
+    if (const std::unique_ptr<Model> drafter = m->make_mtp_drafter()) {
+      for (const MixerSpec& l : drafter->layer_plan()) plan.push_back(l);
+    } else {
+      out.push_back({"engine.speculative_method",
+                     fmt::format("mtp: the {} family has no MTP head in coldstart; set "
+                                 "speculative_method: synthetic to replay the verify steps "
+                                 "without a draft model",
+                                 f->name)});
+    }
+  }
   std::set<std::string> seen;
   // Whether every kernel of a backend exists for the target's arch (one problem per backend:
   // every kernel of it needs the same arch), under `key`.
@@ -316,7 +330,6 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
       }
     }
   };
-  const std::vector<MixerSpec> plan = m->layer_plan();
   const std::vector<MoeSpec> moe = m->moe_specs();
   // A fixed num_gpu_blocks must hold one max_model_len request. Models with recurrent-state
   // layers (their backends serve any kv_cache_dtype, mixer.h) get a larger block size at startup

@@ -26,8 +26,21 @@
 //   state pages   a GDN request holds 1 + k state blocks (spec_state_indices = block_table[:,
 //                 :1 + k]) and its conv state has conv_kernel - 1 + k rows
 //                 (MambaStateShapeCalculator).
-// The draft model (an MTP head) is not replayed: draft tokens are synthetic ids and every verify
-// step accepts spec_accepted_tokens of them.
+//   drafter       method "mtp": the model's MTP head drafts (Model::make_mtp_drafter), run by
+//                 vLLM's EagleProposer (vllm/v1/spec_decode/eagle.py @ 008603a3, the logic in
+//                 llm_base_proposer.py @ 00c4f22d in newer trees). propose() after every step:
+//                 one pass over all the step's rows with the target's final-normed hidden states,
+//                 logits at each request's last row, then k - 1 passes of one row per request
+//                 fed the drafter's own output. The drafter's graphs are PIECEWISE only (when the
+//                 runner's mixed mode captures any), every pass padded to the smallest capture
+//                 size that holds it (pad_for_cudagraph), else eager. dummy_run() inside every
+//                 _dummy_run (gpu_model_runner.py @ 000fc94b): k model forwards of the same
+//                 num_tokens, one while capturing, with no attention metadata and no logits. The
+//                 replay runs the drafter's pieces eagerly at the padded size (its graphs are not
+//                 captured) and does not replay the spec-decode helper kernels of
+//                 vllm/v1/spec_decode/utils.py (issue #39790). Method "synthetic" replays no
+//                 drafter. Either way the drafts are token ids the harness picks and every
+//                 verify step accepts spec_accepted_tokens of them.
 #pragma once
 
 #include <algorithm>
@@ -50,7 +63,7 @@ inline std::vector<EngineKeySpec> engine_keys_spec_decode() {
   k.unit = "draft tokens";
   k.default_value = "0";
   k.doc = "vLLM's speculative_config.num_speculative_tokens: each decode step verifies 1 + k "
-          "rows per request (the draft model is not replayed; drafts are synthetic tokens)";
+          "rows per request; speculative_method says who drafts them";
 
   EngineKeySpec acc;
   acc.name = "spec_accepted_tokens";
@@ -74,7 +87,17 @@ inline std::vector<EngineKeySpec> engine_keys_spec_decode() {
              "drafts, so GDN runs verify batches as prefills) or capture (vLLM PR #39483's "
              "proposal: the capture's own metadata, spec kernels included)";
   meta.in_result = EngineKeyInResult::kWhenSet;
-  return {k, acc, meta};
+  EngineKeySpec method;
+  method.name = "speculative_method";
+  method.owner = "engine (speculative decoding)";
+  method.type = EngineKeyType::kChoice;
+  method.choices = {"mtp", "synthetic"};
+  method.default_value = "mtp";
+  method.doc = "who drafts when num_speculative_tokens > 0: mtp (vLLM's method \"mtp\": the "
+               "model's MTP head, replayed as the draft model) or synthetic (no draft model "
+               "replayed, only the verify steps)";
+  method.in_result = EngineKeyInResult::kWhenSet;
+  return {k, acc, meta, method};
 }
 
 /// engine.num_speculative_tokens: k, draft tokens per verify step (0 = no speculative decoding).
@@ -87,6 +110,11 @@ inline int spec_accepted_tokens(const EngineConfig& e) {
   const int k = num_speculative_tokens(e);
   const int a = static_cast<int>(e.int_key("spec_accepted_tokens"));
   return a < 0 ? k : std::min(a, k);
+}
+
+/// Whether the replay runs a draft model: num_speculative_tokens > 0 with method mtp.
+inline bool uses_mtp_drafter(const EngineConfig& e) {
+  return num_speculative_tokens(e) > 0 && e.string_key("speculative_method") == "mtp";
 }
 
 /// engine.cudagraph_warmup_metadata == "capture".
