@@ -510,7 +510,7 @@ TEST_F(ReplayE2E, ListFiltersAndSaysWhenNothingMatches) {
 /// step compiles the fused MTP kernel at startup. A backend without a verify path is refused.
 TEST_F(ReplayE2E, QwenNextMtpVerifyStepsAndWarmupMetadata) {
   auto by = replay("scenarios/qwen3-next-gdn-mtp.yaml");
-  ASSERT_EQ(by.size(), 4u);
+  ASSERT_EQ(by.size(), 6u);  // 3 strategies x 2 variants
   for (const char* s : {"none", "qwen-gdn-warmup"}) {
     const StrategyResult& crash = by.at(std::string(s) + " [cudagraph_warmup_metadata=build]");
     EXPECT_EQ(crash.outcome, Outcome::kCrash) << s;
@@ -558,7 +558,8 @@ TEST_F(ReplayE2E, QwenNextMtpVerifyStepsAndWarmupMetadata) {
 
   const std::string out = paths::join(dir_, "spec.txt"), json = paths::join(dir_, "spec.json");
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device compile-only "
-                          "--arch sm_90 --set engine.num_speculative_tokens=1 --json " + json, out),
+                          "--arch sm_90 --set engine.num_speculative_tokens=1 "
+                          "--set engine.speculative_method=synthetic --json " + json, out),
             2);
   EXPECT_NE(read_text(out).find("engine.num_speculative_tokens"), std::string::npos) << read_text(out);
   EXPECT_NE(read_text(out).find("no speculative-decoding verify path"), std::string::npos)
@@ -581,6 +582,67 @@ TEST_F(ReplayE2E, QwenNextMtpVerifyStepsAndWarmupMetadata) {
             2);
   EXPECT_NE(read_text(out).find("lazy capture with num_speculative_tokens > 0 is not replayed"),
             std::string::npos)
+      << read_text(out);
+  EXPECT_FALSE(paths::exists(json));
+}
+
+// The MTP head drafts (speculative_method mtp): its attention layer joins the KV cache, its
+// weights load after the target's, and its single-token pass is the first to need the split-KV
+// decode kernels (the target's verify rows never take that path). A dummy run with attention
+// that also runs the drafter (aot-prefill-warmup) compiles them before the first request; the
+// synthetic method has no drafter and never needs them.
+TEST_F(ReplayE2E, QwenNextMtpDrafterRunsAfterEveryStep) {
+  auto mtp = replay("scenarios/qwen3-next-gdn-mtp.yaml",
+                    "--set engine.cudagraph_warmup_metadata=capture");
+  ASSERT_EQ(mtp.size(), 3u);
+  auto kernels_in = [](const StrategyResult& r, const std::string& phase) {
+    std::set<std::string> out;
+    for (const auto& c : r.hot_path_compiles)
+      if (phase.empty() || c.phase == phase) out.insert(c.kernel);
+    for (const auto& c : r.startup_compile_list)
+      if (c.phase == phase) out.insert(c.kernel);
+    return out;
+  };
+  const StrategyResult& none = mtp.at("none []");
+  ASSERT_EQ(none.outcome, Outcome::kOk) << none.error.value_or("");
+  ASSERT_EQ(none.extra.at("drafter_layer_plan").size(), 1u);
+  EXPECT_NE(none.extra.at("drafter_layer_plan")[0].get<std::string>().find("attention"),
+            std::string::npos);
+  EXPECT_GT(none.extra.at("drafter_weights_bytes").get<int64_t>(), 0);
+  // Layer 8 (after the target's 0..7) is in the KV cache groups.
+  bool cached = false;
+  for (const auto& g : none.extra.at("cache_groups"))
+    for (const auto& l : g.at("layers")) cached |= l.get<int>() == 8;
+  EXPECT_TRUE(cached) << none.extra.at("cache_groups").dump();
+  const std::set<std::string> hot = kernels_in(none, "prefill");
+  EXPECT_TRUE(hot.count("paged_decode_stage1") && hot.count("paged_decode_stage2"))
+      << "the drafter's single-token pass after the first prefill";
+  const StrategyResult& aot = mtp.at("aot-prefill-warmup []");
+  ASSERT_EQ(aot.outcome, Outcome::kOk) << aot.error.value_or("");
+  EXPECT_TRUE(kernels_in(aot, "kernel_warmup").count("paged_decode_stage1"));
+  for (const auto& c : aot.hot_path_compiles) EXPECT_NE(c.kernel, "paged_decode_stage1");
+
+  auto syn = replay("scenarios/qwen3-next-gdn-mtp.yaml",
+                    "--set engine.cudagraph_warmup_metadata=capture "
+                    "--set engine.speculative_method=synthetic --strategy none "
+                    "--strategy aot-prefill-warmup");
+  ASSERT_EQ(syn.size(), 2u);
+  for (const auto& [name, r] : syn) {
+    ASSERT_EQ(r.outcome, Outcome::kOk) << name << ": " << r.error.value_or("");
+    EXPECT_FALSE(r.extra.contains("drafter_layer_plan")) << name;
+    for (const auto& c : r.hot_path_compiles) EXPECT_NE(c.kernel, "paged_decode_stage1") << name;
+    EXPECT_FALSE(kernels_in(r, "kernel_warmup").count("paged_decode_stage1")) << name;
+  }
+  EXPECT_GT(none.extra.at("weights_bytes").get<int64_t>(),
+            syn.at("none []").extra.at("weights_bytes").get<int64_t>());
+
+  // A family without an MTP head is refused under the mtp method, before anything runs.
+  const std::string out = paths::join(dir_, "mtp.txt"), json = paths::join(dir_, "mtp.json");
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --arch sm_90 "
+                          "--set engine.num_speculative_tokens=1 --json " + json, out),
+            2);
+  EXPECT_NE(read_text(out).find("engine.speculative_method"), std::string::npos) << read_text(out);
+  EXPECT_NE(read_text(out).find("has no MTP head in coldstart"), std::string::npos)
       << read_text(out);
   EXPECT_FALSE(paths::exists(json));
 }

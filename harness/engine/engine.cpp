@@ -73,7 +73,10 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
                            {"accepted_per_step", spec_accepted_tokens(e)},
                            {"verify_query_len", k + 1},
                            {"warmup_metadata", warmups_use_capture_metadata(e) ? "capture" : "build"},
-                           {"draft_model", "not replayed (synthetic draft tokens)"}};
+                           {"draft_model", uses_mtp_drafter(e)
+                                               ? "the model's MTP head (eager, passes padded "
+                                                 "to capture sizes; drafts are synthetic ids)"
+                                               : "not replayed (synthetic draft tokens)"}};
     if (spec_decode_rounds_capture_sizes(e)) {
       spec["capture_sizes_given"] = e.cudagraph_capture_sizes;
       e.cudagraph_capture_sizes = spec_decode_capture_sizes(e.cudagraph_capture_sizes, k + 1);
@@ -130,6 +133,16 @@ void Engine::build_mixers() {
     plan.push_back(spec.summary() + " " + mixers_.back()->backend());
   }
   result_.extra["layer_plan"] = plan;
+  // The drafter's layers follow (vLLM registers the MTP layers in the same forward context, so
+  // they share the KV cache config and every layer-wide walk, warmers' included).
+  if (drafter_) {
+    nlohmann::json draft = nlohmann::json::array();
+    for (const MixerSpec& spec : drafter_->layer_plan()) {
+      mixers_.push_back(make_mixer(spec, mixer_ctx_));
+      draft.push_back(spec.summary() + " " + mixers_.back()->backend());
+    }
+    result_.extra["drafter_layer_plan"] = draft;
+  }
 }
 
 int64_t Engine::max_mixer_output_width() const {
@@ -376,6 +389,11 @@ void Engine::do_init() {
   ctx.shared_buffers = &shared_buffers_;
   mixer_ctx_ = ctx;
   model_ = make_model(scenario_.model, ctx);
+  if (uses_mtp_drafter(scenario_.engine)) {
+    drafter_ = model_->make_mtp_drafter();
+    CS_CHECK(drafter_ != nullptr, "check_replayable lets the mtp method through only for a "
+                                  "family with an MTP head");
+  }
   build_mixers();
   // On the meta device in compile-only mode (device()): made on the CPU first, a long
   // max_model_len x max_num_seqs table (8 TiB at 2^31 tokens x 1024 sequences) failed there.
@@ -390,7 +408,14 @@ uint64_t Engine::tensor_address(const at::Tensor& t) const {
 }
 
 void Engine::do_load_weights() {
-  const int64_t bytes = model_->load_weights(options_.seed);
+  int64_t bytes = model_->load_weights(options_.seed);
+  // The MTP head after the target (it shares the target's embedding and LM head); vLLM loads the
+  // drafter in load_model right after the target model.
+  if (drafter_) {
+    const int64_t draft = drafter_->load_weights(options_.seed + 1);
+    result_.extra["drafter_weights_bytes"] = draft;
+    bytes += draft;
+  }
   result_.extra["weights_bytes"] = bytes;
 }
 

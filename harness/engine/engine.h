@@ -81,7 +81,7 @@ class Engine final : public WarmupContext {
     return make_batch(seqs, /*skip_attention=*/false);
   }
   std::vector<int64_t> dummy_run(const std::vector<SeqStep>& seqs) override {
-    return execute(make_batch(seqs, false));
+    return run_step(seqs);
   }
   void log(const std::string& line) override;
   void skip(const std::string& reason) override;
@@ -126,6 +126,27 @@ class Engine final : public WarmupContext {
   std::vector<int64_t> execute(const ForwardBatch& batch);
   /// Every piece and mixer eagerly; returns the final hidden states [N, H].
   at::Tensor run_eager(const ForwardBatch& batch);
+  /// The pieces of `model` and its mixers (mixers_[first_mixer + i] for its plan entry i)
+  /// eagerly from state `st`; returns the final hidden states [N, H]. With padded_rows > N the
+  /// pieces run on that many rows (st's tensors must have them) and the mixers on the first N,
+  /// as under a piecewise graph of that size; the result then has padded_rows rows.
+  at::Tensor run_pieces(Model& model, size_t first_mixer, ForwardState st,
+                        const ForwardBatch& batch, int padded_rows = 0);
+  /// The drafter's token count for a pass of `num_tokens` rows: vLLM's EagleProposer pads it to
+  /// the smallest capture size that holds it when the drafter runs piecewise graphs
+  /// (pad_for_cudagraph), else leaves it.
+  int drafter_rows(int num_tokens) const;
+  /// A request step as the engine runs it (execute()); with a drafter, then the drafts of the
+  /// next step (propose_drafts). Returns execute()'s sampled ids.
+  std::vector<int64_t> run_step(const std::vector<SeqStep>& seqs);
+  /// vLLM's EagleProposer.propose for the MTP head (spec_decode.engine_keys.h): one drafter pass
+  /// over every row of `batch` (`seqs`'s step, just executed) with the target's final hidden
+  /// states, then num_speculative_tokens - 1 passes of one row per request.
+  void propose_drafts(const std::vector<SeqStep>& seqs, const ForwardBatch& batch);
+  /// vLLM's EagleProposer.dummy_run inside _dummy_run, after a dummy target pass: the drafter's
+  /// forward over `batch`'s rows (attention skipped: batch.skip_attention), num_speculative_tokens
+  /// times, once while `capturing`. No-op without a drafter.
+  void drafter_dummy_run(const ForwardBatch& batch, bool capturing);
   /// hidden[last token of each request]: the rows that are sampled, [B, H].
   at::Tensor last_token_hidden(const at::Tensor& hidden, const ForwardBatch& batch) const;
   /// vLLM's _dummy_run batch of `num_tokens` tokens (min(num_tokens, max_num_seqs) requests).
@@ -155,6 +176,11 @@ class Engine final : public WarmupContext {
   std::unique_ptr<jit::JitRuntime> jit_;
   std::unique_ptr<WorkspaceManager> workspace_;
   std::unique_ptr<Model> model_;
+  /// The MTP head under speculative decoding with the mtp method (Model::make_mtp_drafter), else
+  /// null; its mixers follow the target's in mixers_, from index model_->num_layers().
+  std::unique_ptr<Model> drafter_;
+  /// With a drafter: the final hidden states of the last executed step's rows [N, H] bf16.
+  at::Tensor step_hidden_;
   std::vector<std::unique_ptr<Mixer>> mixers_;  ///< one per layer, in layer order
   std::vector<at::Tensor> cache_tensors_;       ///< the shared cache tensors (kv_cache_plan.h)
   /// Every device buffer a captured graph references, with a generation per move

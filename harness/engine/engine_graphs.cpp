@@ -13,6 +13,7 @@
 #include "harness/engine/capture_policy.engine_keys.h"
 #include "harness/engine/engine_internal.h"
 #include "harness/models/spec_decode.engine_keys.h"
+#include "harness/runtime/host_upload.h"
 
 namespace coldstart {
 
@@ -154,7 +155,10 @@ void Engine::do_graph_capture() {
       g->size = P;
       g->in = make_batch(dummy_seqs(P), /*skip_attention=*/true);
       capture_step_ = fmt::format("piecewise capture size {}", P);
-      for (int w = 0; w < warmups; ++w) run_eager(g->in);  // eager warmups; mixers skipped
+      for (int w = 0; w < warmups; ++w) {  // eager warmups; mixers skipped
+        run_eager(g->in);
+        drafter_dummy_run(g->in, /*capturing=*/false);
+      }
       // Zeroed: rows past a step's token count are padding the pieces still read (see execute).
       g->mixer_out =
           at::zeros({P, out_width}, at::TensorOptions().dtype(at::kBFloat16).device(device()));
@@ -173,6 +177,7 @@ void Engine::do_graph_capture() {
         g->states.push_back(st);
         if (i < L) st.mixer_out = g->mixer_out.narrow(1, 0, mixers_[i]->spec().output_width);
       }
+      drafter_dummy_run(g->in, /*capturing=*/true);  // after the capturing _dummy_run's forward
       piecewise_[P] = std::move(g);
       ++captured;
     }
@@ -216,7 +221,12 @@ void Engine::capture_full_decode(int P, const std::string& step) {
     const ForwardBatch warm =
         spec && !warmups_use_capture_metadata(e) ? make_batch(dummy_verify_seqs(P, false), false)
                                                  : g->in;
-    for (int w = 0; w < capture_warmups(e); ++w) run_eager(warm);  // cudagraph_num_of_warmups
+    // The drafter's dummy_run has no attention metadata, whatever the target's had.
+    const ForwardBatch draft_warm = drafter_ ? make_batch(dummy_seqs(P), true) : ForwardBatch{};
+    for (int w = 0; w < capture_warmups(e); ++w) {  // cudagraph_num_of_warmups
+      run_eager(warm);
+      if (drafter_) drafter_dummy_run(draft_warm, /*capturing=*/false);
+    }
   }
   g->graph = std::make_unique<CapturedGraph>(mode());
   g->static_ledger_id = ledger_.add_buffer(
@@ -234,6 +244,7 @@ void Engine::capture_full_decode(int P, const std::string& step) {
     g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
   }
   g->ledger_id = marks.end();
+  if (drafter_) drafter_dummy_run(make_batch(dummy_seqs(P), true), /*capturing=*/true);
   full_[P] = std::move(g);
   capture_step_.clear();
 }
@@ -308,11 +319,30 @@ void Engine::finish_stale_replay(const StaleReference& ref) {
 }
 
 at::Tensor Engine::run_eager(const ForwardBatch& batch) {
-  ForwardState st;
-  const int L = model_->num_layers();
+  return run_pieces(*model_, 0, ForwardState{}, batch);
+}
+
+at::Tensor Engine::run_pieces(Model& model, size_t first_mixer, ForwardState st,
+                              const ForwardBatch& batch, int padded_rows) {
+  const int L = model.num_layers();
+  const int N = batch.num_tokens;
+  // Padded: the pieces see padded_rows rows (token 0 at position 0 past the step's), the mixers
+  // the step's N rows with its metadata, as a piecewise graph of that size runs them (execute).
+  ForwardBatch padded;
+  const bool pad = padded_rows > N;
+  if (pad) {
+    padded = batch;
+    padded.num_tokens = padded_rows;
+    auto zeros_after = [&](const at::Tensor& t) {
+      return at::cat({t, at::zeros({padded_rows - N}, t.options())});
+    };
+    padded.input_ids = zeros_after(batch.input_ids);
+    padded.positions = zeros_after(batch.positions);
+  }
+  const ForwardBatch& rows = pad ? padded : batch;
   for (int i = 0; i <= L; ++i) {
     if (model_spans_) model_spans_->begin();
-    model_->piece(i, st, batch);
+    model.piece(i, st, rows);
     if (model_spans_) model_spans_->end();
     if (i == L) break;
     // Without metadata (profile run, piecewise capture) a mixer leaves its output buffer as it
@@ -320,13 +350,20 @@ at::Tensor Engine::run_eager(const ForwardBatch& batch) {
     // buffer starts zeroed, as vLLM's GDN layer allocates core_attn_out with torch.zeros (PR
     // #28182): uninitialized rows would reach the MoE router as garbage (NaN logits pick
     // expert ids out of range).
-    st.mixer_out = at::zeros({batch.num_tokens, mixers_[i]->spec().output_width},
+    Mixer& mixer = *mixers_.at(first_mixer + static_cast<size_t>(i));
+    st.mixer_out = at::zeros({rows.num_tokens, mixer.spec().output_width},
                              at::TensorOptions().dtype(at::kBFloat16).device(device()));
+    std::vector<at::Tensor> in = st.mixer_in;
+    at::Tensor out = st.mixer_out;
+    if (pad) {
+      for (at::Tensor& t : in) t = t.narrow(0, 0, N);
+      out = out.narrow(0, 0, N);
+    }
     if (batch.skip_attention) {
-      mixers_[i]->forward_no_metadata(st.mixer_in, st.mixer_out, batch);
+      mixer.forward_no_metadata(in, out, batch);
     } else {
       if (mixer_spans_) mixer_spans_->begin();
-      mixers_[i]->forward(st.mixer_in, st.mixer_out, batch);
+      mixer.forward(in, out, batch);
       if (mixer_spans_) mixer_spans_->end();
     }
   }
@@ -363,6 +400,8 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     if (model_spans_) model_spans_->begin();
     at::Tensor logits = model_->compute_logits(last_token_hidden(hidden, batch));
     if (model_spans_) model_spans_->end();
+    // The drafter reads the step's rows of the final hidden states (graphs hold padded ones).
+    if (drafter_) step_hidden_ = hidden.narrow(0, 0, N);
     return sample(logits, static_cast<int>(logits.size(0)));
   };
   // Full decode graph (mixers inside); under lazy capture, captured here on first use. With
@@ -429,6 +468,82 @@ std::vector<SeqStep> Engine::dummy_verify_seqs(int num_tokens, bool drafts) cons
     seqs.push_back(s);
   }
   return seqs;
+}
+
+std::vector<int64_t> Engine::run_step(const std::vector<SeqStep>& seqs) {
+  const ForwardBatch batch = make_batch(seqs, false);
+  std::vector<int64_t> ids = execute(batch);
+  if (drafter_) propose_drafts(seqs, batch);
+  return ids;
+}
+
+/// `t` [N, ...] with zero rows appended up to `rows`.
+static at::Tensor zero_rows_after(const at::Tensor& t, int rows) {
+  if (rows <= t.size(0)) return t;
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[0] = rows - t.size(0);
+  return at::cat({t, at::zeros(shape, t.options())});
+}
+
+int Engine::drafter_rows(int num_tokens) const {
+  const EngineConfig& e = scenario_.engine;
+  if (!captures_piecewise(e.cudagraph_mode)) return num_tokens;
+  int best = 0;
+  for (int s : e.cudagraph_capture_sizes)
+    if (s >= num_tokens && (best == 0 || s < best)) best = s;
+  return best > 0 ? best : num_tokens;
+}
+
+void Engine::propose_drafts(const std::vector<SeqStep>& seqs, const ForwardBatch& batch) {
+  // EagleProposer.propose (spec_decode.engine_keys.h): the first pass over every row the target
+  // just ran, with its metadata and the target's final-normed hidden states; each request's
+  // draft is argmax of its last row's logits. Each pass's rows are padded to a capture size as
+  // vLLM pads them for the drafter's piecewise graphs (drafter_rows).
+  const int k = num_speculative_tokens(scenario_.engine);
+  const jit::HostFrame model_host(jit::HostPart::kModelHost);
+  const size_t first = static_cast<size_t>(model_->num_layers());
+  int rows = drafter_rows(batch.num_tokens);
+  ForwardState st;
+  st.target_hidden = zero_rows_after(step_hidden_, rows);
+  at::Tensor hidden = run_pieces(*drafter_, first, st, batch, rows);
+  std::vector<int64_t> last;
+  for (int r = 0; r < batch.num_reqs; ++r)
+    last.push_back(batch.query_start[r] + batch.query_lens[r] - 1);
+  hidden = device().is_meta()
+               ? at::empty({static_cast<int64_t>(last.size()), hidden.size(1)}, hidden.options())
+               : hidden.index({upload(last, at::kLong, device())});
+  sample(drafter_->compute_logits(hidden), batch.num_reqs);
+  // Then k - 1 passes of one row per request (max_query_len 1), each at the next position and
+  // fed the drafter's own output for the row before (method "mtp"; vLLM's DeepSeek MTP feeds
+  // the target's instead). Positions past max_model_len are clamped.
+  for (int j = 1; j < k; ++j) {
+    std::vector<SeqStep> next = seqs;
+    for (SeqStep& s : next) {
+      s.context_len =
+          std::min(s.context_len + s.query_len - 1 + j, scenario_.engine.max_model_len - 1);
+      s.query_len = 1;
+      s.verify = false;
+    }
+    const ForwardBatch b = make_batch(next, false);
+    rows = drafter_rows(b.num_tokens);
+    ForwardState ds;
+    ds.target_hidden = zero_rows_after(hidden, rows);
+    hidden = run_pieces(*drafter_, first, ds, b, rows).narrow(0, 0, b.num_tokens);
+    sample(drafter_->compute_logits(hidden), b.num_reqs);
+  }
+}
+
+void Engine::drafter_dummy_run(const ForwardBatch& batch, bool capturing) {
+  if (!drafter_) return;
+  // EagleProposer.dummy_run: num_speculative_tokens forwards of the same num_tokens, one while
+  // the runner captures; model forwards only (no logits, no attention metadata).
+  const int forwards = capturing ? 1 : num_speculative_tokens(scenario_.engine);
+  for (int f = 0; f < forwards; ++f) {
+    ForwardState st;
+    st.target_hidden = at::zeros({batch.num_tokens, scenario_.model.hidden_size},
+                                 at::TensorOptions().dtype(at::kBFloat16).device(device()));
+    run_pieces(*drafter_, static_cast<size_t>(model_->num_layers()), st, batch);
+  }
 }
 
 }  // namespace coldstart

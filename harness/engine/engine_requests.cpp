@@ -219,7 +219,7 @@ void Engine::do_wave(const std::vector<int>& ids, int wave) {
       step_graph_.clear();  // set by execute() once it picks a graph or eager
       step_eager_reason_.clear();
       try {
-        execute(make_batch(seqs, false));
+        run_step(seqs);
       } catch (...) {
         // The failed step says how it ran too (a stale replay fails on its graph's launch).
         if (listed) {

@@ -100,20 +100,11 @@ class Qwen3NextModel final : public Model {
 
   std::vector<MixerSpec> layer_plan() const override {
     std::vector<MixerSpec> plan;
-    const int64_t D = c_.head_dim, Hq = c_.num_attention_heads, Hk = c_.num_key_value_heads;
     for (int l = 0; l < c_.num_hidden_layers; ++l) {
       MixerSpec s;
       s.layer = l;
       if (is_attention_layer(d_, l)) {
-        // q [N, Hq*D] and k [N, Hk*D] contiguous after norm + RoPE; v a column slice of the fused
-        // projection [N, (2*Hq + 2*Hk) * D] (q and its gate, k, v).
-        s.kind = "attention";
-        s.num_heads = Hq;
-        s.num_kv_heads = Hk;
-        s.head_dim = D;
-        s.output_width = Hq * D;
-        s.input_widths = {Hq * D, Hk * D, Hk * D};
-        s.input_row_strides = {Hq * D, Hk * D, (2 * Hq + 2 * Hk) * D};
+        s = attention_spec(l);
       } else {
         // mixed_qkv [N, conv_dim], b [N, Hv], a [N, Hv], all contiguous (vLLM unpacks the
         // interleaved projection into fresh tensors); output core_attn_out [N, Hv*V].
@@ -135,35 +126,12 @@ class Qwen3NextModel final : public Model {
   int64_t load_weights(uint64_t seed) override {
     WeightMaker m(device_);
     if (!device_.is_meta()) at::manual_seed(seed);
-    const int64_t H = c_.hidden_size, D = c_.head_dim, Hq = c_.num_attention_heads,
-                  Hk = c_.num_key_value_heads, V = c_.vocab_size;
+    const int64_t H = c_.hidden_size, V = c_.vocab_size;
     const double sh = 1.0 / std::sqrt(static_cast<double>(H));
-    auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
     embed_ = m.normal({V, H}, 1.0);
     layers_.clear();
-    for (int l = 0; l < c_.num_hidden_layers; ++l) {
-      Qwen3NextLayerWeights w;
-      w.input_norm = m.zeros(H);  // (1 + w) norms: w = 0 is the identity scale
-      w.post_norm = m.zeros(H);
-      if (is_attention_layer(d_, l)) {
-        w.qkv = m.normal({(2 * Hq + 2 * Hk) * D, H}, sh);
-        w.q_norm = m.zeros(D);
-        w.k_norm = m.zeros(D);
-        w.o_proj = m.normal({H, Hq * D}, inv_sqrt(Hq * D));
-      } else {
-        w.in_qkvz = m.normal({d_.conv_dim() + d_.hv * d_.dv, H}, sh);
-        w.in_ba = m.normal({2 * d_.hv, H}, sh);
-        w.gate_norm = m.ones(d_.dv);  // RMSNormGated's weight (plain scale)
-        w.out_proj = m.normal({H, d_.hv * d_.dv}, inv_sqrt(d_.hv * d_.dv));
-      }
-      w.router = m.normal({d_.experts, H}, sh);
-      w.w13 = m.normal({d_.experts, 2 * d_.moe_inter, H}, sh);
-      w.w2 = m.normal({d_.experts, H, d_.moe_inter}, inv_sqrt(d_.moe_inter));
-      w.shared_gate_up = m.normal({2 * d_.shared_inter, H}, sh);
-      w.shared_down = m.normal({H, d_.shared_inter}, inv_sqrt(d_.shared_inter));
-      w.shared_gate = m.normal({1, H}, sh);
-      layers_.push_back(std::move(w));
-    }
+    for (int l = 0; l < c_.num_hidden_layers; ++l)
+      layers_.push_back(layer_weights(m, is_attention_layer(d_, l)));
     final_norm_ = m.zeros(H);
     lm_head_ = c_.tie_word_embeddings ? embed_ : m.normal({V, H}, sh);
     // RoPE over the rotary part of each head.
@@ -188,9 +156,7 @@ class Qwen3NextModel final : public Model {
       const Qwen3NextLayerWeights& w = layers_[i - 1];
       at::Tensor mixed;
       if (is_attention_layer(d_, i - 1)) {
-        // Output gate of gated attention, then o_proj.
-        const at::Tensor gate = st.carry.at(0);
-        mixed = at::linear(st.mixer_out * at::sigmoid(gate), w.o_proj);
+        mixed = attention_output(w, st);
       } else {
         // RMSNormGated over every head's V values, gated by SiLU(z), then out_proj.
         const at::Tensor z = st.carry.at(0);
@@ -222,6 +188,60 @@ class Qwen3NextModel final : public Model {
   }
 
  private:
+  class Mtp;
+
+  /// Gated full attention at decoder layer `layer`: q [N, Hq*D] and k [N, Hk*D] contiguous after
+  /// norm + RoPE; v a column slice of the fused projection [N, (2*Hq + 2*Hk) * D] (q and its
+  /// gate, k, v).
+  MixerSpec attention_spec(int layer) const {
+    const int64_t D = c_.head_dim, Hq = c_.num_attention_heads, Hk = c_.num_key_value_heads;
+    MixerSpec s;
+    s.layer = layer;
+    s.kind = "attention";
+    s.num_heads = Hq;
+    s.num_kv_heads = Hk;
+    s.head_dim = D;
+    s.output_width = Hq * D;
+    s.input_widths = {Hq * D, Hk * D, Hk * D};
+    s.input_row_strides = {Hq * D, Hk * D, (2 * Hq + 2 * Hk) * D};
+    return s;
+  }
+
+  /// One decoder layer's weights: gated attention or GDN, then the sparse MoE.
+  Qwen3NextLayerWeights layer_weights(WeightMaker& m, bool attention) const {
+    const int64_t H = c_.hidden_size, D = c_.head_dim, Hq = c_.num_attention_heads,
+                  Hk = c_.num_key_value_heads;
+    const double sh = 1.0 / std::sqrt(static_cast<double>(H));
+    auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+    Qwen3NextLayerWeights w;
+    w.input_norm = m.zeros(H);  // (1 + w) norms: w = 0 is the identity scale
+    w.post_norm = m.zeros(H);
+    if (attention) {
+      w.qkv = m.normal({(2 * Hq + 2 * Hk) * D, H}, sh);
+      w.q_norm = m.zeros(D);
+      w.k_norm = m.zeros(D);
+      w.o_proj = m.normal({H, Hq * D}, inv_sqrt(Hq * D));
+    } else {
+      w.in_qkvz = m.normal({d_.conv_dim() + d_.hv * d_.dv, H}, sh);
+      w.in_ba = m.normal({2 * d_.hv, H}, sh);
+      w.gate_norm = m.ones(d_.dv);  // RMSNormGated's weight (plain scale)
+      w.out_proj = m.normal({H, d_.hv * d_.dv}, inv_sqrt(d_.hv * d_.dv));
+    }
+    w.router = m.normal({d_.experts, H}, sh);
+    w.w13 = m.normal({d_.experts, 2 * d_.moe_inter, H}, sh);
+    w.w2 = m.normal({d_.experts, H, d_.moe_inter}, inv_sqrt(d_.moe_inter));
+    w.shared_gate_up = m.normal({2 * d_.shared_inter, H}, sh);
+    w.shared_down = m.normal({H, d_.shared_inter}, inv_sqrt(d_.shared_inter));
+    w.shared_gate = m.normal({1, H}, sh);
+    return w;
+  }
+
+  /// Gated attention after the backend: the output gate (made before the mixer), then o_proj.
+  static at::Tensor attention_output(const Qwen3NextLayerWeights& w, const ForwardState& st) {
+    const at::Tensor gate = st.carry.at(0);
+    return at::linear(st.mixer_out * at::sigmoid(gate), w.o_proj);
+  }
+
   int64_t rotary_dim() const {
     return static_cast<int64_t>(std::llround(c_.head_dim * d_.partial_rotary));
   }
@@ -275,6 +295,11 @@ class Qwen3NextModel final : public Model {
     return routed + at::sigmoid(at::linear(h, w.shared_gate)) * shared;
   }
 
+  /// The model's MTP head (below): only with num_speculative_tokens > 0 and the mtp method.
+ public:
+  std::unique_ptr<Model> make_mtp_drafter() override;
+
+ private:
   ModelConfig c_;
   NextDims d_;
   MixerContext ctx_;
@@ -283,6 +308,63 @@ class Qwen3NextModel final : public Model {
   at::Tensor embed_, final_norm_, lm_head_, rope_;
   std::vector<Qwen3NextLayerWeights> layers_;
 };
+
+// Qwen3NextMultiTokenPredictor, the MTP head vLLM runs as the draft model of method "mtp"
+// (vllm/model_executor/models/qwen3_next_mtp.py @ ffdc9857): the token's embedding and the
+// target's final-normed hidden state, each RMS-normed (pre_fc_norm_embedding, pre_fc_norm_hidden),
+// concatenated in that order and projected by fc [2H -> H]; then one Qwen3NextDecoderLayer of
+// the full-attention kind (gated attention and the sparse MoE, the residual starting at fc's
+// output); then the final RMSNorm. num_nextn_predict_layers defaults to 1 there, which the
+// Qwen3-Next config does not set; the replay builds one layer. EagleProposer.load_model shares
+// the target's embedding and LM head with it. Its attention layer joins the target's KV cache
+// config (one more attention layer, the same group); the harness numbers it num_hidden_layers.
+class Qwen3NextModel::Mtp final : public Model {
+ public:
+  explicit Mtp(Qwen3NextModel& target) : t_(target) {}
+
+  std::string name() const override { return t_.c_.architecture + " MTP"; }
+  std::vector<MixerSpec> layer_plan() const override {
+    return {t_.attention_spec(t_.c_.num_hidden_layers)};
+  }
+  std::vector<MoeSpec> moe_specs() const override { return t_.moe_specs(); }
+
+  int64_t load_weights(uint64_t seed) override {
+    WeightMaker m(t_.device_);
+    if (!t_.device_.is_meta()) at::manual_seed(seed);
+    const int64_t H = t_.c_.hidden_size;
+    pre_fc_norm_embedding_ = m.zeros(H);
+    pre_fc_norm_hidden_ = m.zeros(H);
+    fc_ = m.normal({H, 2 * H}, 1.0 / std::sqrt(static_cast<double>(2 * H)));
+    layer_ = t_.layer_weights(m, /*attention=*/true);
+    norm_ = m.zeros(H);
+    return m.bytes();
+  }
+
+  at::Tensor compute_logits(const at::Tensor& hidden) override { return t_.compute_logits(hidden); }
+
+  void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
+    const double eps = t_.c_.rms_norm_eps;
+    if (i == 0) {
+      const at::Tensor e = gemma_rms_norm(t_.embed_.index({batch.input_ids}), pre_fc_norm_embedding_, eps);
+      const at::Tensor h = gemma_rms_norm(st.target_hidden, pre_fc_norm_hidden_, eps);
+      st.residual = at::linear(at::cat({e, h}, -1), fc_);
+      t_.attention_inputs(layer_, gemma_rms_norm(st.residual, layer_.input_norm, eps), st, batch);
+      return;
+    }
+    st.residual = attention_output(layer_, st) + st.residual;
+    st.carry.clear();
+    st.hidden = t_.moe(layer_, gemma_rms_norm(st.residual, layer_.post_norm, eps), batch);
+    st.residual = st.hidden + st.residual;
+    st.hidden = gemma_rms_norm(st.residual, norm_, eps);
+  }
+
+ private:
+  Qwen3NextModel& t_;
+  Qwen3NextLayerWeights layer_;
+  at::Tensor pre_fc_norm_embedding_, pre_fc_norm_hidden_, fc_, norm_;
+};
+
+std::unique_ptr<Model> Qwen3NextModel::make_mtp_drafter() { return std::make_unique<Mtp>(*this); }
 
 std::vector<ScenarioProblem> check_next(const ModelConfig& c, const EngineConfig& e) {
   NextDims d = next_dims(c);
