@@ -37,18 +37,8 @@ class DenseModel final : public Model {
     // column slice of the fused QKV projection [N, (Hq + 2 Hk) * D].
     const int64_t D = c_.head_dim, Hq = c_.num_attention_heads, Hk = c_.num_key_value_heads;
     std::vector<MixerSpec> plan;
-    for (int l = 0; l < c_.num_hidden_layers; ++l) {
-      MixerSpec s;
-      s.kind = "attention";
-      s.layer = l;
-      s.num_heads = Hq;
-      s.num_kv_heads = Hk;
-      s.head_dim = D;
-      s.output_width = Hq * D;
-      s.input_widths = {Hq * D, Hk * D, Hk * D};
-      s.input_row_strides = {Hq * D, Hk * D, (Hq + 2 * Hk) * D};
-      plan.push_back(std::move(s));
-    }
+    for (int l = 0; l < c_.num_hidden_layers; ++l)
+      plan.push_back(MixerSpec::attention(l, Hq, Hk, D, {Hq * D, Hk * D, (Hq + 2 * Hk) * D}));
     return plan;
   }
 

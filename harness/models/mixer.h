@@ -15,6 +15,7 @@
 #include <memory>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/common/target.h"
@@ -97,6 +98,23 @@ struct MixerSpec {
 
   /// "attention(Hq=32,Hk=8,D=128)"-style summary for results and logs.
   std::string summary() const;
+
+  /// An attention layer at decoder layer `layer`: inputs q [N, q_heads * head_dim], k and v
+  /// [N, kv_heads * head_dim] with the row strides {q, k, v} of the projection they come from,
+  /// output [N, q_heads * head_dim].
+  static MixerSpec attention(int layer, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                             std::vector<int64_t> row_strides) {
+    MixerSpec s;
+    s.kind = "attention";
+    s.layer = layer;
+    s.num_heads = q_heads;
+    s.num_kv_heads = kv_heads;
+    s.head_dim = head_dim;
+    s.output_width = q_heads * head_dim;
+    s.input_widths = {q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim};
+    s.input_row_strides = std::move(row_strides);
+    return s;
+  }
 };
 
 /// The cache a mixer needs per layer (vLLM's KVCacheSpec): paged KV blocks addressed by the block

@@ -224,14 +224,8 @@ class NemotronHModel final : public Model {
       s.layer = l;
       if (d_.pattern[l] == '*') {
         // q, k, v: column slices of qkv_proj's output [N, (Hq + 2 Hk) * D] (no RoPE).
-        s.kind = "attention";
-        s.num_heads = Hq;
-        s.num_kv_heads = Hk;
-        s.head_dim = D;
-        s.output_width = Hq * D;
-        s.input_widths = {Hq * D, Hk * D, Hk * D};
         const int64_t w = (Hq + 2 * Hk) * D;
-        s.input_row_strides = {w, w, w};
+        s = MixerSpec::attention(l, Hq, Hk, D, {w, w, w});
       } else {
         // xBC and dt: column slices of in_proj's output [N, I + conv_dim + heads].
         const Mamba2Dims& m = d_.mamba;

@@ -195,16 +195,7 @@ class Qwen3NextModel final : public Model {
   /// gate, k, v).
   MixerSpec attention_spec(int layer) const {
     const int64_t D = c_.head_dim, Hq = c_.num_attention_heads, Hk = c_.num_key_value_heads;
-    MixerSpec s;
-    s.layer = layer;
-    s.kind = "attention";
-    s.num_heads = Hq;
-    s.num_kv_heads = Hk;
-    s.head_dim = D;
-    s.output_width = Hq * D;
-    s.input_widths = {Hq * D, Hk * D, Hk * D};
-    s.input_row_strides = {Hq * D, Hk * D, (2 * Hq + 2 * Hk) * D};
-    return s;
+    return MixerSpec::attention(layer, Hq, Hk, D, {Hq * D, Hk * D, (2 * Hq + 2 * Hk) * D});
   }
 
   /// One decoder layer's weights: gated attention or GDN, then the sparse MoE.
