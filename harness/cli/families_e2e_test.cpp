@@ -642,9 +642,21 @@ TEST_F(ReplayE2E, QwenNextMtpDrafterRunsAfterEveryStep) {
                           "--set engine.num_speculative_tokens=1 --json " + json, out),
             2);
   EXPECT_NE(read_text(out).find("engine.speculative_method"), std::string::npos) << read_text(out);
-  EXPECT_NE(read_text(out).find("has no MTP head in coldstart"), std::string::npos)
+  EXPECT_NE(read_text(out).find("mtp (the default): the dense family has no MTP head in "
+                                "coldstart; set speculative_method: synthetic"),
+            std::string::npos)
       << read_text(out);
   EXPECT_FALSE(paths::exists(json));
+  // Where the synthetic method is refused too, the hint says so instead of pointing at it.
+  EXPECT_EQ(run_coldstart("replay scenarios/nemotron-3-nano.yaml --device compile-only --arch "
+                          "sm_90 --set engine.num_speculative_tokens=1 --json " + json, out),
+            2);
+  EXPECT_NE(read_text(out).find("backend has no verify path, so speculative decoding is not "
+                                "replayed for this model"),
+            std::string::npos)
+      << read_text(out);
+  EXPECT_EQ(read_text(out).find("set speculative_method: synthetic"), std::string::npos)
+      << read_text(out);
 }
 
 }  // namespace

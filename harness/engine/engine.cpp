@@ -73,10 +73,14 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
                            {"accepted_per_step", spec_accepted_tokens(e)},
                            {"verify_query_len", k + 1},
                            {"warmup_metadata", warmups_use_capture_metadata(e) ? "capture" : "build"},
-                           {"draft_model", uses_mtp_drafter(e)
-                                               ? "the model's MTP head (eager, passes padded "
-                                                 "to capture sizes; drafts are synthetic ids)"
-                                               : "not replayed (synthetic draft tokens)"}};
+                           {"draft_model",
+                            !uses_mtp_drafter(e) ? "not replayed (synthetic draft tokens)"
+                            : e.cudagraph_mode == CudaGraphMode::kPiecewise ||
+                                    e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise
+                                ? "the model's MTP head (eager, passes padded to capture sizes "
+                                  "as for its piecewise graphs; drafts are synthetic ids)"
+                                : "the model's MTP head (eager, unpadded: no piecewise graphs; "
+                                  "drafts are synthetic ids)"}};
     if (spec_decode_rounds_capture_sizes(e)) {
       spec["capture_sizes_given"] = e.cudagraph_capture_sizes;
       e.cudagraph_capture_sizes = spec_decode_capture_sizes(e.cudagraph_capture_sizes, k + 1);

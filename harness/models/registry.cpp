@@ -302,11 +302,24 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
     if (const std::unique_ptr<Model> drafter = m->make_mtp_drafter()) {
       for (const MixerSpec& l : drafter->layer_plan()) plan.push_back(l);
     } else {
-      out.push_back({"engine.speculative_method",
-                     fmt::format("mtp: the {} family has no MTP head in coldstart; set "
-                                 "speculative_method: synthetic to replay the verify steps "
-                                 "without a draft model",
-                                 f->name)});
+      // The synthetic method needs a verify path in every layer's backend: hint at it only then.
+      std::string no_verify;
+      for (const MixerSpec& l : plan) {
+        const MixerBackendInfo* b = find_mixer_backend(l.kind, e.kv_cache_dtype);
+        if (b != nullptr && !b->verify_steps && no_verify.empty())
+          no_verify = fmt::format("{} ({} layers)", b->name, l.kind);
+      }
+      out.push_back(
+          {"engine.speculative_method",
+           fmt::format("{}: the {} family has no MTP head in coldstart{}",
+                       e.owned.contains("speculative_method") ? "mtp" : "mtp (the default)",
+                       f->name,
+                       no_verify.empty()
+                           ? "; set speculative_method: synthetic to replay the verify steps "
+                             "without a draft model"
+                           : ", and its " + no_verify + " backend has no verify path, so "
+                             "speculative decoding is not replayed for this model at all "
+                             "(num_speculative_tokens: 0)")});
     }
   }
   std::set<std::string> seen;
