@@ -617,6 +617,15 @@ TEST_F(ReplayE2E, QwenNextMtpDrafterRunsAfterEveryStep) {
   const std::set<std::string> hot = kernels_in(none, "prefill");
   EXPECT_TRUE(hot.count("paged_decode_stage1") && hot.count("paged_decode_stage2"))
       << "the drafter's single-token pass after the first prefill";
+  // Stamped with that pass: the second, one row padded to capture size 3. The target's own
+  // compiles of the step carry no drafter pass.
+  for (const auto& c : none.hot_path_compiles) {
+    if (c.kernel.rfind("paged_decode_stage", 0) == 0) {
+      EXPECT_EQ(c.step.drafter_pass, 2) << c.kernel;
+      EXPECT_EQ(c.step.drafter_tokens, 3) << c.kernel;
+    }
+    if (c.kernel == "gdn_post_conv") EXPECT_EQ(c.step.drafter_pass, 0);
+  }
   const StrategyResult& aot = mtp.at("aot-prefill-warmup []");
   ASSERT_EQ(aot.outcome, Outcome::kOk) << aot.error.value_or("");
   EXPECT_TRUE(kernels_in(aot, "kernel_warmup").count("paged_decode_stage1"));

@@ -17,11 +17,16 @@ struct StepContext {
   int batch_tokens = 0;   ///< tokens in the step's batch
   int batch_seqs = 0;     ///< sequences in the step's batch
   bool batch_mixed = false;  ///< the batch mixes prefill and decode rows
+  /// 0: the target model's forward. p >= 1: the draft model's p-th pass after it (speculative
+  /// decoding's MTP head: pass 1 over the step's rows, the others one row per request).
+  int drafter_pass = 0;
+  int drafter_tokens = 0;  ///< rows that drafter pass ran (padded to a capture size when it is)
 
   bool operator==(const StepContext& o) const {
     return request == o.request && wave == o.wave && step == o.step &&
            batch_tokens == o.batch_tokens && batch_seqs == o.batch_seqs &&
-           batch_mixed == o.batch_mixed;
+           batch_mixed == o.batch_mixed && drafter_pass == o.drafter_pass &&
+           drafter_tokens == o.drafter_tokens;
   }
 };
 

@@ -314,6 +314,9 @@ StrategyResult Engine::run() {
       result_.extra["failed_step"] = {{"request", st.request}, {"wave", st.wave},
                                       {"step", st.step},       {"batch_tokens", st.batch_tokens},
                                       {"batch_seqs", st.batch_seqs}, {"batch_mixed", st.batch_mixed}};
+      if (st.drafter_pass > 0)
+        result_.extra["failed_step"]["drafter"] = {{"pass", st.drafter_pass},
+                                                   {"tokens", st.drafter_tokens}};
       if (!step_graph_.empty()) result_.extra["failed_step"]["graph"] = step_graph_;
       if (!step_eager_reason_.empty())
         result_.extra["failed_step"]["eager_reason"] = step_eager_reason_;

@@ -502,7 +502,22 @@ void Engine::propose_drafts(const std::vector<SeqStep>& seqs, const ForwardBatch
   const int k = num_speculative_tokens(scenario_.engine);
   const jit::HostFrame model_host(jit::HostPart::kModelHost);
   const size_t first = static_cast<size_t>(model_->num_layers());
+  // Compiles in a request step say which drafter pass (and its rows) needed them.
+  const StepContext step = jit_->monitor().step();
+  struct RestoreStep {
+    jit::JitMonitor& monitor;
+    StepContext step;
+    ~RestoreStep() { monitor.set_step(step); }
+  } restore{jit_->monitor(), step};
+  auto stamp = [&](int pass, int tokens) {
+    if (step.request < 0) return;  // a warmer's or a dummy run's: no request step to stamp
+    StepContext s = step;
+    s.drafter_pass = pass;
+    s.drafter_tokens = tokens;
+    jit_->monitor().set_step(s);
+  };
   int rows = drafter_rows(batch.num_tokens);
+  stamp(1, rows);
   ForwardState st;
   st.target_hidden = zero_rows_after(step_hidden_, rows);
   at::Tensor hidden = run_pieces(*drafter_, first, st, batch, rows);
@@ -526,6 +541,7 @@ void Engine::propose_drafts(const std::vector<SeqStep>& seqs, const ForwardBatch
     }
     const ForwardBatch b = make_batch(next, false);
     rows = drafter_rows(b.num_tokens);
+    stamp(1 + j, rows);
     ForwardState ds;
     ds.target_hidden = zero_rows_after(hidden, rows);
     hidden = run_pieces(*drafter_, first, ds, b, rows).narrow(0, 0, b.num_tokens);

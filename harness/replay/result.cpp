@@ -287,6 +287,8 @@ void to_json(json& j, const CompileEvent& v) {
     j["batch"] = {{"tokens", v.step.batch_tokens},
                   {"seqs", v.step.batch_seqs},
                   {"mixed", v.step.batch_mixed}};
+    if (v.step.drafter_pass > 0)
+      j["drafter"] = {{"pass", v.step.drafter_pass}, {"tokens", v.step.drafter_tokens}};
   }
 }
 
@@ -314,6 +316,13 @@ void from_json(const json& j, CompileEvent& v) {
       v.step.batch_tokens = static_cast<int>(int_in(*b, "tokens", 0, 0, std::numeric_limits<int32_t>::max()));
       v.step.batch_seqs = static_cast<int>(int_in(*b, "seqs", 0, 0, std::numeric_limits<int32_t>::max()));
       v.step.batch_mixed = value_or<bool>(*b, "mixed", false);
+    }
+    const auto d = j.find("drafter");
+    if (d != j.end() && !d->is_null()) {
+      require_object(*d, "\"drafter\"");
+      v.step.drafter_pass = static_cast<int>(int_in(*d, "pass", 0, 0, kMaxCount));
+      v.step.drafter_tokens =
+          static_cast<int>(int_in(*d, "tokens", 0, 0, std::numeric_limits<int32_t>::max()));
     }
   }
 }

@@ -76,7 +76,8 @@ struct CompileEvent {
   /// strategy's), not compiled again (JSON `reused: true`, left out when false).
   bool reused = false;
   /// The scheduler step that paid for it (JSON, when step.request >= 0: "request", "wave",
-  /// "step" and "batch": {"tokens", "seqs", "mixed"}); request -1 during startup.
+  /// "step" and "batch": {"tokens", "seqs", "mixed"}, and "drafter": {"pass", "tokens"} when a
+  /// draft model's pass needed it); request -1 during startup.
   StepContext step;
 };
 

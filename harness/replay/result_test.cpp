@@ -32,6 +32,14 @@ StrategyResult sample() {
                          {"ssd_chunk_scan", "k2", 80.0, "prefill", "nvrtc", "autotune",
                           "dstate=128", "BLOCK_M=64,warps=4", 6}};
   r.startup_compile_list = {{"tq_store", "k0", 150.0, "kernel_warmup", "disk"}};
+  // The second was needed by a drafter pass of request 0's step 0.
+  r.hot_path_compiles[1].step.request = 0;
+  r.hot_path_compiles[1].step.wave = 0;
+  r.hot_path_compiles[1].step.step = 0;
+  r.hot_path_compiles[1].step.batch_tokens = 600;
+  r.hot_path_compiles[1].step.batch_seqs = 1;
+  r.hot_path_compiles[1].step.drafter_pass = 2;
+  r.hot_path_compiles[1].step.drafter_tokens = 3;
   r.startup_compiles = 1;
   r.workspace = {270336, 2097152, 2};
   r.exit_code = 0;
@@ -133,6 +141,9 @@ TEST(StrategyResultJson, RoundTripKeepsEverything) {
   EXPECT_EQ(j["hot_path_compiles"][1]["selector"], "autotune");
   EXPECT_EQ(j["hot_path_compiles"][1]["num_candidates"], 6);
   EXPECT_EQ(back.hot_path_compiles[1].tuning_key, "dstate=128");
+  EXPECT_EQ(j["hot_path_compiles"][1]["drafter"], json({{"pass", 2}, {"tokens", 3}}));
+  EXPECT_FALSE(j["hot_path_compiles"][0].contains("drafter"));
+  EXPECT_EQ(back.hot_path_compiles[1].step.drafter_pass, 2);
 }
 
 TEST(StrategyResultJson, ExtraNeverOverridesANamedField) {
