@@ -105,11 +105,17 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
       continue;
     }
     // (A shape taken in part from the first request is checked once it is complete.)
-    if (!partial && max_model_len > 0 && static_cast<long long>(*prompt) + *decode > max_model_len)
-      c.fail(
-          p, n.Mark(),
-          fmt::format("prompt_tokens {} + decode_steps {} = {} exceeds max_model_len ({})", *prompt,
-                      *decode, static_cast<long long>(*prompt) + *decode, max_model_len));
+    // The request emits 1 + decode_steps tokens (the first sampled token, then one per decode
+    // step). vLLM's scheduler finishes a request once prompt + output tokens reach max_model_len
+    // (check_stop, vllm/v1/core/sched/utils.py: FINISHED_LENGTH_CAPPED), so a longer one would
+    // stop before its last decode steps: not replayable as written.
+    const long long total = static_cast<long long>(*prompt) + 1 + *decode;
+    if (!partial && max_model_len > 0 && total > max_model_len)
+      c.fail(p, n.Mark(),
+             fmt::format("prompt_tokens {} + 1 + decode_steps {} = {} tokens exceeds "
+                         "max_model_len ({}): vLLM stops a request at max_model_len tokens "
+                         "(the first sampled token and each decode step add one)",
+                         *prompt, *decode, total, max_model_len));
     out.push_back(RequestSpec{*prompt, *decode, *arrival, *steady});
   }
   if (c.error_count() != errors_before) return;
@@ -139,13 +145,15 @@ void load_requests(Checker& c, const Entry& rq, int max_model_len, std::vector<R
     if (!first) continue;  // reported above: no first-wave request
     if (h.prompt) r.prompt_tokens = first->prompt_tokens;
     if (h.decode) r.decode_steps = first->decode_steps;
-    if (max_model_len > 0 && static_cast<long long>(r.prompt_tokens) + r.decode_steps > max_model_len)
+    const long long total = static_cast<long long>(r.prompt_tokens) + 1 + r.decode_steps;
+    if (max_model_len > 0 && total > max_model_len)  // as for a complete shape (above)
       c.fail(h.path, h.mark,
-             fmt::format("prompt_tokens {} + decode_steps {} ({} taken from the first request) = "
-                         "{} exceeds max_model_len ({})",
+             fmt::format("prompt_tokens {} + 1 + decode_steps {} ({} taken from the first "
+                         "request) = {} tokens exceeds max_model_len ({}): vLLM stops a request "
+                         "at max_model_len tokens",
                          r.prompt_tokens, r.decode_steps,
                          h.prompt && h.decode ? "both" : h.prompt ? "prompt_tokens" : "decode_steps",
-                         static_cast<long long>(r.prompt_tokens) + r.decode_steps, max_model_len));
+                         total, max_model_len));
   }
 }
 

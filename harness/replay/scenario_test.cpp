@@ -406,7 +406,14 @@ TEST_F(ScenarioFiles, RopeScalingRaisesTheLimit) {
 
 TEST_F(ScenarioFiles, RequestLongerThanMaxModelLen) {
   expect_at(error_of(replace(kBase, "max_model_len: 32768", "max_model_len: 520")), 12,
-            "requests.0", "= 544 exceeds max_model_len (520)");
+            "requests.0", "= 545 tokens exceeds max_model_len (520)");
+  // The first sampled token counts: prompt + 1 + decode_steps must fit, and exactly fitting is
+  // fine (vLLM's check_stop caps a request at max_model_len tokens).
+  expect_at(error_of(replace(kBase, "max_model_len: 32768", "max_model_len: 544")), 12,
+            "requests.0", "prompt_tokens 512 + 1 + decode_steps 32 = 545 tokens exceeds "
+                          "max_model_len (544): vLLM stops a request at max_model_len tokens");
+  EXPECT_EQ(load(replace(kBase, "max_model_len: 32768", "max_model_len: 545")).engine.max_model_len,
+            545);
 }
 
 TEST_F(ScenarioFiles, RequestsCountAndShape) {
@@ -457,8 +464,8 @@ TEST_F(ScenarioFiles, SteadyRequestTakesTheFirstRequestsShapeUnlessPinned) {
   // A --set of the part it states: the message counts what it takes (decode_steps 32).
   expect_at(error_of(replace(kBase, first, first + "  - {steady: true}\n"), {"requests.1.prompt_tokens=32760"}),
             13, "requests.1",
-            "prompt_tokens 32760 + decode_steps 32 (decode_steps taken from the first request) = "
-            "32792 exceeds max_model_len (32768)");
+            "prompt_tokens 32760 + 1 + decode_steps 32 (decode_steps taken from the first "
+            "request) = 32793 tokens exceeds max_model_len (32768)");
   // What it takes still has to fit max_model_len... and is checked against it.
   expect_at(error_of(replace(replace(kBase, "max_model_len: 32768", "max_model_len: 600"), first,
                              first + "  - {steady: true, prompt_tokens: 580}\n")),
