@@ -24,6 +24,7 @@
 namespace coldstart {
 
 using engine_detail::Clock;
+using engine_detail::captures_piecewise;
 using engine_detail::cdiv;
 using engine_detail::ms_since;
 
@@ -75,8 +76,7 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
                            {"warmup_metadata", warmups_use_capture_metadata(e) ? "capture" : "build"},
                            {"draft_model",
                             !uses_mtp_drafter(e) ? "not replayed (synthetic draft tokens)"
-                            : e.cudagraph_mode == CudaGraphMode::kPiecewise ||
-                                    e.cudagraph_mode == CudaGraphMode::kFullAndPiecewise
+                            : captures_piecewise(e.cudagraph_mode)
                                 ? "the model's MTP head (eager, passes padded to capture sizes "
                                   "as for its piecewise graphs; drafts are synthetic ids)"
                                 : "the model's MTP head (eager, unpadded: no piecewise graphs; "

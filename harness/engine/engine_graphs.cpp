@@ -18,6 +18,7 @@
 namespace coldstart {
 
 using engine_detail::Clock;
+using engine_detail::captures_piecewise;
 using engine_detail::cdiv;
 using engine_detail::ms_since;
 
@@ -63,15 +64,18 @@ class PausedSpans {
   std::vector<std::pair<GpuSpans*, bool>> was_;
 };
 
-/// Whether `mode` captures piecewise graphs (mixed and prefill steps up to the largest size).
-bool captures_piecewise(CudaGraphMode mode) {
-  return mode == CudaGraphMode::kPiecewise || mode == CudaGraphMode::kFullAndPiecewise;
-}
-
 /// Whether a FULL decode graph can hold `batch`: uniform decode rows, or under speculative
 /// decoding uniform verify rows of 1 + k tokens (vLLM's uniform_decode_query_len).
 bool fits_full_graphs(const ForwardBatch& batch) {
   return batch.spec_query_len > 1 ? batch.uniform_verify() : batch.uniform_decode();
+}
+
+/// `t` [N, ...] with zero rows appended up to `rows`.
+at::Tensor zero_rows_after(const at::Tensor& t, int rows) {
+  if (rows <= t.size(0)) return t;
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[0] = rows - t.size(0);
+  return at::cat({t, at::zeros(shape, t.options())});
 }
 }  // namespace
 
@@ -217,15 +221,16 @@ void Engine::capture_full_decode(int P, const std::string& step) {
   const bool spec = num_speculative_tokens(e) > 0;
   g->in = make_batch(spec ? dummy_verify_seqs(P, true) : dummy_seqs(P), /*skip_attention=*/false);
   capture_step_ = step;
+  // The drafter's dummy_run (warmups and after the capture) has no attention metadata, whatever
+  // the target's had.
+  const ForwardBatch draft_batch = drafter_ ? make_batch(dummy_seqs(P), true) : ForwardBatch{};
   {
     const ForwardBatch warm =
         spec && !warmups_use_capture_metadata(e) ? make_batch(dummy_verify_seqs(P, false), false)
                                                  : g->in;
-    // The drafter's dummy_run has no attention metadata, whatever the target's had.
-    const ForwardBatch draft_warm = drafter_ ? make_batch(dummy_seqs(P), true) : ForwardBatch{};
     for (int w = 0; w < capture_warmups(e); ++w) {  // cudagraph_num_of_warmups
       run_eager(warm);
-      if (drafter_) drafter_dummy_run(draft_warm, /*capturing=*/false);
+      drafter_dummy_run(draft_batch, /*capturing=*/false);
     }
   }
   g->graph = std::make_unique<CapturedGraph>(mode());
@@ -244,7 +249,7 @@ void Engine::capture_full_decode(int P, const std::string& step) {
     g->graph->capture([&] { g->hidden = run_eager(g->in); }, pool_);
   }
   g->ledger_id = marks.end();
-  if (drafter_) drafter_dummy_run(make_batch(dummy_seqs(P), true), /*capturing=*/true);
+  drafter_dummy_run(draft_batch, /*capturing=*/true);
   full_[P] = std::move(g);
   capture_step_.clear();
 }
@@ -333,11 +338,8 @@ at::Tensor Engine::run_pieces(Model& model, size_t first_mixer, ForwardState st,
   if (pad) {
     padded = batch;
     padded.num_tokens = padded_rows;
-    auto zeros_after = [&](const at::Tensor& t) {
-      return at::cat({t, at::zeros({padded_rows - N}, t.options())});
-    };
-    padded.input_ids = zeros_after(batch.input_ids);
-    padded.positions = zeros_after(batch.positions);
+    padded.input_ids = zero_rows_after(batch.input_ids, padded_rows);
+    padded.positions = zero_rows_after(batch.positions, padded_rows);
   }
   const ForwardBatch& rows = pad ? padded : batch;
   for (int i = 0; i <= L; ++i) {
@@ -475,14 +477,6 @@ std::vector<int64_t> Engine::run_step(const std::vector<SeqStep>& seqs) {
   std::vector<int64_t> ids = execute(batch);
   if (drafter_) propose_drafts(seqs, batch);
   return ids;
-}
-
-/// `t` [N, ...] with zero rows appended up to `rows`.
-static at::Tensor zero_rows_after(const at::Tensor& t, int rows) {
-  if (rows <= t.size(0)) return t;
-  std::vector<int64_t> shape = t.sizes().vec();
-  shape[0] = rows - t.size(0);
-  return at::cat({t, at::zeros(shape, t.options())});
 }
 
 int Engine::drafter_rows(int num_tokens) const {

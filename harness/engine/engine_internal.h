@@ -32,6 +32,11 @@ inline void stall_if_asked(const std::string& phase) {
 /// ceil(a / b) for positive b, as an int (block counts).
 inline int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+/// Whether `mode` captures piecewise graphs (mixed and prefill steps up to the largest size).
+inline bool captures_piecewise(CudaGraphMode mode) {
+  return mode == CudaGraphMode::kPiecewise || mode == CudaGraphMode::kFullAndPiecewise;
+}
+
 }  // namespace coldstart::engine_detail
 
 namespace coldstart {
