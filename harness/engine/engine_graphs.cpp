@@ -402,8 +402,12 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
     if (model_spans_) model_spans_->begin();
     at::Tensor logits = model_->compute_logits(last_token_hidden(hidden, batch));
     if (model_spans_) model_spans_->end();
-    // The drafter reads the step's rows of the final hidden states (graphs hold padded ones).
-    if (drafter_) step_hidden_ = hidden.narrow(0, 0, N);
+    // The drafter reads the step's rows of the final hidden states (graphs hold padded ones),
+    // or of what the model stashes for it (Model::mtp_target_hidden).
+    if (drafter_) {
+      const at::Tensor stash = model_->mtp_target_hidden();
+      step_hidden_ = (stash.defined() ? stash : hidden).narrow(0, 0, N);
+    }
     return sample(logits, static_cast<int>(logits.size(0)));
   };
   // Full decode graph (mixers inside); under lazy capture, captured here on first use. With
@@ -550,7 +554,9 @@ void Engine::drafter_dummy_run(const ForwardBatch& batch, bool capturing) {
   const int forwards = capturing ? 1 : num_speculative_tokens(scenario_.engine);
   for (int f = 0; f < forwards; ++f) {
     ForwardState st;
-    st.target_hidden = at::zeros({batch.num_tokens, scenario_.model.hidden_size},
+    const at::Tensor stash = model_->mtp_target_hidden();
+    const int64_t width = stash.defined() ? stash.size(1) : scenario_.model.hidden_size;
+    st.target_hidden = at::zeros({batch.num_tokens, width},
                                  at::TensorOptions().dtype(at::kBFloat16).device(device()));
     run_pieces(*drafter_, static_cast<size_t>(model_->num_layers()), st, batch);
   }

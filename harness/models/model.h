@@ -60,6 +60,12 @@ class Model {
   /// after the target's (MixerSpec::layer >= the target's decoder layer count), its piece 0
   /// reads ForwardState::target_hidden, and it has one mixer layer per MTP layer.
   virtual std::unique_ptr<Model> make_mtp_drafter() { return nullptr; }
+  /// What the model hands its MTP drafter as ForwardState::target_hidden, when that is not the
+  /// final-normed hidden states: a persistent buffer [max_num_batched_tokens, W] bf16 whose first
+  /// rows each forward pass refreshes (a copy inside the last piece, so graphs replay it), as
+  /// vLLM's get_mtp_target_hidden_states hands DeepSeek V4's pre-hc_head streams. Undefined (the
+  /// default): the drafter reads the final hidden states [N, H].
+  virtual at::Tensor mtp_target_hidden() const { return at::Tensor(); }
   /// Mixer layers (the plan's length): the forward pass has num_layers() + 1 pieces.
   int num_layers() const { return static_cast<int>(layer_plan().size()); }
   /// Allocates and fills the weights (normal, seeded); on meta only shapes are made. Returns bytes.
