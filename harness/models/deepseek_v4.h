@@ -49,6 +49,15 @@ int64_t kv_bytes_per_token(const Dims& d);
 /// cache in blocks of 64 tokens (static assert in its kernel).
 constexpr int kIndexerBlockKv = 64;
 
+/// Whether the indexer's paged logits kernel takes `q` query rows per request (next_n) in one
+/// launch; otherwise a decode / verify batch of q rows a request is flattened to one row per query
+/// (deepseek_v4_attention.cpp, decode path). vLLM decides this with _supports_native_decode
+/// (vllm/v1/attention/backends/mla/indexer.py @ 0023368d) and native_next_n_supported
+/// (vllm/utils/deep_gemm.py); coldstart's port of DeepGEMM's SM90 kernel takes next_n 1 and 2.
+/// Newer DeepGEMM adds 4 on SM90 (a 2-CTA multicast kernel) and any next_n on SM100, which the
+/// port does not have: the replay flattens every q > 2, as vLLM does with a DeepGEMM before them.
+constexpr bool paged_logits_native_next_n(int q) { return q == 1 || q == 2; }
+
 /// Reads the config (ModelConfig::raw) and checks the engine settings: tensor_parallel_size 1,
 /// block_size 64, kv_cache_dtype auto. `e` may be null (then no engine checks).
 Dims dims(const ModelConfig& c, const EngineConfig* e);

@@ -9,7 +9,10 @@
 //   fp8_mqa_logits (each query sees keys [request start, its position]; clean_logits off, the
 //   rest masked before the top-k, as both engines do); a decode-only batch
 //   builds the schedule with get_paged_mqa_logits_metadata (keyed on the batch rounded up to 32)
-//   and runs fp8_paged_mqa_logits straight from the paged cache (blocks of 64 tokens). The query
+//   and runs fp8_paged_mqa_logits straight from the paged cache (blocks of 64 tokens). Under
+//   speculative decoding a verify batch (every request 1 + k tokens) is a decode batch too: see
+//   decode_next_n below. A batch mixing decodes and prefills runs every row through the ragged
+//   path (vLLM splits it and runs the leading decodes through the paged one). The query
 //   is quantized per (token, head) and its scale folded into the head weights, with
 //   softmax_scale = index_head_dim^-0.5 and head_scale = index_n_heads^-0.5, as TokenSpeed's
 //   q-prep kernel does;
@@ -149,20 +152,33 @@ class DeepseekV4Attention final : public Mixer {
     }
     const at::Tensor qbytes = qq.data.view({N, H, D});
     const int64_t B = batch.num_reqs;
-    if (batch.uniform_decode()) {
-      // Decode: schedule metadata (keyed on align(B, 32)) and the paged logits.
+    if (const int q = decode_query_len(batch); q > 0) {
+      // Decode / verify: schedule metadata (keyed on the batch rounded up to 32) and the paged
+      // logits. Row j of a request of q rows sees its first L - q + j + 1 keys (L = its
+      // sequence length), as vLLM's indexer builds the per-token context lengths.
+      const int next_n = next_n_for(q);
+      const int64_t rows = N / next_n;  // requests, or every token on its own when flattened
       int64_t max_len = 1;
       for (int r = 0; r < B; ++r) max_len = std::max<int64_t>(max_len, batch.context_lens[r] + batch.query_lens[r]);
-      const at::Tensor lens = batch.seq_lens.narrow(0, 0, B).view({B, 1});
+      at::Tensor lens = batch.seq_lens.narrow(0, 0, B).view({B, 1}).to(at::kInt);
+      if (q > 1) {
+        lens = (lens - q + 1 + at::arange(q, opt.dtype(at::kInt)).unsqueeze(0)).clamp_min(0).contiguous();
+      }
+      lens = lens.view({rows, next_n});
+      at::Tensor table = batch.block_table;
+      if (next_n != q) {
+        const at::Tensor t = batch.block_table.narrow(0, 0, B);
+        table = t.unsqueeze(1).expand({B, q, t.size(1)}).reshape({B * q, t.size(1)});
+      }
       at::Tensor sched = at::empty({target_.num_sms + 1, 2}, opt.dtype(at::kInt));
       dg::get_paged_mqa_logits_metadata(*ctx_.jit, target_, lens, block_, sched);
       const int64_t stride = (max_len + 255) / 256 * 256;
-      at::Tensor logits = at::empty({B, stride}, opt.dtype(at::kFloat));
-      dg::fp8_paged_mqa_logits(*ctx_.jit, target_, qbytes.view({B, 1, H, D}), index_cache_, weights, lens,
-                               batch.block_table, sched, logits);
+      at::Tensor logits = at::empty({N, stride}, opt.dtype(at::kFloat));
+      dg::fp8_paged_mqa_logits(*ctx_.jit, target_, qbytes.view({rows, next_n, H, D}), index_cache_, weights, lens,
+                               table, sched, logits);
       if (meta) return at::Tensor();
       const at::Tensor pos = at::arange(stride, opt.dtype(at::kLong)).unsqueeze(0);
-      logits = logits.masked_fill(pos >= lens.to(at::kLong), -INFINITY);
+      logits = logits.masked_fill(pos >= lens.reshape({N, 1}).to(at::kLong), -INFINITY);
       return top_keys(logits, stride);
     }
     // Prefill / mixed: each request's index keys gathered into one workspace, ragged logits.
@@ -210,6 +226,27 @@ class DeepseekV4Attention final : public Mixer {
     const at::Tensor start = ks_t.to(at::kLong).unsqueeze(1);
     return at::where(idx >= 0, idx - start, idx);
   }
+
+  /// The rows per request when the batch is decode-only for the indexer, else 0. vLLM's indexer
+  /// metadata (vllm/v1/attention/backends/mla/indexer.py @ 0023368d) takes as decodes the
+  /// requests of at most decode_threshold = 1 + num_speculative_tokens new tokens; on its native
+  /// path they must be uniform, q rows each. The replay serves a batch through the paged path when
+  /// every request is such a decode of the same length and the batch holds no padding rows.
+  static int decode_query_len(const ForwardBatch& batch) {
+    if (batch.num_reqs == 0) return 0;
+    const int q = batch.query_lens[0];
+    if (q < 1 || q > batch.spec_query_len) return 0;
+    for (int r = 1; r < batch.num_reqs; ++r) {
+      if (batch.query_lens[r] != q) return 0;
+    }
+    return static_cast<int64_t>(q) * batch.num_reqs == batch.num_tokens ? q : 0;
+  }
+
+  /// The rows per request the paged logits kernel takes in one launch for a decode batch of q rows
+  /// a request: q where the kernel runs it natively, else 1 (every query flattened to a row of
+  /// its own, with its own context length and its request's block-table row). vLLM builds the
+  /// flattened metadata with a Triton kernel (PrepareUniformDecodeKernel), which is not replayed.
+  static int next_n_for(int q) { return deepseek_v4::paged_logits_native_next_n(q) ? q : 1; }
 
   /// Rows of the indexer's prefill K-gather at their largest: vLLM's get_max_prefill_buffer_size,
   /// 40 * max_model_len (vllm/model_executor/layers/sparse_attn_indexer.py, read in the vLLM fork
@@ -282,6 +319,9 @@ MixerBackendInfo deepseek_v4_attention_backend() {
     return std::make_unique<DeepseekV4Attention>(s, c);
   };
   b.kernels = dg::all_kernels();  // the model's FP8 GEMMs and the indexer kernels
+  // Verify rows (1 + k tokens a request) take the indexer's paged path (decode_query_len) and the
+  // same masked attention as any other row.
+  b.verify_steps = true;
   b.check = [](const MixerSpec&, const ModelConfig&, const EngineConfig& e) {
     std::vector<ScenarioProblem> out;
     if (e.cudagraph_mode == CudaGraphMode::kFull || e.cudagraph_mode == CudaGraphMode::kFullDecodeOnly ||
