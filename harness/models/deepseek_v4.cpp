@@ -29,7 +29,9 @@
 // - activations are quantized per 128-column group with torch operations (not a replayed kernel);
 // - RoPE, the compressors' window pooling and the attention sink are left out; the layer kinds
 //   (SWA, C4, C128) keep their kernels and what they attend to, as the mixer describes;
-// - the MTP layer is not replayed; tensor parallelism is not replayed (tensor_parallel_size 1).
+// - tensor parallelism is not replayed (tensor_parallel_size 1).
+// The MTP layer (DeepSeekV4MTP, the draft model of speculative method "mtp") is DeepseekV4Model::Mtp
+// at the end of this file.
 #include "harness/models/deepseek_v4.h"
 
 #include <ATen/ATen.h>
@@ -251,28 +253,15 @@ class DeepseekV4Model : public Model {
 
   std::vector<MixerSpec> layer_plan() const override {
     std::vector<MixerSpec> plan;
-    for (size_t l = 0; l < d_.layers.size(); ++l) {
-      MixerSpec s;
-      s.kind = "mla_sparse";
-      s.layer = static_cast<int>(l);
-      s.num_heads = d_.heads;
-      s.num_kv_heads = 1;
-      s.head_dim = d_.head_dim;
-      s.output_width = d_.q_width();
-      s.input_widths = {d_.q_width(), d_.kv_width()};
-      if (d_.layers[l].has_indexer()) {
-        s.input_widths.push_back(d_.index_heads * d_.index_dim);  // indexer q
-        s.input_widths.push_back(d_.index_heads);                 // indexer head weights
-        s.input_widths.push_back(d_.index_dim);                   // indexer key
-      }
-      s.input_row_strides = s.input_widths;  // each a contiguous tensor of its own
-      s.params = {{"compress_ratio", d_.layers[l].compress_ratio}, {"window", d_.window},
-                  {"index_topk", d_.index_topk},                  {"index_heads", d_.index_heads},
-                  {"index_head_dim", d_.index_dim},                {"bytes_per_token", deepseek_v4::kv_bytes_per_token(d_)}};
-      plan.push_back(std::move(s));
-    }
+    for (size_t l = 0; l < d_.layers.size(); ++l) plan.push_back(mixer_spec(static_cast<int>(l), d_.layers[l]));
     return plan;
   }
+
+  std::unique_ptr<Model> make_mtp_drafter() override;
+
+  /// The pre-hc_head streams of the last forward pass, flat: [max_num_batched_tokens, hc_mult * H]
+  /// bf16 (vLLM's _mtp_hidden_buffer, read by get_mtp_target_hidden_states).
+  at::Tensor mtp_target_hidden() const override { return mtp_hidden_; }
 
   int64_t load_weights(uint64_t seed) override {
     WeightMaker m(device_);
@@ -280,56 +269,18 @@ class DeepseekV4Model : public Model {
     const at::TensorOptions on = at::TensorOptions().device(device_);
     const int64_t H = d_.hidden, V = c_.vocab_size, hc = d_.hc_mult;
     int64_t bytes = 0;
-    auto fp8 = [&](int64_t n, int64_t k, at::Tensor& w, at::Tensor& s, int64_t groups = 0) {
-      std::vector<int64_t> shape = {n, k}, sshape = {(n + 127) / 128, k / 128};
-      if (groups > 0) {
-        shape.insert(shape.begin(), groups);
-        sshape.insert(sshape.begin(), groups);
-      }
-      w = dg::random_fp8_weight(shape, on);
-      // Block scales ~ 1/sqrt(K): unit-variance inputs give outputs of order one.
-      s = device_.is_meta() ? at::empty(sshape, on.dtype(at::kFloat))
-                            : at::full(sshape, 1.0 / std::sqrt(static_cast<double>(k)), on.dtype(at::kFloat));
-      bytes += w.numel() + s.numel() * 4;
-    };
     embed_ = m.normal({V, H}, 1.0);
     layers_.clear();
-    for (const deepseek_v4::LayerKind& kind : d_.layers) {
-      LayerWeights w;
-      for (auto* p : {&w.hc_attn_fn, &w.hc_ffn_fn}) *p = m.normal({d_.mix_hc(), d_.hc_width()}, 0.01).to(at::kFloat);
-      for (auto* p : {&w.hc_attn_base, &w.hc_ffn_base}) *p = m.normal({d_.mix_hc()}, 0.1).to(at::kFloat);
-      for (auto* p : {&w.hc_attn_scale, &w.hc_ffn_scale}) *p = m.ones(3).to(at::kFloat);
-      w.attn_norm = m.ones(H);
-      w.ffn_norm = m.ones(H);
-      w.q_norm = m.ones(d_.q_lora);
-      w.kv_norm = m.ones(d_.kv_width());
-      fp8(d_.q_lora + d_.kv_width(), H, w.wqkv_a, w.wqkv_a_s);
-      fp8(d_.q_width(), d_.q_lora, w.wq_b, w.wq_b_s);
-      fp8(d_.o_lora, d_.o_group_in(), w.wo_a, w.wo_a_s, d_.o_groups);
-      fp8(H, d_.o_groups * d_.o_lora, w.wo_b, w.wo_b_s);
-      if (kind.has_indexer()) {
-        fp8(d_.index_heads * d_.index_dim, d_.q_lora, w.idx_wq_b, w.idx_wq_b_s);
-        w.idx_weights_proj = m.normal({d_.index_heads, H}, 1.0 / std::sqrt(static_cast<double>(H)));
-        w.idx_compressor = m.normal({d_.index_dim, H}, 1.0 / std::sqrt(static_cast<double>(H)));
-      }
-      w.gate = m.normal({d_.experts, H}, 1.0 / std::sqrt(static_cast<double>(H))).to(at::kFloat);
-      w.gate_bias = m.normal({d_.experts}, 0.01).to(at::kFloat);
-      if (kind.hash_routed) {
-        w.tid2eid = device_.is_meta() ? at::empty({V, d_.top_k}, on.dtype(at::kLong))
-                                      : at::randint(0, d_.experts, {V, d_.top_k}, on.dtype(at::kLong));
-      }
-      fp8(2 * d_.moe_inter, H, w.w13, w.w13_s, d_.experts);
-      fp8(H, d_.moe_inter, w.w2, w.w2_s, d_.experts);
-      if (d_.shared_experts > 0) {
-        fp8(2 * d_.moe_inter * d_.shared_experts, H, w.shared_up, w.shared_up_s);
-        fp8(H, d_.moe_inter * d_.shared_experts, w.shared_down, w.shared_down_s);
-      }
-      layers_.push_back(std::move(w));
-    }
+    for (const deepseek_v4::LayerKind& kind : d_.layers) layers_.push_back(layer_weights(m, kind, bytes));
     hc_head_fn_ = m.normal({hc, d_.hc_width()}, 0.01).to(at::kFloat);
     hc_head_base_ = m.normal({hc}, 0.1).to(at::kFloat);
     final_norm_ = m.ones(H);
     lm_head_ = m.normal({V, H}, 1.0 / std::sqrt(static_cast<double>(H)));
+    // DeepseekV4Model.__init__ allocates the MTP drafter's input buffer on the last PP rank whether
+    // or not a drafter runs (vllm/model_executor/models/deepseek_v4.py @ 023da1fc), so it is part
+    // of what model loading takes.
+    mtp_hidden_ = at::empty({ctx_.engine->max_num_batched_tokens, d_.hc_width()}, on.dtype(at::kBFloat16));
+    bytes += mtp_hidden_.numel() * 2;
     moe_ = make_moe_experts(moe_specs().front(), ctx_);
     moe_->precompile();
     return m.bytes() + bytes;
@@ -363,17 +314,96 @@ class DeepseekV4Model : public Model {
       const at::Tensor x = embed_.index({batch.input_ids});  // [T, H]
       st.residual = x.unsqueeze(1).expand({x.size(0), d_.hc_mult, d_.hidden}).contiguous();  // the hc streams
     } else {
-      after_attention(i - 1, st, batch);
+      after_attention(w(i - 1), d_.layers[static_cast<size_t>(i - 1)], st, batch);
     }
     if (i == L) {
-      st.hidden = hc_head(st.residual);
+      // The drafter's input, stashed by a copy inside the last piece (vLLM: "captured copy_").
+      const int64_t T = st.residual.size(0);
+      mtp_hidden_.narrow(0, 0, T).copy_(st.residual.reshape({T, d_.hc_width()}));
+      st.hidden = hc_head(st.residual, hc_head_fn_, hc_head_base_, final_norm_);
       return;
     }
-    before_attention(i, st);
+    before_attention(w(i), d_.layers[static_cast<size_t>(i)], st);
   }
 
  private:
+  class Mtp;
+
   const LayerWeights& w(int l) const { return layers_[static_cast<size_t>(l)]; }
+
+  /// The mixer spec of decoder layer `layer` of kind `kind` (the target's layers and the MTP's).
+  MixerSpec mixer_spec(int layer, const deepseek_v4::LayerKind& kind) const {
+    MixerSpec s;
+    s.kind = "mla_sparse";
+    s.layer = layer;
+    s.num_heads = d_.heads;
+    s.num_kv_heads = 1;
+    s.head_dim = d_.head_dim;
+    s.output_width = d_.q_width();
+    s.input_widths = {d_.q_width(), d_.kv_width()};
+    if (kind.has_indexer()) {
+      s.input_widths.push_back(d_.index_heads * d_.index_dim);  // indexer q
+      s.input_widths.push_back(d_.index_heads);                 // indexer head weights
+      s.input_widths.push_back(d_.index_dim);                   // indexer key
+    }
+    s.input_row_strides = s.input_widths;  // each a contiguous tensor of its own
+    s.params = {{"compress_ratio", kind.compress_ratio}, {"window", d_.window},
+                {"index_topk", d_.index_topk},            {"index_heads", d_.index_heads},
+                {"index_head_dim", d_.index_dim},          {"bytes_per_token", deepseek_v4::kv_bytes_per_token(d_)}};
+    return s;
+  }
+
+  /// A random FP8 weight [groups,] n x k (uint8 e4m3) and its [ceil(n/128), k/128] block scales;
+  /// adds their bytes to `bytes`.
+  void fp8_weight(int64_t n, int64_t k, at::Tensor& w, at::Tensor& s, int64_t& bytes, int64_t groups = 0) const {
+    const at::TensorOptions on = at::TensorOptions().device(device_);
+    std::vector<int64_t> shape = {n, k}, sshape = {(n + 127) / 128, k / 128};
+    if (groups > 0) {
+      shape.insert(shape.begin(), groups);
+      sshape.insert(sshape.begin(), groups);
+    }
+    w = dg::random_fp8_weight(shape, on);
+    // Block scales ~ 1/sqrt(K): unit-variance inputs give outputs of order one.
+    s = device_.is_meta() ? at::empty(sshape, on.dtype(at::kFloat))
+                          : at::full(sshape, 1.0 / std::sqrt(static_cast<double>(k)), on.dtype(at::kFloat));
+    bytes += w.numel() + s.numel() * 4;
+  }
+
+  /// One decoder layer's weights (DeepseekV4DecoderLayer: hyper-connections, attention, MoE).
+  LayerWeights layer_weights(WeightMaker& m, const deepseek_v4::LayerKind& kind, int64_t& bytes) const {
+    const at::TensorOptions on = at::TensorOptions().device(device_);
+    const int64_t H = d_.hidden, V = c_.vocab_size;
+    LayerWeights w;
+    for (auto* p : {&w.hc_attn_fn, &w.hc_ffn_fn}) *p = m.normal({d_.mix_hc(), d_.hc_width()}, 0.01).to(at::kFloat);
+    for (auto* p : {&w.hc_attn_base, &w.hc_ffn_base}) *p = m.normal({d_.mix_hc()}, 0.1).to(at::kFloat);
+    for (auto* p : {&w.hc_attn_scale, &w.hc_ffn_scale}) *p = m.ones(3).to(at::kFloat);
+    w.attn_norm = m.ones(H);
+    w.ffn_norm = m.ones(H);
+    w.q_norm = m.ones(d_.q_lora);
+    w.kv_norm = m.ones(d_.kv_width());
+    fp8_weight(d_.q_lora + d_.kv_width(), H, w.wqkv_a, w.wqkv_a_s, bytes);
+    fp8_weight(d_.q_width(), d_.q_lora, w.wq_b, w.wq_b_s, bytes);
+    fp8_weight(d_.o_lora, d_.o_group_in(), w.wo_a, w.wo_a_s, bytes, d_.o_groups);
+    fp8_weight(H, d_.o_groups * d_.o_lora, w.wo_b, w.wo_b_s, bytes);
+    if (kind.has_indexer()) {
+      fp8_weight(d_.index_heads * d_.index_dim, d_.q_lora, w.idx_wq_b, w.idx_wq_b_s, bytes);
+      w.idx_weights_proj = m.normal({d_.index_heads, H}, 1.0 / std::sqrt(static_cast<double>(H)));
+      w.idx_compressor = m.normal({d_.index_dim, H}, 1.0 / std::sqrt(static_cast<double>(H)));
+    }
+    w.gate = m.normal({d_.experts, H}, 1.0 / std::sqrt(static_cast<double>(H))).to(at::kFloat);
+    w.gate_bias = m.normal({d_.experts}, 0.01).to(at::kFloat);
+    if (kind.hash_routed) {
+      w.tid2eid = device_.is_meta() ? at::empty({V, d_.top_k}, on.dtype(at::kLong))
+                                    : at::randint(0, d_.experts, {V, d_.top_k}, on.dtype(at::kLong));
+    }
+    fp8_weight(2 * d_.moe_inter, H, w.w13, w.w13_s, bytes, d_.experts);
+    fp8_weight(H, d_.moe_inter, w.w2, w.w2_s, bytes, d_.experts);
+    if (d_.shared_experts > 0) {
+      fp8_weight(2 * d_.moe_inter * d_.shared_experts, H, w.shared_up, w.shared_up_s, bytes);
+      fp8_weight(H, d_.moe_inter * d_.shared_experts, w.shared_down, w.shared_down_s, bytes);
+    }
+    return w;
+  }
 
   /// fp8_gemm_nt of an activation against an FP8 weight: [T, N] bf16.
   at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& wt, const at::Tensor& ws) {
@@ -417,8 +447,7 @@ class DeepseekV4Model : public Model {
     return (mixed + post.unsqueeze(2) * y.to(at::kFloat).unsqueeze(1)).to(at::kBFloat16);
   }
 
-  void before_attention(int l, ForwardState& st) {
-    const LayerWeights& lw = w(l);
+  void before_attention(const LayerWeights& lw, const deepseek_v4::LayerKind& kind, ForwardState& st) {
     const HcMix m = hc_pre(st.residual, lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale);
     const at::Tensor x = rms_norm(m.input, lw.attn_norm, d_.eps);
     const at::Tensor qkv_a = linear_fp8(x, lw.wqkv_a, lw.wqkv_a_s);  // [T, q_lora + 512]
@@ -426,7 +455,7 @@ class DeepseekV4Model : public Model {
     const at::Tensor kv = rms_norm(qkv_a.narrow(1, d_.q_lora, d_.kv_width()).contiguous(), lw.kv_norm, d_.eps);
     const at::Tensor q = linear_fp8(q_a, lw.wq_b, lw.wq_b_s);  // [T, heads * head_dim]
     st.mixer_in = {q, kv};
-    if (d_.layers[static_cast<size_t>(l)].has_indexer()) {
+    if (kind.has_indexer()) {
       st.mixer_in.push_back(linear_fp8(q_a, lw.idx_wq_b, lw.idx_wq_b_s));        // indexer q
       st.mixer_in.push_back(at::linear(x, lw.idx_weights_proj).contiguous());     // head weights
       st.mixer_in.push_back(at::linear(x, lw.idx_compressor).contiguous());       // index key
@@ -434,8 +463,8 @@ class DeepseekV4Model : public Model {
     st.carry = {m.post, m.comb};
   }
 
-  void after_attention(int l, ForwardState& st, const ForwardBatch& batch) {
-    const LayerWeights& lw = w(l);
+  void after_attention(const LayerWeights& lw, const deepseek_v4::LayerKind& kind, ForwardState& st,
+                       const ForwardBatch& batch) {
     const int64_t T = st.residual.size(0);
     // wo_a: per output group, [T, 4096] x [1024, 4096]^T (fp8_einsum "bhr,hdr->bhd").
     const at::Tensor o = st.mixer_out.narrow(0, 0, T).view({T, d_.o_groups, d_.o_group_in()});
@@ -446,18 +475,18 @@ class DeepseekV4Model : public Model {
     st.residual = hc_post(st.residual, y, st.carry.at(0), st.carry.at(1));
     const HcMix m = hc_pre(st.residual, lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale);
     const at::Tensor x = rms_norm(m.input, lw.ffn_norm, d_.eps);
-    st.residual = hc_post(st.residual, moe(l, x, batch), m.post, m.comb);
+    st.residual = hc_post(st.residual, moe(lw, kind, x, batch), m.post, m.comb);
   }
 
   /// Routed experts (the fp8_block128 MoE backend over the model's own routing) + shared expert.
-  at::Tensor moe(int l, const at::Tensor& x, const ForwardBatch& batch) {
-    const LayerWeights& lw = w(l);
+  at::Tensor moe(const LayerWeights& lw, const deepseek_v4::LayerKind& kind, const at::Tensor& x,
+                 const ForwardBatch& batch) {
     const int64_t T = x.size(0), K = d_.top_k;
     const at::TensorOptions opt = x.options();
     at::Tensor ids = at::empty({T, K}, opt.dtype(at::kLong)), topk_w = at::empty({T, K}, opt.dtype(at::kFloat));
     {
       const at::Tensor scores = at::sqrt(at::softplus(at::linear(x.to(at::kFloat), lw.gate)));  // [T, E]
-      if (d_.layers[static_cast<size_t>(l)].hash_routed) {
+      if (kind.hash_routed) {
         ids = lw.tid2eid.index({batch.input_ids.narrow(0, 0, T)});
       } else {
         ids = std::get<1>(at::topk(scores + lw.gate_bias, K, -1));
@@ -474,14 +503,16 @@ class DeepseekV4Model : public Model {
     return out.to(at::kBFloat16);
   }
 
-  /// hc_head: sigmoid-weighted sum of the streams (weights from hc_head_fn), then the final norm.
-  at::Tensor hc_head(const at::Tensor& streams) const {
+  /// hc_head: sigmoid-weighted sum of the streams [T, hc, H] (weights from `fn` [hc, hc * H] and
+  /// `base` [hc]), then the RMSNorm `norm`: [T, H] bf16.
+  at::Tensor hc_head(const at::Tensor& streams, const at::Tensor& fn, const at::Tensor& base,
+                     const at::Tensor& norm) const {
     const int64_t T = streams.size(0);
     const at::Tensor flat = streams.reshape({T, d_.hc_width()}).to(at::kFloat);
     const at::Tensor rms = at::rsqrt(flat.pow(2).mean(1, true) + d_.eps);
-    const at::Tensor wts = at::sigmoid(at::linear(flat, hc_head_fn_) * rms + hc_head_base_) + d_.hc_eps;  // [T, hc]
+    const at::Tensor wts = at::sigmoid(at::linear(flat, fn) * rms + base) + d_.hc_eps;  // [T, hc]
     const at::Tensor x = (streams.to(at::kFloat) * wts.unsqueeze(2)).sum(1).to(at::kBFloat16);
-    return rms_norm(x, final_norm_, d_.eps);
+    return rms_norm(x, norm, d_.eps);
   }
 
   ModelConfig c_;
@@ -490,9 +521,80 @@ class DeepseekV4Model : public Model {
   c10::Device device_;
   dg::GemmTarget target_;
   std::unique_ptr<MoeExperts> moe_;
-  at::Tensor embed_, final_norm_, lm_head_, hc_head_fn_, hc_head_base_;
+  at::Tensor embed_, final_norm_, lm_head_, hc_head_fn_, hc_head_base_, mtp_hidden_;
   std::vector<LayerWeights> layers_;
 };
+
+// DeepSeekV4MTP, the draft model of speculative method "mtp" (vllm/model_executor/models/
+// deepseek_v4_mtp.py @ 023da1fc): the token's embedding, zeroed at position 0 and RMS-normed
+// (enorm), through e_proj; the target's pre-hc_head streams [T, hc, H] (Model::mtp_target_hidden),
+// RMS-normed per stream (hnorm), through h_proj (a [T * hc, H] FP8 GEMM); their sum (e_proj's
+// output broadcast over the streams) enters one DeepseekV4DecoderLayer. Its forward returns the
+// flat pre-hc_head streams, which the next drafter pass reads as its own target hidden states;
+// compute_logits applies the layer's own hc_head, the shared head's norm and the LM head.
+// e_proj / h_proj are FP8 ReplicatedLinear layers (fp8_gemm_nt, N = K = hidden). The layer's
+// attention: vLLM's DeepseekV4Attention gives a layer past num_hidden_layers compress_ratio 1
+// (the sliding window only, no indexer), and its MoE routes by score (the MTP block gets no
+// input_ids, so no hash table). EagleProposer.load_model shares the embedding and LM head with
+// the target; its attention layer joins the target's KV cache config as layer num_hidden_layers.
+// num_nextn_predict_layers is 1 in V4-Flash's config; the replay builds one layer.
+class DeepseekV4Model::Mtp final : public Model {
+ public:
+  explicit Mtp(DeepseekV4Model& target) : t_(target) {}
+
+  std::string name() const override { return "deepseek-v4 MTP"; }
+  std::vector<MixerSpec> layer_plan() const override {
+    return {t_.mixer_spec(static_cast<int>(t_.d_.layers.size()), kind_)};
+  }
+  std::vector<MoeSpec> moe_specs() const override { return t_.moe_specs(); }
+
+  int64_t load_weights(uint64_t seed) override {
+    WeightMaker m(t_.device_);
+    if (!t_.device_.is_meta()) at::manual_seed(seed);
+    const int64_t H = t_.d_.hidden, hc = t_.d_.hc_mult;
+    int64_t bytes = 0;
+    enorm_ = m.ones(H);
+    hnorm_ = m.ones(H);
+    t_.fp8_weight(H, H, e_proj_, e_proj_s_, bytes);
+    t_.fp8_weight(H, H, h_proj_, h_proj_s_, bytes);
+    layer_ = t_.layer_weights(m, kind_, bytes);
+    hc_head_fn_ = m.normal({hc, t_.d_.hc_width()}, 0.01).to(at::kFloat);
+    hc_head_base_ = m.normal({hc}, 0.1).to(at::kFloat);
+    norm_ = m.ones(H);
+    return m.bytes() + bytes;
+  }
+
+  at::Tensor compute_logits(const at::Tensor& hidden) override {
+    const int64_t rows = hidden.size(0);
+    const at::Tensor streams = hidden.reshape({rows, t_.d_.hc_mult, t_.d_.hidden});
+    return t_.compute_logits(t_.hc_head(streams, hc_head_fn_, hc_head_base_, norm_));
+  }
+
+  void piece(int i, ForwardState& st, const ForwardBatch& batch) override {
+    const Dims& d = t_.d_;
+    if (i == 0) {
+      const int64_t T = batch.input_ids.size(0);
+      at::Tensor e = t_.embed_.index({batch.input_ids});  // [T, H]
+      e = e.masked_fill(batch.positions.narrow(0, 0, T).eq(0).unsqueeze(1), 0);
+      e = t_.linear_fp8(rms_norm(e, enorm_, d.eps), e_proj_, e_proj_s_);
+      const at::Tensor prev = st.target_hidden.narrow(0, 0, T).reshape({T * d.hc_mult, d.hidden});
+      const at::Tensor h = t_.linear_fp8(rms_norm(prev, hnorm_, d.eps), h_proj_, h_proj_s_);
+      st.residual = (h.view({T, d.hc_mult, d.hidden}) + e.unsqueeze(1)).contiguous();
+      t_.before_attention(layer_, kind_, st);
+      return;
+    }
+    t_.after_attention(layer_, kind_, st, batch);
+    st.hidden = st.residual.reshape({st.residual.size(0), d.hc_width()});
+  }
+
+ private:
+  DeepseekV4Model& t_;
+  deepseek_v4::LayerKind kind_{0, false};  // sliding window only, routed by score
+  LayerWeights layer_;
+  at::Tensor enorm_, hnorm_, e_proj_, e_proj_s_, h_proj_, h_proj_s_, hc_head_fn_, hc_head_base_, norm_;
+};
+
+std::unique_ptr<Model> DeepseekV4Model::make_mtp_drafter() { return std::make_unique<Mtp>(*this); }
 
 ModelFamilyInfo deepseek_v4_family() {
   ModelFamilyInfo f;
