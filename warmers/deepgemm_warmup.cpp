@@ -19,6 +19,13 @@
 // decode-warmup: only what decode batches reach (the state before PR #398): the GEMMs at the
 //   decode batch sizes (the capture sizes, else 1..max_num_seqs) and the paged indexer kernels at
 //   the 32-aligned decode buckets; nothing of the prefill sizes and no ragged MQA logits.
+// deepgemm-warmup-mtp: deepgemm-warmup plus what speculative decoding's verify steps reach. The
+//   seed warms the paged indexer logits with one query row per request (its q.unsqueeze(1)), but
+//   a verify step has 1 + num_speculative_tokens rows a request: the kernel's next_n is part of
+//   its compile key, so with MTP the first verify step compiles it on the hot path. This warmer
+//   adds the paged logits at that next_n, or, where the kernel flattens it (q > 2), the schedule
+//   metadata at the 32-aligned buckets of the flattened rows (max_num_seqs x q). Not the seed's:
+//   what fixing it would add.
 //
 // Each warmer reports its call and kernel counts, the compile seconds (sum over compiles; in
 // compile-only mode compiles the run's compile memo served count their first measurement) and the
@@ -37,6 +44,7 @@
 #include "harness/kernels/deepgemm/deepgemm.h"
 #include "harness/kernels/deepgemm/deepgemm_indexer.h"
 #include "harness/models/deepseek_v4.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "warmers/warmer.h"
 #include "warmers/warmup_context.h"
 
@@ -56,7 +64,8 @@ class DeepGemmWarmupBase : public Warmer {
  protected:
   enum class Coverage { kDense, kDecode };
 
-  void warm(WarmupContext& ctx, Coverage coverage, unsigned threads) {
+  /// `verify`: also the verify steps' paged indexer kernels (deepgemm-warmup-mtp).
+  void warm(WarmupContext& ctx, Coverage coverage, unsigned threads, bool verify = false) {
     const Scenario& s = ctx.scenario();
     if (s.model.architecture != "DeepseekV4ForCausalLM") {
       ctx.skip("the model is not DeepSeek V4: no DeepGEMM call sites");
@@ -90,7 +99,12 @@ class DeepGemmWarmupBase : public Warmer {
     add_moe(rt, calls, sites, ms);
     if (sites.indexer) {
       if (coverage == Coverage::kDense) add_mqa_logits(rt, calls, sites);
-      add_paged_logits(rt, calls, sites, max_decode);
+      add_paged_logits(rt, calls, sites, max_decode, 1);
+      const int q = 1 + num_speculative_tokens(s.engine);
+      if (verify && q > 1) {
+        const int next_n = v4::paged_logits_native_next_n(q) ? q : 1;
+        add_paged_logits(rt, calls, sites, next_n == q ? max_decode : max_decode * q, next_n);
+      }
     }
 
     // First the distinct kernels, on `threads` host threads; then every sampled call, in order.
@@ -245,21 +259,24 @@ class DeepGemmWarmupBase : public Warmer {
     }
   }
 
-  void add_paged_logits(jit::JitRuntime& rt, std::vector<Call>& calls, const v4::DeepGemmSites& s, int64_t max_decode) {
+  /// The schedule metadata + paged logits at every 32-aligned batch bucket up to `max_decode`
+  /// requests of `next_n` query rows each.
+  void add_paged_logits(jit::JitRuntime& rt, std::vector<Call>& calls, const v4::DeepGemmSites& s, int64_t max_decode,
+                        int64_t next_n) {
     const int64_t H = s.index_heads, D = s.index_dim, bkv = v4::kIndexerBlockKv;
     const int64_t top = std::max<int64_t>(32, (max_decode + 31) / 32 * 32);
     for (int64_t batch = 32; batch <= top; batch += 32) {
-      calls.push_back({fmt::format("paged_mqa_logits batch<={}", batch), [=, &rt, this] {
-                         const at::Tensor q = zeros({batch, 1, H, D}, at::kByte);
+      calls.push_back({fmt::format("paged_mqa_logits batch<={} next_n={}", batch, next_n), [=, &rt, this] {
+                         const at::Tensor q = zeros({batch, next_n, H, D}, at::kByte);
                          const at::Tensor cache = zeros({batch, bkv * (D + 4)}, at::kByte);
-                         const at::Tensor w = ones({batch, H});
-                         const at::Tensor lens = meta_ ? at::empty({batch, 1}, device_.dtype(at::kInt))
-                                                       : at::full({batch, 1}, bkv, device_.dtype(at::kInt));
+                         const at::Tensor w = ones({batch * next_n, H});
+                         const at::Tensor lens = meta_ ? at::empty({batch, next_n}, device_.dtype(at::kInt))
+                                                       : at::full({batch, next_n}, bkv, device_.dtype(at::kInt));
                          const at::Tensor table = meta_ ? at::empty({batch, 1}, device_.dtype(at::kInt))
                                                         : at::arange(batch, device_.dtype(at::kInt)).view({batch, 1});
                          at::Tensor sched = zeros({target_.num_sms + 1, 2}, at::kInt);
                          dg::get_paged_mqa_logits_metadata(rt, target_, lens, bkv, sched);
-                         at::Tensor logits = zeros({batch, 256}, at::kFloat);
+                         at::Tensor logits = zeros({batch * next_n, 256}, at::kFloat);
                          dg::fp8_paged_mqa_logits(rt, target_, q, cache, w, lens, table, sched, logits);
                        }});
     }
@@ -283,6 +300,19 @@ class DeepGemmWarmup final : public DeepGemmWarmupBase {
   }
 };
 
+class DeepGemmWarmupMtp final : public DeepGemmWarmupBase {
+ public:
+  std::string name() const override { return "deepgemm-warmup-mtp"; }
+  std::string description() const override {
+    return "deepgemm-warmup plus the verify steps' paged indexer kernels (next_n = 1 + num_speculative_tokens, or "
+           "the flattened batch buckets), which the seed's one-row-per-request paged warmup leaves to the first "
+           "verify step under MTP";
+  }
+  void run(WarmupContext& ctx) override {
+    warm(ctx, Coverage::kDense, std::max(1u, std::thread::hardware_concurrency()), /*verify=*/true);
+  }
+};
+
 class DeepGemmWarmupSerial final : public DeepGemmWarmupBase {
  public:
   std::string name() const override { return "deepgemm-warmup-serial"; }
@@ -303,6 +333,7 @@ class DecodeWarmup final : public DeepGemmWarmupBase {
 };
 
 CS_REGISTER_WARMER(DeepGemmWarmup);
+CS_REGISTER_WARMER(DeepGemmWarmupMtp);
 CS_REGISTER_WARMER(DeepGemmWarmupSerial);
 CS_REGISTER_WARMER(DecodeWarmup);
 

@@ -175,5 +175,61 @@ TEST_F(ReplayE2E, QwenNextMtpDrafterRunsAfterEveryStep) {
       << read_text(out);
 }
 
+/// DeepSeek V4's MTP head and verify steps (k = 1 and 3). The MTP layer is one sliding-window
+/// layer numbered after the target's and joins the KV cache; its first pass over the 300-token
+/// prompt runs h_proj on 4 x 300 rows (a tile the target's own rows do not need). Verify steps
+/// take the indexer's paged path: next_n 2 natively at k = 1, flattened onto next_n 1 at k = 3.
+/// deepgemm-warmup-mtp compiles the next_n 2 kernel before the first request.
+TEST_F(ReplayE2E, DeepseekV4MtpVerifyStepsTakeThePagedIndexer) {
+  auto by = replay("scenarios/deepseek-v4-flash-mtp.yaml", "--strategy none --strategy deepgemm-warmup-mtp");
+  ASSERT_EQ(by.size(), 4u);  // 2 strategies x 2 variants
+  const StrategyResult& k1 = by.at("none [num_speculative_tokens=1]");
+  ASSERT_EQ(k1.outcome, Outcome::kOk) << k1.error.value_or("");
+  ASSERT_EQ(k1.extra.at("drafter_layer_plan").size(), 1u);
+  EXPECT_NE(k1.extra.at("drafter_layer_plan")[0].get<std::string>().find("mla_sparse"), std::string::npos);
+  bool cached = false;  // layer 4, after the target's 0..3
+  for (const auto& g : k1.extra.at("cache_groups"))
+    for (const auto& l : g.at("layers")) cached |= l.get<int>() == 4;
+  EXPECT_TRUE(cached) << k1.extra.at("cache_groups").dump();
+  EXPECT_GT(k1.extra.at("drafter_weights_bytes").get<int64_t>(), 0);
+
+  // The paged logits keys each variant's verify steps compile (next_n is in the key).
+  auto paged_next_n = [](const StrategyResult& r) {
+    std::set<std::string> out;
+    for (const auto& c : r.hot_path_compiles) {
+      if (c.kernel != "fp8_paged_mqa_logits") continue;
+      EXPECT_EQ(c.phase, "first_decode") << c.key;
+      const size_t at = c.key.find("NEXT_N=");
+      if (at != std::string::npos) out.insert(c.key.substr(at, 8));
+    }
+    return out;
+  };
+  EXPECT_EQ(paged_next_n(k1), (std::set<std::string>{"NEXT_N=2"}));
+  const StrategyResult& k3 = by.at("none [num_speculative_tokens=3]");
+  ASSERT_EQ(k3.outcome, Outcome::kOk) << k3.error.value_or("");
+  EXPECT_EQ(paged_next_n(k3), (std::set<std::string>{"NEXT_N=1"}));
+
+  // The drafter's first pass (300 rows, h_proj over 1200) compiles its own GEMM tile; the
+  // target's compiles in that step carry no drafter pass.
+  int drafter = 0;
+  for (const auto& c : k1.hot_path_compiles) {
+    if (c.step.drafter_pass == 0) continue;
+    ++drafter;
+    EXPECT_EQ(c.kernel, "fp8_gemm_nt");
+    EXPECT_EQ(c.step.drafter_pass, 1);
+    EXPECT_EQ(c.step.drafter_tokens, 300);
+  }
+  EXPECT_EQ(drafter, 1);
+
+  const StrategyResult& warm = by.at("deepgemm-warmup-mtp [num_speculative_tokens=1]");
+  ASSERT_EQ(warm.outcome, Outcome::kOk) << warm.error.value_or("");
+  EXPECT_TRUE(warm.hot_path_compiles.empty());
+  bool warmed = false;
+  for (const auto& c : warm.startup_compile_list)
+    warmed |= c.kernel == "fp8_paged_mqa_logits" && c.phase == "kernel_warmup" &&
+              c.key.find("NEXT_N=2") != std::string::npos;
+  EXPECT_TRUE(warmed);
+}
+
 }  // namespace
 }  // namespace coldstart
