@@ -229,6 +229,21 @@ TEST_F(ReplayE2E, DeepseekV4MtpVerifyStepsTakeThePagedIndexer) {
     warmed |= c.kernel == "fp8_paged_mqa_logits" && c.phase == "kernel_warmup" &&
               c.key.find("NEXT_N=2") != std::string::npos;
   EXPECT_TRUE(warmed);
+
+  // A second request arriving at step 1 mixes its prefill with the first one's verify rows: the
+  // leading verify rows still take the paged path (vLLM's split), so the next_n 2 kernel compiles
+  // in that mixed step, beside the ragged logits of the prefill rows.
+  auto mixed = replay("scenarios/deepseek-v4-flash-mtp.yaml",
+                      "--strategy none --set engine.num_speculative_tokens=1 --set 'requests=[{prompt_tokens: 300, "
+                      "decode_steps: 8}, {prompt_tokens: 200, decode_steps: 4, arrival_step: 1}, {steady: true}]'");
+  ASSERT_EQ(mixed.size(), 1u);
+  const StrategyResult& m = mixed.begin()->second;
+  ASSERT_EQ(m.outcome, Outcome::kOk) << m.error.value_or("");
+  bool paged_in_mixed = false;
+  for (const auto& c : m.hot_path_compiles)
+    paged_in_mixed |= c.kernel == "fp8_paged_mqa_logits" && c.step.step == 1 && c.step.batch_mixed &&
+                      c.key.find("NEXT_N=2") != std::string::npos;
+  EXPECT_TRUE(paged_in_mixed);
 }
 
 }  // namespace

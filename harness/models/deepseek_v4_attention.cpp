@@ -10,9 +10,9 @@
 //   rest masked before the top-k, as both engines do); a decode-only batch
 //   builds the schedule with get_paged_mqa_logits_metadata (keyed on the batch rounded up to 32)
 //   and runs fp8_paged_mqa_logits straight from the paged cache (blocks of 64 tokens). Under
-//   speculative decoding a verify batch (every request 1 + k tokens) is a decode batch too: see
-//   decode_next_n below. A batch mixing decodes and prefills runs every row through the ragged
-//   path (vLLM splits it and runs the leading decodes through the paged one). The query
+//   speculative decoding verify rows (1 + k tokens a request) are decodes too, and a step mixing
+//   decodes and prefills runs its leading decodes through the paged path and the rest through
+//   the ragged one (split_decodes below). The query
 //   is quantized per (token, head) and its scale folded into the head weights, with
 //   softmax_scale = index_head_dim^-0.5 and head_scale = index_n_heads^-0.5, as TokenSpeed's
 //   q-prep kernel does;
@@ -151,44 +151,113 @@ class DeepseekV4Attention final : public Mixer {
       weights = iw.to(at::kFloat) * q_scale * (1.0 / std::sqrt(static_cast<double>(D * H)));
     }
     const at::Tensor qbytes = qq.data.view({N, H, D});
-    const int64_t B = batch.num_reqs;
-    if (const int q = decode_query_len(batch); q > 0) {
-      // Decode / verify: schedule metadata (keyed on the batch rounded up to 32) and the paged
-      // logits. Row j of a request of q rows sees its first L - q + j + 1 keys (L = its
-      // sequence length), as vLLM's indexer builds the per-token context lengths.
-      const int next_n = next_n_for(q);
-      const int64_t rows = N / next_n;  // requests, or every token on its own when flattened
-      int64_t max_len = 1;
-      for (int r = 0; r < B; ++r) max_len = std::max<int64_t>(max_len, batch.context_lens[r] + batch.query_lens[r]);
-      at::Tensor lens = batch.seq_lens.narrow(0, 0, B).view({B, 1}).to(at::kInt);
-      if (q > 1) {
-        lens = (lens - q + 1 + at::arange(q, opt.dtype(at::kInt)).unsqueeze(0)).clamp_min(0).contiguous();
-      }
-      lens = lens.view({rows, next_n});
-      at::Tensor table = batch.block_table;
-      if (next_n != q) {
-        const at::Tensor t = batch.block_table.narrow(0, 0, B);
-        table = t.unsqueeze(1).expand({B, q, t.size(1)}).reshape({B * q, t.size(1)});
-      }
-      at::Tensor sched = at::empty({target_.num_sms + 1, 2}, opt.dtype(at::kInt));
-      dg::get_paged_mqa_logits_metadata(*ctx_.jit, target_, lens, block_, sched);
-      const int64_t stride = (max_len + 255) / 256 * 256;
-      at::Tensor logits = at::empty({N, stride}, opt.dtype(at::kFloat));
-      dg::fp8_paged_mqa_logits(*ctx_.jit, target_, qbytes.view({rows, next_n, H, D}), index_cache_, weights, lens,
-                               table, sched, logits);
-      if (meta) return at::Tensor();
-      const at::Tensor pos = at::arange(stride, opt.dtype(at::kLong)).unsqueeze(0);
-      logits = logits.masked_fill(pos >= lens.reshape({N, 1}).to(at::kLong), -INFINITY);
-      return top_keys(logits, stride);
+    // vLLM's split: the leading decode requests through the paged path, the rest (rows
+    // decode_tokens..N) through the ragged one; each part keys its rows' top-k by position.
+    const DecodeSplit sp = split_decodes(batch);
+    std::vector<at::Tensor> parts;
+    if (sp.num_decodes > 0) {
+      parts.push_back(decode_keys(qbytes.narrow(0, 0, sp.decode_tokens), weights.narrow(0, 0, sp.decode_tokens), batch, sp));
     }
-    // Prefill / mixed: each request's index keys gathered into one workspace, ragged logits.
-    std::vector<int32_t> ks(N), ke(N);
-    std::vector<int64_t> key_pos, key_req_start;
-    int64_t total = 0;
+    if (sp.num_decodes == batch.num_reqs && sp.decode_tokens < N) {
+      // Padding rows after an all-decode batch select nothing.
+      if (!meta) parts.push_back(at::full({N - sp.decode_tokens, 1}, -1, qbytes.options().dtype(at::kLong)));
+    } else if (sp.decode_tokens < N) {
+      parts.push_back(prefill_keys(qbytes.narrow(0, sp.decode_tokens, N - sp.decode_tokens),
+                                   weights.narrow(0, sp.decode_tokens, N - sp.decode_tokens), batch, sp));
+    }
+    if (meta) return at::Tensor();
+    if (parts.size() == 1) return parts[0];
+    for (at::Tensor& t : parts) t = at::constant_pad_nd(t, {0, topk_ - t.size(1)}, -1);
+    return at::cat(parts, 0);
+  }
+
+  /// How vLLM's indexer splits a step (split_decodes_and_prefills, vllm/v1/attention/backends/
+  /// utils.py @ 00bd1493, called from the indexer's metadata builder,
+  /// vllm/v1/attention/backends/mla/indexer.py @ 0023368d): decodes are the leading requests of at
+  /// most decode_threshold = 1 + num_speculative_tokens new tokens (the scheduler puts running
+  /// requests first). Where the paged kernel takes 1 + k rows natively the decodes must also be
+  /// uniform (require_uniform: the leading run of requests as long as the first); otherwise
+  /// (use_flattening) any such request is a decode and every decode query becomes a row of its own.
+  struct DecodeSplit {
+    int num_decodes = 0;     ///< leading requests served by the paged path
+    int64_t decode_tokens = 0;  ///< their rows (the first rows of the batch)
+    int next_n = 1;          ///< query rows a request in the paged launch (1: flattened or plain decode)
+  };
+
+  static DecodeSplit split_decodes(const ForwardBatch& batch) {
+    DecodeSplit sp;
+    const int threshold = std::max(1, batch.spec_query_len);
+    if (batch.num_reqs == 0 || batch.query_lens[0] < 1 || batch.query_lens[0] > threshold) return sp;
+    const bool uniform = deepseek_v4::paged_logits_native_next_n(threshold);
+    const int q0 = batch.query_lens[0];
+    int d = 0;
+    while (d < batch.num_reqs && batch.query_lens[d] >= 1 &&
+           (uniform ? batch.query_lens[d] == q0 : batch.query_lens[d] <= threshold)) {
+      sp.decode_tokens += batch.query_lens[d];
+      ++d;
+    }
+    sp.num_decodes = d;
+    sp.next_n = uniform && deepseek_v4::paged_logits_native_next_n(q0) ? q0 : 1;
+    return sp;
+  }
+
+  /// The paged path over the decode rows (qbytes [Td, H, D], weights [Td, H]): schedule metadata
+  /// (keyed on the launch's batch rounded up to 32) and the paged logits. Token j of a decode
+  /// request of q tokens sees its first L - q + j + 1 keys (L = its sequence length), as vLLM's
+  /// indexer builds the per-token context lengths. Returns [Td, <= index_topk] key positions.
+  at::Tensor decode_keys(const at::Tensor& qbytes, const at::Tensor& weights, const ForwardBatch& batch,
+                         const DecodeSplit& sp) {
+    const int64_t Td = sp.decode_tokens, H = index_heads_, D = index_dim_, B = sp.num_decodes;
+    const int next_n = sp.next_n;
+    const int64_t rows = Td / next_n;  // requests, or every query on its own when flattened
+    const auto opt = qbytes.options();
+    int64_t max_len = 1;
+    std::vector<int32_t> lens_h, req_of_row;
     for (int r = 0; r < B; ++r) {
+      const int64_t L = batch.context_lens[r] + batch.query_lens[r];
+      max_len = std::max(max_len, L);
+      for (int j = 0; j < batch.query_lens[r]; ++j) {
+        lens_h.push_back(static_cast<int32_t>(batch.context_lens[r] + j + 1));
+        req_of_row.push_back(r);
+      }
+    }
+    const bool meta = ctx_.device.is_meta();
+    const auto to_dev = [&](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+      if (meta) return at::empty(shape, opt.dtype(at::kInt));
+      return at::tensor(v, at::kInt).view(shape).to(ctx_.device);
+    };
+    const at::Tensor lens = to_dev(lens_h, {rows, next_n});
+    at::Tensor table = batch.block_table.narrow(0, 0, B);
+    if (rows != B) {  // flattened: each query row takes its request's block-table row
+      table = meta ? at::empty({rows, table.size(1)}, table.options())
+                   : table.index({to_dev(req_of_row, {rows}).to(at::kLong)});
+    }
+    at::Tensor sched = at::empty({target_.num_sms + 1, 2}, opt.dtype(at::kInt));
+    dg::get_paged_mqa_logits_metadata(*ctx_.jit, target_, lens, block_, sched);
+    const int64_t stride = (max_len + 255) / 256 * 256;
+    at::Tensor logits = at::empty({Td, stride}, opt.dtype(at::kFloat));
+    dg::fp8_paged_mqa_logits(*ctx_.jit, target_, qbytes.view({rows, next_n, H, D}), index_cache_, weights, lens,
+                             table, sched, logits);
+    if (meta) return at::Tensor();
+    const at::Tensor pos = at::arange(stride, opt.dtype(at::kLong)).unsqueeze(0);
+    logits = logits.masked_fill(pos >= lens.reshape({Td, 1}).to(at::kLong), -INFINITY);
+    return top_keys(logits, stride);
+  }
+
+  /// The ragged path over the rows after the decodes (qbytes [Np, H, D], weights [Np, H]): each
+  /// request's index keys gathered into the workspace, then fp8_mqa_logits. Returns [Np,
+  /// <= index_topk] key positions within each row's request.
+  at::Tensor prefill_keys(const at::Tensor& qbytes, const at::Tensor& weights, const ForwardBatch& batch,
+                          const DecodeSplit& sp) {
+    const int64_t N = qbytes.size(0), B = batch.num_reqs, first = sp.decode_tokens;
+    const auto opt = qbytes.options();
+    const bool meta = ctx_.device.is_meta();
+    std::vector<int32_t> ks(N), ke(N);
+    int64_t total = 0;
+    for (int r = sp.num_decodes; r < B; ++r) {
       const int64_t S = batch.context_lens[r] + batch.query_lens[r];
       for (int t = 0; t < batch.query_lens[r]; ++t) {
-        const int64_t row = batch.query_start[r] + t;
+        const int64_t row = batch.query_start[r] + t - first;
         ks[row] = static_cast<int32_t>(total);
         ke[row] = static_cast<int32_t>(total + batch.context_lens[r] + t + 1);
       }
@@ -199,7 +268,7 @@ class DeepseekV4Attention final : public Mixer {
     }
     auto [kv_vals, kv_sf] = index_gather(std::max<int64_t>(total, 1));
     if (!meta) {
-      for (int r = 0, base = 0; r < B; ++r) {
+      for (int r = sp.num_decodes, base = 0; r < B; ++r) {
         const int64_t S = batch.context_lens[r] + batch.query_lens[r];
         const at::Tensor p = at::arange(S, opt.dtype(at::kLong));
         const at::Tensor b = batch.block_table[r].to(at::kLong).index({p.floor_divide(block_)});
@@ -226,27 +295,6 @@ class DeepseekV4Attention final : public Mixer {
     const at::Tensor start = ks_t.to(at::kLong).unsqueeze(1);
     return at::where(idx >= 0, idx - start, idx);
   }
-
-  /// The rows per request when the batch is decode-only for the indexer, else 0. vLLM's indexer
-  /// metadata (vllm/v1/attention/backends/mla/indexer.py @ 0023368d) takes as decodes the
-  /// requests of at most decode_threshold = 1 + num_speculative_tokens new tokens; on its native
-  /// path they must be uniform, q rows each. The replay serves a batch through the paged path when
-  /// every request is such a decode of the same length and the batch holds no padding rows.
-  static int decode_query_len(const ForwardBatch& batch) {
-    if (batch.num_reqs == 0) return 0;
-    const int q = batch.query_lens[0];
-    if (q < 1 || q > batch.spec_query_len) return 0;
-    for (int r = 1; r < batch.num_reqs; ++r) {
-      if (batch.query_lens[r] != q) return 0;
-    }
-    return static_cast<int64_t>(q) * batch.num_reqs == batch.num_tokens ? q : 0;
-  }
-
-  /// The rows per request the paged logits kernel takes in one launch for a decode batch of q rows
-  /// a request: q where the kernel runs it natively, else 1 (every query flattened to a row of
-  /// its own, with its own context length and its request's block-table row). vLLM builds the
-  /// flattened metadata with a Triton kernel (PrepareUniformDecodeKernel), which is not replayed.
-  static int next_n_for(int q) { return deepseek_v4::paged_logits_native_next_n(q) ? q : 1; }
 
   /// Rows of the indexer's prefill K-gather at their largest: vLLM's get_max_prefill_buffer_size,
   /// 40 * max_model_len (vllm/model_executor/layers/sparse_attn_indexer.py, read in the vLLM fork
@@ -319,7 +367,7 @@ MixerBackendInfo deepseek_v4_attention_backend() {
     return std::make_unique<DeepseekV4Attention>(s, c);
   };
   b.kernels = dg::all_kernels();  // the model's FP8 GEMMs and the indexer kernels
-  // Verify rows (1 + k tokens a request) take the indexer's paged path (decode_query_len) and the
+  // Verify rows (1 + k tokens a request) take the indexer's paged path (split_decodes) and the
   // same masked attention as any other row.
   b.verify_steps = true;
   b.check = [](const MixerSpec&, const ModelConfig&, const EngineConfig& e) {
