@@ -527,13 +527,19 @@ void Engine::propose_drafts(const std::vector<SeqStep>& seqs, const ForwardBatch
                : hidden.index({upload(last, at::kLong, device())});
   sample(drafter_->compute_logits(hidden), batch.num_reqs);
   // Then k - 1 passes of one row per request (max_query_len 1), each at the next position and
-  // fed the drafter's own output for the row before (method "mtp"; vLLM's DeepSeek MTP feeds
-  // the target's instead). Positions past max_model_len are clamped.
+  // fed the drafter's own output for the row before (method "mtp"). A row whose position reaches
+  // max_model_len stays in the batch parked at position 0 with sequence length 1 and no cache
+  // slot, its draft ignored (EagleProposer.propose: clamped_positions, seq_lens.masked_fill_(..., 1)
+  // and PADDING_SLOT_ID; vllm/v1/spec_decode/eagle.py @ 008603a3). Here: no blocks, so make_batch
+  // gives it slot -1 and a null block-table row.
   for (int j = 1; j < k; ++j) {
     std::vector<SeqStep> next = seqs;
     for (SeqStep& s : next) {
-      s.context_len =
-          std::min(s.context_len + s.query_len - 1 + j, scenario_.engine.max_model_len - 1);
+      s.context_len += s.query_len - 1 + j;
+      if (s.context_len >= scenario_.engine.max_model_len) {
+        s.context_len = 0;
+        s.blocks.clear();
+      }
       s.query_len = 1;
       s.verify = false;
     }
