@@ -43,6 +43,7 @@
 #include "harness/kernels/deepgemm/deepgemm_indexer.h"
 #include "harness/models/layers_common.h"
 #include "harness/models/model.h"
+#include "harness/models/spec_decode.engine_keys.h"
 
 namespace coldstart {
 namespace deepseek_v4 {
@@ -160,6 +161,20 @@ Dims dims(const ModelConfig& c, const EngineConfig* e) {
                     fmt::format("{}: the paged MQA-logits kernel reads the indexer cache in blocks of {} tokens "
                                 "(DeepGEMM's SM90 kernel asserts it; the replay uses it on every arch); set block_size: {}",
                                 e->block_size, kIndexerBlockKv, kIndexerBlockKv)});
+    }
+    // DeepSeekV4MultiTokenPredictor (deepseek_v4_mtp.py @ 023da1fc) builds
+    // num_nextn_predict_layers MTP layers and runs layer (pass % n) at each drafter pass; the
+    // replay builds exactly one (V4-Flash's count), and without one there is no head to draft.
+    if (uses_mtp_drafter(*e)) {
+      const int64_t n = config_int(r, "num_nextn_predict_layers", 0, 0);
+      if (n != 1) {
+        pr.push_back({"model.num_nextn_predict_layers",
+                      fmt::format("{}: {}", n,
+                                  n == 0 ? "the config has no MTP layer for speculative_method mtp to draft "
+                                           "with; set speculative_method: synthetic"
+                                         : "the replay builds one MTP layer (V4-Flash's count); vLLM would "
+                                           "run layer (pass % n) at each drafter pass")});
+      }
     }
     if (e->kv_cache_dtype != "auto") {
       pr.push_back({"engine.kv_cache_dtype",
