@@ -29,7 +29,11 @@
 namespace coldstart::cli {
 namespace {
 
-std::string self_exe() { return paths::self_executable(); }
+/// The path children are started from: /proc/self/exe, which the kernel resolves to this
+/// process's own executable file even after the build directory replaced or deleted it, so every
+/// strategy of a run runs the build the run started with (the path readlink reports would start a
+/// newer build, or nothing). Linux only, as the rest of the isolation.
+std::string self_exe() { return "/proc/self/exe"; }
 
 std::string now_iso8601() {
   std::time_t t = std::time(nullptr);
