@@ -74,6 +74,7 @@ Engine::Engine(const Scenario& scenario, const StrategySpec& strategy, std::stri
                            {"accepted_per_step", spec_accepted_tokens(e)},
                            {"verify_query_len", k + 1},
                            {"warmup_metadata", warmups_use_capture_metadata(e) ? "capture" : "build"},
+                           {"method", e.string_key("speculative_method")},
                            {"draft_model",
                             !uses_mtp_drafter(e) ? "not replayed (synthetic draft tokens)"
                             : captures_piecewise(e.cudagraph_mode)
