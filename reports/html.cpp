@@ -344,7 +344,7 @@ std::string compile_list(const std::vector<const StrategyResult*>& rows) {
                           e.step.request, e.step.step);
       s += fmt::format(
           "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td><code>{}</code></td></tr>\n",
-          esc(r->strategy), esc(who), esc(e.kernel), esc(e.phase),
+          esc(r->strategy), esc(who), esc(e.kernel), esc(detail::compile_where(e)),
           esc(ms_text(e.compile_ms) + (e.source == "disk" ? " (loaded)" : "")), esc(e.key));
     }
   }

@@ -62,7 +62,7 @@ bool hot_path_is_failure(const StrategyResult& r, const JunitOptions& o) {
 std::string compile_lines(const std::vector<CompileEvent>& events) {
   std::string s;
   for (const auto& e : events) {
-    s += fmt::format("kernel {} in phase {} ({:.3f} ms, {})\n  key: {}\n", e.kernel, e.phase,
+    s += fmt::format("kernel {} in phase {} ({:.3f} ms, {})\n  key: {}\n", e.kernel, detail::compile_where(e),
                      e.compile_ms, e.source.empty() ? "?" : e.source, e.key);
   }
   return s;
@@ -108,7 +108,7 @@ CaseVerdict verdict(const RunResults& run, const StrategyResult& r, const JunitO
     v.type = "hot_path_compile";
     std::vector<std::string> kernels;
     const std::vector<CompileEvent> compiled = hot_path_compiled(r);
-    for (const auto& e : compiled) kernels.push_back(e.kernel + " (" + e.phase + ")");
+    for (const auto& e : compiled) kernels.push_back(e.kernel + " (" + detail::compile_where(e) + ")");
     v.message = fmt::format("{} hot-path compile(s) not allowed: {}", compiled.size(),
                             fmt::join(kernels, ", "));
     v.text = compile_lines(compiled);
@@ -140,7 +140,7 @@ std::string case_output(const RunResults& run, const StrategyResult& r) {
   if (hot_path_loads(r) > 0) s += fmt::format(" (+{} loaded from the kernel cache)", hot_path_loads(r));
   s += "\n";
   for (const auto& e : r.hot_path_compiles) {
-    s += fmt::format("  {} in {} ({:.3f} ms{}): {}\n", e.kernel, e.phase, e.compile_ms,
+    s += fmt::format("  {} in {} ({:.3f} ms{}): {}\n", e.kernel, detail::compile_where(e), e.compile_ms,
                      e.source == "disk" ? ", loaded" : "", e.key);
   }
   const std::string locked = detail::locked_mb(r);

@@ -57,7 +57,7 @@ std::string compiles_cell(const StrategyResult& r) {
   // size limit, and the full list is in the table and the results file.
   std::vector<std::pair<std::string, int>> parts;
   for (const auto& e : compiled) {
-    const std::string key = cell(e.kernel) + " (" + cell(e.phase) + ")";
+    const std::string key = cell(e.kernel) + " (" + cell(detail::compile_where(e)) + ")";
     auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.first == key; });
     if (it == parts.end()) parts.emplace_back(key, 1);
     else ++it->second;

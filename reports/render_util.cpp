@@ -258,6 +258,11 @@ std::string device_text(const RunMeta& m) {
   return device;
 }
 
+std::string compile_where(const CompileEvent& e) {
+  if (e.step.drafter_pass <= 0) return e.phase;
+  return fmt::format("{}, drafter pass {} ({} rows)", e.phase, e.step.drafter_pass, e.step.drafter_tokens);
+}
+
 std::string loaded_suffix(const StrategyResult& r) {
   std::string s;
   size_t steady = 0;

@@ -67,6 +67,10 @@ double startup_phase_sum(const StrategyResult& r);
 /// only when known and not already part of the name.
 std::string device_text(const RunMeta& m);
 
+/// Where a compile happened, as reports print it: its phase, then ", drafter pass P (N rows)" when
+/// an MTP drafter's pass of a request step needed it ("prefill, drafter pass 1 (300 rows)").
+std::string compile_where(const CompileEvent& e);
+
 /// What the table and Markdown put beside the hot-path compile count: " (N in the steady
 /// request)" when N of those compiles were the steady request's (steady_cold: it was not warm),
 /// then " (+N loaded)" when N hot-path events were loads from the on-disk kernel cache; "" when

@@ -815,6 +815,27 @@ TEST(Markdown, CodeSpansHoldBackticks) {
   EXPECT_NE(md.find("```model.overrides.x=``y```"), std::string::npos) << md;
 }
 
+// An MTP drafter's compiles say which pass of which step paid for them, in every report that
+// lists compiles; the target's own compiles read as before.
+TEST(Reports, DrafterCompilesSayWhichPass) {
+  RunResults run;
+  run.meta.mode = "cuda";
+  run.scenario.name = "s";
+  StrategyResult r = verdict_row("none", Outcome::kOk, 2, 50, 100);
+  r.hot_path_compiles[1].step.request = 0;
+  r.hot_path_compiles[1].step.drafter_pass = 1;
+  r.hot_path_compiles[1].step.drafter_tokens = 300;
+  run.results = {r};
+  const std::string where = "prefill, drafter pass 1 (300 rows)";
+  const std::string md = render_markdown({run});
+  EXPECT_NE(md.find("k0 (prefill)"), std::string::npos) << md;
+  EXPECT_NE(md.find("k1 (" + where + ")"), std::string::npos) << md;
+  EXPECT_NE(render_html({run}).find(where), std::string::npos);
+  JunitOptions fail;
+  fail.hot_path_compiles_fail = true;
+  EXPECT_NE(render_junit({run}, fail).find("k1 (" + where + ")"), std::string::npos);
+}
+
 TEST(Markdown, FailuresFirstAndEveryRowComplete) {
   std::string md = render_markdown(runs());
   EXPECT_NE(md.find("NVIDIA H200 (sm_90, 132 SMs)**"), std::string::npos);
