@@ -135,6 +135,8 @@ class DeepGemmWarmupBase : public Warmer {
         threads == 1 ? "" : "s");
     if (charged_s > 0)
       summary += fmt::format(" (compile-only: the compile memo served them; charged {:.2f} s)", charged_s);
+    if (verify && num_speculative_tokens(s.engine) == 0)
+      summary += "; no speculative decoding, so no verify-step kernels beyond deepgemm-warmup's";
     ctx.report(summary, {{"calls", calls.size()},
                          {"m_values", ms.size()},
                          {"distinct_kernels", firsts.size()},
