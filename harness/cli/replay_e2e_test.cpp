@@ -148,6 +148,11 @@ TEST_F(ReplayE2E, BadInputExitsTwoAndWritesNothing) {
   EXPECT_NE(read_text(where).find("--arch / COLDSTART_ARCH sm_100 contradicts --target / "
                                   "COLDSTART_TARGET h100 (sm_90)"),
             std::string::npos) << read_text(where);
+  // A given SM count of 0 is refused (it used to read as "not given" and be ignored).
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --target h100 --sm-count 0",
+                          where),
+            2);
+  EXPECT_NE(read_text(where).find("--sm-count: Value 0 not in range"), std::string::npos) << read_text(where);
   // std::regex recurses per nested group: a deep --filter is refused, not a stack overflow.
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --filter '" +
                           std::string(5000, '(') + std::string(5000, ')') + "'"),

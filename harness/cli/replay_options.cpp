@@ -190,7 +190,8 @@ void add_common_options(CLI::App* cmd, ReplayArgs& a) {
       ->check(refuse_empty("needs a profile name (rtx-a4000, a10, h100, h200, b200)"));
   cmd->add_option("--sm-count", a.sm_count,
                   "compile-only SM count (with --arch, or replacing the --target profile's)")
-      ->envname("COLDSTART_SM_COUNT");
+      ->envname("COLDSTART_SM_COUNT")
+      ->check(CLI::Range(1, 1024));  // a given 0 was taken for "not given" and silently ignored
   cmd->add_option("--set", a.sets, "override a scenario key, KEY=VALUE (repeatable)");
   cmd->add_option("--cache-dir", a.cache_dir,
                   "persistent on-disk kernel cache (default: a fresh, cold one per run)")
