@@ -834,6 +834,18 @@ TEST(Reports, DrafterCompilesSayWhichPass) {
   JunitOptions fail;
   fail.hot_path_compiles_fail = true;
   EXPECT_NE(render_junit({run}, fail).find("k1 (" + where + ")"), std::string::npos);
+  // The trace gives the pass as an argument of the compile's slice (when its phase has a slice).
+  run.results[0].phases = {{"prefill", 40.0, std::nullopt, 0}};
+  const nlohmann::json trace = nlohmann::json::parse(render_trace({run}));
+  int drafter = 0;
+  for (const auto& ev : trace.at("traceEvents")) {
+    if (!ev.contains("args") || !ev.at("args").contains("drafter")) continue;
+    ++drafter;
+    EXPECT_EQ(ev.at("name"), "compile k1");
+    EXPECT_EQ(ev.at("args").at("drafter").at("pass"), 1);
+    EXPECT_EQ(ev.at("args").at("drafter").at("tokens"), 300);
+  }
+  EXPECT_EQ(drafter, 1);
 }
 
 TEST(Markdown, FailuresFirstAndEveryRowComplete) {

@@ -61,6 +61,7 @@ void add_compiles(json& events, int pid, int tid, const std::vector<Slice>& slic
                  {"source", detail::clean_text(c.source)},
                  {"hot_path", hot_path},
                  {"phase", detail::clean_text(c.phase)}};
+    if (c.step.drafter_pass > 0) args["drafter"] = {{"pass", c.step.drafter_pass}, {"tokens", c.step.drafter_tokens}};
     events.push_back({{"name", "compile " + detail::clean_text(c.kernel)},
                       {"cat", hot_path ? "compile,hot_path" : "compile"},
                       {"ph", "X"},
