@@ -24,7 +24,7 @@
 //   a verify step has 1 + num_speculative_tokens rows a request: the kernel's next_n is part of
 //   its compile key, so with MTP the first verify step compiles it on the hot path. This warmer
 //   adds the paged logits at that next_n, or, where the kernel flattens it (q > 2), the schedule
-//   metadata at the 32-aligned buckets of the flattened rows (max_num_seqs x q). Not the seed's:
+//   metadata at the 32-aligned buckets of the flattened rows (the largest decode batch x q). Not the seed's:
 //   what fixing it would add.
 //
 // Each warmer reports its call and kernel counts, the compile seconds (sum over compiles; in

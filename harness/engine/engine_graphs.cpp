@@ -558,10 +558,10 @@ void Engine::drafter_dummy_run(const ForwardBatch& batch, bool capturing) {
   // EagleProposer.dummy_run: num_speculative_tokens forwards of the same num_tokens, one while
   // the runner captures; model forwards only (no logits, no attention metadata).
   const int forwards = capturing ? 1 : num_speculative_tokens(scenario_.engine);
+  const at::Tensor stash = model_->mtp_target_hidden();
+  const int64_t width = stash.defined() ? stash.size(1) : scenario_.model.hidden_size;
   for (int f = 0; f < forwards; ++f) {
     ForwardState st;
-    const at::Tensor stash = model_->mtp_target_hidden();
-    const int64_t width = stash.defined() ? stash.size(1) : scenario_.model.hidden_size;
     st.target_hidden = at::zeros({batch.num_tokens, width},
                                  at::TensorOptions().dtype(at::kBFloat16).device(device()));
     run_pieces(*drafter_, static_cast<size_t>(model_->num_layers()), st, batch);

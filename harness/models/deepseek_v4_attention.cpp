@@ -34,6 +34,7 @@
 #include "harness/kernels/deepgemm/deepgemm_indexer.h"
 #include "harness/models/deepseek_v4.h"
 #include "harness/models/mixer.h"
+#include "harness/runtime/host_upload.h"
 #include "harness/runtime/workspace.h"
 
 namespace coldstart {
@@ -212,7 +213,8 @@ class DeepseekV4Attention final : public Mixer {
     const int64_t rows = Td / next_n;  // requests, or every query on its own when flattened
     const auto opt = qbytes.options();
     int64_t max_len = 1;
-    std::vector<int32_t> lens_h, req_of_row;
+    std::vector<int32_t> lens_h;
+    std::vector<int64_t> req_of_row;
     for (int r = 0; r < B; ++r) {
       const int64_t L = batch.context_lens[r] + batch.query_lens[r];
       max_len = std::max(max_len, L);
@@ -222,15 +224,11 @@ class DeepseekV4Attention final : public Mixer {
       }
     }
     const bool meta = ctx_.device.is_meta();
-    const auto to_dev = [&](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
-      if (meta) return at::empty(shape, opt.dtype(at::kInt));
-      return at::tensor(v, at::kInt).view(shape).to(ctx_.device);
-    };
-    const at::Tensor lens = to_dev(lens_h, {rows, next_n});
+    const at::Tensor lens = upload(lens_h, at::kInt, ctx_.device).view({rows, next_n});
     at::Tensor table = batch.block_table.narrow(0, 0, B);
     if (rows != B) {  // flattened: each query row takes its request's block-table row
       table = meta ? at::empty({rows, table.size(1)}, table.options())
-                   : table.index({to_dev(req_of_row, {rows}).to(at::kLong)});
+                   : table.index({upload(req_of_row, at::kLong, ctx_.device)});
     }
     at::Tensor sched = at::empty({target_.num_sms + 1, 2}, opt.dtype(at::kInt));
     dg::get_paged_mqa_logits_metadata(*ctx_.jit, target_, lens, block_, sched);
@@ -278,11 +276,7 @@ class DeepseekV4Attention final : public Mixer {
         base += static_cast<int>(S);
       }
     }
-    const auto host_i32 = [&](const std::vector<int32_t>& v) {
-      if (meta) return at::empty({static_cast<int64_t>(v.size())}, opt.dtype(at::kInt));
-      return at::tensor(v, at::kInt).to(ctx_.device);
-    };
-    const at::Tensor ks_t = host_i32(ks), ke_t = host_i32(ke);
+    const at::Tensor ks_t = upload(ks, at::kInt, ctx_.device), ke_t = upload(ke, at::kInt, ctx_.device);
     at::Tensor logits = at::empty({N, std::max<int64_t>(total, 1)}, opt.dtype(at::kFloat));
     // clean_logits False, as vLLM's sparse_attn_indexer and TokenSpeed call it: the columns
     // outside each row's range are masked before the top-k (here with torch operations).
