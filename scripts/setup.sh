@@ -26,6 +26,9 @@ for p in build-essential cmake ninja-build git pkg-config libcli11-dev libfmt-de
   have_pkg "$p" || need+=("$p")
 done
 if ! torch_from_python && ! have_pkg libtorch-dev; then need+=(libtorch-dev); fi
+# Gloo's headers: Debian's libtorch ships ProcessGroupGloo.hpp, which includes them (engine.ranks:
+# all uses c10d's Gloo backend where they are installed; harness/dist/rank_group.h).
+if ! torch_from_python && ! have_pkg libgloo-dev; then need+=(libgloo-dev); fi
 
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}" >&2

@@ -1,0 +1,90 @@
+#include "harness/dist/stalls.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace coldstart::dist {
+
+nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_stall_ms) {
+  nlohmann::json per_rank = nlohmann::json::array();
+  size_t common = ranks.empty() ? 0 : SIZE_MAX;
+  for (const auto& r : ranks) common = std::min(common, r.records.size());
+  std::vector<int> last_arrivals(ranks.size(), 0);
+
+  // Steps in the order they first appear on rank 0's records.
+  using StepKey = std::tuple<std::string, int, int>;
+  struct Step {
+    StepKey key;
+    int collectives = 0;
+    double stall_ms = 0;
+    double worst_ms = -1;
+    int last_rank = -1;
+    std::vector<double> wait_ms;
+  };
+  std::vector<Step> steps;
+  std::map<StepKey, size_t> index;
+  for (size_t s = 0; s < common; ++s) {
+    const CollectiveRecord& lead = ranks[0].records[s];
+    const StepKey key{lead.phase, lead.request, lead.step};
+    auto [it, fresh] = index.emplace(key, steps.size());
+    if (fresh) steps.push_back({key, 0, 0, -1, -1, std::vector<double>(ranks.size(), 0.0)});
+    Step& st = steps[it->second];
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    size_t last_i = 0;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const CollectiveRecord& c = ranks[i].records[s];
+      first = std::min(first, c.arrive_ns);
+      if (c.arrive_ns > last) {
+        last = c.arrive_ns;
+        last_i = i;
+      }
+      if (c.depart_ns > 0) st.wait_ms[i] += (c.depart_ns - c.arrive_ns) / 1e6;
+    }
+    const double stall = (last - first) / 1e6;
+    ++st.collectives;
+    st.stall_ms += stall;
+    if (ranks.size() > 1) ++last_arrivals[last_i];
+    if (stall > st.worst_ms) {
+      st.worst_ms = stall;
+      st.last_rank = ranks[last_i].rank;
+    }
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    double wait = 0;
+    for (const auto& c : ranks[i].records)
+      if (c.depart_ns > 0) wait += (c.depart_ns - c.arrive_ns) / 1e6;
+    per_rank.push_back({{"rank", ranks[i].rank},
+                        {"collectives", ranks[i].records.size()},
+                        {"wait_ms", wait},
+                        {"last_arrivals", last_arrivals[i]}});
+  }
+  nlohmann::json out_steps = nlohmann::json::array();
+  for (const Step& st : steps) {
+    nlohmann::json why = nlohmann::json::array();
+    int autotunes = 0;
+    for (const auto& r : ranks) {
+      if (r.rank != st.last_rank) continue;
+      for (size_t s = 0; s < common; ++s) {
+        const CollectiveRecord& c = r.records[s];
+        if (StepKey{c.phase, c.request, c.step} != st.key) continue;
+        autotunes += c.autotunes;
+        for (const auto& n : c.compiles)
+          why.push_back({{"kernel", n.kernel}, {"key", n.key}, {"compile_ms", n.compile_ms}});
+      }
+    }
+    if (st.stall_ms < min_stall_ms && why.empty() && autotunes == 0) continue;
+    out_steps.push_back({{"phase", std::get<0>(st.key)},
+                         {"request", std::get<1>(st.key)},
+                         {"step", std::get<2>(st.key)},
+                         {"collectives", st.collectives},
+                         {"stall_ms", st.stall_ms},
+                         {"last_rank", st.last_rank},
+                         {"wait_ms", st.wait_ms},
+                         {"why", why},
+                         {"autotunes", autotunes}});
+  }
+  return {{"per_rank", per_rank}, {"steps", out_steps}};
+}
+
+}  // namespace coldstart::dist

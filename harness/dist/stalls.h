@@ -1,0 +1,33 @@
+// Which rank the others waited for, and why: the analysis of every rank's collective records
+// (rank_group.h) that the multi-rank replay adds to its result. Torch-free.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "harness/dist/rank_group.h"
+
+namespace coldstart::dist {
+
+/// One rank's records, as its process reported them.
+struct RankRecords {
+  int rank = 0;
+  std::vector<CollectiveRecord> records;
+};
+
+/// The ranks' collectives matched by sequence number (a collective some rank never reached is
+/// left out). Returns
+///   {"per_rank": [{rank, collectives, wait_ms, last_arrivals}],
+///    "steps": [{phase, request, step, collectives, stall_ms, last_rank, wait_ms: [per rank],
+///               why: [{kernel, key, compile_ms}], autotunes}]}
+/// where a collective's stall is its latest arrival minus its earliest (milliseconds, the time
+/// the first rank to arrive waited for the last); a step's stall_ms sums its collectives', its
+/// last_rank is the rank that arrived last at its largest stall, and `why` lists the compiles
+/// that rank ran before its arrivals in that step (so a stall caused by a hot-path compile
+/// names the kernel). wait_ms is each rank's time inside the collectives (departure minus
+/// arrival). Steps whose stall_ms is below `min_stall_ms` and whose last rank compiled nothing
+/// are left out of "steps".
+nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_stall_ms = 1.0);
+
+}  // namespace coldstart::dist
