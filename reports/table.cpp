@@ -16,6 +16,38 @@ namespace coldstart::reports {
 
 namespace {
 
+/// The `ranks` block of a multi-rank result (harness/cli/ranks_run.h) as a few lines: a row per
+/// rank, then the step with the largest stall and who arrived last, and why.
+std::string ranks_summary(const std::string& who, const nlohmann::json& ranks) {
+  std::string out = fmt::format("ranks of {}: {} ranks, {} backend, collective timeout {} ms\n", who,
+                                ranks.value("world", 0), ranks.value("backend", std::string("?")),
+                                ranks.value("collective_timeout_ms", 0LL));
+  out += "  rank  outcome  hot-path compiles  collectives  wait ms (host)  arrived last\n";
+  for (const auto& pr : ranks.value("per_rank", nlohmann::json::array()))
+    out += fmt::format("  {:>4}  {:<7}  {:>17}  {:>11}  {:>14.1f}  {:>12}\n", pr.value("rank", -1),
+                       pr.value("outcome", std::string("?")), pr.value("hot_path_compiles", 0),
+                       pr.value("collectives", 0), pr.value("wait_ms", 0.0),
+                       pr.value("last_arrivals", 0));
+  const nlohmann::json steps = ranks.value("steps", nlohmann::json::array());
+  const nlohmann::json* worst = nullptr;
+  for (const auto& st : steps)
+    if (worst == nullptr || st.value("stall_ms", 0.0) > worst->value("stall_ms", 0.0)) worst = &st;
+  if (worst != nullptr) {
+    const int request = worst->value("request", -1);
+    std::string where = worst->value("phase", std::string("?"));
+    if (request >= 0) where += fmt::format(" (request {}, step {})", request, worst->value("step", -1));
+    std::string why;
+    for (const auto& c : worst->value("why", nlohmann::json::array()))
+      why += fmt::format("{}{} {:.0f} ms", why.empty() ? "" : ", ",
+                         c.value("kernel", std::string("?")), c.value("compile_ms", 0.0));
+    out += fmt::format("  largest stall: {}: {:.1f} ms over {} collectives; rank {} arrived last{}\n",
+                       where, worst->value("stall_ms", 0.0), worst->value("collectives", 0),
+                       worst->value("last_rank", -1),
+                       why.empty() ? " (it compiled nothing there)" : " after compiling " + why);
+  }
+  return out;
+}
+
 constexpr const char* kReset = "\033[0m";
 constexpr const char* kBold = "\033[1m";
 constexpr const char* kRed = "\033[1;31m";
@@ -219,6 +251,13 @@ std::string render_table(const RunResults& raw_run, bool color) {
                         kBold) +
            "\n";
     for (const auto& [what, text] : v.lines) out += fmt::format("  {}: {}\n", what, text);
+  }
+
+  // Multi-rank runs (engine.ranks: all): each rank's compiles and waits, and the worst stall.
+  for (const StrategyResult* r : rows) {
+    const auto it = r->extra.find("ranks");
+    if (it == r->extra.end() || !it->is_object()) continue;
+    out += "\n" + ranks_summary(label(*r), *it);
   }
 
   // Warmers that found nothing to do (the strategy may equal `none` without saying so

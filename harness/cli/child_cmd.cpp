@@ -11,6 +11,8 @@
 #include <iostream>
 
 #include "harness/cli/child_job.h"
+#include "harness/cli/ranks_run.h"
+#include "harness/dist/ranks.engine_keys.h"
 #include "harness/cli/replay_options.h"
 #include "harness/cli/run_inputs.h"
 #include "harness/replay/engine_keys.h"
@@ -21,6 +23,13 @@ namespace coldstart::cli {
 
 StrategyResult run_in_process(const ChildJob& job,
                               std::function<void(const StrategyResult&, const std::string&)> on_snapshot) {
+  if (replays_all_ranks(job.scenario.engine))
+    return job.rank == 0 ? run_all_ranks(job, std::move(on_snapshot))
+                         : run_one_rank(job, std::move(on_snapshot));
+  return run_engine(job, std::move(on_snapshot), nullptr);
+}
+
+StrategyResult run_engine(const ChildJob& job, SnapshotFn on_snapshot, dist::RankGroup* group) {
   const Scenario& s = job.scenario;
   const std::string& variant = s.variants.at(0).name;
   EngineOptions o;
@@ -49,6 +58,7 @@ StrategyResult run_in_process(const ChildJob& job,
   o.host_split = job.host_split;
   o.run_stale_graph_replays = job.graph_replay_stale == "run";
   o.on_snapshot = std::move(on_snapshot);
+  o.ranks = group;
   if (job.verbose) o.on_log = [](const std::string& l) { std::cerr << "  | " << l << "\n"; };
   Engine engine(s, job.strategy, variant, o);
   return engine.run();

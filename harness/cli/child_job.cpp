@@ -33,7 +33,10 @@ void to_json(json& j, const ChildJob& job) {
            {"seed", job.seed},
            {"verbose", job.verbose},
            {"host_split", job.host_split},
-           {"graph_replay_stale", job.graph_replay_stale}};
+           {"graph_replay_stale", job.graph_replay_stale},
+           {"rank", job.rank},
+           {"rendezvous_port", job.rendezvous_port},
+           {"rank_dir", job.rank_dir}};
 }
 
 void from_json(const json& j, ChildJob& job) {
@@ -53,6 +56,9 @@ void from_json(const json& j, ChildJob& job) {
   j.at("verbose").get_to(job.verbose);
   j.at("host_split").get_to(job.host_split);
   j.at("graph_replay_stale").get_to(job.graph_replay_stale);
+  j.at("rank").get_to(job.rank);
+  j.at("rendezvous_port").get_to(job.rendezvous_port);
+  j.at("rank_dir").get_to(job.rank_dir);
   if (job.graph_replay_stale != "stop" && job.graph_replay_stale != "run")
     throw Error("graph_replay_stale '" + job.graph_replay_stale + "' is neither stop nor run");
   // What the parent always writes; a hand-edited job that breaks it is refused here.

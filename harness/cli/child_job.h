@@ -33,6 +33,10 @@ struct ChildJob {
   bool verbose = false;    ///< -v: the engine's log lines go to stderr
   bool host_split = false;  ///< --host-split: EngineOptions::host_split
   std::string graph_replay_stale = "stop";  ///< --graph-replay-stale: stop or run
+  /// engine.ranks: all (ranks_run.h): this process's rank; 0 starts the others.
+  int rank = 0;
+  int rendezvous_port = 0;  ///< ranks > 0: the port of rank 0's c10d TCPStore
+  std::string rank_dir;     ///< ranks > 0: the run's rank directory (jobs, published states)
 };
 
 void to_json(nlohmann::json& j, const ChildJob& job);

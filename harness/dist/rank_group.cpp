@@ -126,6 +126,7 @@ struct RankGroup::Impl {
   std::vector<CollectiveRecord> records;
   std::string phase = "init";
   int request = -1, step = -1;
+  std::function<Where()> where;
   std::mutex mu;  // guards pending compiles and the published state
   std::vector<CompileNote> pending;
   int pending_autotunes = 0;
@@ -244,6 +245,11 @@ void RankGroup::set_step(const std::string& phase, int request, int step) {
   impl_->step = step;
 }
 
+void RankGroup::set_where(std::function<Where()> where) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->where = std::move(where);
+}
+
 void RankGroup::compile_started(const std::string& kernel, const std::string& key) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->compiling = kernel + " " + key;
@@ -272,6 +278,18 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
   rec.seq = static_cast<int64_t>(m.records.size());
   rec.op = "all_reduce";
   rec.site = site;
+  std::function<Where()> where;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    where = m.where;
+  }
+  if (where) {  // outside the lock: it asks the engine
+    const Where w = where();
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.phase = w.phase;
+    m.request = w.request;
+    m.step = w.step;
+  }
   {
     std::lock_guard<std::mutex> lock(m.mu);
     rec.phase = m.phase;
@@ -302,7 +320,7 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
     // plain failure of the collective.
     if (waited_ms >= 0.9 * static_cast<double>(m.o.timeout.count()))
       throw CollectiveTimeoutError(text);
-    throw Error(text);
+    throw CollectiveError(text);
   };
   std::vector<int64_t> out;
   try {
@@ -336,7 +354,7 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
         }
       }
     }
-  } catch (const CollectiveTimeoutError&) {
+  } catch (const CollectiveError&) {
     throw;
   } catch (const std::exception& e) {
     return fail(e);

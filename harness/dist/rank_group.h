@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,11 +61,17 @@ struct CollectiveRecord {
 void to_json(nlohmann::json& j, const CollectiveRecord& r);
 void from_json(const nlohmann::json& j, CollectiveRecord& r);
 
-/// A collective that did not complete within the group's timeout: the engine's watchdog would
-/// abort the process. The text is the backend's error, then the ranks that had not arrived.
-class CollectiveTimeoutError : public Error {
+/// A collective that failed as torch.distributed raises it in the engine (a peer that went away).
+class CollectiveError : public Error {
  public:
   using Error::Error;
+};
+
+/// A collective that did not complete within the group's timeout: the engine's watchdog would
+/// abort the process. The text is the backend's error, then the ranks that had not arrived.
+class CollectiveTimeoutError : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
 };
 
 /// Whether this build has c10d's Gloo backend.
@@ -83,6 +90,13 @@ class Rendezvous {
   static std::unique_ptr<Rendezvous> connect(int port, int world, std::chrono::milliseconds timeout);
   virtual ~Rendezvous() = default;
   virtual int port() const = 0;
+};
+
+/// Where the engine is: what a collective record carries.
+struct Where {
+  std::string phase;
+  int request = -1;
+  int step = -1;
 };
 
 /// How one rank joins its group.
@@ -119,6 +133,8 @@ class RankGroup {
 
   /// The phase and scheduler step the next collectives belong to.
   void set_step(const std::string& phase, int request, int step);
+  /// Or: asked at each collective (replaces set_step's values; the engine's JIT monitor knows).
+  void set_where(std::function<Where()> where);
   /// A compile starts / ended on this rank (thread-safe); published for the others' timeout
   /// messages and attached to the next collective's record.
   void compile_started(const std::string& kernel, const std::string& key);

@@ -6,6 +6,8 @@
 // (result snapshots, first-time costs, the device meta block).
 #include "harness/engine/engine.h"
 
+#include "harness/dist/rank_group.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -49,7 +51,8 @@ bool engine_raised(const std::exception& e) {
   if (dynamic_cast<const WorkspaceLockedError*>(&e) || dynamic_cast<const jit::HotPathCompileError*>(&e) ||
       dynamic_cast<const WorkspaceOverflowError*>(&e) || dynamic_cast<const StaleGraphReplayError*>(&e) ||
       dynamic_cast<const jit::CaptureUnsupportedError*>(&e) ||
-      dynamic_cast<const KvCacheMemoryError*>(&e) || dynamic_cast<const DeviceOutOfMemoryError*>(&e))
+      dynamic_cast<const KvCacheMemoryError*>(&e) || dynamic_cast<const DeviceOutOfMemoryError*>(&e) ||
+      dynamic_cast<const dist::CollectiveError*>(&e))
     return true;
   return std::string(e.what()).find("CUDA out of memory") != std::string::npos;
 }
@@ -298,6 +301,8 @@ StrategyResult Engine::run() {
     log("error in " + current_phase_ + ": " + *result_.error);
   } catch (const std::exception& e) {
     const bool crash = engine_raised(e);
+    if (dynamic_cast<const dist::CollectiveTimeoutError*>(&e))
+      result_.extra["collective_timeout"] = true;
     result_.outcome = crash ? Outcome::kCrash : Outcome::kError;
     result_.error = crash ? error_text(e) : "harness fault: " + error_text(e);
     if (crash && result_.error->find("CUDA out of memory") != std::string::npos)
@@ -353,6 +358,19 @@ void Engine::do_init() {
   };
   jit_ = std::make_unique<jit::JitRuntime>(jo);
   jit_->monitor().set_phase("init");
+  if (dist::RankGroup* g = options_.ranks) {
+    // What this rank compiles is published (a peer's timeout names it) and attached to its
+    // next collective (the stall analysis names it); collectives carry the phase and step.
+    jit_->monitor().set_before_compile_hook(
+        [g](const jit::CompileKey& k) { g->compile_started(k.kernel, k.str()); });
+    jit_->monitor().set_observer([g](const jit::CompileRecord& r) {
+      g->compile_finished(r.kernel, r.key, r.compile_ms);
+    });
+    g->set_where([this] {
+      const StepContext st = jit_->monitor().step();
+      return dist::Where{jit_->monitor().phase(), st.request, st.step};
+    });
+  }
   // Moves of graph-referenced buffers are charged to the phase and scheduler step running.
   // During graph capture the phase names the capture size being warmed up or captured.
   ledger_.set_where([this] {
@@ -395,6 +413,7 @@ void Engine::do_init() {
   ctx.engine = &scenario_.engine;
   ctx.prefill_attention_spans = sdpa_spans_.get();
   ctx.shared_buffers = &shared_buffers_;
+  ctx.ranks = options_.ranks;
   mixer_ctx_ = ctx;
   model_ = make_model(scenario_.model, ctx);
   if (uses_mtp_drafter(scenario_.engine)) {

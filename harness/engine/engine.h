@@ -28,6 +28,9 @@
 #include "warmers/warmup_context.h"
 
 namespace coldstart {
+namespace dist {
+class RankGroup;
+}  // namespace dist
 
 /// How to run one engine.
 struct EngineOptions {
@@ -48,6 +51,10 @@ struct EngineOptions {
   std::function<void(const StrategyResult&, const std::string& current_phase)> on_snapshot;
   /// Progress lines for the terminal (what runs now).
   std::function<void(const std::string&)> on_log;
+  /// engine.ranks: all: this process's rank (joined before the engine runs; the caller keeps it
+  /// and reports its records). The model issues its collectives through it, the engine meets
+  /// the ranks once per graph replay. nullptr: one process.
+  dist::RankGroup* ranks = nullptr;
 };
 
 /// The device part of a result's `meta` block, carried in each result's extra["meta"] (the parent
@@ -124,6 +131,9 @@ class Engine final : public WarmupContext {
   /// One model step: graph replay when a captured size fits, else eager. Returns sampled token
   /// ids (host; zeros in compile-only mode), one per request.
   std::vector<int64_t> execute(const ForwardBatch& batch);
+  /// With every rank replayed: the ranks meet once after a replay of `graph` (its captured
+  /// all-reduces); no-op otherwise.
+  void meet_ranks_after_graph(const std::string& graph);
   /// Every piece and mixer eagerly; returns the final hidden states [N, H].
   at::Tensor run_eager(const ForwardBatch& batch);
   /// The pieces of `model` and its mixers (mixers_[first_mixer + i] for its plan entry i)

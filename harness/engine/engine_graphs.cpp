@@ -14,6 +14,7 @@
 #include "harness/engine/engine_internal.h"
 #include "harness/models/spec_decode.engine_keys.h"
 #include "harness/runtime/host_upload.h"
+#include "harness/dist/rank_group.h"
 
 namespace coldstart {
 
@@ -422,6 +423,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
       const std::optional<StaleReference> stale = check_replay(g.ledger_id);
       g.graph->replay();
       if (stale) finish_stale_replay(*stale);
+      meet_ranks_after_graph(step_graph_);
       return finish(g.hidden);
     }
   }
@@ -441,6 +443,7 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
       g.graphs[i].replay();
       if (model_spans_) model_spans_->end();
       if (stale) finish_stale_replay(*stale);
+      if (i > 0) meet_ranks_after_graph(fmt::format("{} piece {}", step_graph_, i));
       if (i == L) break;
       std::vector<at::Tensor> in;
       for (const at::Tensor& t : g.states[i].mixer_in) in.push_back(t.narrow(0, 0, N));
@@ -454,6 +457,13 @@ std::vector<int64_t> Engine::execute(const ForwardBatch& batch) {
   step_graph_ = "eager";
   step_eager_reason_ = eager_reason(batch);
   return finish(run_eager(batch));
+}
+
+void Engine::meet_ranks_after_graph(const std::string& graph) {
+  // A captured graph holds its all-reduces (NCCL captures them; tp_all_reduce issues nothing
+  // while capturing), so its replay is where the ranks meet: once per replay.
+  if (options_.ranks != nullptr && options_.ranks->world() > 1)
+    options_.ranks->all_reduce({1}, "cudagraph replay " + graph);
 }
 
 std::vector<SeqStep> Engine::dummy_verify_seqs(int num_tokens, bool drafts) const {

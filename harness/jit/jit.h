@@ -266,6 +266,9 @@ class JitMonitor {
   void record(CompileRecord rec);
   /// Optional observer, called after each record (the replay streams compiles to its parent).
   void set_observer(std::function<void(const CompileRecord&)> fn);
+  /// Optional hook, called with each key as its NVRTC compile is about to start (before the
+  /// kError check), from the compiling thread (a multi-rank replay publishes what it compiles).
+  void set_before_compile_hook(std::function<void(const CompileKey&)> fn);
   std::vector<CompileRecord> records() const;
   /// Sum of compile_ms over records [first, end): the compile time of what happened since
   /// num_records() was `first`; with `reused_only`, of the compiles the compile memo served.
@@ -317,6 +320,7 @@ class JitMonitor {
   std::vector<AutotuneRecord> autotunes_;
   std::vector<std::string> warnings_;
   std::function<void(const CompileRecord&)> observer_;
+  std::function<void(const CompileKey&)> before_compile_hook_;
   int parallel_scope_ = 0;    ///< the open ParallelCompiles scope's id, 0 when none is open
   int parallel_threads_ = 1;  ///< its threads
   int scopes_opened_ = 0;

@@ -47,6 +47,12 @@ void JitMonitor::before_compile(const CompileKey& key) { before_compile(key, Com
 void JitMonitor::before_compile(const CompileKey& key, const CompileRecord& provenance) {
   std::string phase;
   StepContext step;
+  std::function<void(const CompileKey&)> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hook = before_compile_hook_;
+  }
+  if (hook) hook(key);  // outside the lock, as the observer
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!active_ || mode_ != MonitorMode::kError) return;
@@ -91,6 +97,11 @@ void JitMonitor::record(CompileRecord rec) {
     observer = observer_;
   }
   if (observer) observer(rec);  // outside the lock: the observer may call back into the monitor
+}
+
+void JitMonitor::set_before_compile_hook(std::function<void(const CompileKey&)> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  before_compile_hook_ = std::move(fn);
 }
 
 void JitMonitor::set_observer(std::function<void(const CompileRecord&)> fn) {

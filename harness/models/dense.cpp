@@ -20,7 +20,7 @@ struct DenseLayerWeights {
 
 class DenseModel final : public Model {
  public:
-  DenseModel(const ModelConfig& c, const MixerContext& ctx) : c_(c), device_(ctx.device) {
+  DenseModel(const ModelConfig& c, const MixerContext& ctx) : c_(c), ctx_(ctx), device_(ctx.device) {
     has_qk_norm_ = c.model_type == "qwen3";
     const int tp = ctx.engine ? ctx.engine->tensor_parallel_size : 1;
     std::vector<ScenarioProblem> ignored;  // the family's check reports them
@@ -82,12 +82,14 @@ class DenseModel final : public Model {
       // Rest of layer i-1: output projection, residual, MLP.
       const DenseLayerWeights& w = layers_[i - 1];
       at::Tensor attn = at::linear(st.mixer_out, w.o_proj);
+      tp_all_reduce(ctx_, attn, i - 1, "o_proj");  // RowParallelLinear's reduce_results
       st.residual = attn + st.residual;
       at::Tensor h = rms_norm(st.residual, w.post_norm, c_.rms_norm_eps);
       at::Tensor gu = at::linear(h, w.gate_up);
       const int64_t I = c_.intermediate_size;
       at::Tensor act = at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I);
       st.hidden = at::linear(act, w.down);
+      tp_all_reduce(ctx_, st.hidden, i - 1, "down_proj");
     }
     if (i == L) {
       st.residual = st.hidden + st.residual;
@@ -114,6 +116,7 @@ class DenseModel final : public Model {
 
  private:
   ModelConfig c_;
+  MixerContext ctx_;
   c10::Device device_;
   bool has_qk_norm_ = false;
   at::Tensor embed_, final_norm_, lm_head_, rope_;

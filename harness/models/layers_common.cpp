@@ -8,9 +8,19 @@
 #include <limits>
 
 #include "harness/common/paths.h"
+#include "harness/dist/rank_group.h"
+#include "harness/jit/jit.h"
+#include "harness/models/mixer.h"
 #include "harness/replay/hf_config.h"
 
 namespace coldstart {
+
+void tp_all_reduce(const MixerContext& ctx, const at::Tensor& t, int layer, const char* site) {
+  (void)t;  // one device or none: the bytes are not moved (rank_group.h)
+  if (ctx.ranks == nullptr || ctx.ranks->world() < 2) return;
+  if (ctx.jit != nullptr && !ctx.jit->capturing_graph().empty()) return;
+  ctx.ranks->all_reduce({1}, fmt::format("layer {} {}", layer, site));
+}
 
 namespace {
 

@@ -42,6 +42,16 @@ bool config_bool(const ConfigView& c, const char* key, bool fallback);
 
 /// RMSNorm over the last dimension, computed in float32: x / rms(x) * weight, in x's dtype.
 /// x [..., H] (any float dtype), weight [H]. eps is added to mean(x^2).
+struct MixerContext;
+
+/// The all-reduce a tensor-parallel engine issues over `t` at `site` (vLLM's
+/// tensor_model_parallel_all_reduce in RowParallelLinear with reduce_results, and after its fused
+/// MoE), when the replay runs every rank (ctx.ranks set). The ranks meet in the collective; the
+/// activations are not summed (every rank shares one device or none: rank_group.h). Inside a
+/// graph capture nothing is issued: the engine meets the ranks once per graph replay instead
+/// (Engine::execute). Throws dist::CollectiveTimeoutError when a rank does not arrive in time.
+void tp_all_reduce(const MixerContext& ctx, const at::Tensor& t, int layer, const char* site);
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// The zero-centred RMSNorm (vLLM's GemmaRMSNorm, used by Qwen3-Next): x / rms(x) * (1 + weight).

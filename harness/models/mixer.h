@@ -26,6 +26,10 @@
 #include "harness/runtime/workspace.h"
 
 namespace coldstart {
+namespace dist {
+class RankGroup;
+}  // namespace dist
+
 
 /// One step's batch as the model runner builds it (vLLM's input batch + attention metadata).
 /// Tokens of all requests are packed back to back: request r owns rows
@@ -150,6 +154,9 @@ struct MixerContext {
   /// Persistent buffers the layers of one engine share by key (a metadata builder's scratch,
   /// which vLLM keeps once per KV cache group, not per layer); nullptr = each layer its own.
   std::map<std::string, at::Tensor>* shared_buffers = nullptr;
+  /// With engine.ranks: all, this process's rank in its group; the model issues the engines'
+  /// collectives through it (tp_all_reduce, layers_common.h). nullptr: one process, none issued.
+  dist::RankGroup* ranks = nullptr;
 };
 
 /// A buffer a backend keeps besides the KV cache and its per-call temporaries' ordinary

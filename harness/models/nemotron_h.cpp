@@ -22,9 +22,10 @@
 // QKVParallelLinear splits them (KV heads replicated when fewer than ranks); Mamba heads split,
 // groups split when tp divides n_groups, else (n_groups == 1 only) replicated; expert
 // intermediate (FusedMoE), shared-expert and MLP widths split; router and latent projections
-// replicated; embedding and LM head kept whole. No collective is replayed: the all-reduces after
-// out_proj / o_proj / the MoE and the all-reduce inside the gated norm for n_groups == 1 are left
-// out (their cost is not a first-request cost this harness measures).
+// replicated; embedding and LM head kept whole. With engine.ranks: all the ranks meet in the
+// all-reduces after out_proj / o_proj / the MoE / the MLP (tp_all_reduce: RowParallelLinear's
+// reduce_results, FusedMoE's); the all-reduce inside the gated norm for n_groups == 1 is left
+// out.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -333,12 +334,14 @@ class NemotronHModel final : public Model {
     } else {
       const int l = mixer_layers_[i - 1];
       st.hidden = after_mixer(l, st);
+      tp_all_reduce(ctx_, st.hidden, l, d_.pattern[l] == '*' ? "o_proj" : "out_proj");
       next_layer = l + 1;
     }
     const int stop = i < P ? mixer_layers_[i] : static_cast<int>(d_.pattern.size());
     for (int l = next_layer; l < stop; ++l) {  // E and - layers: no mixer
       const at::Tensor h = pre_norm(l, st);
       st.hidden = d_.pattern[l] == 'E' ? moe(layers_[l], h) : mlp(layers_[l], h);
+      tp_all_reduce(ctx_, st.hidden, l, d_.pattern[l] == 'E' ? "moe" : "mlp down_proj");
     }
     st.carry.clear();
     if (i == P) {

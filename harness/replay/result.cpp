@@ -208,7 +208,8 @@ bool operator==(const CompileEvent& a, const CompileEvent& b) {
   return a.kernel == b.kernel && a.key == b.key && same(a.compile_ms, b.compile_ms) &&
          a.phase == b.phase && a.source == b.source && a.selector == b.selector &&
          a.tuning_key == b.tuning_key && a.config == b.config &&
-         a.num_candidates == b.num_candidates && a.reused == b.reused && a.step == b.step;
+         a.num_candidates == b.num_candidates && a.reused == b.reused && a.rank == b.rank &&
+         a.step == b.step;
 }
 
 bool operator==(const WorkspaceStats& a, const WorkspaceStats& b) {
@@ -280,6 +281,7 @@ void to_json(json& j, const CompileEvent& v) {
     j["num_candidates"] = v.num_candidates;
   }
   if (v.reused) j["reused"] = true;
+  if (v.rank >= 0) j["rank"] = v.rank;
   if (v.step.request >= 0) {
     j["request"] = v.step.request;
     j["wave"] = v.step.wave;
@@ -305,6 +307,7 @@ void from_json(const json& j, CompileEvent& v) {
   constexpr long long kMaxCount = 1LL << 30;
   v.num_candidates = static_cast<int>(int_in(j, "num_candidates", 0, 0, kMaxCount));
   v.reused = value_or<bool>(j, "reused", false);
+  v.rank = static_cast<int>(int_in(j, "rank", -1, -1, 1 << 16));
   v.step = StepContext{};
   v.step.request = static_cast<int>(int_in(j, "request", -1, -1, kMaxCount));
   if (v.step.request >= 0) {

@@ -79,6 +79,8 @@ struct CompileEvent {
   /// "step" and "batch": {"tokens", "seqs", "mixed"}, and "drafter": {"pass", "tokens"} when a
   /// draft model's pass needed it); request -1 during startup.
   StepContext step;
+  /// engine.ranks: all: the rank that compiled it (JSON `rank`); -1 (left out) otherwise.
+  int rank = -1;
 };
 
 /// Workspace manager figures. JSON: {locked_bytes, peak_requested_bytes, num_slots}.
