@@ -28,21 +28,34 @@ std::string ranks_summary(const std::string& who, const nlohmann::json& ranks) {
                        pr.value("outcome", std::string("?")), pr.value("hot_path_compiles", 0),
                        pr.value("collectives", 0), pr.value("wait_ms", 0.0),
                        pr.value("last_arrivals", 0));
+  // The largest stall of startup and of the request steps, each with who arrived last and what
+  // it compiled there (kernel x count, total ms).
   const nlohmann::json steps = ranks.value("steps", nlohmann::json::array());
-  const nlohmann::json* worst = nullptr;
-  for (const auto& st : steps)
-    if (worst == nullptr || st.value("stall_ms", 0.0) > worst->value("stall_ms", 0.0)) worst = &st;
-  if (worst != nullptr) {
+  for (bool requests : {false, true}) {
+    const nlohmann::json* worst = nullptr;
+    for (const auto& st : steps) {
+      if ((st.value("request", -1) >= 0) != requests) continue;
+      if (worst == nullptr || st.value("stall_ms", 0.0) > worst->value("stall_ms", 0.0)) worst = &st;
+    }
+    if (worst == nullptr) continue;
     const int request = worst->value("request", -1);
     std::string where = worst->value("phase", std::string("?"));
     if (request >= 0) where += fmt::format(" (request {}, step {})", request, worst->value("step", -1));
+    std::vector<std::pair<std::string, std::pair<int, double>>> kernels;
+    for (const auto& c : worst->value("why", nlohmann::json::array())) {
+      const std::string k = c.value("kernel", std::string("?"));
+      auto it = std::find_if(kernels.begin(), kernels.end(), [&](const auto& e) { return e.first == k; });
+      if (it == kernels.end()) it = kernels.insert(kernels.end(), {k, {0, 0.0}});
+      it->second.first += 1;
+      it->second.second += c.value("compile_ms", 0.0);
+    }
     std::string why;
-    for (const auto& c : worst->value("why", nlohmann::json::array()))
-      why += fmt::format("{}{} {:.0f} ms", why.empty() ? "" : ", ",
-                         c.value("kernel", std::string("?")), c.value("compile_ms", 0.0));
-    out += fmt::format("  largest stall: {}: {:.1f} ms over {} collectives; rank {} arrived last{}\n",
-                       where, worst->value("stall_ms", 0.0), worst->value("collectives", 0),
-                       worst->value("last_rank", -1),
+    for (const auto& [k, n] : kernels)
+      why += fmt::format("{}{}{} {:.0f} ms", why.empty() ? "" : ", ", k,
+                         n.first > 1 ? fmt::format(" x{}", n.first) : "", n.second);
+    out += fmt::format("  largest {} stall: {}: {:.1f} ms over {} collectives; rank {} arrived last{}\n",
+                       requests ? "request-step" : "startup", where, worst->value("stall_ms", 0.0),
+                       worst->value("collectives", 0), worst->value("last_rank", -1),
                        why.empty() ? " (it compiled nothing there)" : " after compiling " + why);
   }
   return out;

@@ -87,5 +87,67 @@ TEST_F(ReplayE2E, StoreBackendAndRankZeroOnly) {
   EXPECT_NE(read_text(out).find("engine.ranks"), std::string::npos) << read_text(out);
 }
 
+/// Expert parallelism over 4 ranks with vLLM's normal_routing simulation: each rank's fused-MoE
+/// M is its own routed count, so ranks 0 and 3 (the tails of the distribution, about 25 of 48
+/// prompt tokens) compile the small-M GEMMs in the first prefill and ranks 1 and 2 do not; the
+/// stall analysis names a compiling rank as the last to arrive. The warmer's dummy steps leave
+/// nothing to compile on any rank.
+TEST_F(ReplayE2E, ExpertParallelRanksCompileTheirOwnMClasses) {
+  auto by = replay("scenarios/nemotron-3-nano-ep4-ranks.yaml", "--strategy mamba");
+  ASSERT_EQ(by.size(), 1u);
+  const StrategyResult& r = by.at("mamba []");
+  ASSERT_EQ(r.outcome, Outcome::kOk) << r.error.value_or("");
+  std::map<int, std::set<std::string>> moe_keys;  // rank -> the fused-MoE keys of its prefill
+  for (const auto& c : r.hot_path_compiles)
+    if (c.kernel == "fused_moe_gemm" && c.phase == "prefill") moe_keys[c.rank].insert(c.key);
+  EXPECT_EQ(moe_keys.size(), 2u);
+  EXPECT_EQ(moe_keys[0].size(), 2u) << "w13 and w2 GEMMs";
+  EXPECT_EQ(moe_keys[0], moe_keys[3]);
+  EXPECT_FALSE(moe_keys.count(1));
+  EXPECT_FALSE(moe_keys.count(2));
+  // Their tuning keys are the routed counts (M = 25 and 26 of 48 with this seed).
+  for (const auto& c : r.hot_path_compiles)
+    if (c.kernel == "fused_moe_gemm") EXPECT_LT(std::stoi(c.tuning_key.substr(2)), 32) << c.tuning_key;
+  const nlohmann::json& ranks = r.extra.at("ranks");
+  EXPECT_EQ(ranks.at("world"), 4);
+  bool prefill = false;
+  for (const auto& st : ranks.at("steps")) {
+    if (st.at("phase") != "prefill") continue;
+    prefill = true;
+    const int last = st.at("last_rank").get<int>();
+    EXPECT_GT(st.at("stall_ms").get<double>(), 0.0);
+    // The last rank compiled there (every rank compiles the attention kernels in that step).
+    EXPECT_FALSE(st.at("why").empty()) << "rank " << last;
+  }
+  EXPECT_TRUE(prefill) << ranks.dump();
+
+  // The router's scores need a GPU: compile-only mode without a simulation is `error`, named.
+  const std::string json = paths::join(dir_, "no_sim.json");
+  EXPECT_EQ(run_coldstart("replay scenarios/nemotron-3-nano-ep4-ranks.yaml --device compile-only "
+                          "--arch sm_90 --strategy mamba --set engine.moe_routing_simulation=none "
+                          "--json " + json),
+            1) << "a harness error: exit 1";
+  const auto no_sim = cli::read_any_results(json);
+  ASSERT_EQ(no_sim.size(), 1u);
+  ASSERT_EQ(no_sim[0].results.size(), 1u);
+  const StrategyResult& e = no_sim[0].results[0];
+  EXPECT_EQ(e.outcome, Outcome::kError);
+  EXPECT_NE(e.error.value_or("").find("set engine.moe_routing_simulation"), std::string::npos)
+      << e.error.value_or("");
+
+  // Refused before anything runs: EP without every rank, or with graphs.
+  const std::string out = paths::join(dir_, "bad.txt");
+  for (const char* set : {"--set engine.ranks=rank0", "--set engine.cudagraph_mode=piecewise"}) {
+    EXPECT_EQ(run_coldstart(std::string("replay scenarios/nemotron-3-nano-ep4-ranks.yaml "
+                                        "--device compile-only --arch sm_90 ") + set, out),
+              2) << set;
+    EXPECT_NE(read_text(out).find(std::string(set).find("ranks") != std::string::npos
+                                      ? "engine.enable_expert_parallel"
+                                      : "engine.cudagraph_mode"),
+              std::string::npos)
+        << read_text(out);
+  }
+}
+
 }  // namespace
 }  // namespace coldstart

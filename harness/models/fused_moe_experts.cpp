@@ -59,6 +59,7 @@ fused_moe::MoeShape shape_of(const MoeSpec& s) {
   m.activation = s.activation == MoeActivation::kRelu2 ? fused_moe::Activation::kRelu2NoMul
                                                        : fused_moe::Activation::kSilu;
   m.use_grouped_topk = s.routing == MoeRouting::kSigmoidGroupedTopk;
+  m.has_expert_map = s.expert_map;
   m.n_group = s.n_group;
   m.topk_group = s.topk_group;
   m.routed_scaling_factor = 1.0f;  // a routed scale applies to the output (moe_layer_forward)

@@ -5,8 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "harness/common/error.h"
+#include "harness/dist/rank_group.h"
+#include "harness/runtime/host_upload.h"
 
 namespace coldstart {
 namespace {
@@ -37,6 +41,11 @@ const char* routing_name(MoeRouting r) {
 }
 
 // A bf16 matrix [rows, cols] with a contiguous innermost dimension (rows / cols < 0: any).
+/// The rest of an MoE layer after its routed experts (routed [M, L]): routed scale, output
+/// latent, shared expert, into out [M, H].
+void finish_layer(const at::Tensor& hidden, at::Tensor routed, const MoeLayerWeights& w,
+                  double routed_scale, const at::Tensor& out);
+
 void check_matrix(const char* arg, const at::Tensor& t, int64_t rows, int64_t cols) {
   if (!t.defined()) fail(arg, "is undefined");
   if (t.scalar_type() != at::kBFloat16 || t.dim() != 2) {
@@ -128,6 +137,132 @@ void moe_layer_forward(MoeExperts& experts, const at::Tensor& hidden,
   experts.route(router_logits, w.correction_bias, topk_w, topk_ids);
   const at::Tensor x = latent ? at::linear(hidden, w.input_latent) : hidden;
   at::Tensor routed = experts.forward(x, topk_w, topk_ids, w.experts);
+  finish_layer(hidden, routed, w, routed_scale, out);
+}
+
+namespace {
+
+/// vLLM's routing simulation on the host (moe.engine_keys.h): ids [m * top_k], weights alike.
+void simulate_routing(const MoeExpertParallel& ep, int64_t m, int top_k, std::vector<int32_t>& ids,
+                      std::vector<float>& weights) {
+  // One stream per (seed, layer, call): every rank draws the same routing.
+  std::seed_seq seq{static_cast<uint32_t>(ep.seed), static_cast<uint32_t>(ep.seed >> 32),
+                    static_cast<uint32_t>(ep.layer), static_cast<uint32_t>(ep.call),
+                    static_cast<uint32_t>(ep.call >> 32)};
+  std::mt19937_64 gen(seq);
+  const int64_t E = ep.global_experts;
+  ids.resize(static_cast<size_t>(m * top_k));
+  weights.assign(ids.size(), 1.0f);
+  if (ep.simulation == "uniform_random") {
+    std::uniform_int_distribution<int64_t> pick(0, E - 1);
+    for (auto& id : ids) id = static_cast<int32_t>(pick(gen));
+    return;
+  }
+  CS_CHECK(ep.simulation == "normal_routing", "unknown routing simulation " + ep.simulation);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (auto& id : ids) {
+    const double sig = 1.0 / (1.0 + std::exp(-normal(gen)));
+    id = static_cast<int32_t>(std::clamp<int64_t>(static_cast<int64_t>(sig * E), 0, E - 1));
+  }
+  for (int64_t t = 0; t < m; ++t) {
+    double sum = 0;
+    for (int j = 0; j < top_k; ++j) {
+      const double a = std::abs(normal(gen));
+      weights[static_cast<size_t>(t * top_k + j)] = static_cast<float>(a);
+      sum += a;
+    }
+    for (int j = 0; j < top_k; ++j)
+      weights[static_cast<size_t>(t * top_k + j)] /= static_cast<float>(sum > 0 ? sum : 1.0);
+  }
+}
+
+}  // namespace
+
+void moe_layer_forward_ep(MoeExperts& local, const MoeExpertParallel& ep, const at::Tensor& hidden,
+                          const at::Tensor& router_logits, const MoeLayerWeights& w,
+                          double routed_scale, const at::Tensor& out) {
+  CS_CHECK(ep.ranks != nullptr, "expert parallelism needs the rank group");
+  const MoeSpec& s = local.spec();
+  const int world = ep.ranks->world(), rank = ep.ranks->rank();
+  if (ep.global_experts != s.num_experts * world)
+    fail("ep.global_experts", fmt::format("{} is not {} local experts x {} ranks",
+                                          ep.global_experts, s.num_experts, world));
+  check_matrix("hidden", hidden, -1, -1);
+  if (!hidden.is_contiguous()) fail("hidden", "must be contiguous");
+  const int64_t m = hidden.size(0);
+  check_matrix("out", out, m, hidden.size(1));
+  const int k = s.top_k;
+  const bool meta = hidden.is_meta();
+  // Every token's top-k over the global experts, on the host.
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  if (ep.simulation != "none") {
+    simulate_routing(ep, m, k, ids, weights);
+  } else {
+    if (meta)
+      throw InputError(
+          "expert parallelism in compile-only mode: tokens are routed by the router's scores, "
+          "which need the GPU; set engine.moe_routing_simulation (uniform_random or "
+          "normal_routing) to replay it without one");
+    CS_CHECK(ep.router != nullptr, "expert parallelism without a simulation needs the router");
+    const auto opts = hidden.options();
+    const at::Tensor topk_w = at::empty({m, k}, opts.dtype(at::kFloat));
+    const at::Tensor topk_ids = at::empty({m, k}, opts.dtype(at::kInt));
+    ep.router->route(router_logits, w.correction_bias, topk_w, topk_ids);
+    const at::Tensor ids_h = topk_ids.cpu(), w_h = topk_w.cpu();
+    ids.assign(ids_h.data_ptr<int32_t>(), ids_h.data_ptr<int32_t>() + ids_h.numel());
+    weights.assign(w_h.data_ptr<float>(), w_h.data_ptr<float>() + w_h.numel());
+  }
+  // The tokens this rank receives, their choices as local ids (-1: another rank's expert).
+  const int64_t first = rank * s.num_experts;
+  std::vector<int64_t> rows;
+  std::vector<int32_t> local_ids;
+  std::vector<float> local_w;
+  for (int64_t t = 0; t < m; ++t) {
+    bool mine = false;
+    for (int j = 0; j < k; ++j) {
+      const int64_t e = ids[static_cast<size_t>(t * k + j)] - first;
+      mine |= e >= 0 && e < s.num_experts;
+    }
+    if (!mine) continue;
+    rows.push_back(t);
+    for (int j = 0; j < k; ++j) {
+      const int64_t e = ids[static_cast<size_t>(t * k + j)] - first;
+      local_ids.push_back(e >= 0 && e < s.num_experts ? static_cast<int32_t>(e) : -1);
+      local_w.push_back(weights[static_cast<size_t>(t * k + j)]);
+    }
+  }
+  const int64_t mr = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> counts(static_cast<size_t>(world), 0);
+  counts[static_cast<size_t>(rank)] = mr;
+  ep.ranks->all_reduce(counts, fmt::format("layer {} moe dispatch", ep.layer));
+  const bool latent = w.input_latent.defined();
+  const at::Tensor x = latent ? at::linear(hidden, w.input_latent) : hidden;
+  const c10::Device dev = hidden.device();
+  at::Tensor xr, tw, ti;
+  if (meta) {
+    xr = at::empty({mr, x.size(1)}, x.options());
+    tw = at::empty({mr, k}, x.options().dtype(at::kFloat));
+    ti = at::empty({mr, k}, x.options().dtype(at::kInt));
+  } else {
+    xr = x.index_select(0, upload(rows, at::kLong, dev)).contiguous();
+    tw = upload(local_w, at::kFloat, dev).view({mr, k});
+    ti = upload(local_ids, at::kInt, dev).view({mr, k});
+  }
+  const at::Tensor routed_r = local.forward(xr, tw, ti, w.experts);
+  ep.ranks->all_reduce(counts, fmt::format("layer {} moe combine", ep.layer));
+  at::Tensor routed = at::zeros({m, routed_r.size(1)}, routed_r.options());
+  if (!meta && mr > 0) routed.index_copy_(0, upload(rows, at::kLong, dev), routed_r);
+  finish_layer(hidden, routed, w, routed_scale, out);
+}
+
+namespace {
+
+void finish_layer(const at::Tensor& hidden, at::Tensor routed, const MoeLayerWeights& w,
+                  double routed_scale, const at::Tensor& out) {
+  const bool latent = w.input_latent.defined();
+  const bool shared = w.shared_up.defined();
+  const bool gated = w.shared_activation == MoeActivation::kSiluGated;
   // MoERunner._maybe_apply_routed_scale_to_output (vLLM 01cb30845063): fused_output *=
   // routed_scaling_factor, in the activations' dtype.
   if (routed_scale != 1.0) routed.mul_(routed_scale);
@@ -150,5 +285,7 @@ void moe_layer_forward(MoeExperts& experts, const at::Tensor& hidden,
   }
   at::add_out(o, at::linear(act, w.shared_down), y);
 }
+
+}  // namespace
 
 }  // namespace coldstart

@@ -57,6 +57,9 @@ struct MoeSpec {
   /// The experts' weight format, which picks the backend: "bf16" | "fp8_block128" (FP8 e4m3 with
   /// one float32 scale per 128x128 block).
   std::string weight_format = "bf16";
+  /// Expert parallelism: this rank holds num_experts of more, and ids of other ranks' experts
+  /// arrive as -1 (vLLM's expert_map).
+  bool expert_map = false;
 
   /// "moe(E=512,N=512,H=2048,top_k=10,bf16)"-style summary for messages.
   std::string summary() const;
@@ -149,6 +152,34 @@ struct MoeLayerWeights {
 void moe_layer_forward(MoeExperts& experts, const at::Tensor& hidden,
                        const at::Tensor& router_logits, const MoeLayerWeights& w,
                        double routed_scale, const at::Tensor& out);
+
+/// Expert parallelism for moe_layer_forward_ep: the rank's group and how tokens are routed.
+struct MoeExpertParallel {
+  dist::RankGroup* ranks = nullptr;  ///< required; rank r owns experts [r * E / world, ...)
+  MoeExperts* router = nullptr;      ///< routes over every expert (a spec of the global count);
+                                     ///< unused under a routing simulation
+  int64_t global_experts = 0;        ///< E over all ranks
+  /// "none": the router; "uniform_random" / "normal_routing": vLLM's routing simulation
+  /// (moe.engine_keys.h), drawn on the host from `seed`, `layer` and `call`.
+  std::string simulation = "none";
+  uint64_t seed = 0;
+  int layer = 0;
+  uint64_t call = 0;  ///< this layer's forward count (the draw differs per call, not per rank)
+};
+
+/// moe_layer_forward under expert parallelism, as an all-to-all dispatch runs it (DeepEP's
+/// high-throughput mode in vLLM's modular kernels: each rank's experts see only the tokens routed
+/// to them): every rank routes all M tokens over the global experts, keeps the tokens with at
+/// least one expert of its own (M_r rows; its other choices become -1, which the grouped GEMM
+/// skips), meets the others in the dispatch, runs `local` (a spec of E / world experts) over
+/// its M_r rows, meets them in the combine, and writes its rows' routed output (zeros
+/// elsewhere) plus the shared expert into `out`. M_r is this rank's grouped-GEMM M: the config,
+/// and so the compile key, each rank selects. The ids must reach the host (a sync on the GPU;
+/// DeepEP's dispatch also returns its counts to the host). Throws InputError in compile-only mode without a simulation (the
+/// router's scores need the GPU) and as moe_layer_forward for bad shapes.
+void moe_layer_forward_ep(MoeExperts& local, const MoeExpertParallel& ep, const at::Tensor& hidden,
+                          const at::Tensor& router_logits, const MoeLayerWeights& w,
+                          double routed_scale, const at::Tensor& out);
 
 /// Registers a MoeBackendInfo built by the expression `info` at static-initialization time.
 #define CS_REGISTER_MOE_BACKEND(info) \

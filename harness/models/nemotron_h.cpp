@@ -31,6 +31,8 @@
 
 #include <cmath>
 
+#include "harness/dist/ranks.engine_keys.h"
+#include "harness/models/moe.engine_keys.h"
 #include "harness/models/recurrent_state.engine_keys.h"
 #include "harness/common/paths.h"
 #include "harness/models/layers_common.h"
@@ -44,6 +46,7 @@ namespace {
 struct NemotronDims {
   std::string pattern;  // one character per decoder layer
   int tp = 1;
+  int ep = 1;  // expert-parallel ranks (1: none; else tp)
   double eps = 1e-5;
   // attention
   AttentionShard attn;
@@ -144,8 +147,15 @@ NemotronDims nemotron_dims(const ModelConfig& c, const EngineConfig* e) {
   if (d.pattern.find('E') != std::string::npos) {
     d.experts = config_int(r, "n_routed_experts", 0);
     d.top_k = config_int(r, "num_experts_per_tok", 0);
-    d.moe_inter = shard_evenly(config_int(r, "moe_intermediate_size", 0), d.tp,
-                               "model.moe_intermediate_size", pr);
+    // Expert parallelism (moe.engine_keys.h): whole experts split over the ranks, each expert's
+    // intermediate width kept; else the width split (FusedMoE's TP sharding).
+    d.ep = e != nullptr && expert_parallel(*e) ? d.tp : 1;
+    if (d.ep > 1 && d.experts % d.ep != 0)
+      pr.push_back({"engine.enable_expert_parallel",
+                    fmt::format("{} routed experts do not split over {} ranks", d.experts, d.ep)});
+    d.moe_inter = d.ep > 1 ? config_int(r, "moe_intermediate_size", 0)
+                           : shard_evenly(config_int(r, "moe_intermediate_size", 0), d.tp,
+                                          "model.moe_intermediate_size", pr);
     d.shared_inter = shard_evenly(config_int(r, "moe_shared_expert_intermediate_size", 0) *
                                       config_int(r, "n_shared_experts", 1, 0),
                                   d.tp, "model.moe_shared_expert_intermediate_size", pr);
@@ -204,7 +214,8 @@ class NemotronHModel final : public Model {
   std::vector<MoeSpec> moe_specs() const override {
     if (d_.experts <= 0) return {};
     MoeSpec s;
-    s.num_experts = d_.experts;
+    s.num_experts = d_.experts / d_.ep;  // this rank's
+    s.expert_map = d_.ep > 1;
     s.intermediate = d_.moe_inter;
     s.hidden = d_.moe_hidden(c_.hidden_size);
     if (d_.latent > 0) s.hidden_key = "model.moe_latent_size";
@@ -249,6 +260,7 @@ class NemotronHModel final : public Model {
   }
 
   int64_t load_weights(uint64_t seed) override {
+    seed_ = seed;
     WeightMaker m(device_);
     if (!device_.is_meta()) at::manual_seed(seed);
     const int64_t H = c_.hidden_size, V = c_.vocab_size;
@@ -277,8 +289,9 @@ class NemotronHModel final : public Model {
           w.fc1_latent = m.normal({L, H}, sh);
           w.fc2_latent = m.normal({H, L}, inv_sqrt(L));
         }
-        w.w13 = m.normal({d_.experts, d_.moe_inter, L}, inv_sqrt(L));
-        w.w2 = m.normal({d_.experts, L, d_.moe_inter}, inv_sqrt(d_.moe_inter));
+        const int64_t local = d_.experts / d_.ep;
+        w.w13 = m.normal({local, d_.moe_inter, L}, inv_sqrt(L));
+        w.w2 = m.normal({local, L, d_.moe_inter}, inv_sqrt(d_.moe_inter));
         w.shared_up = m.normal({d_.shared_inter, H}, sh);
         w.shared_down = m.normal({H, d_.shared_inter}, inv_sqrt(d_.shared_inter));
       } else {
@@ -294,6 +307,15 @@ class NemotronHModel final : public Model {
     if (d_.experts > 0) {
       moe_ = make_moe_experts(moe_specs().front(), ctx_);
       moe_->precompile();
+      if (d_.ep > 1 && moe_routing_simulation(*ctx_.engine) == "none") {
+        // The router's top-k runs over every expert, on every rank.
+        MoeSpec global = moe_specs().front();
+        global.num_experts = d_.experts;
+        global.expert_map = false;
+        moe_router_ = make_moe_experts(global, ctx_);
+        moe_router_->precompile();
+      }
+      moe_calls_.assign(d_.pattern.size(), 0);
     }
     return m.bytes();
   }
@@ -340,8 +362,10 @@ class NemotronHModel final : public Model {
     const int stop = i < P ? mixer_layers_[i] : static_cast<int>(d_.pattern.size());
     for (int l = next_layer; l < stop; ++l) {  // E and - layers: no mixer
       const at::Tensor h = pre_norm(l, st);
-      st.hidden = d_.pattern[l] == 'E' ? moe(layers_[l], h) : mlp(layers_[l], h);
-      tp_all_reduce(ctx_, st.hidden, l, d_.pattern[l] == 'E' ? "moe" : "mlp down_proj");
+      st.hidden = d_.pattern[l] == 'E' ? moe(l, layers_[l], h) : mlp(layers_[l], h);
+      // Under expert parallelism the combine returns each token's sum: no all-reduce.
+      if (d_.pattern[l] != 'E' || d_.ep == 1)
+        tp_all_reduce(ctx_, st.hidden, l, d_.pattern[l] == 'E' ? "moe" : "mlp down_proj");
     }
     st.carry.clear();
     if (i == P) {
@@ -403,7 +427,7 @@ class NemotronHModel final : public Model {
   // the float32 router (GateLinear), then the MoE layer: sigmoid + correction-bias grouped top-k,
   // fc1_latent_proj / fc2_latent_proj around the relu2 routed experts, the routed output scaled
   // by routed_scaling_factor, plus the relu2 shared expert.
-  at::Tensor moe(const Weights& w, const at::Tensor& h) {
+  at::Tensor moe(int l, const Weights& w, const at::Tensor& h) {
     const at::Tensor logits = at::linear(h.to(at::kFloat), w.router);  // [M, E] float32
     MoeLayerWeights mw;
     mw.correction_bias = w.bias;
@@ -414,13 +438,28 @@ class NemotronHModel final : public Model {
     mw.shared_down = w.shared_down;
     mw.shared_activation = MoeActivation::kRelu2;
     at::Tensor out = at::empty_like(h);
-    moe_layer_forward(*moe_, h, logits, mw, d_.routed_scaling, out);
+    if (d_.ep > 1 && ctx_.ranks != nullptr) {
+      MoeExpertParallel ep;
+      ep.ranks = ctx_.ranks;
+      ep.router = moe_router_.get();
+      ep.global_experts = d_.experts;
+      ep.simulation = moe_routing_simulation(*ctx_.engine);
+      ep.seed = seed_;
+      ep.layer = l;
+      ep.call = moe_calls_.at(static_cast<size_t>(l))++;
+      moe_layer_forward_ep(*moe_, ep, h, logits, mw, d_.routed_scaling, out);
+    } else {
+      moe_layer_forward(*moe_, h, logits, mw, d_.routed_scaling, out);
+    }
     return out;
   }
 
   ModelConfig c_;
   NemotronDims d_;
   MixerContext ctx_;
+  uint64_t seed_ = 0;                       // the run's seed (routing simulation draws)
+  std::unique_ptr<MoeExperts> moe_router_;  // EP with the router: top-k over every expert
+  std::vector<uint64_t> moe_calls_;         // per layer: MoE forwards so far (EP draws)
   c10::Device device_;
   std::vector<int> mixer_layers_;
   bool first_layer_ = true;
@@ -432,6 +471,19 @@ class NemotronHModel final : public Model {
 std::vector<ScenarioProblem> check_nemotron(const ModelConfig& c, const EngineConfig& e) {
   NemotronDims d = nemotron_dims(c, &e);
   std::vector<ScenarioProblem> out = std::move(d.problems);
+  if (d.ep > 1 && !replays_all_ranks(e))
+    out.push_back({"engine.enable_expert_parallel",
+                   "expert parallelism is replayed with every rank (engine.ranks: all): one rank "
+                   "alone cannot tell which tokens the others send it"});
+  if (d.ep > 1 && e.cudagraph_mode != CudaGraphMode::kNone)
+    out.push_back({"engine.cudagraph_mode",
+                   "expert parallelism's dispatch is replayed eagerly only (each rank's token "
+                   "counts reach the host, as DeepEP's high-throughput dispatch returns them); "
+                   "set cudagraph_mode: none"});
+  if (d.ep == 1 && moe_routing_simulation(e) != "none")
+    out.push_back({"engine.moe_routing_simulation",
+                   "is replayed under expert parallelism only (engine.enable_expert_parallel: "
+                   "true with tensor_parallel_size > 1)"});
   return out;
 }
 

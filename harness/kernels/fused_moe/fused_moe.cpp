@@ -47,7 +47,7 @@ std::string unsupported_launch(const MoeShape& s, const jit::KernelConfig& cfg, 
   if (pairs > kMaxI32)
     return fmt::format("{} tokens x top_k {} = {} (token, expert) pairs: past the kernels' "
                        "32-bit counts", M, s.top_k, pairs);
-  const bool naive = uses_naive_block_assignment(M, s.top_k, s.num_experts);
+  const bool naive = !s.has_expert_map && uses_naive_block_assignment(M, s.top_k, s.num_experts);
   const int64_t sorted = naive ? 0 : max_num_tokens_padded(pairs, s.num_experts, blk.block_m);
   // w13's GEMM reads M rows of hidden with top_k experts each; w2's reads the pairs with one.
   const struct {
@@ -235,7 +235,7 @@ Alignment prepare_expert_assignment(jit::JitRuntime& rt, const MoeShape& s,
   const CallSite fn{kFamily, "prepare_expert_assignment"};
   check_shape(fn, s);
   check(fn, "topk_ids", topk_ids, at::kInt, 2, Layout::kContiguous);
-  if (!uses_naive_block_assignment(topk_ids.size(0), s.top_k, s.num_experts)) {
+  if (s.has_expert_map || !uses_naive_block_assignment(topk_ids.size(0), s.top_k, s.num_experts)) {
     return align_block_size(rt, s, topk_ids, block_m);
   }
   Alignment out;  // vLLM: (None, topk_ids.view(-1), full((1,), numel * BLOCK_SIZE_M))
@@ -404,7 +404,11 @@ void fused_experts_with(jit::JitRuntime& rt, const MoeShape& s, const jit::Selec
   } else {
     relu2_no_mul(cache2, cache1.view({m * s.top_k, n}));
   }
-  const at::Tensor cache3 = at::empty({m, s.top_k, s.hidden}, opts);
+  // With an expert map the pairs of other ranks' experts (-1) are skipped at the alignment and
+  // never written: they must add zero in moe_sum. (vLLM aligns over the global ids instead and
+  // its kernel writes zeros for the blocks of experts that map to -1.)
+  const at::Tensor cache3 = s.has_expert_map ? at::zeros({m, s.top_k, s.hidden}, opts)
+                                             : at::empty({m, s.top_k, s.hidden}, opts);
   gemm(rt, sel.config, cache2, w2, cache3, topk_weights, asg, true, 1);
   moe_sum(rt, cache3, out);
 }

@@ -47,6 +47,10 @@ struct MoeShape {
   /// The factor grouped_topk multiplies the weights by (vLLM's router routed_scaling_factor).
   /// NemotronH passes 1.0 here and scales the routed output instead (nemotron_moe).
   float routed_scaling_factor = 1.0f;
+  /// The layer has an expert map (expert parallelism: global ids outside this rank's experts map
+  /// to -1). vLLM takes the naive block assignment only when expert_map is None
+  /// (_prepare_expert_assignment in fused_moe.py), so it is off here.
+  bool has_expert_map = false;
 };
 
 /// A served model's routed experts (kernels/model_shapes.h) as a MoeShape: renormalized top-k;

@@ -1,0 +1,56 @@
+// moe-ep-warmup: coldstart's own warmer (no engine ships it) for expert parallelism. Under an
+// all-to-all dispatch each rank's grouped-GEMM M is the number of tokens routed to its experts
+// (moe_layer_forward_ep), so the fused-MoE config a rank selects (vLLM's tuned table or
+// get_default_config by M, and with it the compile key) follows each step's routing: ranks of
+// one step need different kernels, and a rank whose M class no startup step reached compiles
+// on the hot path while the others wait in the dispatch. vLLM's startup reaches the classes its
+// dummy batches happen to route to each rank (the profile run at max_num_batched_tokens, capture
+// warmups at the capture sizes). This warmer runs eager dummy steps of 1, 2, 4, ...,
+// max_num_batched_tokens synthetic tokens in the null block, so every rank's routed count passes
+// through the whole range of M classes before the first request.
+#include <fmt/format.h>
+
+#include "harness/models/moe.engine_keys.h"
+#include "warmers/warmer.h"
+#include "warmers/warmup_context.h"
+
+namespace coldstart {
+namespace {
+
+class MoeEpWarmup final : public Warmer {
+ public:
+  std::string name() const override { return "moe-ep-warmup"; }
+  std::string description() const override {
+    return "expert parallelism (coldstart's own): eager dummy steps of 1, 2, 4, ... "
+           "max_num_batched_tokens tokens, so each rank's routed M meets every fused-MoE config "
+           "class at startup";
+  }
+
+  void run(WarmupContext& ctx) override {
+    const EngineConfig& e = ctx.scenario().engine;
+    if (!expert_parallel(e)) {
+      ctx.skip("no expert parallelism (engine.enable_expert_parallel with tensor_parallel_size > "
+               "1): every rank's M is the step's token count, which the engine's own startup "
+               "covers");
+      return;
+    }
+    const int bs = e.block_size;
+    std::vector<int> sizes;
+    for (int n = 1; n < e.max_num_batched_tokens; n *= 2) sizes.push_back(n);
+    sizes.push_back(e.max_num_batched_tokens);
+    for (int n : sizes) {
+      SeqStep s;
+      s.context_len = 0;
+      s.query_len = n;
+      s.blocks.assign((n + bs - 1) / bs, 0);  // the null block, which no request uses
+      ctx.dummy_run({s});
+    }
+    ctx.report(fmt::format("{} eager dummy steps of 1 to {} tokens", sizes.size(), sizes.back()),
+               {{"steps", sizes}});
+  }
+};
+
+CS_REGISTER_WARMER(MoeEpWarmup);
+
+}  // namespace
+}  // namespace coldstart
