@@ -96,7 +96,8 @@ class TcpRendezvous final : public Rendezvous {
       store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
     } catch (const std::exception& e) {
       throw Error(fmt::format("{}:{}: c10d::TCPStore(127.0.0.1, port {}, {}) failed: {}",
-                              __FILE__, __LINE__, port, server ? "server" : "client", e.what()));
+                              __FILE__, __LINE__, port, server ? "server" : "client",
+                              first_line(e.what())));
     }
   }
   int port() const override { return store->getPort(); }
@@ -201,6 +202,24 @@ RankGroup::RankGroup(std::unique_ptr<Rendezvous> rv, GroupOptions options)
     std::lock_guard<std::mutex> lock(m.mu);
     m.publish_locked();
   }
+  {
+    // Every rank joins before anything else: the first collective's wait is then not the ranks'
+    // start-up skew, and Gloo's rendezvous (bounded by the collective timeout, which Gloo's
+    // operations take from the group's options) starts with every rank present.
+    try {
+      m.store->add("cs/joined", 1);
+      const int64_t deadline = monotonic_ns() + 120000LL * 1000000LL;
+      while (m.store->add("cs/joined", 0) < m.o.world) {
+        if (monotonic_ns() > deadline)
+          throw Error(fmt::format("only {} of {} ranks joined within 120 s",
+                                  m.store->add("cs/joined", 0), m.o.world));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{}:{}: rank {} of {} could not join the store: {}", __FILE__,
+                              __LINE__, m.o.rank, m.o.world, first_line(e.what())));
+    }
+  }
 #if CS_HAVE_GLOO
   if (m.backend == "gloo") {
     try {
@@ -211,7 +230,7 @@ RankGroup::RankGroup(std::unique_ptr<Rendezvous> rv, GroupOptions options)
           m.store, m.o.rank, m.o.world, opts);
     } catch (const std::exception& e) {
       throw Error(fmt::format("{}:{}: c10d::ProcessGroupGloo(rank {}, world {}) failed: {}",
-                              __FILE__, __LINE__, m.o.rank, m.o.world, e.what()));
+                              __FILE__, __LINE__, m.o.rank, m.o.world, first_line(e.what())));
     }
   }
 #endif
@@ -252,7 +271,8 @@ void RankGroup::set_where(std::function<Where()> where) {
 
 void RankGroup::compile_started(const std::string& kernel, const std::string& key) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->compiling = kernel + " " + key;
+  // A compile key's text starts with its kernel's name.
+  impl_->compiling = key.rfind(kernel, 0) == 0 ? key : kernel + " " + key;
   impl_->compiling_since_ns = monotonic_ns();
   impl_->publish_locked();
 }

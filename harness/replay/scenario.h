@@ -42,7 +42,9 @@
 //     tensor_parallel_size: 1          # default 1; 1..64. The replay runs ONE rank with the
 //                                      # per-rank shapes vLLM's sharding gives (heads, Mamba
 //                                      # heads / groups, expert intermediate; KV heads replicated
-//                                      # when fewer than ranks); no communication is replayed
+//                                      # when fewer than ranks), no communication; with
+//                                      # ranks: all (harness/dist/ranks.engine_keys.h) every rank
+//                                      # as a process, meeting in the engines' collectives
 //     tuned_config_dir: ../fixtures/tuned-configs   # and the other keys that a family, backend
 //                                      # or warmer reads: declared by their owners
 //                                      # (engine_keys.h; `coldstart list` prints them)
