@@ -28,6 +28,11 @@ std::string ranks_summary(const std::string& who, const nlohmann::json& ranks) {
                        pr.value("outcome", std::string("?")), pr.value("hot_path_compiles", 0),
                        pr.value("collectives", 0), pr.value("wait_ms", 0.0),
                        pr.value("last_arrivals", 0));
+  for (const auto& pr : ranks.value("per_rank", nlohmann::json::array())) {
+    const std::string err = pr.value("error", std::string());
+    if (!err.empty())
+      out += fmt::format("  rank {}: {}\n", pr.value("rank", -1), err.substr(0, err.find('\n')));
+  }
   // The largest stall of startup and of the request steps, each with who arrived last and what
   // it compiled there (kernel x count, total ms).
   const nlohmann::json steps = ranks.value("steps", nlohmann::json::array());
@@ -43,7 +48,8 @@ std::string ranks_summary(const std::string& who, const nlohmann::json& ranks) {
     if (request >= 0) where += fmt::format(" (request {}, step {})", request, worst->value("step", -1));
     std::vector<std::pair<std::string, std::pair<int, double>>> kernels;
     for (const auto& c : worst->value("why", nlohmann::json::array())) {
-      const std::string k = c.value("kernel", std::string("?"));
+      const std::string k = c.value("kernel", std::string("?")) +
+                            (c.value("source", std::string("nvrtc")) == "disk" ? " (loaded)" : "");
       auto it = std::find_if(kernels.begin(), kernels.end(), [&](const auto& e) { return e.first == k; });
       if (it == kernels.end()) it = kernels.insert(kernels.end(), {k, {0, 0.0}});
       it->second.first += 1;

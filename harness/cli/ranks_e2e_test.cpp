@@ -85,6 +85,15 @@ TEST_F(ReplayE2E, StoreBackendAndRankZeroOnly) {
                           out),
             2);
   EXPECT_NE(read_text(out).find("engine.ranks"), std::string::npos) << read_text(out);
+  // A dense model has no experts to split or route.
+  for (const char* key : {"engine.enable_expert_parallel=true",
+                          "engine.moe_routing_simulation=uniform_random"}) {
+    EXPECT_EQ(run_coldstart(std::string("replay scenarios/qwen3-8b-tp2-ranks.yaml --device "
+                                        "compile-only --arch sm_90 --set ") + key, out),
+              2) << key;
+    const std::string name = std::string(key).substr(0, std::string(key).find('='));
+    EXPECT_NE(read_text(out).find(name), std::string::npos) << read_text(out);
+  }
 }
 
 /// Expert parallelism over 4 ranks with vLLM's normal_routing simulation: each rank's fused-MoE

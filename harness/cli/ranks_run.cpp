@@ -160,19 +160,29 @@ StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::
     pr["outcome"] = outcome_name(x.outcome);
     if (x.error) pr["error"] = *x.error;
     if (x.failed_phase) pr["failed_phase"] = *x.failed_phase;
-    pr["hot_path_compiles"] = x.hot_path_compiles.size();
+    int loads = 0;
+    for (const auto& c : x.hot_path_compiles) loads += c.source == "disk" ? 1 : 0;
+    pr["hot_path_compiles"] = static_cast<int>(x.hot_path_compiles.size()) - loads;
+    pr["hot_path_loads"] = loads;
     pr["startup_compiles"] = x.startup_compiles;
     pr["ttft_ms"] = x.ttft_ms ? nlohmann::json(*x.ttft_ms) : nlohmann::json();
     per_rank.push_back(std::move(pr));
   }
   // The outcome: a watchdog's timeout first (the waiting rank's text names the culprit), then
   // the lowest rank that did not end ok.
+  // The earliest collective that timed out is the root: a later timeout, and every "peer left",
+  // follows from the rank that gave up on it.
   const StrategyResult* bad = nullptr;
-  for (const auto& x : ranks)
-    if (x.outcome != Outcome::kOk && x.extra.value("collective_timeout", false)) {
+  int64_t bad_seq = INT64_MAX;
+  for (const auto& x : ranks) {
+    const auto t = x.extra.find("collective_timeout");
+    if (x.outcome == Outcome::kOk || t == x.extra.end() || !t->is_object()) continue;
+    const int64_t seq = t->value("seq", INT64_MAX);
+    if (seq < bad_seq) {
       bad = &x;
-      break;
+      bad_seq = seq;
     }
+  }
   for (const auto& x : ranks)
     if (bad == nullptr && x.outcome != Outcome::kOk) bad = &x;
   if (bad != nullptr && bad != &ranks[0]) {

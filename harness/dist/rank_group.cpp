@@ -37,7 +37,8 @@ int64_t monotonic_ns() {
 void to_json(nlohmann::json& j, const CollectiveRecord& r) {
   nlohmann::json compiles = nlohmann::json::array();
   for (const auto& c : r.compiles)
-    compiles.push_back({{"kernel", c.kernel}, {"key", c.key}, {"compile_ms", c.compile_ms}});
+    compiles.push_back({{"kernel", c.kernel}, {"key", c.key}, {"compile_ms", c.compile_ms},
+                        {"source", c.source}});
   j = {{"seq", r.seq},         {"op", r.op},          {"site", r.site},
        {"phase", r.phase},     {"request", r.request}, {"step", r.step},
        {"arrive_ns", r.arrive_ns}, {"depart_ns", r.depart_ns}, {"compiles", compiles},
@@ -56,7 +57,8 @@ void from_json(const nlohmann::json& j, CollectiveRecord& r) {
   r.compiles.clear();
   for (const auto& c : j.at("compiles"))
     r.compiles.push_back({c.at("kernel").get<std::string>(), c.at("key").get<std::string>(),
-                          c.at("compile_ms").get<double>()});
+                          c.at("compile_ms").get<double>(),
+                          c.value("source", std::string("nvrtc"))});
   r.autotunes = j.at("autotunes").get<int>();
 }
 
@@ -270,7 +272,14 @@ void RankGroup::set_where(std::function<Where()> where) {
 }
 
 void RankGroup::compile_started(const std::string& kernel, const std::string& key) {
+  std::function<Where()> where;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    where = impl_->where;
+  }
+  const Where w = where ? where() : Where{};  // the phase the compile runs in, for the state file
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (where) impl_->phase = w.phase;
   // A compile key's text starts with its kernel's name.
   impl_->compiling = key.rfind(kernel, 0) == 0 ? key : kernel + " " + key;
   impl_->compiling_since_ns = monotonic_ns();
@@ -278,9 +287,9 @@ void RankGroup::compile_started(const std::string& kernel, const std::string& ke
 }
 
 void RankGroup::compile_finished(const std::string& kernel, const std::string& key,
-                                 double compile_ms) {
+                                 double compile_ms, const std::string& source) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->pending.push_back({kernel, key, compile_ms});
+  impl_->pending.push_back({kernel, key, compile_ms, source});
   if (!impl_->compiling.empty()) {
     impl_->compiling.clear();
     impl_->publish_locked();
@@ -330,17 +339,24 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
                                                 rec.step)
                                   : rec.phase;
     const double waited_ms = (monotonic_ns() - rec.arrive_ns) / 1e6;
-    const std::string text = fmt::format(
-        "[Rank {}] collective all_reduce #{} at '{}' ({}) did not complete: waited {:.0f} ms, "
-        "the process group's timeout is {} ms ({}: {}). Ranks that had not arrived: {}",
-        m.o.rank, rec.seq, site, where, waited_ms, m.o.timeout.count(), m.backend,
-        first_line(e.what()),
-        m.missing_ranks(rec.seq));
-    // A wait that ran to the timeout is the watchdog's case; a peer that went away first is a
-    // plain failure of the collective.
-    if (waited_ms >= 0.9 * static_cast<double>(m.o.timeout.count()))
-      throw CollectiveTimeoutError(text);
-    throw CollectiveError(text);
+    const std::string why = first_line(e.what());
+    // The backend says which it was: its wait ran out (the watchdog's case), or a peer went
+    // away first (a rank that crashed or timed out itself closes its connections).
+    const bool timed_out = why.find("imed out") != std::string::npos ||
+                           why.find("Timeout") != std::string::npos ||
+                           why.find("timeout") != std::string::npos;
+    if (timed_out)
+      throw CollectiveTimeoutError(
+          fmt::format("[Rank {}] collective all_reduce #{} at '{}' ({}) timed out: waited {:.0f} "
+                      "ms, the process group's timeout is {} ms ({}: {}). Ranks that had not "
+                      "arrived: {}",
+                      m.o.rank, rec.seq, site, where, waited_ms, m.o.timeout.count(), m.backend,
+                      why, m.missing_ranks(rec.seq)),
+          rec.seq);
+    throw CollectiveError(fmt::format(
+        "[Rank {}] collective all_reduce #{} at '{}' ({}) failed after {:.0f} ms: a peer left the "
+        "group ({}: {}). Ranks that had not arrived: {}",
+        m.o.rank, rec.seq, site, where, waited_ms, m.backend, why, m.missing_ranks(rec.seq)));
   };
   std::vector<int64_t> out;
   try {

@@ -42,6 +42,7 @@ struct CompileNote {
   std::string kernel;
   std::string key;
   double compile_ms = 0;  ///< host milliseconds the compile (or cache load) held the rank
+  std::string source = "nvrtc";  ///< "nvrtc" (compiled) or "disk" (loaded from the kernel cache)
 };
 
 /// One collective as one rank saw it. Times are CLOCK_MONOTONIC nanoseconds.
@@ -71,7 +72,8 @@ class CollectiveError : public Error {
 /// abort the process. The text is the backend's error, then the ranks that had not arrived.
 class CollectiveTimeoutError : public CollectiveError {
  public:
-  using CollectiveError::CollectiveError;
+  CollectiveTimeoutError(const std::string& text, int64_t seq) : CollectiveError(text), seq(seq) {}
+  int64_t seq;  ///< the collective that timed out (CollectiveRecord::seq)
 };
 
 /// Whether this build has c10d's Gloo backend.
@@ -138,7 +140,8 @@ class RankGroup {
   /// A compile starts / ended on this rank (thread-safe); published for the others' timeout
   /// messages and attached to the next collective's record.
   void compile_started(const std::string& kernel, const std::string& key);
-  void compile_finished(const std::string& kernel, const std::string& key, double compile_ms);
+  void compile_finished(const std::string& kernel, const std::string& key, double compile_ms,
+                        const std::string& source = "nvrtc");
   void autotuned();
 
   /// Every collective so far, in order.

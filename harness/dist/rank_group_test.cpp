@@ -147,7 +147,9 @@ TEST(RankGroup, TimeoutNamesTheRankThatIsStillCompiling) {
     }, &kids);
     std::printf("timeout text (%s): %s\n", backend.c_str(), text.c_str());
     EXPECT_TRUE(timed_out) << text;
-    EXPECT_NE(text.find("[Rank 0] collective all_reduce #1 at 'layer 3 o_proj'"), std::string::npos)
+    EXPECT_NE(text.find("[Rank 0] collective all_reduce #1 at 'layer 3 o_proj' (prefill, request 0, "
+                        "step 0) timed out"),
+              std::string::npos)
         << text;
     EXPECT_NE(text.find("timeout is 400 ms"), std::string::npos) << text;
     EXPECT_NE(text.find("rank 1 (pid"), std::string::npos) << text;

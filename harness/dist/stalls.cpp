@@ -70,7 +70,8 @@ nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_
         if (StepKey{c.phase, c.request, c.step} != st.key) continue;
         autotunes += c.autotunes;
         for (const auto& n : c.compiles)
-          why.push_back({{"kernel", n.kernel}, {"key", n.key}, {"compile_ms", n.compile_ms}});
+          why.push_back({{"kernel", n.kernel}, {"key", n.key}, {"compile_ms", n.compile_ms},
+                         {"source", n.source}});
       }
     }
     if (st.stall_ms < min_stall_ms && why.empty() && autotunes == 0) continue;

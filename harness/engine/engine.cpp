@@ -301,8 +301,8 @@ StrategyResult Engine::run() {
     log("error in " + current_phase_ + ": " + *result_.error);
   } catch (const std::exception& e) {
     const bool crash = engine_raised(e);
-    if (dynamic_cast<const dist::CollectiveTimeoutError*>(&e))
-      result_.extra["collective_timeout"] = true;
+    if (const auto* t = dynamic_cast<const dist::CollectiveTimeoutError*>(&e))
+      result_.extra["collective_timeout"] = {{"seq", t->seq}};
     result_.outcome = crash ? Outcome::kCrash : Outcome::kError;
     result_.error = crash ? error_text(e) : "harness fault: " + error_text(e);
     if (crash && result_.error->find("CUDA out of memory") != std::string::npos)
@@ -364,7 +364,7 @@ void Engine::do_init() {
     jit_->monitor().set_before_compile_hook(
         [g](const jit::CompileKey& k) { g->compile_started(k.kernel, k.str()); });
     jit_->monitor().set_observer([g](const jit::CompileRecord& r) {
-      g->compile_finished(r.kernel, r.key, r.compile_ms);
+      g->compile_finished(r.kernel, r.key, r.compile_ms, r.source);
     });
     g->set_where([this] {
       const StepContext st = jit_->monitor().step();

@@ -480,10 +480,7 @@ std::vector<ScenarioProblem> check_nemotron(const ModelConfig& c, const EngineCo
                    "expert parallelism's dispatch is replayed eagerly only (each rank's token "
                    "counts reach the host, as DeepEP's high-throughput dispatch returns them); "
                    "set cudagraph_mode: none"});
-  if (d.ep == 1 && moe_routing_simulation(e) != "none")
-    out.push_back({"engine.moe_routing_simulation",
-                   "is replayed under expert parallelism only (engine.enable_expert_parallel: "
-                   "true with tensor_parallel_size > 1)"});
+
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include "harness/common/paths.h"
 #include "harness/jit/nvrtc_archs.h"
 #include "harness/models/model.h"
+#include "harness/models/moe.engine_keys.h"
 #include "harness/models/spec_decode.engine_keys.h"
 
 namespace coldstart {
@@ -296,6 +297,14 @@ std::vector<ScenarioProblem> check_replayable(const Scenario& s, const Target* t
   ctx.engine = &s.engine;
   std::unique_ptr<Model> m = f->make(s.model, ctx);
   std::vector<MixerSpec> plan = m->layer_plan();
+  // Expert parallelism and vLLM's routing simulation need routed experts (moe.engine_keys.h).
+  if (e.string_key("enable_expert_parallel") == "true" && m->moe_specs().empty())
+    out.push_back({"engine.enable_expert_parallel",
+                   fmt::format("the {} family has no routed experts to split", f->name)});
+  if (moe_routing_simulation(e) != "none" && !expert_parallel(e))
+    out.push_back({"engine.moe_routing_simulation",
+                   "is replayed under expert parallelism only (engine.enable_expert_parallel: "
+                   "true with tensor_parallel_size > 1)"});
   if (uses_mtp_drafter(e)) {
     // vLLM's mtp method needs the checkpoint's MTP layers; the drafter's layers are checked with
     // the target's below.
