@@ -12,6 +12,7 @@
 
 #include "harness/cli/compare.h"
 #include "harness/common/paths.h"
+#include "harness/models/moe.engine_keys.h"
 #include "harness/engine/capture_policy.engine_keys.h"
 #include "harness/jit/driver.h"
 #include "harness/jit/nvrtc_archs.h"
@@ -49,6 +50,13 @@ ScenarioRules replay_rules(std::optional<Target> target) {
                           std::find(s.archs.begin(), s.archs.end(), target->arch) == s.archs.end();
     std::vector<ScenarioProblem> problems = check_replayable(s, target && !excluded ? &*target : nullptr);
     for (ScenarioProblem& p : check_capture_policy(s.engine)) problems.push_back(std::move(p));
+    // Known here: the target is known only in compile-only mode (known_target), where no router
+    // scores exist to route the experts of each rank by.
+    if (target && expert_parallel(s.engine) && moe_routing_simulation(s.engine) == "none")
+      problems.push_back({"engine.moe_routing_simulation",
+                          "none: under expert parallelism compile-only mode cannot route tokens by "
+                          "the router's scores (they need the GPU); set uniform_random or "
+                          "normal_routing (vLLM's routing simulation) to replay it without one"});
     // A warmer whose mixer backend is gone (renamed, removed) would find no layers and skip:
     // refused here, before anything runs.
     for (const StrategySpec& st : s.strategies)
