@@ -23,12 +23,13 @@ std::string ranks_summary(const std::string& who, const nlohmann::json& ranks) {
                                 ranks.value("world", 0), ranks.value("backend", std::string("?")),
                                 ranks.value("collective_timeout_ms", 0LL));
   out += "  rank  outcome  hot-path compiles  collectives  wait ms (host)  arrived last\n";
-  for (const auto& pr : ranks.value("per_rank", nlohmann::json::array()))
+  const nlohmann::json per_rank = ranks.value("per_rank", nlohmann::json::array());
+  for (const auto& pr : per_rank)
     out += fmt::format("  {:>4}  {:<7}  {:>17}  {:>11}  {:>14.1f}  {:>12}\n", pr.value("rank", -1),
                        pr.value("outcome", std::string("?")), pr.value("hot_path_compiles", 0),
                        pr.value("collectives", 0), pr.value("wait_ms", 0.0),
                        pr.value("last_arrivals", 0));
-  for (const auto& pr : ranks.value("per_rank", nlohmann::json::array())) {
+  for (const auto& pr : per_rank) {
     const std::string err = pr.value("error", std::string());
     if (!err.empty())
       out += fmt::format("  rank {}: {}\n", pr.value("rank", -1), err.substr(0, err.find('\n')));

@@ -29,11 +29,7 @@ class AotPrefillWarmup final : public Warmer {
     for (int size : ctx.scenario().engine.cudagraph_capture_sizes) {
       while (tokens <= size) tokens += bs;
     }
-    SeqStep s;
-    s.context_len = 0;
-    s.query_len = tokens;
-    s.blocks.assign((tokens + bs - 1) / bs, 0);  // the null block, which no request uses
-    ctx.dummy_run({s});
+    ctx.dummy_run({null_block_step(0, tokens, bs)});
     ctx.log(fmt::format("aot-prefill-warmup: one eager prefill step of {} tokens", tokens));
   }
 };

@@ -181,14 +181,7 @@ class MambaCachedPrefillWarmup final : public Warmer {
       return;
     }
     const int context = static_cast<int>(d.chunk_size) + 1;
-    auto seq = [&](int ctx_len, int q) {
-      SeqStep s;
-      s.context_len = ctx_len;
-      s.query_len = q;
-      s.blocks.assign((ctx_len + q + bs - 1) / bs, 0);  // the null block, which no request uses
-      return s;
-    };
-    SeqStep a = seq(0, fresh), b = seq(context, cont);
+    SeqStep a = null_block_step(0, fresh, bs), b = null_block_step(context, cont, bs);
     a.req_slot = 0;
     b.req_slot = 1;
     ctx.dummy_run({a, b});

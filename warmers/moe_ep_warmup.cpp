@@ -38,13 +38,7 @@ class MoeEpWarmup final : public Warmer {
     std::vector<int> sizes;
     for (int n = 1; n < e.max_num_batched_tokens; n *= 2) sizes.push_back(n);
     sizes.push_back(e.max_num_batched_tokens);
-    for (int n : sizes) {
-      SeqStep s;
-      s.context_len = 0;
-      s.query_len = n;
-      s.blocks.assign((n + bs - 1) / bs, 0);  // the null block, which no request uses
-      ctx.dummy_run({s});
-    }
+    for (int n : sizes) ctx.dummy_run({null_block_step(0, n, bs)});
     ctx.report(fmt::format("{} eager dummy steps of 1 to {} tokens", sizes.size(), sizes.back()),
                {{"steps", sizes}});
   }

@@ -46,4 +46,14 @@ class WarmupContext {
   virtual void report(const std::string& summary, const nlohmann::json& data) = 0;
 };
 
+/// A synthetic sequence of a warmer's dummy step: `query_len` new tokens after `context_len`
+/// cached ones, every block the null block 0 (which no request uses), request slot 0.
+inline SeqStep null_block_step(int context_len, int query_len, int block_size) {
+  SeqStep s;
+  s.context_len = context_len;
+  s.query_len = query_len;
+  s.blocks.assign((context_len + query_len + block_size - 1) / block_size, 0);
+  return s;
+}
+
 }  // namespace coldstart

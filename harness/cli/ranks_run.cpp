@@ -1,9 +1,7 @@
 #include "harness/cli/ranks_run.h"
 
 #include <fmt/format.h>
-#include <stdlib.h>
 
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -25,14 +23,6 @@ std::chrono::milliseconds collective_timeout(const EngineConfig& e) {
 
 /// How long a rank > 0 waits for rank 0's store, and rank 0 for every rank to join.
 constexpr std::chrono::milliseconds kJoinTimeout{120000};
-
-std::string make_rank_dir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = paths::join(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "cs-ranks-XXXXXX");
-  if (mkdtemp(tmpl.data()) == nullptr)
-    throw Error(fmt::format("cannot make the ranks' directory {}", tmpl));
-  return tmpl;
-}
 
 StrategyResult failed(const ChildJob& job, Outcome outcome, const std::string& error) {
   StrategyResult r;
@@ -67,12 +57,12 @@ StrategyResult run_all_ranks(const ChildJob& job, SnapshotFn on_snapshot) {
   const EngineConfig& e = job.scenario.engine;
   const int world = e.tensor_parallel_size;
   const std::string backend = dist::resolve_backend(e.string_key("distributed_backend"));
-  const std::string dir = make_rank_dir();
+  const paths::ScopedTempDir rank_dir("cs-ranks-");  // jobs and published states
+  const std::string& dir = rank_dir.path;
   std::unique_ptr<dist::Rendezvous> rv;
   try {
     rv = dist::Rendezvous::serve(world, kJoinTimeout);
   } catch (const std::exception& ex) {
-    std::filesystem::remove_all(dir);
     return failed(job, Outcome::kError, fmt::format("harness fault: {}", ex.what()));
   }
   // Ranks 1..N-1: children of this process (isolate::run_child, one thread each; a child dies
@@ -115,7 +105,6 @@ StrategyResult run_all_ranks(const ChildJob& job, SnapshotFn on_snapshot) {
     }
   }  // rank 0 keeps the store until every rank is done with it (RankGroup's destructor)
   for (auto& t : threads) t.join();
-  std::filesystem::remove_all(dir);
   return merge_rank_results(std::move(results), backend, collective_timeout(e).count());
 }
 
@@ -138,23 +127,23 @@ StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::
     records.push_back(std::move(rr));
   }
   const nlohmann::json stalls = dist::analyse_stalls(records);
+  // Rank 0's result with every rank's compiles, each tagged with its rank.
   StrategyResult out = ranks[0];
-  for (auto& c : out.hot_path_compiles) c.rank = 0;
-  for (auto& c : out.startup_compile_list) c.rank = 0;
+  out.hot_path_compiles.clear();
+  out.startup_compile_list.clear();
   out.startup_compiles = 0;
+  auto append = [](const std::vector<CompileEvent>& from, int rank,
+                   std::vector<CompileEvent>& into) {
+    for (CompileEvent c : from) {
+      c.rank = rank;
+      into.push_back(std::move(c));
+    }
+  };
   nlohmann::json per_rank = nlohmann::json::array();
   for (size_t r = 0; r < ranks.size(); ++r) {
     const StrategyResult& x = ranks[r];
-    if (r > 0) {
-      for (CompileEvent c : x.hot_path_compiles) {
-        c.rank = static_cast<int>(r);
-        out.hot_path_compiles.push_back(std::move(c));
-      }
-      for (CompileEvent c : x.startup_compile_list) {
-        c.rank = static_cast<int>(r);
-        out.startup_compile_list.push_back(std::move(c));
-      }
-    }
+    append(x.hot_path_compiles, static_cast<int>(r), out.hot_path_compiles);
+    append(x.startup_compile_list, static_cast<int>(r), out.startup_compile_list);
     out.startup_compiles += x.startup_compiles;
     nlohmann::json pr = stalls["per_rank"].at(r);
     pr["outcome"] = outcome_name(x.outcome);
@@ -168,9 +157,8 @@ StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::
     pr["ttft_ms"] = x.ttft_ms ? nlohmann::json(*x.ttft_ms) : nlohmann::json();
     per_rank.push_back(std::move(pr));
   }
-  // The outcome: a watchdog's timeout first (the waiting rank's text names the culprit), then
-  // the lowest rank that did not end ok.
-  // The earliest collective that timed out is the root: a later timeout, and every "peer left",
+  // The outcome: a watchdog's timeout first, then the lowest rank that did not end ok. The
+  // earliest collective that timed out is the root: a later timeout, and every "peer left",
   // follows from the rank that gave up on it.
   const StrategyResult* bad = nullptr;
   int64_t bad_seq = INT64_MAX;

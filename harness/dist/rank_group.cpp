@@ -140,6 +140,32 @@ struct RankGroup::Impl {
 
   std::string state_path(int r) const { return fmt::format("{}/rank{}.json", o.state_dir, r); }
 
+  /// Takes the phase and step from the engine (set_where), when it gave a source: asked outside
+  /// the lock, as the engine's monitor takes its own.
+  void refresh_where() {
+    std::function<Where()> fn;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      fn = where;
+    }
+    if (!fn) return;
+    const Where w = fn();
+    std::lock_guard<std::mutex> lock(mu);
+    phase = w.phase;
+    request = w.request;
+    step = w.step;
+  }
+
+  /// Whether every rank has added itself to the store counter `key` before `deadline_ns`
+  /// (CLOCK_MONOTONIC; polled every millisecond).
+  bool all_counted(const std::string& key, int64_t deadline_ns) {
+    while (store->add(key, 0) < o.world) {
+      if (monotonic_ns() > deadline_ns) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
   /// Writes this rank's state file (atomically: write, then rename). Best effort: a state file
   /// only feeds a timeout message.
   void publish_locked() {
@@ -210,13 +236,9 @@ RankGroup::RankGroup(std::unique_ptr<Rendezvous> rv, GroupOptions options)
     // operations take from the group's options) starts with every rank present.
     try {
       m.store->add("cs/joined", 1);
-      const int64_t deadline = monotonic_ns() + 120000LL * 1000000LL;
-      while (m.store->add("cs/joined", 0) < m.o.world) {
-        if (monotonic_ns() > deadline)
-          throw Error(fmt::format("only {} of {} ranks joined within 120 s",
-                                  m.store->add("cs/joined", 0), m.o.world));
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+      if (!m.all_counted("cs/joined", monotonic_ns() + 120000LL * 1000000LL))
+        throw Error(fmt::format("only {} of {} ranks joined within 120 s",
+                                m.store->add("cs/joined", 0), m.o.world));
     } catch (const std::exception& e) {
       throw Error(fmt::format("{}:{}: rank {} of {} could not join the store: {}", __FILE__,
                               __LINE__, m.o.rank, m.o.world, first_line(e.what())));
@@ -244,10 +266,7 @@ RankGroup::~RankGroup() {
   Impl& m = *impl_;
   try {
     m.store->add("cs/done", 1);
-    if (m.o.rank != 0) return;
-    const int64_t deadline = monotonic_ns() + m.o.timeout.count() * 1000000LL;
-    while (m.store->add("cs/done", 0) < m.o.world && monotonic_ns() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (m.o.rank == 0) m.all_counted("cs/done", monotonic_ns() + m.o.timeout.count() * 1000000LL);
   } catch (const std::exception&) {
     // A peer or the store is gone: nothing left to wait for.
   }
@@ -272,14 +291,8 @@ void RankGroup::set_where(std::function<Where()> where) {
 }
 
 void RankGroup::compile_started(const std::string& kernel, const std::string& key) {
-  std::function<Where()> where;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    where = impl_->where;
-  }
-  const Where w = where ? where() : Where{};  // the phase the compile runs in, for the state file
+  impl_->refresh_where();  // the phase the compile runs in, for the state file
   std::lock_guard<std::mutex> lock(impl_->mu);
-  if (where) impl_->phase = w.phase;
   // A compile key's text starts with its kernel's name.
   impl_->compiling = key.rfind(kernel, 0) == 0 ? key : kernel + " " + key;
   impl_->compiling_since_ns = monotonic_ns();
@@ -307,18 +320,7 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
   rec.seq = static_cast<int64_t>(m.records.size());
   rec.op = "all_reduce";
   rec.site = site;
-  std::function<Where()> where;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    where = m.where;
-  }
-  if (where) {  // outside the lock: it asks the engine
-    const Where w = where();
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.phase = w.phase;
-    m.request = w.request;
-    m.step = w.step;
-  }
+  m.refresh_where();
   {
     std::lock_guard<std::mutex> lock(m.mu);
     rec.phase = m.phase;

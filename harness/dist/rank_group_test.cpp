@@ -6,11 +6,11 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
 
+#include "harness/common/paths.h"
 #include "harness/dist/rank_group.h"
 #include "harness/dist/stalls.h"
 
@@ -19,19 +19,13 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string fresh_dir() {
-  char tmpl[] = "/tmp/cs-rank-test-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  if (d == nullptr) throw std::runtime_error("mkdtemp failed");
-  return d;
-}
-
 /// Runs `body(group)` as ranks 0..world-1: rank 0 here, the others in forked processes whose
 /// exit status says whether their body returned true. Returns rank 0's body result and fills
 /// `child_ok`.
 bool run_ranks(int world, const std::string& backend, milliseconds timeout,
                const std::function<bool(RankGroup&)>& body, std::vector<bool>* child_ok) {
-  const std::string dir = fresh_dir();
+  const paths::ScopedTempDir state("cs-rank-test-");
+  const std::string& dir = state.path;
   auto rv = Rendezvous::serve(world, timeout);
   const int port = rv->port();
   std::vector<pid_t> pids;
@@ -63,7 +57,6 @@ bool run_ranks(int world, const std::string& backend, milliseconds timeout,
     waitpid(p, &st, 0);
     child_ok->push_back(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
-  std::filesystem::remove_all(dir);
   return ok;
 }
 

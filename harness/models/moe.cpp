@@ -40,12 +40,12 @@ const char* routing_name(MoeRouting r) {
   throw InputError(fmt::format("moe::layer_forward: argument '{}' {}", arg, what));
 }
 
-// A bf16 matrix [rows, cols] with a contiguous innermost dimension (rows / cols < 0: any).
 /// The rest of an MoE layer after its routed experts (routed [M, L]): routed scale, output
 /// latent, shared expert, into out [M, H].
 void finish_layer(const at::Tensor& hidden, at::Tensor routed, const MoeLayerWeights& w,
                   double routed_scale, const at::Tensor& out);
 
+// A bf16 matrix [rows, cols] with a contiguous innermost dimension (rows / cols < 0: any).
 void check_matrix(const char* arg, const at::Tensor& t, int64_t rows, int64_t cols) {
   if (!t.defined()) fail(arg, "is undefined");
   if (t.scalar_type() != at::kBFloat16 || t.dim() != 2) {
@@ -56,6 +56,40 @@ void check_matrix(const char* arg, const at::Tensor& t, int64_t rows, int64_t co
   if ((rows >= 0 && t.size(0) != rows) || (cols >= 0 && t.size(1) != cols)) {
     fail(arg, fmt::format("has shape [{}, {}], expected [{}, {}]", t.size(0), t.size(1),
                           rows >= 0 ? std::to_string(rows) : "*", cols >= 0 ? std::to_string(cols) : "*"));
+  }
+}
+
+/// moe_layer_forward's argument checks (its documented InputErrors), shared with the EP path.
+void check_layer(const MoeSpec& s, const at::Tensor& hidden, const MoeLayerWeights& w,
+                 const at::Tensor& out) {
+  check_matrix("hidden", hidden, -1, -1);
+  if (!hidden.is_contiguous()) fail("hidden", "must be contiguous");
+  const int64_t m = hidden.size(0), h = hidden.size(1);
+  check_matrix("out", out, m, h);
+  const bool latent = w.input_latent.defined();
+  if (latent != w.output_latent.defined()) {
+    fail("w.output_latent", "must be defined exactly when w.input_latent is");
+  }
+  if (latent) {
+    check_matrix("w.input_latent", w.input_latent, s.hidden, h);
+    check_matrix("w.output_latent", w.output_latent, h, s.hidden);
+  } else if (h != s.hidden) {
+    fail("hidden", fmt::format("has {} columns; without latent projections the experts' width "
+                               "({}) must equal it", h, s.hidden));
+  }
+  const bool shared = w.shared_up.defined();
+  if (shared != w.shared_down.defined()) {
+    fail("w.shared_down", "must be defined exactly when w.shared_up is");
+  }
+  const bool gated = w.shared_activation == MoeActivation::kSiluGated;
+  if (shared) {
+    if (!gated && w.shared_activation != MoeActivation::kRelu2) {
+      fail("w.shared_activation", "must be kRelu2 or kSiluGated");
+    }
+    check_matrix("w.shared_up", w.shared_up, -1, h);
+    const int64_t width = gated ? w.shared_up.size(0) / 2 : w.shared_up.size(0);
+    if (gated && w.shared_up.size(0) % 2 != 0) fail("w.shared_up", "must have an even row count (gated)");
+    check_matrix("w.shared_down", w.shared_down, h, width);
   }
 }
 
@@ -102,35 +136,9 @@ void moe_layer_forward(MoeExperts& experts, const at::Tensor& hidden,
                        const at::Tensor& router_logits, const MoeLayerWeights& w,
                        double routed_scale, const at::Tensor& out) {
   const MoeSpec& s = experts.spec();
-  check_matrix("hidden", hidden, -1, -1);
-  if (!hidden.is_contiguous()) fail("hidden", "must be contiguous");
-  const int64_t m = hidden.size(0), h = hidden.size(1);
-  check_matrix("out", out, m, h);
+  check_layer(s, hidden, w, out);
+  const int64_t m = hidden.size(0);
   const bool latent = w.input_latent.defined();
-  if (latent != w.output_latent.defined()) {
-    fail("w.output_latent", "must be defined exactly when w.input_latent is");
-  }
-  if (latent) {
-    check_matrix("w.input_latent", w.input_latent, s.hidden, h);
-    check_matrix("w.output_latent", w.output_latent, h, s.hidden);
-  } else if (h != s.hidden) {
-    fail("hidden", fmt::format("has {} columns; without latent projections the experts' width "
-                               "({}) must equal it", h, s.hidden));
-  }
-  const bool shared = w.shared_up.defined();
-  if (shared != w.shared_down.defined()) {
-    fail("w.shared_down", "must be defined exactly when w.shared_up is");
-  }
-  const bool gated = w.shared_activation == MoeActivation::kSiluGated;
-  if (shared) {
-    if (!gated && w.shared_activation != MoeActivation::kRelu2) {
-      fail("w.shared_activation", "must be kRelu2 or kSiluGated");
-    }
-    check_matrix("w.shared_up", w.shared_up, -1, h);
-    const int64_t width = gated ? w.shared_up.size(0) / 2 : w.shared_up.size(0);
-    if (gated && w.shared_up.size(0) % 2 != 0) fail("w.shared_up", "must have an even row count (gated)");
-    check_matrix("w.shared_down", w.shared_down, h, width);
-  }
   const auto opts = hidden.options();
   const at::Tensor topk_w = at::empty({m, s.top_k}, opts.dtype(at::kFloat));
   const at::Tensor topk_ids = at::empty({m, s.top_k}, opts.dtype(at::kInt));
@@ -187,10 +195,8 @@ void moe_layer_forward_ep(MoeExperts& local, const MoeExpertParallel& ep, const 
   if (ep.global_experts != s.num_experts * world)
     fail("ep.global_experts", fmt::format("{} is not {} local experts x {} ranks",
                                           ep.global_experts, s.num_experts, world));
-  check_matrix("hidden", hidden, -1, -1);
-  if (!hidden.is_contiguous()) fail("hidden", "must be contiguous");
+  check_layer(s, hidden, w, out);
   const int64_t m = hidden.size(0);
-  check_matrix("out", out, m, hidden.size(1));
   const int k = s.top_k;
   const bool meta = hidden.is_meta();
   // Every token's top-k over the global experts, on the host.
@@ -239,20 +245,21 @@ void moe_layer_forward_ep(MoeExperts& local, const MoeExpertParallel& ep, const 
   const bool latent = w.input_latent.defined();
   const at::Tensor x = latent ? at::linear(hidden, w.input_latent) : hidden;
   const c10::Device dev = hidden.device();
-  at::Tensor xr, tw, ti;
+  at::Tensor xr, tw, ti, rows_t;
   if (meta) {
     xr = at::empty({mr, x.size(1)}, x.options());
     tw = at::empty({mr, k}, x.options().dtype(at::kFloat));
     ti = at::empty({mr, k}, x.options().dtype(at::kInt));
   } else {
-    xr = x.index_select(0, upload(rows, at::kLong, dev)).contiguous();
+    rows_t = upload(rows, at::kLong, dev);
+    xr = x.index_select(0, rows_t).contiguous();
     tw = upload(local_w, at::kFloat, dev).view({mr, k});
     ti = upload(local_ids, at::kInt, dev).view({mr, k});
   }
   const at::Tensor routed_r = local.forward(xr, tw, ti, w.experts);
   ep.ranks->all_reduce(counts, fmt::format("layer {} moe combine", ep.layer));
   at::Tensor routed = at::zeros({m, routed_r.size(1)}, routed_r.options());
-  if (!meta && mr > 0) routed.index_copy_(0, upload(rows, at::kLong, dev), routed_r);
+  if (!meta && mr > 0) routed.index_copy_(0, rows_t, routed_r);
   finish_layer(hidden, routed, w, routed_scale, out);
 }
 
