@@ -142,6 +142,8 @@ class RankGroup {
   void compile_started(const std::string& kernel, const std::string& key);
   void compile_finished(const std::string& kernel, const std::string& key, double compile_ms,
                         const std::string& source = "nvrtc");
+  /// An autotuning ran on this rank (its benchmarking held the rank like a compile); counted
+  /// in the next collective's record.
   void autotuned();
 
   /// Every collective so far, in order.

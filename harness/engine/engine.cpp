@@ -366,6 +366,7 @@ void Engine::do_init() {
     jit_->monitor().set_observer([g](const jit::CompileRecord& r) {
       g->compile_finished(r.kernel, r.key, r.compile_ms, r.source);
     });
+    jit_->monitor().set_autotune_observer([g](const jit::AutotuneRecord&) { g->autotuned(); });
     g->set_where([this] {
       const StepContext st = jit_->monitor().step();
       return dist::Where{jit_->monitor().phase(), st.request, st.step};

@@ -309,6 +309,9 @@ class JitMonitor {
   /// Called by the autotuner after each autotuning it ran; fills phase and hot_path.
   void record_autotune(AutotuneRecord rec);
   std::vector<AutotuneRecord> autotunes() const;
+  /// Optional observer, called after each autotuning is recorded, outside the monitor's lock
+  /// (a multi-rank replay counts the autotunes run before each collective).
+  void set_autotune_observer(std::function<void(const AutotuneRecord&)> fn);
   MonitorMode mode() const { return mode_; }
 
  private:
@@ -321,6 +324,7 @@ class JitMonitor {
   std::vector<std::string> warnings_;
   std::function<void(const CompileRecord&)> observer_;
   std::function<void(const CompileKey&)> before_compile_hook_;
+  std::function<void(const AutotuneRecord&)> autotune_observer_;
   int parallel_scope_ = 0;    ///< the open ParallelCompiles scope's id, 0 when none is open
   int parallel_threads_ = 1;  ///< its threads
   int scopes_opened_ = 0;

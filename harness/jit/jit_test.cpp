@@ -377,6 +377,22 @@ TEST(Monitor, HostStallCountsCompilesLoadsAndBenchmarking) {
   EXPECT_DOUBLE_EQ(m.host_stall_ms(), 7.5 + 0.5 + 10.0);
 }
 
+TEST(Monitor, AutotuneObserverSeesEachTuningWithItsPhase) {
+  JitMonitor m;
+  std::vector<std::string> seen;
+  m.set_autotune_observer([&](const AutotuneRecord& r) {
+    // Called outside the lock: calling back into the monitor must not deadlock.
+    seen.push_back(r.kernel + "@" + r.phase + (m.autotunes().empty() ? "" : "+"));
+  });
+  m.set_phase("prefill");
+  AutotuneRecord t;
+  t.kernel = "kern";
+  m.record_autotune(t);
+  m.set_phase("first_decode");
+  m.record_autotune(t);
+  EXPECT_EQ(seen, (std::vector<std::string>{"kern@prefill+", "kern@first_decode+"}));
+}
+
 TEST(Monitor, ErrorModeThrowsOnlyWhenActive) {
   JitMonitor m(MonitorMode::kError);
   m.set_phase("kernel_warmup");

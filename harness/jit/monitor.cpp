@@ -185,12 +185,22 @@ std::vector<std::string> JitMonitor::warnings() const {
 }
 
 void JitMonitor::record_autotune(AutotuneRecord rec) {
+  std::function<void(const AutotuneRecord&)> observer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rec.phase = phase_;
+    rec.step = step_;
+    rec.hot_path = active_;
+    if (rec.tune_ms > rec.compile_ms) stall_ms_ += rec.tune_ms - rec.compile_ms;
+    autotunes_.push_back(rec);
+    observer = autotune_observer_;
+  }
+  if (observer) observer(rec);
+}
+
+void JitMonitor::set_autotune_observer(std::function<void(const AutotuneRecord&)> fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  rec.phase = phase_;
-  rec.step = step_;
-  rec.hot_path = active_;
-  if (rec.tune_ms > rec.compile_ms) stall_ms_ += rec.tune_ms - rec.compile_ms;
-  autotunes_.push_back(std::move(rec));
+  autotune_observer_ = std::move(fn);
 }
 
 std::vector<AutotuneRecord> JitMonitor::autotunes() const {
