@@ -476,6 +476,12 @@ std::string render_html(const std::vector<RunResults>& runs) {
       }
       out += "<h4>Hot-path compiles</h4>\n";
       out += compile_list(rows);
+      for (const StrategyResult* r : rows) {  // multi-rank runs: per rank, and the worst stall
+        const auto it = r->extra.find("ranks");
+        if (it == r->extra.end() || !it->is_object()) continue;
+        out += "<h4>Ranks of " + esc(detail::label(*r)) + "</h4>\n<pre>" +
+               esc(detail::ranks_summary(detail::label(*r), *it)) + "</pre>\n";
+      }
       std::string errors = errors_block(rows);
       if (!errors.empty()) out += "<h4>Errors</h4>\n" + errors;
     }

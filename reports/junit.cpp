@@ -153,6 +153,9 @@ std::string case_output(const RunResults& run, const StrategyResult& r) {
   if (r.exit_code) s += fmt::format("exit code: {}\n", *r.exit_code);
   if (r.signal) s += fmt::format("signal: {}\n", *r.signal);
   if (r.skipped) s += "skipped: " + *r.skipped + "\n";
+  const auto ranks = r.extra.find("ranks");
+  if (ranks != r.extra.end() && ranks->is_object())
+    s += detail::ranks_summary(detail::label(r), *ranks);
   return s;
 }
 

@@ -246,6 +246,18 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
           for (const auto& d : rule.details) out += "- ❌ " + cell(d) + "\n";
     }
 
+    // Multi-rank runs (engine.ranks: all): each rank's compiles and waits, and the worst stall.
+    if (detail != Detail::kBrief) {
+      for (const StrategyResult* r : rows) {
+        const auto it = r->extra.find("ranks");
+        if (it == r->extra.end() || !it->is_object()) continue;
+        const std::string text = detail::clean_text(detail::ranks_summary(detail::label(*r), *it));
+        const std::string fence = fence_for(text);
+        out += fmt::format("\n<details><summary>Ranks of {}</summary>\n\n{}text\n{}{}\n\n</details>\n",
+                           cell(detail::label(*r)), fence, text, fence);
+      }
+    }
+
     // Full error texts, folded so a long comment stays readable.
     std::vector<const StrategyResult*> errs;
     for (const StrategyResult* r : rows) {

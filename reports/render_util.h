@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/replay/result.h"
 
 namespace coldstart::reports::detail {
@@ -68,8 +70,16 @@ double startup_phase_sum(const StrategyResult& r);
 std::string device_text(const RunMeta& m);
 
 /// Where a compile happened, as reports print it: its phase, then ", drafter pass P (N rows)" when
-/// an MTP drafter's pass of a request step needed it ("prefill, drafter pass 1 (300 rows)").
+/// an MTP drafter's pass of a request step needed it ("prefill, drafter pass 1 (300 rows)"), then
+/// ", rank R" in a multi-rank result ("prefill, rank 3").
 std::string compile_where(const CompileEvent& e);
+
+/// The `ranks` block of a multi-rank result (StrategyResult::extra["ranks"], written by
+/// harness/cli/ranks_run.h) as plain text lines for the strategy labelled `who`: a row per rank
+/// (outcome, hot-path compiles, collectives, host wait ms, times arrived last), each rank's error,
+/// then the largest startup and request-step stall with the rank that arrived last and what it
+/// compiled there. Missing fields print as 0 / "?"; never throws on a malformed block.
+std::string ranks_summary(const std::string& who, const nlohmann::json& ranks);
 
 /// What the table and Markdown put beside the hot-path compile count: " (N in the steady
 /// request)" when N of those compiles were the steady request's (steady_cold: it was not warm),

@@ -848,6 +848,48 @@ TEST(Reports, DrafterCompilesSayWhichPass) {
   EXPECT_EQ(drafter, 1);
 }
 
+// A multi-rank result: each compile says its rank, and every report shows the ranks block (a row
+// per rank, its error, the largest stall and who arrived last after compiling what).
+TEST(Reports, MultiRankResultsShowEachRankAndTheLargestStall) {
+  RunResults run;
+  run.meta.mode = "compile-only";
+  run.scenario.name = "s";
+  StrategyResult r = verdict_row("mamba", Outcome::kCrash, 1, 50, 100);
+  r.error = "collective timed out";
+  r.hot_path_compiles[0].rank = 3;
+  r.extra["ranks"] = nlohmann::json::parse(R"({
+    "world": 2, "backend": "store", "collective_timeout_ms": 150,
+    "per_rank": [
+      {"rank": 0, "outcome": "crash", "error": "collective all_reduce #4 timed out\nmore",
+       "hot_path_compiles": 0, "collectives": 5, "wait_ms": 151.5, "last_arrivals": 1},
+      {"rank": 3, "outcome": "ok", "hot_path_compiles": 1, "collectives": 4, "wait_ms": 2.0,
+       "last_arrivals": 3}],
+    "steps": [{"phase": "prefill", "request": 0, "step": 0, "stall_ms": 149.0, "collectives": 2,
+               "last_rank": 3, "why": [{"kernel": "fused_moe_gemm", "compile_ms": 148.0}]}]})");
+  run.results = {r};
+  const std::string stall =
+      "largest request-step stall: prefill (request 0, step 0): 149.0 ms over 2 collectives; "
+      "rank 3 arrived last after compiling fused_moe_gemm 148 ms";
+  const std::string table = render_table(run, false);
+  EXPECT_NE(table.find("ranks of mamba: 2 ranks, store backend, collective timeout 150 ms"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find(stall), std::string::npos) << table;
+  EXPECT_NE(table.find("rank 0: collective all_reduce #4 timed out\n"), std::string::npos) << table;
+  const std::string md = render_markdown({run});
+  EXPECT_NE(md.find("<summary>Ranks of mamba</summary>"), std::string::npos) << md;
+  EXPECT_NE(md.find(stall), std::string::npos) << md;
+  const std::string html = render_html({run});
+  EXPECT_NE(html.find("<h4>Ranks of mamba</h4>"), std::string::npos);
+  EXPECT_NE(html.find(stall), std::string::npos);
+  EXPECT_NE(html.find("prefill, rank 3"), std::string::npos);
+  const std::string junit = render_junit({run}, {});
+  EXPECT_NE(junit.find(stall), std::string::npos) << junit;
+  EXPECT_NE(junit.find("prefill, rank 3"), std::string::npos) << junit;
+  // A block of the wrong shape is said, not thrown.
+  run.results[0].extra["ranks"]["world"] = "two";
+  EXPECT_NE(render_table(run, false).find("the ranks block cannot be read"), std::string::npos);
+}
+
 TEST(Markdown, FailuresFirstAndEveryRowComplete) {
   std::string md = render_markdown(runs());
   EXPECT_NE(md.find("NVIDIA H200 (sm_90, 132 SMs)**"), std::string::npos);

@@ -16,57 +16,6 @@ namespace coldstart::reports {
 
 namespace {
 
-/// The `ranks` block of a multi-rank result (harness/cli/ranks_run.h) as a few lines: a row per
-/// rank, then the step with the largest stall and who arrived last, and why.
-std::string ranks_summary(const std::string& who, const nlohmann::json& ranks) {
-  std::string out = fmt::format("ranks of {}: {} ranks, {} backend, collective timeout {} ms\n", who,
-                                ranks.value("world", 0), ranks.value("backend", std::string("?")),
-                                ranks.value("collective_timeout_ms", 0LL));
-  out += "  rank  outcome  hot-path compiles  collectives  wait ms (host)  arrived last\n";
-  const nlohmann::json per_rank = ranks.value("per_rank", nlohmann::json::array());
-  for (const auto& pr : per_rank)
-    out += fmt::format("  {:>4}  {:<7}  {:>17}  {:>11}  {:>14.1f}  {:>12}\n", pr.value("rank", -1),
-                       pr.value("outcome", std::string("?")), pr.value("hot_path_compiles", 0),
-                       pr.value("collectives", 0), pr.value("wait_ms", 0.0),
-                       pr.value("last_arrivals", 0));
-  for (const auto& pr : per_rank) {
-    const std::string err = pr.value("error", std::string());
-    if (!err.empty())
-      out += fmt::format("  rank {}: {}\n", pr.value("rank", -1), err.substr(0, err.find('\n')));
-  }
-  // The largest stall of startup and of the request steps, each with who arrived last and what
-  // it compiled there (kernel x count, total ms).
-  const nlohmann::json steps = ranks.value("steps", nlohmann::json::array());
-  for (bool requests : {false, true}) {
-    const nlohmann::json* worst = nullptr;
-    for (const auto& st : steps) {
-      if ((st.value("request", -1) >= 0) != requests) continue;
-      if (worst == nullptr || st.value("stall_ms", 0.0) > worst->value("stall_ms", 0.0)) worst = &st;
-    }
-    if (worst == nullptr) continue;
-    const int request = worst->value("request", -1);
-    std::string where = worst->value("phase", std::string("?"));
-    if (request >= 0) where += fmt::format(" (request {}, step {})", request, worst->value("step", -1));
-    std::vector<std::pair<std::string, std::pair<int, double>>> kernels;
-    for (const auto& c : worst->value("why", nlohmann::json::array())) {
-      const std::string k = c.value("kernel", std::string("?")) +
-                            (c.value("source", std::string("nvrtc")) == "disk" ? " (loaded)" : "");
-      auto it = std::find_if(kernels.begin(), kernels.end(), [&](const auto& e) { return e.first == k; });
-      if (it == kernels.end()) it = kernels.insert(kernels.end(), {k, {0, 0.0}});
-      it->second.first += 1;
-      it->second.second += c.value("compile_ms", 0.0);
-    }
-    std::string why;
-    for (const auto& [k, n] : kernels)
-      why += fmt::format("{}{}{} {:.0f} ms", why.empty() ? "" : ", ", k,
-                         n.first > 1 ? fmt::format(" x{}", n.first) : "", n.second);
-    out += fmt::format("  largest {} stall: {}: {:.1f} ms over {} collectives; rank {} arrived last{}\n",
-                       requests ? "request-step" : "startup", where, worst->value("stall_ms", 0.0),
-                       worst->value("collectives", 0), worst->value("last_rank", -1),
-                       why.empty() ? " (it compiled nothing there)" : " after compiling " + why);
-  }
-  return out;
-}
 
 constexpr const char* kReset = "\033[0m";
 constexpr const char* kBold = "\033[1m";
@@ -277,7 +226,7 @@ std::string render_table(const RunResults& raw_run, bool color) {
   for (const StrategyResult* r : rows) {
     const auto it = r->extra.find("ranks");
     if (it == r->extra.end() || !it->is_object()) continue;
-    out += "\n" + ranks_summary(label(*r), *it);
+    out += "\n" + detail::ranks_summary(label(*r), *it);
   }
 
   // Warmers that found nothing to do (the strategy may equal `none` without saying so

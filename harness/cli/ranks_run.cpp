@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,9 @@ StrategyResult run_all_ranks(const ChildJob& job, SnapshotFn on_snapshot) {
   const EngineConfig& e = job.scenario.engine;
   const int world = e.tensor_parallel_size;
   const std::string backend = dist::resolve_backend(e.string_key("distributed_backend"));
+  // NVLink multicast (NVLS) stays off for every rank, as the machines' notes require of NCCL;
+  // set before the ranks start so they inherit it (no NCCL backend is built yet: see README).
+  ::setenv("NCCL_NVLS_ENABLE", "0", 1);
   const paths::ScopedTempDir rank_dir("cs-ranks-");  // jobs and published states
   const std::string& dir = rank_dir.path;
   std::unique_ptr<dist::Rendezvous> rv;

@@ -41,43 +41,96 @@ std::string list_text(const std::vector<std::string>& v) {
   return s + "]";
 }
 
-// The unmet checks of rule `e` on result `r`, as "what it is, expected what" phrases.
+// What a rule checks in one result: the whole result's, or one rank's (a rule with `rank`).
+struct Checked {
+  std::string outcome;
+  std::optional<std::string> failed_phase;
+  std::optional<std::string> error;
+  std::vector<CompileEvent> compiled;  // hot-path compiles, disk loads left out
+  int loads = 0;                       // hot-path kernel-cache loads
+};
+
+// The view of `r` rule `e` checks; nullopt (and `why`) when it names a rank `r` has not.
+std::optional<Checked> checked_view(const Expectation& e, const StrategyResult& r,
+                                    std::string& why) {
+  Checked v;
+  if (!e.rank) {
+    v.outcome = outcome_name(r.outcome);
+    v.failed_phase = r.failed_phase;
+    v.error = r.error;
+    v.compiled = hot_path_compiled(r);
+    v.loads = hot_path_loads(r);
+    return v;
+  }
+  // A multi-rank result (engine.ranks: all) keeps every rank's outcome in extra.ranks.per_rank
+  // and tags each compile with its rank (harness/cli/ranks_run.cpp).
+  const auto ranks = r.extra.find("ranks");
+  const nlohmann::json* per_rank = nullptr;
+  if (ranks != r.extra.end() && ranks->is_object() && ranks->contains("per_rank"))
+    per_rank = &ranks->at("per_rank");
+  if (per_rank == nullptr || !per_rank->is_array()) {
+    why = fmt::format("rank {}: the result has no per-rank results (engine.ranks is not 'all')",
+                      *e.rank);
+    return std::nullopt;
+  }
+  if (static_cast<size_t>(*e.rank) >= per_rank->size()) {
+    why = fmt::format("rank {}: the run had {} ranks", *e.rank, per_rank->size());
+    return std::nullopt;
+  }
+  const nlohmann::json& pr = per_rank->at(static_cast<size_t>(*e.rank));
+  v.outcome = pr.value("outcome", "");
+  if (pr.contains("failed_phase")) v.failed_phase = pr.at("failed_phase").get<std::string>();
+  if (pr.contains("error")) v.error = pr.at("error").get<std::string>();
+  for (const auto& c : r.hot_path_compiles) {
+    if (c.rank != *e.rank) continue;
+    if (c.source == "disk")
+      ++v.loads;
+    else
+      v.compiled.push_back(c);
+  }
+  return v;
+}
+
+// The unmet checks of rule `e` on result `r`, as "what it is, expected what" phrases (a rule
+// with `rank` prefixes each with "rank N: ").
 std::vector<std::string> unmet(const Expectation& e, const StrategyResult& r) {
   std::vector<std::string> out;
-  const std::string outcome = outcome_name(r.outcome);
   // A skipped run did not happen here: it passes `outcome: skipped` and is exempt from the rest.
   if (r.outcome == Outcome::kSkipped) return out;
-  if (e.outcome && *e.outcome != outcome)
-    out.push_back(fmt::format("outcome {}, expected {}", outcome, *e.outcome));
-  if (e.failed_phase && r.failed_phase != e.failed_phase)
-    out.push_back(fmt::format("failed_phase {}, expected '{}'", quoted_or_none(r.failed_phase),
-                              *e.failed_phase));
-  if (e.error_prefix && (!r.error || r.error->compare(0, e.error_prefix->size(), *e.error_prefix)))
-    out.push_back(fmt::format("error {}, expected one starting with '{}'", quoted_or_none(r.error),
-                              *e.error_prefix));
-  const std::vector<CompileEvent> compiled = hot_path_compiled(r);  // disk loads are not compiles
-  const int compiles = static_cast<int>(compiled.size());
+  std::string why;
+  const std::optional<Checked> v = checked_view(e, r, why);
+  if (!v) return {why};
+  const std::string who = e.rank ? fmt::format("rank {}: ", *e.rank) : std::string();
+  auto fail = [&](std::string what) { out.push_back(who + what); };
+  if (e.outcome && *e.outcome != v->outcome)
+    fail(fmt::format("outcome {}, expected {}", v->outcome, *e.outcome));
+  if (e.failed_phase && v->failed_phase != e.failed_phase)
+    fail(fmt::format("failed_phase {}, expected '{}'", quoted_or_none(v->failed_phase),
+                     *e.failed_phase));
+  if (e.error_prefix &&
+      (!v->error || v->error->compare(0, e.error_prefix->size(), *e.error_prefix)))
+    fail(fmt::format("error {}, expected one starting with '{}'", quoted_or_none(v->error),
+                     *e.error_prefix));
+  const int compiles = static_cast<int>(v->compiled.size());
   // A warm --cache-dir serves kernels from disk: say so beside a count that fell short.
-  const int loads = hot_path_loads(r);
   const std::string served =
-      loads > 0 ? fmt::format(" ({} more loaded from the on-disk kernel cache: a warm --cache-dir "
-                              "served them)",
-                              loads)
-                : std::string();
+      v->loads > 0 ? fmt::format(" ({} more loaded from the on-disk kernel cache: a warm "
+                                 "--cache-dir served them)",
+                                 v->loads)
+                   : std::string();
   if (e.hot_path_compiles && compiles != *e.hot_path_compiles)
-    out.push_back(
-        fmt::format("{} hot-path compiles, expected {}{}", compiles, *e.hot_path_compiles, served));
+    fail(fmt::format("{} hot-path compiles, expected {}{}", compiles, *e.hot_path_compiles, served));
   if (e.max_hot_path_compiles && compiles > *e.max_hot_path_compiles)
-    out.push_back(fmt::format("{} hot-path compiles, expected at most {}", compiles,
-                              *e.max_hot_path_compiles));
+    fail(fmt::format("{} hot-path compiles, expected at most {}", compiles,
+                     *e.max_hot_path_compiles));
   if (e.hot_path_kernels) {
     std::vector<std::string> kernels;
-    for (const auto& c : compiled) kernels.push_back(c.kernel);
+    for (const auto& c : v->compiled) kernels.push_back(c.kernel);
     std::sort(kernels.begin(), kernels.end());
     kernels.erase(std::unique(kernels.begin(), kernels.end()), kernels.end());
     if (kernels != *e.hot_path_kernels)
-      out.push_back(fmt::format("hot-path kernels {}, expected {}{}", list_text(kernels),
-                                list_text(*e.hot_path_kernels), served));
+      fail(fmt::format("hot-path kernels {}, expected {}{}", list_text(kernels),
+                       list_text(*e.hot_path_kernels), served));
   }
   return out;
 }
@@ -105,6 +158,7 @@ std::string rule_text(const Expectation& e) {
   if (e.mode) parts.push_back("mode " + *e.mode);
   if (e.arch) parts.push_back("arch " + *e.arch);
   if (e.device) parts.push_back("device " + *e.device);
+  if (e.rank) parts.push_back(fmt::format("rank {}", *e.rank));
   for (auto& [name, text] : checks_of(e)) parts.push_back(std::move(text));
   std::string s;
   for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];

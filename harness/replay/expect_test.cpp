@@ -352,6 +352,70 @@ TEST(CheckExpectations, SkippedResultsAreExemptButForOutcomeSkipped) {
             std::vector<std::string>{"none: outcome ok, expected skipped (rule at s.yaml:5)"});
 }
 
+// A two-rank result as merge_rank_results leaves it: rank 1 compiled fused_moe_gemm twice on the
+// hot path and timed out; rank 0 compiled nothing and was ok.
+StrategyResult two_ranks() {
+  StrategyResult r = result("mamba", "", Outcome::kCrash);
+  for (int i = 0; i < 2; ++i) {
+    CompileEvent c{"fused_moe_gemm", "fused_moe_gemm[M=" + std::to_string(i) + "]", 1.0,
+                   "prefill", "nvrtc"};
+    c.rank = 1;
+    r.hot_path_compiles.push_back(c);
+  }
+  CompileEvent disk{"paged_prefill", "paged_prefill[k]", 0.1, "prefill", "disk"};
+  disk.rank = 0;
+  r.hot_path_compiles.push_back(disk);
+  r.error = "collective all_reduce timed out";
+  r.extra["ranks"] = {{"world", 2},
+                      {"per_rank",
+                       {{{"rank", 0}, {"outcome", "ok"}},
+                        {{"rank", 1},
+                         {"outcome", "crash"},
+                         {"failed_phase", "prefill"},
+                         {"error", "collective all_reduce timed out"}}}}};
+  return r;
+}
+
+TEST(CheckExpectations, ARankRuleChecksThatRankAlone) {
+  Expectation r0 = rule("mamba", 4);
+  r0.rank = 0;
+  r0.outcome = "ok";
+  r0.hot_path_compiles = 0;
+  Expectation r1 = rule("mamba", 5);
+  r1.rank = 1;
+  r1.outcome = "crash";
+  r1.failed_phase = "prefill";
+  r1.error_prefix = "collective";
+  r1.hot_path_kernels = std::vector<std::string>{"fused_moe_gemm"};
+  EXPECT_EQ(check_expectations(with({r0, r1}), "cuda", {two_ranks()}), std::vector<std::string>{});
+  // The same rules on the wrong ranks: every check fails, each line names the rank, and rank 0's
+  // kernel-cache load is said beside its count.
+  r0.rank = 1;
+  r1.rank = 0;
+  EXPECT_EQ(check_expectations(with({r0, r1}), "cuda", {two_ranks()}),
+            (std::vector<std::string>{
+                "mamba: rank 1: outcome crash, expected ok (rule at s.yaml:4)",
+                "mamba: rank 1: 2 hot-path compiles, expected 0 (rule at s.yaml:4)",
+                "mamba: rank 0: outcome ok, expected crash (rule at s.yaml:5)",
+                "mamba: rank 0: failed_phase none, expected 'prefill' (rule at s.yaml:5)",
+                "mamba: rank 0: error none, expected one starting with 'collective' (rule at "
+                "s.yaml:5)",
+                "mamba: rank 0: hot-path kernels [], expected [fused_moe_gemm] (1 more loaded "
+                "from the on-disk kernel cache: a warm --cache-dir served them) (rule at "
+                "s.yaml:5)"}));
+}
+
+TEST(CheckExpectations, ARankRuleFailsWithoutThatRank) {
+  Expectation e = rule("mamba", 7);
+  e.rank = 2;
+  e.outcome = "ok";
+  EXPECT_EQ(check_expectations(with({e}), "cuda", {two_ranks()}),
+            std::vector<std::string>{"mamba: rank 2: the run had 2 ranks (rule at s.yaml:7)"});
+  EXPECT_EQ(check_expectations(with({e}), "cuda", {result("mamba", "", Outcome::kOk)}),
+            std::vector<std::string>{"mamba: rank 2: the result has no per-rank results "
+                                     "(engine.ranks is not 'all') (rule at s.yaml:7)"});
+}
+
 // End to end: rules read from a scenario file, checked against results.
 using ExpectFromFile = scenario_test::ScenarioFiles;
 
@@ -365,6 +429,7 @@ TEST_F(ExpectFromFile, RulesFromTheFile) {
                     "\"Workspace is locked\", hot_path_compiles: 1, hot_path_kernels: "
                     "[tq_cache_store]}\n"
                     "  - {strategy: both, outcome: ok}\n");
+  EXPECT_FALSE(s.expectations[0].rank.has_value());
   std::vector<StrategyResult> results = {crash("none", kPw), result("none", kFull, Outcome::kOk),
                                          result("both", kPw, Outcome::kOk), crash("both", kFull)};
   auto out = check_expectations(s, "compile-only", results);

@@ -95,7 +95,9 @@
 // name, h100, h200, ...: the rule holds only on runs on that card, a GPU of that exact name or
 // compile-only for that profile, which a bare sm_90 / sm_100 / sm_86 run also picks: h200, b200,
 // rtx-a4000; for what differs between cards of one arch, such as the tuned tables vLLM keys by
-// device name), and at least one check:
+// device name), `rank` (optional: with engine.ranks: all, the checks are about that rank alone:
+// its own outcome, failed phase, error and compiles; a result without ranks fails the rule), and
+// at least one check:
 //     outcome: ok | crash | timeout | error | skipped
 //     failed_phase: first_decode       # the phase the run failed in
 //     error_prefix: "Workspace is"     # the error text starts with this
@@ -270,6 +272,9 @@ struct Expectation {
   /// runs on that card, i.e. whose meta.device_name (the GPU's; "compile-only: <name>" for a
   /// profile in compile-only mode) is the profile's device name, ignoring case; nullopt = any.
   std::optional<std::string> device;
+  /// engine.ranks: all: the checks are about this rank alone (its outcome, failed phase and error
+  /// from the result's ranks.per_rank, the compiles tagged with it); nullopt = the whole result.
+  std::optional<int> rank;
   std::optional<std::string> outcome;    ///< "ok" | "crash" | "timeout" | "error" | "skipped"
   std::optional<std::string> failed_phase;           ///< e.g. "first_decode"
   std::optional<std::string> error_prefix;           ///< the error text starts with this

@@ -12,7 +12,7 @@ namespace {
 
 const std::vector<std::string> kExpectKeys = {
     "strategy",          "variant",          "mode",             "arch",             "device",
-    "outcome",           "failed_phase",     "error_prefix",
+    "rank",              "outcome",           "failed_phase",     "error_prefix",
     "hot_path_compiles", "hot_path_kernels", "max_hot_path_compiles"};
 const std::vector<std::string> kChecks = {"outcome",          "failed_phase",
                                           "error_prefix",     "hot_path_compiles",
@@ -92,6 +92,7 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
       for (const Target& t : target_profiles()) profiles.push_back(t.profile);
       r.device = read_choice(c, *x, profiles, "device");
     }
+    if (const Entry* x = mv.get("rank")) r.rank = read_int_in(c, x->path, x->value, 0, 63);
     if (const Entry* x = mv.get("outcome")) r.outcome = read_choice(c, *x, kOutcomes, "outcome");
     if (const Entry* x = mv.get("failed_phase")) {
       r.failed_phase = read_choice(c, *x, replay_phase_names(), "phase");

@@ -339,6 +339,12 @@ TEST_F(ScenarioExpectRules, Errors) {
             "expect.0.device", "unknown device 'h2000' (did you mean 'h200'?)");
   expect_at(error_of(with_expect("  - {strategy: none, device: [H200], outcome: ok}\n")), 17,
             "expect.0.device");
+  expect_at(error_of(with_expect("  - {strategy: none, rank: -1, outcome: ok}\n")), 17,
+            "expect.0.rank", "must be in [0, 63], got -1");
+  expect_at(error_of(with_expect("  - {strategy: none, rank: 64, outcome: ok}\n")), 17,
+            "expect.0.rank", "must be in [0, 63], got 64");
+  EXPECT_EQ(load(with_expect("  - {strategy: none, rank: 3, outcome: ok}\n")).expectations[0].rank,
+            3);
   expect_at(error_of(with_expect("  - {strategy: none, hot_path_compiles: -1}\n")), 17,
             "expect.0.hot_path_compiles", "must be at least 0");
   expect_at(error_of(with_expect("  - {strategy: none, max_hot_path_compiles: x}\n")), 17,
