@@ -269,6 +269,29 @@ std::string compile_where(const CompileEvent& e) {
 // The `ranks` block of a multi-rank result (harness/cli/ranks_run.h) as a few lines: a row per
 // rank, then the step with the largest stall and who arrived last, and why.
 static std::string ranks_lines(const std::string& who, const nlohmann::json& ranks) {
+  if (ranks.value("stopped", false)) {
+    // The watchdog or an interrupt stopped rank 0 before it merged: what each rank last said.
+    std::string out = fmt::format(
+        "ranks of {}: {} ranks, stopped before their results were merged; each rank's last state:\n",
+        who, ranks.value("world", 0));
+    for (const auto& st : ranks.value("per_rank", nlohmann::json::array())) {
+      out += fmt::format("  rank {}: ", st.value("rank", -1));
+      if (!st.value("published", false)) {
+        out += "no state published\n";
+        continue;
+      }
+      const long long seq = st.value("arrived_seq", -1LL);
+      out += fmt::format("in {}, ", st.value("phase", std::string("?")));
+      out += seq < 0 ? std::string("before its first collective")
+                     : fmt::format("last collective #{} at '{}'", seq, st.value("site", std::string()));
+      if (st.contains("compiling"))
+        out += fmt::format("; compiling {} for {:.0f} ms",
+                           st["compiling"].value("what", std::string("?")),
+                           st["compiling"].value("for_ms", 0.0));
+      out += "\n";
+    }
+    return out;
+  }
   std::string out = fmt::format("ranks of {}: {} ranks, {} backend, collective timeout {} ms\n", who,
                                 ranks.value("world", 0), ranks.value("backend", std::string("?")),
                                 ranks.value("collective_timeout_ms", 0LL));

@@ -78,7 +78,9 @@ std::string compile_where(const CompileEvent& e);
 /// harness/cli/ranks_run.h) as plain text lines for the strategy labelled `who`: a row per rank
 /// (outcome, hot-path compiles, collectives, host wait ms, times arrived last), each rank's error,
 /// then the largest startup and request-step stall with the rank that arrived last and what it
-/// compiled there. Missing fields print as 0 / "?"; never throws on a malformed block.
+/// compiled there; a block with `stopped` (the watchdog or an interrupt stopped rank 0 before
+/// it merged) gives each rank's last published state instead. Missing fields print as 0 / "?";
+/// never throws on a malformed block.
 std::string ranks_summary(const std::string& who, const nlohmann::json& ranks);
 
 /// What the table and Markdown put beside the hot-path compile count: " (N in the steady

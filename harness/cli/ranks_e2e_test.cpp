@@ -96,6 +96,26 @@ TEST_F(ReplayE2E, StoreBackendAndRankZeroOnly) {
   }
 }
 
+/// The replay's watchdog stops rank 0 (and with it the others) before it can merge: the result
+/// still says what every rank was doing then, from the states the ranks published.
+TEST_F(ReplayE2E, AStoppedMultiRankRunSaysWhatEachRankWasDoing) {
+  auto by = replay("scenarios/qwen3-8b-tp2-ranks.yaml", "--strategy none --timeout 3");
+  ASSERT_EQ(by.size(), 1u);
+  const StrategyResult& r = by.at("none []");
+  ASSERT_EQ(r.outcome, Outcome::kTimeout) << r.error.value_or("");
+  const nlohmann::json& ranks = r.extra.at("ranks");
+  EXPECT_EQ(ranks.at("stopped"), true);
+  EXPECT_EQ(ranks.at("world"), 2);
+  ASSERT_EQ(ranks.at("per_rank").size(), 2u);
+  for (const auto& st : ranks.at("per_rank")) {
+    EXPECT_EQ(st.at("outcome"), "timeout");
+    ASSERT_EQ(st.at("published"), true) << st.dump();
+    EXPECT_FALSE(st.at("phase").get<std::string>().empty()) << st.dump();
+    EXPECT_GT(st.at("pid").get<long>(), 0);
+    if (st.contains("compiling")) EXPECT_GE(st["compiling"].at("for_ms").get<double>(), 0.0);
+  }
+}
+
 /// Expert parallelism over 4 ranks with vLLM's normal_routing simulation: each rank's fused-MoE
 /// M is its own routed count, so ranks 0 and 3 (the tails of the distribution, about 25 of 48
 /// prompt tokens) compile the small-M GEMMs in the first prefill and ranks 1 and 2 do not; the

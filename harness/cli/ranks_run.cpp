@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "harness/common/paths.h"
@@ -61,8 +62,11 @@ StrategyResult run_all_ranks(const ChildJob& job, SnapshotFn on_snapshot) {
   // NVLink multicast (NVLS) stays off for every rank, as the machines' notes require of NCCL;
   // set before the ranks start so they inherit it (no NCCL backend is built yet: see README).
   ::setenv("NCCL_NVLS_ENABLE", "0", 1);
-  const paths::ScopedTempDir rank_dir("cs-ranks-");  // jobs and published states
-  const std::string& dir = rank_dir.path;
+  // Jobs and published states: in the directory the replay chose (it reads the states if its
+  // watchdog stops this process), else a temporary one.
+  std::optional<paths::ScopedTempDir> own_dir;
+  if (job.rank_dir.empty()) own_dir.emplace("cs-ranks-");
+  const std::string dir = own_dir ? own_dir->path : job.rank_dir;
   std::unique_ptr<dist::Rendezvous> rv;
   try {
     rv = dist::Rendezvous::serve(world, kJoinTimeout);
@@ -193,6 +197,18 @@ StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::
                         {"per_rank", per_rank},
                         {"steps", stalls["steps"]}};
   return out;
+}
+
+void add_stopped_ranks(StrategyResult& r, const ChildJob& job) {
+  const EngineConfig& e = job.scenario.engine;
+  if (!replays_all_ranks(e) || job.rank_dir.empty() || r.extra.contains("ranks")) return;
+  nlohmann::json per_rank = dist::read_rank_states(job.rank_dir, e.tensor_parallel_size,
+                                                   dist::monotonic_ns());
+  for (auto& pr : per_rank) pr["outcome"] = outcome_name(r.outcome);
+  r.extra["ranks"] = {{"world", e.tensor_parallel_size},
+                      {"collective_timeout_ms", collective_timeout(e).count()},
+                      {"stopped", true},
+                      {"per_rank", std::move(per_rank)}};
 }
 
 }  // namespace coldstart::cli

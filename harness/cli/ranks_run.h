@@ -43,4 +43,12 @@ StrategyResult run_one_rank(const ChildJob& job, SnapshotFn on_snapshot);
 StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::string& backend,
                                   long long timeout_ms);
 
+/// After the replay's watchdog or an interrupt stopped rank 0 of `job` (whose job.rank_dir the
+/// parent chose, so the ranks' published states outlive rank 0): when `r` has no `ranks` block,
+/// gives it one with {world, collective_timeout_ms, stopped: true, per_rank: [{rank, outcome (r's
+/// own: every rank was stopped with it), and what the rank last published
+/// (dist::read_rank_states: phase, last collective, site, the compile running and for how
+/// long)}]}. Nothing when the job does not replay every rank or has no rank directory.
+void add_stopped_ranks(StrategyResult& r, const ChildJob& job);
+
 }  // namespace coldstart::cli

@@ -16,6 +16,8 @@
 
 #include "reports/render_util.h"
 #include "harness/cli/cache_snapshot.h"
+#include "harness/cli/ranks_run.h"
+#include "harness/dist/ranks.engine_keys.h"
 #include "harness/cli/replay_options.h"
 #include "harness/cli/run_inputs.h"
 #include "harness/common/name_filter.h"
@@ -230,7 +232,13 @@ StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scena
     return r;
   }
   const std::string job_file = paths::join(inputs.dir(), fmt::format("job-{}.json", n));
-  write_child_job(job_file, child_job);
+  ChildJob job_out = child_job;
+  if (replays_all_ranks(job_out.scenario.engine)) {
+    // The ranks publish their states here, where this process can read them if it stops rank 0.
+    job_out.rank_dir = paths::join(inputs.dir(), fmt::format("ranks-{}", n));
+    paths::make_dirs(job_out.rank_dir);
+  }
+  write_child_job(job_file, job_out);
   isolate::ChildSpec spec;
   spec.argv = {self_exe(), "_child", "--job", job_file};
   spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
@@ -259,6 +267,8 @@ StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scena
   };
   isolate::ChildExit ex = isolate::run_child(spec, on_msg, on_err);
   StrategyResult r = isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
+  if (r.outcome == Outcome::kTimeout || r.outcome == Outcome::kInterrupted)
+    add_stopped_ranks(r, job_out);  // what each rank was doing when it was stopped
   inputs.name_originals(r);
   return r;
 }

@@ -1,5 +1,6 @@
 // c10d behind rank_group.h: the TCPStore rendezvous, the gloo and store backends, the records.
 #include "harness/dist/rank_group.h"
+#include "harness/dist/stalls.h"
 
 #include <fmt/format.h>
 #include <time.h>
@@ -138,7 +139,7 @@ struct RankGroup::Impl {
   int64_t arrived_seq = -1;
   std::string arrived_site;
 
-  std::string state_path(int r) const { return fmt::format("{}/rank{}.json", o.state_dir, r); }
+  std::string state_path(int r) const { return rank_state_path(o.state_dir, r); }
 
   /// Takes the phase and step from the engine (set_where), when it gave a source: asked outside
   /// the lock, as the engine's monitor takes its own.
@@ -187,28 +188,20 @@ struct RankGroup::Impl {
   /// The ranks that had not arrived at collective `seq`, from their state files.
   std::string missing_ranks(int64_t seq) const {
     std::string out;
-    const int64_t now = monotonic_ns();
-    for (int r = 0; r < o.world; ++r) {
+    for (const nlohmann::json& st : read_rank_states(o.state_dir, o.world, monotonic_ns())) {
+      const int r = st.at("rank").get<int>();
       if (r == o.rank) continue;
-      nlohmann::json j;
-      std::ifstream f(state_path(r));
-      if (!f) {
+      if (!st.at("published").get<bool>()) {
         out += fmt::format("{}rank {} (no state published)", out.empty() ? "" : "; ", r);
         continue;
       }
-      try {
-        f >> j;
-      } catch (const std::exception&) {
-        continue;
-      }
-      const int64_t got = j.value("arrived_seq", int64_t{-1});
+      const int64_t got = st.at("arrived_seq").get<int64_t>();
       if (got >= seq) continue;
       std::string what = fmt::format("rank {} (pid {}, in {}, last collective #{}", r,
-                                     j.value("pid", 0L), j.value("phase", std::string()), got);
-      if (j.contains("compiling"))
-        what += fmt::format("; compiling {} for {:.0f} ms",
-                            j["compiling"].value("what", std::string()),
-                            (now - j["compiling"].value("since_ns", now)) / 1e6);
+                                     st.at("pid").get<long>(), st.at("phase").get<std::string>(), got);
+      if (st.contains("compiling"))
+        what += fmt::format("; compiling {} for {:.0f} ms", st["compiling"]["what"].get<std::string>(),
+                            st["compiling"]["for_ms"].get<double>());
       out += (out.empty() ? "" : "; ") + what + ")";
     }
     return out.empty() ? "none found (every peer's state shows it arrived)" : out;

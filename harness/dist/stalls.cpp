@@ -1,6 +1,9 @@
 #include "harness/dist/stalls.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -86,6 +89,37 @@ nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_
                          {"autotunes", autotunes}});
   }
   return {{"per_rank", per_rank}, {"steps", out_steps}};
+}
+
+std::string rank_state_path(const std::string& dir, int rank) {
+  return fmt::format("{}/rank{}.json", dir, rank);
+}
+
+nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_ns) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) {
+    nlohmann::json st = {{"rank", r}, {"published", false}};
+    std::ifstream f(rank_state_path(dir, r));
+    nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (f && j.is_object()) {
+      try {
+        st["published"] = true;
+        st["pid"] = j.value("pid", 0L);
+        st["phase"] = j.value("phase", std::string());
+        st["arrived_seq"] = j.value("arrived_seq", int64_t{-1});
+        st["site"] = j.value("site", std::string());
+        if (j.contains("compiling") && j["compiling"].is_object()) {
+          const int64_t since = j["compiling"].value("since_ns", now_ns);
+          st["compiling"] = {{"what", j["compiling"].value("what", std::string())},
+                             {"for_ms", static_cast<double>(now_ns - since) / 1e6}};
+        }
+      } catch (const nlohmann::json::exception&) {
+        st = {{"rank", r}, {"published", false}};  // a field of the wrong type: unreadable
+      }
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
 }
 
 }  // namespace coldstart::dist

@@ -30,4 +30,15 @@ struct RankRecords {
 /// are left out of "steps".
 nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_stall_ms = 1.0);
 
+/// The state file rank `rank` publishes in `dir` (GroupOptions::state_dir): "<dir>/rank<r>.json".
+std::string rank_state_path(const std::string& dir, int rank);
+
+/// What each of ranks 0..world-1 last published in `dir`, read now (CLOCK_MONOTONIC `now_ns`):
+/// one object per rank, {rank, published: false} when its file is missing or unreadable, else
+/// {rank, published: true, pid, phase, arrived_seq (the last collective it reached, -1 before
+/// the first), site, compiling: {what, for_ms}} (compiling only while a compile runs). Used for
+/// the peers in a collective-timeout message and, when the watchdog stopped a multi-rank run,
+/// for what every rank was doing then. Never throws on a bad file.
+nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_ns);
+
 }  // namespace coldstart::dist
