@@ -99,10 +99,18 @@ TEST_F(ReplayE2E, StoreBackendAndRankZeroOnly) {
 /// The replay's watchdog stops rank 0 (and with it the others) before it can merge: the result
 /// still says what every rank was doing then, from the states the ranks published.
 TEST_F(ReplayE2E, AStoppedMultiRankRunSaysWhatEachRankWasDoing) {
-  auto by = replay("scenarios/qwen3-8b-tp2-ranks.yaml", "--strategy none --timeout 3");
-  ASSERT_EQ(by.size(), 1u);
-  const StrategyResult& r = by.at("none []");
+  const std::string json = paths::join(dir_, "stopped.json"), out = paths::join(dir_, "out.txt");
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-tp2-ranks.yaml --device compile-only --arch "
+                          "sm_90 --strategy none --timeout 3 --json " + json, out),
+            1)
+      << "every strategy timed out: exit 1";
+  const auto runs = cli::read_any_results(json);
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_EQ(runs[0].results.size(), 1u);
+  const StrategyResult& r = runs[0].results[0];
   ASSERT_EQ(r.outcome, Outcome::kTimeout) << r.error.value_or("");
+  EXPECT_NE(read_text(out).find("stopped before their results were merged"), std::string::npos)
+      << read_text(out);
   const nlohmann::json& ranks = r.extra.at("ranks");
   EXPECT_EQ(ranks.at("stopped"), true);
   EXPECT_EQ(ranks.at("world"), 2);
