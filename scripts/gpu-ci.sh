@@ -224,6 +224,9 @@ if want bench; then
       >"$OUT/$b.txt" 2>&1 || { echo "$b failed" | tee -a "$LOG"; st=FAIL; }
     echo "-- $b: $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
   done
+  # One table of every bench's rate against the device's ceilings (coldstart bench-report).
+  "$BUILD/coldstart" bench-report "$OUT" --md "$OUT/bench-report.md" >/dev/null 2>>"$LOG" ||
+    { echo "bench-report failed" | tee -a "$LOG"; st=FAIL; }
   [ "$st" = ok ] || rc=1
   done_step bench "$st"
 fi

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/cli/bench_report.h"
 #include "harness/cli/compare.h"
 #include "harness/cli/doctor.h"
 #include "harness/cli/replay_options.h"
@@ -136,6 +137,17 @@ int main(int argc, char** argv) {
   merge->add_flag("--force", merge_force,
                   "let -o replace a symbolic link, device, FIFO or socket (refused otherwise)");
 
+  std::vector<std::string> bench_in, bench_base;
+  std::string bench_md;
+  CLI::App* bench = app.add_subcommand(
+      "bench-report", "one table of the kernel benchmarks' rates against the device's ceilings");
+  bench->add_option("inputs", bench_in,
+                    "bench JSON files (--benchmark_out of bench/*_bench) or directories of them")
+      ->required();
+  bench->add_option("--baseline", bench_base,
+                    "the same benches from before (files or directories): adds time and speed-up");
+  bench->add_option("--md", bench_md, "also write the report (Markdown) to this file");
+
   CLI::App* doctor =
       app.add_subcommand("doctor", "show driver, GPU, versions; check NVRTC, driver load, CUDA graphs");
 
@@ -158,6 +170,7 @@ int main(int argc, char** argv) {
       return cli::compare_main(cmp_base, cmp_cur, cmp_pct, cmp_allow_removed, cmp_md, cmp_force,
                                cmp_gate_cross);
     if (*merge) return cli::merge_main(merge_in, merge_out, merge_force);
+    if (*bench) return cli::bench_report_main(bench_in, bench_base, bench_md);
     if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {
     // Messages quote file names, keys and bytes from the user's files: escape what a terminal

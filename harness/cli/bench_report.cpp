@@ -1,0 +1,168 @@
+// coldstart bench-report (see bench_report.h).
+#include "harness/cli/bench_report.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "harness/common/error.h"
+#include "harness/common/paths.h"
+
+namespace coldstart::cli {
+namespace {
+
+constexpr size_t kMaxBenchBytes = 64u << 20;
+
+// Google Benchmark's time units, per microsecond.
+double to_us(double t, const std::string& unit) {
+  if (unit == "ns") return t / 1e3;
+  if (unit == "us") return t;
+  if (unit == "ms") return t * 1e3;
+  if (unit == "s") return t * 1e6;
+  throw InputError(fmt::format("unknown time_unit '{}'", unit));
+}
+
+std::optional<double> counter(const nlohmann::json& b, const char* key) {
+  if (!b.contains(key) || !b.at(key).is_number()) return std::nullopt;
+  return b.at(key).get<double>();
+}
+
+std::string opt(const std::optional<double>& v, const char* format) {
+  return v ? fmt::format(fmt::runtime(format), *v) : std::string("–");
+}
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+BenchFile read_bench_file(const std::string& path) {
+  std::string data;
+  if (const std::string why = paths::read_input_file(path, kMaxBenchBytes, data); !why.empty())
+    throw InputError(fmt::format("{}: {}", path, why));
+  const nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    throw InputError(fmt::format("{}: not JSON (a Google Benchmark --benchmark_out report is)", path));
+  if (!j.is_object() || !j.contains("benchmarks") || !j.at("benchmarks").is_array())
+    throw InputError(fmt::format("{}: no 'benchmarks' list: not a Google Benchmark JSON report", path));
+  BenchFile f;
+  f.path = path;
+  f.bench = std::filesystem::path(path).stem().string();
+  const nlohmann::json ctx = j.value("context", nlohmann::json::object());
+  if (ctx.is_object()) {
+    if (ctx.contains("device") && ctx["device"].is_string()) f.device = ctx["device"];
+    if (ctx.contains("skipped") && ctx["skipped"].is_string()) f.skipped = ctx["skipped"];
+  }
+  // Rows by run name, in file order; a "mean" aggregate replaces the repetitions it sums up.
+  std::vector<std::string> order;
+  std::map<std::string, BenchRow> rows;
+  std::map<std::string, bool> from_mean;
+  const nlohmann::json& list = j.at("benchmarks");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& b = list[i];
+    try {
+      const std::string run = b.value("run_name", b.at("name").get<std::string>());
+      const std::string type = b.value("run_type", std::string("iteration"));
+      const bool mean = type == "aggregate" && b.value("aggregate_name", std::string()) == "mean";
+      if (type == "aggregate" && !mean) continue;  // median, stddev, cv
+      if (b.contains("error_occurred") && b.at("error_occurred").get<bool>()) continue;
+      BenchRow r;
+      r.bench = f.bench;
+      r.name = run;
+      r.time_us = to_us(b.at("real_time").get<double>(), b.value("time_unit", std::string("ns")));
+      r.tflops = counter(b, "TFLOP/s");
+      r.pct_tflops = counter(b, "%peak_TFLOP/s");
+      r.gbps = counter(b, "GB/s");
+      r.pct_gbps = counter(b, "%peak_GB/s");
+      if (!rows.count(run)) order.push_back(run);
+      if (mean || !rows.count(run)) rows[run] = r;  // the first repetition until a mean comes
+      from_mean[run] = from_mean[run] || mean;
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("{}: benchmarks[{}]: {}", path, i, e.what()));
+    }
+  }
+  for (const auto& run : order) f.rows.push_back(rows.at(run));
+  return f;
+}
+
+std::vector<std::string> bench_files(const std::vector<std::string>& inputs) {
+  std::vector<std::string> out;
+  for (const auto& in : inputs) {
+    if (!is_dir(in)) {
+      if (!std::filesystem::exists(in))
+        throw InputError(fmt::format("{}: no such file or directory", in));
+      out.push_back(in);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& e : std::filesystem::directory_iterator(in)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > 11 && name.compare(name.size() - 11, 11, "_bench.json") == 0)
+        found.push_back(e.path().string());
+    }
+    if (found.empty()) throw InputError(fmt::format("{}: no *_bench.json files in this directory", in));
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  return out;
+}
+
+std::string render_bench_report(const std::vector<BenchFile>& current,
+                                const std::vector<BenchFile>& baseline) {
+  std::map<std::string, const BenchRow*> before;  // "bench/name" -> baseline row
+  for (const auto& f : baseline)
+    for (const auto& r : f.rows) before[r.bench + "/" + r.name] = &r;
+  const bool compare = !baseline.empty();
+  std::string out = "# Kernel benchmarks\n";
+  for (const auto& f : current) {
+    out += fmt::format("\n## {}\n\n", f.bench);
+    if (!f.skipped.empty()) {
+      out += fmt::format("skipped: {}\n", f.skipped);
+      continue;
+    }
+    if (!f.device.empty()) out += fmt::format("device: {}\n\n", f.device);
+    if (f.rows.empty()) {
+      out += "(no benchmark rows)\n";
+      continue;
+    }
+    out += "| benchmark | time/call (us) | TFLOP/s | % peak | GB/s | % HBM |";
+    out += compare ? " baseline (us) | speed-up |\n" : "\n";
+    out += compare ? "|---|--:|--:|--:|--:|--:|--:|--:|\n" : "|---|--:|--:|--:|--:|--:|\n";
+    for (const auto& r : f.rows) {
+      out += fmt::format("| {} | {:.1f} | {} | {} | {} | {} |", r.name, r.time_us,
+                         opt(r.tflops, "{:.1f}"), opt(r.pct_tflops, "{:.1f}%"),
+                         opt(r.gbps, "{:.0f}"), opt(r.pct_gbps, "{:.1f}%"));
+      if (compare) {
+        const auto it = before.find(r.bench + "/" + r.name);
+        if (it == before.end() || it->second->time_us <= 0 || r.time_us <= 0)
+          out += " – | – |";
+        else
+          out += fmt::format(" {:.1f} | {:.2f}x |", it->second->time_us,
+                             it->second->time_us / r.time_us);
+      }
+      out += "\n";
+    }
+  }
+  return out;
+}
+
+int bench_report_main(const std::vector<std::string>& inputs,
+                      const std::vector<std::string>& baseline, const std::string& md_out) {
+  std::vector<BenchFile> cur, base;
+  for (const auto& p : bench_files(inputs)) cur.push_back(read_bench_file(p));
+  if (!baseline.empty())
+    for (const auto& p : bench_files(baseline)) base.push_back(read_bench_file(p));
+  const std::string md = render_bench_report(cur, base);
+  std::cout << md;
+  if (!md_out.empty()) paths::write_file_atomic(md_out, md);
+  return 0;
+}
+
+}  // namespace coldstart::cli
