@@ -185,7 +185,7 @@ TEST_F(ReplayE2E, TheChildDiesWithAParentKilledBySigkill) {
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   EXPECT_EQ(wait_status(pid), 256 + SIGKILL);
   for (pid_t k : kids) {
-    const bool ended = within(1.0, [&] { return gone(k); });
+    const bool ended = within(5.0, [&] { return gone(k); });  // slack for a loaded 2-core CI
     EXPECT_TRUE(ended) << "child " << k << " outlived its parent";
     if (!ended) ::kill(k, SIGKILL);
   }
