@@ -12,16 +12,11 @@
 #include "harness/common/paths.h"
 #include "harness/dist/ranks.engine_keys.h"
 #include "harness/dist/rank_group.h"
-#include "harness/dist/stalls.h"
 #include "harness/isolate/isolate.h"
 
 namespace coldstart::cli {
 
 namespace {
-
-std::chrono::milliseconds collective_timeout(const EngineConfig& e) {
-  return std::chrono::milliseconds(e.int_key("collective_timeout_ms"));
-}
 
 /// How long a rank > 0 waits for rank 0's store, and rank 0 for every rank to join.
 constexpr std::chrono::milliseconds kJoinTimeout{120000};
@@ -114,101 +109,6 @@ StrategyResult run_all_ranks(const ChildJob& job, SnapshotFn on_snapshot) {
   }  // rank 0 keeps the store until every rank is done with it (RankGroup's destructor)
   for (auto& t : threads) t.join();
   return merge_rank_results(std::move(results), backend, collective_timeout(e).count());
-}
-
-StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::string& backend,
-                                  long long timeout_ms) {
-  CS_CHECK(!ranks.empty(), "no rank results");
-  std::vector<dist::RankRecords> records;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    dist::RankRecords rr;
-    rr.rank = static_cast<int>(r);
-    auto it = ranks[r].extra.find("rank_records");
-    if (it != ranks[r].extra.end()) {
-      try {
-        rr.records = it->get<std::vector<dist::CollectiveRecord>>();
-      } catch (const std::exception&) {
-        rr.records.clear();  // a rank's report that does not parse counts as no collectives
-      }
-      ranks[r].extra.erase(it);
-    }
-    records.push_back(std::move(rr));
-  }
-  const nlohmann::json stalls = dist::analyse_stalls(records);
-  // Rank 0's result with every rank's compiles, each tagged with its rank.
-  StrategyResult out = ranks[0];
-  out.hot_path_compiles.clear();
-  out.startup_compile_list.clear();
-  out.startup_compiles = 0;
-  auto append = [](const std::vector<CompileEvent>& from, int rank,
-                   std::vector<CompileEvent>& into) {
-    for (CompileEvent c : from) {
-      c.rank = rank;
-      into.push_back(std::move(c));
-    }
-  };
-  nlohmann::json per_rank = nlohmann::json::array();
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const StrategyResult& x = ranks[r];
-    append(x.hot_path_compiles, static_cast<int>(r), out.hot_path_compiles);
-    append(x.startup_compile_list, static_cast<int>(r), out.startup_compile_list);
-    out.startup_compiles += x.startup_compiles;
-    nlohmann::json pr = stalls["per_rank"].at(r);
-    pr["outcome"] = outcome_name(x.outcome);
-    if (x.error) pr["error"] = *x.error;
-    if (x.failed_phase) pr["failed_phase"] = *x.failed_phase;
-    int loads = 0;
-    for (const auto& c : x.hot_path_compiles) loads += c.source == "disk" ? 1 : 0;
-    pr["hot_path_compiles"] = static_cast<int>(x.hot_path_compiles.size()) - loads;
-    pr["hot_path_loads"] = loads;
-    pr["startup_compiles"] = x.startup_compiles;
-    pr["ttft_ms"] = x.ttft_ms ? nlohmann::json(*x.ttft_ms) : nlohmann::json();
-    per_rank.push_back(std::move(pr));
-  }
-  // The outcome: a watchdog's timeout first, then the lowest rank that did not end ok. The
-  // earliest collective that timed out is the root: a later timeout, and every "peer left",
-  // follows from the rank that gave up on it.
-  const StrategyResult* bad = nullptr;
-  int64_t bad_seq = INT64_MAX;
-  for (const auto& x : ranks) {
-    const auto t = x.extra.find("collective_timeout");
-    if (x.outcome == Outcome::kOk || t == x.extra.end() || !t->is_object()) continue;
-    const int64_t seq = t->value("seq", INT64_MAX);
-    if (seq < bad_seq) {
-      bad = &x;
-      bad_seq = seq;
-    }
-  }
-  for (const auto& x : ranks)
-    if (bad == nullptr && x.outcome != Outcome::kOk) bad = &x;
-  if (bad != nullptr && bad != &ranks[0]) {
-    out.outcome = bad->outcome;
-    out.error = bad->error;
-    out.skipped = bad->skipped;
-    out.failed_phase = bad->failed_phase;
-    for (const char* k : {"failed_step", "collective_timeout"}) {
-      if (bad->extra.contains(k)) out.extra[k] = bad->extra.at(k);
-      else out.extra.erase(k);
-    }
-  }
-  out.extra["ranks"] = {{"world", ranks.size()},
-                        {"backend", backend},
-                        {"collective_timeout_ms", timeout_ms},
-                        {"per_rank", per_rank},
-                        {"steps", stalls["steps"]}};
-  return out;
-}
-
-void add_stopped_ranks(StrategyResult& r, const ChildJob& job) {
-  const EngineConfig& e = job.scenario.engine;
-  if (!replays_all_ranks(e) || job.rank_dir.empty() || r.extra.contains("ranks")) return;
-  nlohmann::json per_rank = dist::read_rank_states(job.rank_dir, e.tensor_parallel_size,
-                                                   dist::monotonic_ns());
-  for (auto& pr : per_rank) pr["outcome"] = outcome_name(r.outcome);
-  r.extra["ranks"] = {{"world", e.tensor_parallel_size},
-                      {"collective_timeout_ms", collective_timeout(e).count()},
-                      {"stopped", true},
-                      {"per_rank", std::move(per_rank)}};
 }
 
 }  // namespace coldstart::cli

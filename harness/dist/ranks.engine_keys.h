@@ -7,6 +7,7 @@
 //                          init_process_group(timeout=...).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,7 @@ inline std::vector<EngineKeySpec> engine_keys_ranks() {
   timeout.name = "collective_timeout_ms";
   timeout.owner = "engine (ranks)";
   timeout.type = EngineKeyType::kInt;
-  timeout.min = 100;
+  timeout.min = 10;
   timeout.max = 86400000;
   timeout.unit = "milliseconds";
   timeout.default_value = "600000";
@@ -49,6 +50,11 @@ inline std::vector<EngineKeySpec> engine_keys_ranks() {
                 "as the engine's watchdog does (torch's default process-group timeout, 10 min)";
   timeout.in_result = EngineKeyInResult::kWhenSet;
   return {ranks, backend, timeout};
+}
+
+/// engine.collective_timeout_ms as a duration.
+inline std::chrono::milliseconds collective_timeout(const EngineConfig& e) {
+  return std::chrono::milliseconds(e.int_key("collective_timeout_ms"));
 }
 
 /// engine.ranks == "all": one process per tensor-parallel rank.
