@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -18,18 +19,38 @@ namespace {
 
 constexpr size_t kMaxBenchBytes = 64u << 20;
 
+// A problem with one benchmark entry: reported with the file and the entry's index.
+struct EntryError {
+  std::string what;
+};
+
 // Google Benchmark's time units, per microsecond.
 double to_us(double t, const std::string& unit) {
   if (unit == "ns") return t / 1e3;
   if (unit == "us") return t;
   if (unit == "ms") return t * 1e3;
   if (unit == "s") return t * 1e6;
-  throw InputError(fmt::format("unknown time_unit '{}'", unit));
+  throw EntryError{fmt::format("unknown time_unit '{}' (ns, us, ms or s)", unit)};
+}
+
+// A field that must be a finite number >= 0 (times, rates and percents all are).
+double number(const nlohmann::json& b, const char* key) {
+  if (!b.contains(key)) throw EntryError{fmt::format("no '{}'", key)};
+  const nlohmann::json& v = b.at(key);
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+    throw EntryError{fmt::format("'{}' must be a number >= 0, got {}", key, v.dump())};
+  return v.get<double>();
+}
+
+std::string text(const nlohmann::json& b, const char* key, const std::string& otherwise) {
+  if (!b.contains(key)) return otherwise;
+  if (!b.at(key).is_string()) throw EntryError{fmt::format("'{}' must be a string", key)};
+  return b.at(key).get<std::string>();
 }
 
 std::optional<double> counter(const nlohmann::json& b, const char* key) {
-  if (!b.contains(key) || !b.at(key).is_number()) return std::nullopt;
-  return b.at(key).get<double>();
+  if (!b.contains(key)) return std::nullopt;
+  return number(b, key);
 }
 
 std::string opt(const std::optional<double>& v, const char* format) {
@@ -63,29 +84,33 @@ BenchFile read_bench_file(const std::string& path) {
   // Rows by run name, in file order; a "mean" aggregate replaces the repetitions it sums up.
   std::vector<std::string> order;
   std::map<std::string, BenchRow> rows;
-  std::map<std::string, bool> from_mean;
   const nlohmann::json& list = j.at("benchmarks");
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& b = list[i];
     try {
-      const std::string run = b.value("run_name", b.at("name").get<std::string>());
-      const std::string type = b.value("run_type", std::string("iteration"));
-      const bool mean = type == "aggregate" && b.value("aggregate_name", std::string()) == "mean";
+      if (!b.is_object()) throw EntryError{"not an object"};
+      const std::string run = text(b, "run_name", text(b, "name", ""));
+      if (run.empty()) throw EntryError{"no 'name'"};
+      const std::string type = text(b, "run_type", "iteration");
+      const bool mean = type == "aggregate" && text(b, "aggregate_name", "") == "mean";
       if (type == "aggregate" && !mean) continue;  // median, stddev, cv
-      if (b.contains("error_occurred") && b.at("error_occurred").get<bool>()) continue;
       BenchRow r;
       r.bench = f.bench;
       r.name = run;
-      r.time_us = to_us(b.at("real_time").get<double>(), b.value("time_unit", std::string("ns")));
-      r.tflops = counter(b, "TFLOP/s");
-      r.pct_tflops = counter(b, "%peak_TFLOP/s");
-      r.gbps = counter(b, "GB/s");
-      r.pct_gbps = counter(b, "%peak_GB/s");
+      if (b.contains("error_occurred") && b.at("error_occurred").is_boolean() &&
+          b.at("error_occurred").get<bool>()) {
+        r.error = text(b, "error_message", "(no message)");  // shown, not dropped
+      } else {
+        r.time_us = to_us(number(b, "real_time"), text(b, "time_unit", "ns"));
+        r.tflops = counter(b, "TFLOP/s");
+        r.pct_tflops = counter(b, "%peak_TFLOP/s");
+        r.gbps = counter(b, "GB/s");
+        r.pct_gbps = counter(b, "%peak_GB/s");
+      }
       if (!rows.count(run)) order.push_back(run);
       if (mean || !rows.count(run)) rows[run] = r;  // the first repetition until a mean comes
-      from_mean[run] = from_mean[run] || mean;
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(fmt::format("{}: benchmarks[{}]: {}", path, i, e.what()));
+    } catch (const EntryError& e) {
+      throw InputError(fmt::format("{}: benchmarks[{}]: {}", path, i, e.what));
     }
   }
   for (const auto& run : order) f.rows.push_back(rows.at(run));
@@ -136,6 +161,11 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
     out += compare ? " baseline (us) | speed-up |\n" : "\n";
     out += compare ? "|---|--:|--:|--:|--:|--:|--:|--:|\n" : "|---|--:|--:|--:|--:|--:|\n";
     for (const auto& r : f.rows) {
+      if (!r.error.empty()) {
+        out += fmt::format("| {} | error: {} | – | – | – | – |{}\n", r.name, r.error,
+                           compare ? " – | – |" : "");
+        continue;
+      }
       out += fmt::format("| {} | {:.1f} | {} | {} | {} | {} |", r.name, r.time_us,
                          opt(r.tflops, "{:.1f}"), opt(r.pct_tflops, "{:.1f}%"),
                          opt(r.gbps, "{:.0f}"), opt(r.pct_gbps, "{:.1f}%"));
@@ -155,6 +185,7 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
 
 int bench_report_main(const std::vector<std::string>& inputs,
                       const std::vector<std::string>& baseline, const std::string& md_out) {
+  if (!md_out.empty()) paths::check_output_paths({md_out}, {});  // before anything is printed
   std::vector<BenchFile> cur, base;
   for (const auto& p : bench_files(inputs)) cur.push_back(read_bench_file(p));
   if (!baseline.empty())

@@ -16,6 +16,7 @@ struct BenchRow {
   double time_us = 0;  ///< real_time per call, microseconds
   std::optional<double> tflops, pct_tflops;  ///< "TFLOP/s" and "%peak_TFLOP/s" counters
   std::optional<double> gbps, pct_gbps;      ///< "GB/s" and "%peak_GB/s" counters
+  std::string error;  ///< the benchmark's error_message when it reported one (no time then)
 };
 
 /// A bench program's report: its rows (aggregate rows "_mean"/"_median"/... folded: the mean is

@@ -58,6 +58,23 @@ TEST(BenchReport, BadInputNamesTheFile) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(bad + ": benchmarks[0]:"), std::string::npos) << e.what();
   }
+  std::ofstream(bad) << "{\"benchmarks\": [{\"name\": \"a\", \"real_time\": -3, \"time_unit\": \"us\"}]}";
+  try {
+    read_bench_file(bad);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'real_time' must be a number >= 0, got -3"),
+              std::string::npos) << e.what();
+  }
+  std::ofstream(bad) << "{\"benchmarks\": [{\"name\": \"a\", \"real_time\": 3, \"time_unit\": \"ps\"}]}";
+  EXPECT_THROW(read_bench_file(bad), InputError);
+  // A benchmark that reported an error is a row saying so, not dropped.
+  std::ofstream(bad) << "{\"benchmarks\": [{\"name\": \"a\", \"error_occurred\": true, "
+                        "\"error_message\": \"CUDA out of memory\"}]}";
+  const BenchFile f = read_bench_file(bad);
+  ASSERT_EQ(f.rows.size(), 1u);
+  EXPECT_EQ(f.rows[0].error, "CUDA out of memory");
+  EXPECT_NE(render_bench_report({f}, {}).find("| a | error: CUDA out of memory |"), std::string::npos);
   std::ofstream(bad) << "not json";
   EXPECT_THROW(read_bench_file(bad), InputError);
   EXPECT_THROW(bench_files({paths::join(dir.path, "nothing-here")}), InputError);

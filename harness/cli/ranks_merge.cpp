@@ -7,6 +7,7 @@
 #include "harness/cli/ranks_run.h"
 #include "harness/common/error.h"
 #include "harness/dist/ranks.engine_keys.h"
+#include "harness/dist/rank_group.h"
 #include "harness/dist/stalls.h"
 
 namespace coldstart::cli {
@@ -100,7 +101,14 @@ void add_stopped_ranks(StrategyResult& r, const ChildJob& job) {
   nlohmann::json per_rank = dist::read_rank_states(job.rank_dir, e.tensor_parallel_size,
                                                    dist::monotonic_ns());
   for (auto& pr : per_rank) pr["outcome"] = outcome_name(r.outcome);
+  std::string backend;
+  try {
+    backend = dist::resolve_backend(e.string_key("distributed_backend"));
+  } catch (const std::exception&) {
+    backend = e.string_key("distributed_backend");  // refused before the run; keep it as set
+  }
   r.extra["ranks"] = {{"world", e.tensor_parallel_size},
+                      {"backend", backend},
                       {"collective_timeout_ms", collective_timeout(e).count()},
                       {"stopped", true},
                       {"per_rank", std::move(per_rank)}};

@@ -197,8 +197,10 @@ struct RankGroup::Impl {
       }
       const int64_t got = st.at("arrived_seq").get<int64_t>();
       if (got >= seq) continue;
-      std::string what = fmt::format("rank {} (pid {}, in {}, last collective #{}", r,
-                                     st.at("pid").get<long>(), st.at("phase").get<std::string>(), got);
+      std::string what = fmt::format("rank {} (pid {}, in {}, {}", r, st.at("pid").get<long>(),
+                                     st.at("phase").get<std::string>(),
+                                     got < 0 ? std::string("no collective yet")
+                                             : fmt::format("last collective #{}", got));
       if (st.contains("compiling"))
         what += fmt::format("; compiling {} for {:.0f} ms", st["compiling"]["what"].get<std::string>(),
                             st["compiling"]["for_ms"].get<double>());

@@ -69,7 +69,8 @@ std::optional<Checked> checked_view(const Expectation& e, const StrategyResult& 
   if (ranks != r.extra.end() && ranks->is_object() && ranks->contains("per_rank"))
     per_rank = &ranks->at("per_rank");
   if (per_rank == nullptr || !per_rank->is_array()) {
-    why = fmt::format("rank {}: the result has no per-rank results (engine.ranks is not 'all')",
+    why = fmt::format("rank {}: the result has no per-rank results (only a run with engine.ranks: "
+                      "all and tensor_parallel_size > 1 has them)",
                       *e.rank);
     return std::nullopt;
   }

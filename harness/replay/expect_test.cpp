@@ -412,8 +412,9 @@ TEST(CheckExpectations, ARankRuleFailsWithoutThatRank) {
   EXPECT_EQ(check_expectations(with({e}), "cuda", {two_ranks()}),
             std::vector<std::string>{"mamba: rank 2: the run had 2 ranks (rule at s.yaml:7)"});
   EXPECT_EQ(check_expectations(with({e}), "cuda", {result("mamba", "", Outcome::kOk)}),
-            std::vector<std::string>{"mamba: rank 2: the result has no per-rank results "
-                                     "(engine.ranks is not 'all') (rule at s.yaml:7)"});
+            std::vector<std::string>{"mamba: rank 2: the result has no per-rank results (only a "
+                                     "run with engine.ranks: all and tensor_parallel_size > 1 "
+                                     "has them) (rule at s.yaml:7)"});
 }
 
 // End to end: rules read from a scenario file, checked against results.

@@ -38,7 +38,8 @@ std::optional<std::string> read_choice(Checker& c, const Entry& x,
 }  // namespace
 
 void load_expectations(Checker& c, const Entry& ex, const std::vector<std::string>& strategies,
-                       const std::vector<std::string>& variants, std::vector<Expectation>& out) {
+                       const std::vector<std::string>& variants, std::vector<Expectation>& out,
+                       int world) {
   if (!ex.value.IsSequence()) {
     c.fail(ex.path, ex.value.IsDefined() ? ex.value.Mark() : ex.key_node.Mark(),
            fmt::format("expected a list of rules like {{strategy: none, outcome: crash}}, got {}",
@@ -92,7 +93,15 @@ void load_expectations(Checker& c, const Entry& ex, const std::vector<std::strin
       for (const Target& t : target_profiles()) profiles.push_back(t.profile);
       r.device = read_choice(c, *x, profiles, "device");
     }
-    if (const Entry* x = mv.get("rank")) r.rank = read_int_in(c, x->path, x->value, 0, 63);
+    if (const Entry* x = mv.get("rank")) {
+      r.rank = read_int_in(c, x->path, x->value, 0, 63);
+      // A rank the run cannot have is a typo found now, not after the whole run.
+      if (r.rank && world > 0 && *r.rank >= world)
+        c.fail(x->path, x->value.Mark(),
+               fmt::format("rank {} is not a rank of this scenario: tensor_parallel_size is {} "
+                           "(ranks 0..{})",
+                           *r.rank, world, world - 1));
+    }
     if (const Entry* x = mv.get("outcome")) r.outcome = read_choice(c, *x, kOutcomes, "outcome");
     if (const Entry* x = mv.get("failed_phase")) {
       r.failed_phase = read_choice(c, *x, replay_phase_names(), "phase");

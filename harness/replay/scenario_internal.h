@@ -82,6 +82,7 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
 /// Reads the `expect:` list into `out`. `strategies` and `variants` are the names a rule may
 /// name (besides "*" for a strategy).
 void load_expectations(Checker& c, const Entry& ex, const std::vector<std::string>& strategies,
-                       const std::vector<std::string>& variants, std::vector<Expectation>& out);
+                       const std::vector<std::string>& variants, std::vector<Expectation>& out,
+                       int world = 0);
 
 }  // namespace coldstart::scenario_detail

@@ -343,8 +343,11 @@ TEST_F(ScenarioExpectRules, Errors) {
             "expect.0.rank", "must be in [0, 63], got -1");
   expect_at(error_of(with_expect("  - {strategy: none, rank: 64, outcome: ok}\n")), 17,
             "expect.0.rank", "must be in [0, 63], got 64");
-  EXPECT_EQ(load(with_expect("  - {strategy: none, rank: 3, outcome: ok}\n")).expectations[0].rank,
-            3);
+  // The base scenario runs one rank (tensor_parallel_size 1): rank 1 cannot exist.
+  expect_at(error_of(with_expect("  - {strategy: none, rank: 1, outcome: ok}\n")), 17,
+            "expect.0.rank", "rank 1 is not a rank of this scenario: tensor_parallel_size is 1");
+  EXPECT_EQ(load(with_expect("  - {strategy: none, rank: 0, outcome: ok}\n")).expectations[0].rank,
+            0);
   expect_at(error_of(with_expect("  - {strategy: none, hot_path_compiles: -1}\n")), 17,
             "expect.0.hot_path_compiles", "must be at least 0");
   expect_at(error_of(with_expect("  - {strategy: none, max_hot_path_compiles: x}\n")), 17,
