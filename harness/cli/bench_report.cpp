@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -55,11 +54,6 @@ std::optional<double> counter(const nlohmann::json& b, const char* key) {
 
 std::string opt(const std::optional<double>& v, const char* format) {
   return v ? fmt::format(fmt::runtime(format), *v) : std::string("–");
-}
-
-bool is_dir(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 }  // namespace
@@ -120,8 +114,9 @@ BenchFile read_bench_file(const std::string& path) {
 std::vector<std::string> bench_files(const std::vector<std::string>& inputs) {
   std::vector<std::string> out;
   for (const auto& in : inputs) {
-    if (!is_dir(in)) {
-      if (!std::filesystem::exists(in))
+    std::error_code ec;  // a path that cannot be examined is reported as missing, not thrown
+    if (!std::filesystem::is_directory(in, ec)) {
+      if (!std::filesystem::exists(in, ec))
         throw InputError(fmt::format("{}: no such file or directory", in));
       out.push_back(in);
       continue;

@@ -53,10 +53,8 @@ StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::
     pr["outcome"] = outcome_name(x.outcome);
     if (x.error) pr["error"] = *x.error;
     if (x.failed_phase) pr["failed_phase"] = *x.failed_phase;
-    int loads = 0;
-    for (const auto& c : x.hot_path_compiles) loads += c.source == "disk" ? 1 : 0;
-    pr["hot_path_compiles"] = static_cast<int>(x.hot_path_compiles.size()) - loads;
-    pr["hot_path_loads"] = loads;
+    pr["hot_path_compiles"] = hot_path_compiled(x).size();
+    pr["hot_path_loads"] = hot_path_loads(x);
     pr["startup_compiles"] = x.startup_compiles;
     pr["ttft_ms"] = x.ttft_ms ? nlohmann::json(*x.ttft_ms) : nlohmann::json();
     per_rank.push_back(std::move(pr));

@@ -224,21 +224,19 @@ StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scena
                        const Job& job, size_t n,
                        const std::function<void(const std::string&)>& on_phase) {
   const StrategySpec& st = *job.strategy;
-  const ChildJob child_job =
-      make_child_job(a, inputs.child_scenario(job.scenario, job.variant), st);
+  ChildJob child_job = make_child_job(a, inputs.child_scenario(job.scenario, job.variant), st);
   if (a.no_isolate) {
     StrategyResult r = run_in_process(child_job, {});
     inputs.name_originals(r);
     return r;
   }
   const std::string job_file = paths::join(inputs.dir(), fmt::format("job-{}.json", n));
-  ChildJob job_out = child_job;
-  if (replays_all_ranks(job_out.scenario.engine)) {
+  if (replays_all_ranks(child_job.scenario.engine)) {
     // The ranks publish their states here, where this process can read them if it stops rank 0.
-    job_out.rank_dir = paths::join(inputs.dir(), fmt::format("ranks-{}", n));
-    paths::make_dirs(job_out.rank_dir);
+    child_job.rank_dir = paths::join(inputs.dir(), fmt::format("ranks-{}", n));
+    paths::make_dirs(child_job.rank_dir);
   }
-  write_child_job(job_file, job_out);
+  write_child_job(job_file, child_job);
   isolate::ChildSpec spec;
   spec.argv = {self_exe(), "_child", "--job", job_file};
   spec.timeout_s = a.timeout_s > 0 ? a.timeout_s : s.timeout_s;
@@ -268,7 +266,7 @@ StrategyResult run_job(const ReplayArgs& a, const RunInputs& inputs, const Scena
   isolate::ChildExit ex = isolate::run_child(spec, on_msg, on_err);
   StrategyResult r = isolate::classify(ex, isolate::last_snapshot(ex.messages, fallback));
   if (r.outcome == Outcome::kTimeout || r.outcome == Outcome::kInterrupted)
-    add_stopped_ranks(r, job_out);  // what each rank was doing when it was stopped
+    add_stopped_ranks(r, child_job);  // what each rank was doing when it was stopped
   inputs.name_originals(r);
   return r;
 }

@@ -480,7 +480,6 @@ std::vector<ScenarioProblem> check_nemotron(const ModelConfig& c, const EngineCo
                    "expert parallelism's dispatch is replayed eagerly only (each rank's token "
                    "counts reach the host, as DeepEP's high-throughput dispatch returns them); "
                    "set cudagraph_mode: none"});
-
   return out;
 }
 
