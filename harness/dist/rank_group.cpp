@@ -83,6 +83,13 @@ namespace {
 /// c10's messages carry a backtrace after their first line.
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// A compile key cut to fit a log line: the kernel's name and the start of its specialization
+// (the state file and the result's ranks block keep the whole key).
+std::string short_compile_key(const std::string& key, size_t max_chars = 96) {
+  if (key.size() <= max_chars) return key;
+  return key.substr(0, max_chars) + fmt::format("... ({} more chars)", key.size() - max_chars);
+}
+
 class TcpRendezvous final : public Rendezvous {
  public:
   TcpRendezvous(bool server, int port, int world, std::chrono::milliseconds timeout) {
@@ -202,11 +209,16 @@ struct RankGroup::Impl {
                                      got < 0 ? std::string("no collective yet")
                                              : fmt::format("last collective #{}", got));
       if (st.contains("compiling"))
-        what += fmt::format("; compiling {} for {:.0f} ms", st["compiling"]["what"].get<std::string>(),
+        what += fmt::format("; compiling {} for {:.0f} ms",
+                            short_compile_key(st["compiling"]["what"].get<std::string>()),
                             st["compiling"]["for_ms"].get<double>());
       out += (out.empty() ? "" : "; ") + what + ")";
     }
-    return out.empty() ? "none found (every peer's state shows it arrived)" : out;
+    // Each rank reads the others' state files when its own wait ends, so two ranks' messages
+    // can disagree about a peer that arrived in between.
+    return out.empty() ? "none found (every peer's state showed it arrived when this rank's wait "
+                         "ended)"
+                       : out;
   }
 };
 
