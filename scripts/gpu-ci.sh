@@ -217,7 +217,7 @@ if want bench; then
   "$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$OUT/launch_bench.json" --benchmark_out_format=json >>"$LOG" 2>&1 || st=FAIL
   grep -E "^BM_" "$LOG" | tail -12
-  for b in gdn_chunk_bench gdn_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench mamba_ssd_bench deepgemm_bench; do
+  for b in gdn_chunk_bench gdn_decode_bench paged_decode_bench mamba_ops_bench fused_moe_bench mamba_ssu_bench mamba_ssd_bench deepgemm_bench; do
     [ -x "$BUILD/bench/$b" ] || continue
     t0=$(date +%s)
     "$BUILD/bench/$b" --benchmark_out="$OUT/$b.json" --benchmark_out_format=json \
