@@ -525,6 +525,11 @@ TEST(Verdict, FewestCompilesThenTtftWithinFivePercentThenStartup) {
   for (auto& r : run.results) r.outcome = Outcome::kTimeout;
   EXPECT_EQ(detail::verdicts(run)[0].best, "");
   EXPECT_EQ(detail::verdicts(run)[0].lines[0].first, "avoid the failure");
+  // Nothing finished: the outcome line says why rather than "no strategy ran".
+  for (auto& r : run.results) r.outcome = Outcome::kInterrupted;
+  run.results[4].outcome = Outcome::kSkipped;
+  ASSERT_EQ(detail::verdicts(run)[0].lines.size(), 1u);
+  EXPECT_EQ(detail::verdicts(run)[0].lines[0].second, "no strategy finished (4 interrupted, 1 skipped)");
 }
 
 // The verdict lists each strategy's peak device memory (the largest phase peak) against none's,

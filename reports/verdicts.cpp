@@ -177,7 +177,20 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
     VariantVerdict v;
     v.variant = variant;
     if (rows.empty()) {
-      v.lines.emplace_back("outcome", "no strategy ran");
+      // Skipped and interrupted strategies only: say which, so an interrupted run does not read
+      // as one that never started.
+      size_t interrupted = 0, skipped = 0;
+      for (const auto& r : run.results) {
+        if (r.variant != variant) continue;
+        interrupted += r.outcome == Outcome::kInterrupted;
+        skipped += r.outcome == Outcome::kSkipped;
+      }
+      std::vector<std::string> parts;
+      if (interrupted > 0) parts.push_back(fmt::format("{} interrupted", interrupted));
+      if (skipped > 0) parts.push_back(fmt::format("{} skipped", skipped));
+      v.lines.emplace_back("outcome", parts.empty() ? std::string("no strategy ran")
+                                                    : fmt::format("no strategy finished ({})",
+                                                                  fmt::join(parts, ", ")));
       out.push_back(std::move(v));
       continue;
     }

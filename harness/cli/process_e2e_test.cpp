@@ -222,7 +222,8 @@ TEST_F(ReplayE2E, WatchdogTimeoutLeavesNoTemporaryDirectory) {
   ASSERT_GT(pid, 0);
   // Its only strategy timed out: nothing was measured, which CI must notice (exit 1).
   EXPECT_EQ(wait_status(pid), 1) << read_text(out);
-  EXPECT_NE(read_text(out).find("every strategy run (1) timed out"), std::string::npos)
+  EXPECT_NE(read_text(out).find("every strategy run (1) timed out: nothing was measured"),
+            std::string::npos)
       << read_text(out);
   const auto results = results_so_far(json);
   ASSERT_EQ(results.size(), 1u) << read_text(out);
