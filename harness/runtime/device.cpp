@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
 #include <torch/version.h>
 
 #include "harness/common/error.h"
@@ -119,10 +121,23 @@ DeviceInfo select_device(const std::string& requested, const std::string& arch,
   info.target.device_name = info.name;
   info.target.shared_memory_per_block = static_cast<int>(prop->sharedMemPerBlockOptin);
   info.target.memory_bytes = info.total_memory_bytes;
-  if (!target_name.empty() && target_profile(target_name).sm != info.sm) {
-    throw InputError("--target " + target_name + " does not match the GPU (" + info.name +
-                     " is " + info.arch() + "); --target only picks the target in compile-only "
-                     "mode");
+  if (!target_name.empty()) {
+    // On a GPU the target can only name the GPU itself: an H100 and an H200 are both sm_90 with
+    // 132 SMs, so the SMs and the memory (within 10%: the profile's figure is the datasheet's,
+    // the driver's a little less) must match too, or the results would carry the wrong name.
+    const Target t = target_profile(target_name);
+    const double gib = 1024.0 * 1024 * 1024;
+    const bool memory_differs =
+        t.memory_bytes > 0 &&
+        std::abs(static_cast<double>(t.memory_bytes - info.total_memory_bytes)) >
+            0.1 * static_cast<double>(t.memory_bytes);
+    if (t.sm != info.sm || (t.sm_count > 0 && t.sm_count != info.sm_count) || memory_differs) {
+      throw InputError(fmt::format(
+          "--target {} does not match the GPU ({} is {}, {} SMs, {:.1f} GiB; {} is {} ({}), {} "
+          "SMs, {:.1f} GiB); --target only picks the target in compile-only mode",
+          target_name, info.name, info.arch(), info.sm_count, info.total_memory_bytes / gib,
+          target_name, t.device_name, t.arch, t.sm_count, t.memory_bytes / gib));
+    }
   }
 #endif
   return info;
