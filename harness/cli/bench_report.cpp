@@ -2,6 +2,7 @@
 #include "harness/cli/bench_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -131,7 +132,18 @@ std::vector<std::string> bench_files(const std::vector<std::string>& inputs) {
     std::sort(found.begin(), found.end());
     out.insert(out.end(), found.begin(), found.end());
   }
-  return out;
+  // A file named twice (directly and through its directory, or as two spellings) is read once.
+  std::vector<std::string> unique;
+  std::vector<std::filesystem::path> seen;
+  for (const auto& p : out) {
+    std::error_code ec;
+    std::filesystem::path canon = std::filesystem::weakly_canonical(p, ec);
+    if (ec) canon = p;
+    if (std::find(seen.begin(), seen.end(), canon) != seen.end()) continue;
+    seen.push_back(canon);
+    unique.push_back(p);
+  }
+  return unique;
 }
 
 std::string render_bench_report(const std::vector<BenchFile>& current,
@@ -174,6 +186,19 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
       }
       out += "\n";
     }
+  }
+  if (compare) {
+    // Rows the baseline has and this run lacks: a benchmark dropped or renamed, or a program
+    // that did not run, which a speed-up table alone would hide.
+    std::map<std::string, bool> now;
+    for (const auto& f : current)
+      for (const auto& r : f.rows) now[r.bench + "/" + r.name] = true;
+    std::vector<std::string> gone;
+    for (const auto& [key, row] : before)
+      if (!now.count(key)) gone.push_back(fmt::format("- {} ({:.1f} us)", key, row->time_us));
+    if (!gone.empty())
+      out += fmt::format("\n## In the baseline only ({} rows)\n\n{}\n", gone.size(),
+                         fmt::join(gone, "\n"));
   }
   return out;
 }

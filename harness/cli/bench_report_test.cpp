@@ -46,6 +46,14 @@ TEST(BenchReport, TableWithAndWithoutABaseline) {
   const std::string vs = render_bench_report({cur[0]}, {before});
   EXPECT_NE(vs.find("| 10.9% | – | – | 3000.0 | 2.00x |"), std::string::npos) << vs;
   EXPECT_NE(vs.find("| 50.0% | – | – |\n"), std::string::npos) << vs;
+  EXPECT_EQ(vs.find("In the baseline only"), std::string::npos) << vs;
+  // Rows of the baseline this run lacks are listed after the tables.
+  const std::string fewer = render_bench_report({before}, {cur[0]});
+  EXPECT_NE(fewer.find("## In the baseline only (1 rows)\n\n- fused_moe_bench/"
+                       "BM_FusedMoe/nano/M:16/manual_time (35.5 us)"),
+            std::string::npos) << fewer;
+  // A file named twice, directly and through its directory, is read once.
+  EXPECT_EQ(bench_files({kDir, kDir + "/fused_moe_bench.json", kDir + "/./gdn_chunk_bench.json"}).size(), 2u);
 }
 
 TEST(BenchReport, BadInputNamesTheFile) {
