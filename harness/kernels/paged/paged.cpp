@@ -162,7 +162,10 @@ void decode_stage1(jit::JitRuntime& rt, const PagedLayout& l, const at::Tensor& 
              tensor_arg(seq_lens), tensor_arg(mid_o), KernelArg::i64(q.stride(0)),
              KernelArg::i64(q.stride(1)), KernelArg::i32(bt_stride), KernelArg::f32(sm_scale),
              KernelArg::i64(cache.block_stride)},
-            decode_grid(fn, b, hq, splits, kStage1Threads),
+            decode_grid(fn, b,
+                        hq / decode_stage1_heads_per_block(
+                                 l.head_dim, static_cast<int>(hq / l.num_kv_heads)),
+                        splits, kStage1Threads),
             stream_for(kv_cache));
 }
 

@@ -3,10 +3,22 @@
 //
 // Constexprs: HEAD_DIM, BLOCK_SIZE (tokens per cache block), NUM_KV_SPLITS, KV_GROUP (= Hq / Hk),
 // CACHE_DTYPE.
-// Grid (B, Hq, NUM_KV_SPLITS), 128 threads (4 warps). Block (b, h, s) attends query head h of
-// sequence b over the s-th of NUM_KV_SPLITS equal token ranges of that sequence
-// (ceil(len / splits) tokens each) and writes the split's normalized partial output and LSE.
-// Query head h reads KV head h / KV_GROUP (GQA).
+// Grid (B, Hq / HPB, NUM_KV_SPLITS), 128 threads (4 warps), HPB = pa_heads_per_block(KV_GROUP)
+// query heads per block, all of one KV head (the host's decode_stage1_heads_per_block is the
+// same rule). Block (b, y, s) attends query heads [y * HPB, (y + 1) * HPB) of sequence b over
+// the s-th of NUM_KV_SPLITS equal token ranges of that sequence (ceil(len / splits) tokens
+// each) and writes each head's normalized partial output and LSE. Query head h reads KV head
+// h / KV_GROUP (GQA); a block reads each K and V row of its range once for its HPB heads, as
+// vLLM's grouped Triton decode kernel does (vllm/attention/ops/triton_decode_attention.py,
+// _fwd_grouped_kernel_stage1: one program per KV head and head group, not per query head).
+//
+// Work split: a lane group of kLpt lanes owns one cached token at a time, each lane kEpl of its
+// coordinates of K and V in 8-element pieces (one 16-byte bf16 / 8-byte fp8 load each when the
+// compile key promises 16-byte aligned caches and a block stride divisible by 16, element loads
+// otherwise); a warp covers 32 / kLpt tokens a step and issues kUnroll steps' loads before
+// using them, so enough bytes are in flight to keep HBM busy. Each lane group
+// keeps an online softmax per head; the groups' states merge through shared memory at the end.
+//
 // Arguments, in order:
 //   q                   bf16 [B, Hq, D], element (b, h, d) at q[b*q_stride_b + h*q_stride_h + d]
 //   key_cache           [num_blocks, BLOCK_SIZE, Hk, D] of the cache's element type (kv_cache[0])
@@ -35,6 +47,87 @@
 constexpr int kStage1Warps = 4;
 constexpr int kStage1Threads = 32 * kStage1Warps;
 
+// Lane layout: a token's row of D coordinates is read in 8-element pieces (one 16-byte bf16 or
+// 8-byte fp8 load each) by kLpt lanes, the largest power of two (<= 32) dividing D / 8; lane j
+// of the group holds pieces j, j + kLpt, ... (kVecs of them), so each load of the group is one
+// contiguous run. D = 128: 16 lanes, 1 piece, 2 tokens a warp step; D = 256: 32 lanes, 1 piece;
+// D = 96: 4 lanes, 3 pieces.
+constexpr int pa_lanes_per_token(int head_dim) {
+  int lanes = 1;
+  while (lanes < 32 && (head_dim / 8) % (2 * lanes) == 0) lanes *= 2;
+  return lanes;
+}
+constexpr int kLpt = pa_lanes_per_token(kD);  // lanes per token
+constexpr int kVecs = kD / 8 / kLpt;          // 8-element pieces per lane
+constexpr int kEpl = 8 * kVecs;               // coordinates per lane
+constexpr int kTpw = 32 / kLpt;               // tokens per warp step
+
+/// Query heads a block serves: the largest of 4, 3, 2, 1 that divides the KV group and keeps the
+/// lane's query and output state (2 x heads x kEpl floats) within 64 registers. The host's
+/// decode_stage1_heads_per_block (paged_kernels.h) is the same rule.
+constexpr int pa_heads_per_block(int group, int coords_per_lane) {
+  const int cap = 32 / coords_per_lane;
+  for (int h = 4; h > 1; --h)
+    if (h <= cap && group % h == 0) return h;
+  return 1;
+}
+constexpr int kHpb = pa_heads_per_block(KV_GROUP, kEpl);
+constexpr int kUnroll = kVecs == 1 ? 4 : (kVecs == 2 ? 2 : 1);  // warp steps loaded together
+constexpr int kParts = kStage1Warps * kTpw;  // lane groups, each with its own softmax state
+constexpr int kTokensPerRound = kParts * kUnroll;
+
+#if defined(CS_SPEC_key_cache) && CS_SPEC_key_cache == 16 && defined(CS_SPEC_value_cache) && \
+    CS_SPEC_value_cache == 16 && defined(CS_SPEC_cache_block_stride) &&                     \
+    CS_SPEC_cache_block_stride == 16
+constexpr bool kVecLoads = true;
+#else
+constexpr bool kVecLoads = false;
+#endif
+
+// 8 cache elements of one row as raw bits: 16 bytes (bf16) or 8 bytes (fp8).
+struct PaRaw8 {
+  cs_u32 w[kCacheFp8 ? 2 : 4];
+};
+
+__device__ __forceinline__ PaRaw8 pa_load8(const pa_cache_t* __restrict__ p) {
+  PaRaw8 r;
+  if constexpr (kVecLoads) {
+    if constexpr (kCacheFp8) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      r.w[0] = u.x;
+      r.w[1] = u.y;
+    } else {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      r.w[0] = u.x;
+      r.w[1] = u.y;
+      r.w[2] = u.z;
+      r.w[3] = u.w;
+    }
+  } else {
+    constexpr int kPer = kCacheFp8 ? 4 : 2;  // elements per 32-bit word
+#pragma unroll
+    for (int i = 0; i < (kCacheFp8 ? 2 : 4); ++i) {
+      cs_u32 word = 0;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        word |= static_cast<cs_u32>(p[i * kPer + j]) << (j * 8 * static_cast<int>(sizeof(pa_cache_t)));
+      r.w[i] = word;
+    }
+  }
+  return r;
+}
+
+__device__ __forceinline__ void pa_unpack8(const PaRaw8& r, float* x) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    if constexpr (kCacheFp8) {
+      x[e] = cs_e4m3_to_f32(static_cast<cs_u8>((r.w[e / 4] >> (8 * (e % 4))) & 0xffu));
+    } else {
+      x[e] = cs_bf16_to_f32(static_cast<cs_u16>((r.w[e / 2] >> (16 * (e % 2))) & 0xffffu));
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(kStage1Threads)
 paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__ key_cache,
                     const pa_cache_t* __restrict__ value_cache, const float* __restrict__ k_scale,
@@ -43,31 +136,150 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
                     cs_i64 q_stride_b, cs_i64 q_stride_h, int block_table_stride,
                     float sm_scale, cs_i64 cache_block_stride) {
   const int b = blockIdx.x;
-  const int hq = blockIdx.y;
-  const int num_q_heads = gridDim.y;
+  const int h0 = blockIdx.y * kHpb;  // first query head of the block
+  const int split = blockIdx.z;
+  const int num_q_heads = gridDim.y * kHpb;
   const int num_kv_heads = num_q_heads / KV_GROUP;
-  const int hk = hq / KV_GROUP;
+  const int hk = h0 / KV_GROUP;
   const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int group = lane / kLpt;  // token slot of the lane in its warp's step
+  const int chunk = lane % kLpt;  // the lane's pieces: chunk, chunk + kLpt, ...
 
-  const CsKvSplit sp = cs_kv_split<kD, NUM_KV_SPLITS>(mid_o, seq_lens[b]);
-  const int start = sp.start;
-  const int end = sp.end;
-  float* out = sp.row;
+  const int seq_len = seq_lens[b];
+  const int per_split = (seq_len + NUM_KV_SPLITS - 1) / NUM_KV_SPLITS;
+  const int start = split * per_split;
+  const int end = min(start + per_split, seq_len);
+  auto row_of = [&](int h) {
+    return mid_o + ((static_cast<cs_i64>(b) * num_q_heads + h0 + h) * NUM_KV_SPLITS + split) *
+                       static_cast<cs_i64>(kD + 1);
+  };
   if (start >= end) {  // uniform over the block
-    cs_kv_split_store_empty<kD, kStage1Threads>(out);
+#pragma unroll
+    for (int h = 0; h < kHpb; ++h) cs_kv_split_store_empty<kD, kStage1Threads>(row_of(h));
     return;
   }
 
-  __shared__ float s_out[kD];
-  float qv[kCpl];
-  pa_load_query(q + b * q_stride_b + hq * q_stride_h, sm_scale, qv);
+  // The lane's coordinates of each head's query, softmax scale folded in.
+  float qv[kHpb][kEpl];
+#pragma unroll
+  for (int h = 0; h < kHpb; ++h) {
+    const cs_u16* qp = q + b * q_stride_b + (h0 + h) * q_stride_h;
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e)
+      qv[h][e] = cs_bf16_to_f32(qp[((e / 8) * kLpt + chunk) * 8 + e % 8]) * sm_scale;
+  }
   const float ks = kCacheFp8 ? *k_scale : 1.0f;
   const float vs = kCacheFp8 ? *v_scale : 1.0f;
-  const float lse = pa_attend<BLOCK_SIZE, kStage1Warps>(
-      qv, key_cache, value_cache, ks, vs,
-      block_table + static_cast<cs_i64>(b) * block_table_stride, cache_block_stride,
-      start, end, num_kv_heads, hk,
-      s_out);
-  for (int d = tid; d < kD; d += kStage1Threads) out[d] = s_out[d];
-  if (tid == 0) out[kD] = lse;
+  const int* bt = block_table + static_cast<cs_i64>(b) * block_table_stride;
+
+  float m[kHpb], l[kHpb], acc[kHpb][kEpl];
+#pragma unroll
+  for (int h = 0; h < kHpb; ++h) {
+    m[h] = cs_neg_inf();
+    l[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e) acc[h][e] = 0.0f;
+  }
+
+  // Round r covers tokens [start + r * kTokensPerRound, ...): step u of warp w reads tokens
+  // base + (u * kStage1Warps + w) * kTpw + group.
+  for (int base = start; base < end; base += kTokensPerRound) {
+    PaRaw8 kr[kUnroll][kVecs], vr[kUnroll][kVecs];
+    bool valid[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + (u * kStage1Warps + warp) * kTpw + group;
+      valid[u] = t < end;
+      if (valid[u]) {
+        const cs_i64 off = pa_cache_offset(bt[t / BLOCK_SIZE], t % BLOCK_SIZE, cache_block_stride,
+                                           num_kv_heads, hk);
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+          kr[u][v] = pa_load8(key_cache + off + (v * kLpt + chunk) * 8);
+          vr[u][v] = pa_load8(value_cache + off + (v * kLpt + chunk) * 8);
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v)
+#pragma unroll
+          for (int i = 0; i < (kCacheFp8 ? 2 : 4); ++i) kr[u][v].w[i] = vr[u][v].w[i] = 0u;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float kf[kEpl];
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) pa_unpack8(kr[u][v], kf + 8 * v);
+      float s[kHpb];
+#pragma unroll
+      for (int h = 0; h < kHpb; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e) dot += qv[h][e] * kf[e];
+        // Sum over the kLpt lanes of the token (every lane takes part: the shuffles stay
+        // converged; a slot past the end has k = 0 and is skipped below).
+#pragma unroll
+        for (int ofs = kLpt / 2; ofs > 0; ofs >>= 1)
+          dot += __shfl_xor_sync(cs_full_mask, dot, ofs);
+        s[h] = dot * ks;
+      }
+      if (!valid[u]) continue;
+      float vf[kEpl];
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) pa_unpack8(vr[u][v], vf + 8 * v);
+#pragma unroll
+      for (int h = 0; h < kHpb; ++h) {
+        const CsSoftmaxStep st = cs_online_softmax_step(m[h], l[h], s[h]);
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e) acc[h][e] = acc[h][e] * st.alpha + st.p * vf[e];
+      }
+    }
+  }
+
+  // Merge the kParts lane groups' states per head. A group that saw no token has m = -inf,
+  // l = 0 and gets weight 0; group 0 of warp 0 saw the range's first token.
+  __shared__ float s_m[kHpb][kParts];
+  __shared__ float s_l[kHpb][kParts];
+  __shared__ float s_w[kHpb][kParts];
+  __shared__ float s_acc[kHpb][kParts][kD];
+  const int part = warp * kTpw + group;
+#pragma unroll
+  for (int h = 0; h < kHpb; ++h) {
+    if (chunk == 0) {
+      s_m[h][part] = m[h];
+      s_l[h][part] = l[h];
+    }
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e) s_acc[h][part][((e / 8) * kLpt + chunk) * 8 + e % 8] = acc[h][e];
+  }
+  __syncthreads();
+  for (int i = tid; i < kHpb * kParts; i += kStage1Threads) {
+    const int h = i / kParts;
+    float m_all = cs_neg_inf();
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) m_all = fmaxf(m_all, s_m[h][j]);
+    s_w[h][i % kParts] = expf(s_m[h][i % kParts] - m_all);
+  }
+  __syncthreads();
+  for (int i = tid; i < kHpb * kD; i += kStage1Threads) {
+    const int h = i / kD;
+    const int d = i % kD;
+    float l_all = 0.0f;
+    float o = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) {
+      l_all += s_l[h][j] * s_w[h][j];
+      o += s_acc[h][j][d] * s_w[h][j];
+    }
+    float* row = row_of(h);
+    row[d] = o * (vs / l_all);
+    if (d == 0) {
+      float m_all = cs_neg_inf();
+#pragma unroll
+      for (int j = 0; j < kParts; ++j) m_all = fmaxf(m_all, s_m[h][j]);
+      row[kD] = m_all + logf(l_all);
+    }
+  }
 }

@@ -70,6 +70,12 @@ struct PagedLayout {
 /// count by 16 under CUDA graphs (_DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH).
 constexpr int kNumKvSplits = 16;
 
+/// Query heads one paged_decode_stage1 block serves (its grid is (B, Hq / this, splits)): the
+/// largest of 4, 3, 2, 1 dividing `kv_group` (Hq / Hk) for which the heads' per-lane state fits,
+/// as the kernel's pa_heads_per_block decides from HEAD_DIM and KV_GROUP. `head_dim` a multiple
+/// of 32 in [32, 256], kv_group >= 1. Not part of the compile key (it follows from the key).
+int decode_stage1_heads_per_block(int head_dim, int kv_group);
+
 /// Threads per CTA of each kernel (fixed in the sources).
 constexpr int kStoreThreads = 128;
 constexpr int kStage1Threads = 128;

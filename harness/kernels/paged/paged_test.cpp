@@ -75,6 +75,25 @@ TEST(PagedWorkspace, Formula) {
   EXPECT_EQ(decode_workspace_bytes(0, 32, 128), 0);
 }
 
+// The stage-1 grid's head groups: 4 heads a block where the group allows and the state fits.
+TEST(PagedDecodeGrid, HeadsPerBlock) {
+  EXPECT_EQ(decode_stage1_heads_per_block(128, 4), 4);   // Qwen3-8B: one block per KV head
+  EXPECT_EQ(decode_stage1_heads_per_block(128, 16), 4);  // Nemotron Nano attention
+  EXPECT_EQ(decode_stage1_heads_per_block(256, 8), 4);   // Qwen3-Next attention
+  EXPECT_EQ(decode_stage1_heads_per_block(64, 6), 3);
+  EXPECT_EQ(decode_stage1_heads_per_block(128, 2), 2);
+  EXPECT_EQ(decode_stage1_heads_per_block(128, 1), 1);
+  EXPECT_EQ(decode_stage1_heads_per_block(32, 5), 1);
+  // D = 96: 4 lanes a token, 24 coordinates a lane: one head a block.
+  EXPECT_EQ(decode_stage1_heads_per_block(96, 4), 1);
+  EXPECT_EQ(decode_stage1_heads_per_block(192, 4), 1);  // 8 lanes, 24 coordinates
+  for (int d = 32; d <= 256; d += 32)
+    for (int g = 1; g <= 16; ++g) {
+      const int h = decode_stage1_heads_per_block(d, g);
+      EXPECT_TRUE(h >= 1 && h <= 4 && g % h == 0) << "d " << d << " group " << g;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // CPU: the reference is sane
 
@@ -411,13 +430,17 @@ INSTANTIATE_TEST_SUITE_P(
 struct DecodeCase {
   int64_t batch, ctx, hq, hk, d, bs;
   CacheDtype dtype;
+  // > 0: the hybrid block-major layout with pages this many bytes longer than K + V, so the
+  // block stride is not a multiple of 16 elements and stage 1 takes its element-load path.
+  int64_t page_pad = 0;
 };
 
 std::string decode_name(const testing::TestParamInfo<DecodeCase>& i) {
   const DecodeCase& c = i.param;
   return dtype_tag(c.dtype) + "_b" + std::to_string(c.batch) + "_ctx" + std::to_string(c.ctx) +
          "_hq" + std::to_string(c.hq) + "_hk" + std::to_string(c.hk) + "_d" +
-         std::to_string(c.d) + "_bs" + std::to_string(c.bs);
+         std::to_string(c.d) + "_bs" + std::to_string(c.bs) +
+         (c.page_pad > 0 ? "_pad" + std::to_string(c.page_pad) : "");
 }
 
 std::vector<DecodeCase> decode_cases() {
@@ -430,6 +453,10 @@ std::vector<DecodeCase> decode_cases() {
     out.push_back({2, 513, 16, 2, 256, 32, dt});     // D 256
     out.push_back({5, 16, 8, 1, 64, 16, dt});        // exactly one block, group 8, MQA-like
     out.push_back({1, 4096 + 7, 32, 8, 256, 16, dt});
+    out.push_back({2, 700, 12, 2, 64, 16, dt});       // group 6: 3 heads a block
+    out.push_back({3, 333, 6, 3, 96, 16, dt});        // D 96: 3 pieces a lane, group 2
+    // Block-major pages padded by 2 elements: unaligned rows, element loads.
+    out.push_back({2, 517, kHq, kHk, kD, 16, dt, 2 * cache_element_bytes(dt)});
   }
   return out;
 }
@@ -449,6 +476,11 @@ TEST_P(PagedDecodeGpu, MatchesFloat64Reference) {
   for (int64_t b = 0; b < c.batch; ++b) lens.push_back(std::max<int64_t>(1, c.ctx - 7 * b));
   const int64_t max_blocks = (c.ctx + c.bs - 1) / c.bs + 3;  // not a multiple of 16 on purpose
   PagedCache p = make_paged(l, lens, max_blocks, seed);
+  if (c.page_pad > 0) {
+    const int64_t page = l.page_size_bytes() + c.page_pad;
+    const at::Tensor raw = at::full({p.num_blocks * page}, kSentinel, cuda(at::kByte));
+    p.cache = block_major_view(l, raw, p.num_blocks, page);
+  }
   const Scales sc = make_scales(c.dtype, 0.02f, 0.01f);
   for (int64_t b = 0; b < c.batch; ++b) {
     const at::Tensor k = random_bf16({lens[b], c.hk, c.d}, seed + 2 * b, 1.5, 0.2);
