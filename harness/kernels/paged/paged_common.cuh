@@ -19,7 +19,8 @@
 //      scalars in device memory (per tensor, like vLLM's layer._k_scale / _v_scale), read by the
 //      kernels, so a captured CUDA graph sees a changed scale.
 //
-// Work split of the attention kernels: one warp per cached token at a time; lane l owns the
+// Work split of pa_attend (the prefill kernel's; decode stage 1 has its own, see
+// paged_decode_stage1.cu): one warp per cached token at a time; lane l owns the
 // coordinates l, l + 32, l + 64, ... (kCpl = D / 32 of them), so a warp's loads of one token row
 // are coalesced. q . k is a warp-wide butterfly sum, each warp keeps its own online-softmax state,
 // and the warps' states are merged through shared memory at the end.
