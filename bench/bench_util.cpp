@@ -272,4 +272,15 @@ int bench_main(const char* bench, int argc, char** argv, const SetupFn& setup) {
   }
 }
 
+jit::JitRuntime& default_runtime() {
+  static auto* rt = new jit::JitRuntime(jit::JitOptions{});
+  return *rt;
+}
+
+void queue_busy_matmuls(int n) {
+  static const at::Tensor* big = new at::Tensor(at::randn(
+      {8192, 8192}, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16)));
+  for (int i = 0; i < n; ++i) (void)at::mm(*big, *big);
+}
+
 }  // namespace coldstart::bench

@@ -24,6 +24,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "harness/jit/jit.h"
+
 namespace coldstart::bench {
 
 // ---- checked CUDA calls
@@ -108,6 +110,17 @@ void set_flops_counters(benchmark::State& state, double flops_per_call, double s
 /// Sets state.counters "GB/s" (bytes_per_call / seconds_per_call, in 1e9 B/s), "peak_GB/s" (the
 /// device's HBM bandwidth from ceilings(), same unit) and "%peak_GB/s".
 void set_bytes_counters(benchmark::State& state, double bytes_per_call, double seconds_per_call);
+
+// ---- shared set-up
+
+/// One JIT runtime with default options (in-memory and default disk cache) for the whole
+/// program, made on first use and never destroyed (kernels may still be queued at exit).
+jit::JitRuntime& default_runtime();
+
+/// Enqueues `n` bf16 8192 x 8192 matmuls on torch's current CUDA stream: work that keeps the GPU
+/// busy while the host queues a measurement's launches (use it as TimingOptions::before), so
+/// host launch cost does not leave the GPU idle between timed calls.
+void queue_busy_matmuls(int n = 4);
 
 // ---- timing
 

@@ -46,11 +46,6 @@ static_assert(std::size(coldstart::kernels::shapes::kDeepSeekV4FlashLinears) == 
               "BM_Fp8Gemm's ArgsProduct lists shapes 0..3");
 const char* const kImpls[] = {"ours-wgmma", "ours-mma.sync", "cublaslt-blockwise", "cublaslt-per-tensor"};
 
-cj::JitRuntime& runtime() {
-  static cj::JitRuntime* rt = new cj::JitRuntime(cj::JitOptions{});
-  return *rt;
-}
-
 at::TensorOptions on_gpu(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
 
 void BM_Fp8Gemm(benchmark::State& state) {
@@ -72,7 +67,7 @@ void BM_Fp8Gemm(benchmark::State& state) {
     const at::Tensor sfa = dg::mn_major_scales(sfa_rows);
     const dg::GemmTarget target{90, cb::device_info().sm_count};
     const dg::GemmOptions opt{impl == 1};
-    call = [&, sfa, target, opt] { dg::fp8_gemm_nt(runtime(), target, a, sfa, b, sfb, d, opt); };
+    call = [&, sfa, target, opt] { dg::fp8_gemm_nt(cb::default_runtime(), target, a, sfa, b, sfb, d, opt); };
     label += " " + dg::select_fp8_gemm_config({dg::GemmType::kNormal, m, n, k, 1}, 90, target.num_sms).name();
   } else {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)

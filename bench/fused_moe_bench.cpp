@@ -57,11 +57,6 @@ struct Case {
   std::vector<int64_t> ms;
 };
 
-cj::JitRuntime& runtime() {
-  static auto* rt = new cj::JitRuntime(cj::JitOptions{});
-  return *rt;
-}
-
 // One case's expert weights. Kept for the case whose rows run now (its rows run one after the
 // other), remade when another case's row starts.
 struct Weights {
@@ -75,7 +70,7 @@ const Weights& weights_for(const Case& c) {
     w = Weights{};  // free the previous case's weights first
     const fm::MoeShape& s = c.s;
     const int64_t rows = s.activation == fm::Activation::kSilu ? 2 * s.intermediate : s.intermediate;
-    fm::precompile_aot_kernels(runtime(), s);
+    fm::precompile_aot_kernels(cb::default_runtime(), s);
     const auto f = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
     at::manual_seed(1);
     w.w13 = (at::randn({s.num_experts, rows, s.hidden}, f) * 0.02).to(at::kBFloat16);
@@ -89,7 +84,7 @@ const Weights& weights_for(const Case& c) {
 void BM_FusedMoe(benchmark::State& state, const Case* cp) {
   const Case& c = *cp;
   const fm::MoeShape& s = c.s;
-  cj::JitRuntime& rt = runtime();
+  cj::JitRuntime& rt = cb::default_runtime();
   const Weights& wt = weights_for(c);
   const bool gated = s.activation == fm::Activation::kSilu;
   const int64_t m = state.range(0);

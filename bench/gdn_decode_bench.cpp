@@ -52,17 +52,6 @@ at::TensorOptions cuda(at::ScalarType t) { return at::TensorOptions().device(at:
 
 at::ScalarType state_type(int64_t arg) { return arg == 0 ? at::kBFloat16 : at::kFloat; }
 
-coldstart::jit::JitRuntime& runtime() {
-  static auto* rt = new coldstart::jit::JitRuntime(coldstart::jit::JitOptions{});
-  return *rt;
-}
-
-// The matmul operand that keeps the GPU busy before each measurement.
-const at::Tensor& big() {
-  static const at::Tensor* t = new at::Tensor(at::randn({8192, 8192}, cuda(at::kBFloat16)));
-  return *t;
-}
-
 // Number of slot sets of `set_bytes` each so that a cycle touches more than 256 MiB.
 int64_t num_sets(double set_bytes) {
   return std::max<int64_t>(2, static_cast<int64_t>(std::ceil(256.0 * (1 << 20) / set_bytes)));
@@ -74,9 +63,7 @@ void time_row(benchmark::State& state, int64_t sets, double bytes, void* stream,
   cb::TimingOptions o;
   o.warmup = static_cast<int>(sets);
   o.calls = g_launches;
-  o.before = [] {
-    for (int i = 0; i < 4; ++i) (void)at::mm(big(), big());
-  };
+  o.before = [] { cb::queue_busy_matmuls(); };
   const double sec = cb::run_timed_loop(state, stream, o, launch);
   cb::set_bytes_counters(state, bytes, sec);
   state.counters["MiB"] = bytes / (1 << 20);
@@ -85,7 +72,7 @@ void time_row(benchmark::State& state, int64_t sets, double bytes, void* stream,
 void BM_GdnDecodeUpdate(benchmark::State& state) {
   const at::ScalarType st = state_type(state.range(0));
   const int64_t batch = state.range(1);
-  coldstart::jit::JitRuntime& rt = runtime();
+  coldstart::jit::JitRuntime& rt = cb::default_runtime();
   const int64_t elt = st == at::kFloat ? 4 : 2;
   const double state_bytes = 2.0 * batch * kSsm * elt;  // read + write
   const double io_bytes = batch * (2.0 * 2048 + 4096) * 2 + batch * 64 * 2 + batch * 4096 * 2;
@@ -115,7 +102,7 @@ void BM_GdnDecodeMtp(benchmark::State& state) {
   const at::ScalarType st = state_type(state.range(0));
   const int64_t reqs = state.range(1), per_req = kPerReq;
   const int num_sms = cb::device_info().sm_count;
-  coldstart::jit::JitRuntime& rt = runtime();
+  coldstart::jit::JitRuntime& rt = cb::default_runtime();
   const int64_t elt = st == at::kFloat ? 4 : 2;
   const int64_t l = reqs * per_req;
   const double state_bytes = static_cast<double>(reqs + l) * kSsm * elt;  // 1 read + T writes

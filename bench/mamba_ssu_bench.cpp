@@ -48,11 +48,6 @@ Model model(const char* name, const coldstart::kernels::shapes::Mamba2Heads& m) 
 const Model kModels[] = {model("nano-tp1", coldstart::kernels::shapes::kNemotronNanoMambaTp1),
                          model("super-tp8", coldstart::kernels::shapes::kNemotronSuperMambaTp8)};
 
-cj::JitRuntime& runtime() {
-  static cj::JitRuntime* rt = new cj::JitRuntime(cj::JitOptions{});
-  return *rt;
-}
-
 at::TensorOptions on_gpu(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
 
 void BM_SsuDecode(benchmark::State& state) {
@@ -94,7 +89,7 @@ void BM_SsuDecode(benchmark::State& state) {
   cj::Selection sel;
   auto call = [&](int64_t i) {
     const at::Tensor s = idx[i % sets].narrow(0, 0, B);
-    sel = ms::selective_state_update(runtime(), src, st, x, dt, A_e, Bm, Cm, D_e, db_e, true, s, s,
+    sel = ms::selective_state_update(cb::default_runtime(), src, st, x, dt, A_e, Bm, Cm, D_e, db_e, true, s, s,
                                      out);
   };
   const at::Tensor big = at::randn({8192, 8192}, on_gpu(at::kBFloat16));

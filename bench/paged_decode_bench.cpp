@@ -46,17 +46,6 @@ int g_launches = 50;  // decode steps per measurement (the optional first argume
 
 at::TensorOptions cuda(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
 
-coldstart::jit::JitRuntime& runtime() {
-  static auto* rt = new coldstart::jit::JitRuntime(coldstart::jit::JitOptions{});
-  return *rt;
-}
-
-// The matmul operand that keeps the GPU busy before each measurement.
-const at::Tensor& big() {
-  static const at::Tensor* t = new at::Tensor(at::randn({8192, 8192}, cuda(at::kBFloat16)));
-  return *t;
-}
-
 void BM_PagedDecode(benchmark::State& state) {
   const bool fp8 = state.range(0) == 1;
   const int64_t batch = state.range(1);
@@ -65,7 +54,7 @@ void BM_PagedDecode(benchmark::State& state) {
   const pg::PagedLayout layout = pg::PagedLayout::make(
       static_cast<int>(heads.head_dim), kBlockSize, static_cast<int>(heads.num_kv_heads),
       fp8 ? pg::CacheDtype::kFP8E4M3 : pg::CacheDtype::kBF16);
-  coldstart::jit::JitRuntime& rt = runtime();
+  coldstart::jit::JitRuntime& rt = cb::default_runtime();
 
   const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   const double kv_bytes = static_cast<double>(batch) * blocks_per_seq * layout.page_size_bytes();
@@ -101,9 +90,7 @@ void BM_PagedDecode(benchmark::State& state) {
   cb::TimingOptions o;
   o.warmup = static_cast<int>(sets);  // every set once: block tables' alignment keys compile here
   o.calls = g_launches;
-  o.before = [] {
-    for (int i = 0; i < 4; ++i) (void)at::mm(big(), big());
-  };
+  o.before = [] { cb::queue_busy_matmuls(); };
   const double sec =
       cb::run_timed_loop(state, coldstart::kernels::stream_for(out), o, [&](int64_t i) {
         pg::decode(rt, layout, q, kv_cache, k_scale, v_scale, block_tables[i % sets], seq_lens,
