@@ -83,13 +83,6 @@ namespace {
 /// c10's messages carry a backtrace after their first line.
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-// A compile key cut to fit a log line: the kernel's name and the start of its specialization
-// (the state file and the result's ranks block keep the whole key).
-std::string short_compile_key(const std::string& key, size_t max_chars = 96) {
-  if (key.size() <= max_chars) return key;
-  return key.substr(0, max_chars) + fmt::format("... ({} more chars)", key.size() - max_chars);
-}
-
 class TcpRendezvous final : public Rendezvous {
  public:
   TcpRendezvous(bool server, int port, int world, std::chrono::milliseconds timeout) {
@@ -145,6 +138,8 @@ struct RankGroup::Impl {
   int64_t compiling_since_ns = 0;
   int64_t arrived_seq = -1;
   std::string arrived_site;
+  int64_t arrived_ns = 0;                                   // when it reached arrived_seq
+  nlohmann::json arrived_after = nlohmann::json::array();  // [{kernel, compile_ms}] just before
 
   std::string state_path(int r) const { return rank_state_path(o.state_dir, r); }
 
@@ -181,6 +176,8 @@ struct RankGroup::Impl {
     nlohmann::json j = {{"rank", o.rank},       {"pid", static_cast<long>(getpid())},
                         {"arrived_seq", arrived_seq}, {"site", arrived_site},
                         {"phase", phase}};
+    j["arrived_ns"] = arrived_ns;
+    j["arrived_after"] = arrived_after;
     if (!compiling.empty())
       j["compiling"] = {{"what", compiling}, {"since_ns", compiling_since_ns}};
     const std::string tmp = state_path(o.rank) + ".tmp";
@@ -192,33 +189,11 @@ struct RankGroup::Impl {
     std::rename(tmp.c_str(), state_path(o.rank).c_str());
   }
 
-  /// The ranks that had not arrived at collective `seq`, from their state files.
-  std::string missing_ranks(int64_t seq) const {
-    std::string out;
-    for (const nlohmann::json& st : read_rank_states(o.state_dir, o.world, monotonic_ns())) {
-      const int r = st.at("rank").get<int>();
-      if (r == o.rank) continue;
-      if (!st.at("published").get<bool>()) {
-        out += fmt::format("{}rank {} (no state published)", out.empty() ? "" : "; ", r);
-        continue;
-      }
-      const int64_t got = st.at("arrived_seq").get<int64_t>();
-      if (got >= seq) continue;
-      std::string what = fmt::format("rank {} (pid {}, in {}, {}", r, st.at("pid").get<long>(),
-                                     st.at("phase").get<std::string>(),
-                                     got < 0 ? std::string("no collective yet")
-                                             : fmt::format("last collective #{}", got));
-      if (st.contains("compiling"))
-        what += fmt::format("; compiling {} for {:.0f} ms",
-                            short_compile_key(st["compiling"]["what"].get<std::string>()),
-                            st["compiling"]["for_ms"].get<double>());
-      out += (out.empty() ? "" : "; ") + what + ")";
-    }
-    // Each rank reads the others' state files when its own wait ends, so two ranks' messages
-    // can disagree about a peer that arrived in between.
-    return out.empty() ? "none found (every peer's state showed it arrived when this rank's wait "
-                         "ended)"
-                       : out;
+  /// The peers this rank waited for at collective `seq` (whose wait ended at `deadline_ns`),
+  /// from their state files (late_ranks_text).
+  std::string missing_ranks(int64_t seq, int64_t deadline_ns) const {
+    return late_ranks_text(read_rank_states(o.state_dir, o.world, monotonic_ns()), o.rank, seq,
+                           deadline_ns);
   }
 };
 
@@ -338,6 +313,10 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
     m.pending_autotunes = 0;
     m.arrived_seq = rec.seq;
     m.arrived_site = site;
+    m.arrived_ns = monotonic_ns();
+    m.arrived_after = nlohmann::json::array();
+    for (const CompileNote& c : rec.compiles)
+      m.arrived_after.push_back({{"kernel", c.kernel}, {"compile_ms", c.compile_ms}});
     m.publish_locked();
   }
   rec.arrive_ns = monotonic_ns();
@@ -360,12 +339,13 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
                       "ms, the process group's timeout is {} ms ({}: {}). Ranks that had not "
                       "arrived: {}",
                       m.o.rank, rec.seq, site, where, waited_ms, m.o.timeout.count(), m.backend,
-                      why, m.missing_ranks(rec.seq)),
+                      why, m.missing_ranks(rec.seq, rec.arrive_ns + m.o.timeout.count() * 1000000LL)),
           rec.seq);
     throw CollectiveError(fmt::format(
         "[Rank {}] collective all_reduce #{} at '{}' ({}) failed after {:.0f} ms: a peer left the "
         "group ({}: {}). Ranks that had not arrived: {}",
-        m.o.rank, rec.seq, site, where, waited_ms, m.backend, why, m.missing_ranks(rec.seq)));
+        m.o.rank, rec.seq, site, where, waited_ms, m.backend, why,
+        m.missing_ranks(rec.seq, rec.arrive_ns + m.o.timeout.count() * 1000000LL)));
   };
   std::vector<int64_t> out;
   try {

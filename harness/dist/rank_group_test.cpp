@@ -208,5 +208,42 @@ TEST(Stalls, CollectivesOnlySomeRanksReachedAreLeftOut) {
   EXPECT_EQ(a["steps"][0]["last_rank"], 1);
 }
 
+// The peers named in a timeout message: one behind, one that came after the deadline (the wait
+// overran, as on the H100 where a 20 ms timeout returned after 44 ms), one in time, and one that
+// never published. Only the waiting rank itself is skipped.
+TEST(Stalls, TimeoutNamesPeersBehindAndPeersThatCameTooLate) {
+  const int64_t deadline = 1000000000;  // ns
+  nlohmann::json states = nlohmann::json::array();
+  states.push_back({{"rank", 0}, {"published", true}, {"pid", 10}, {"phase", "prefill"},
+                    {"arrived_seq", 1}, {"arrived_ns", deadline - 5000000}});
+  states.push_back({{"rank", 1}, {"published", true}, {"pid", 11}, {"phase", "profile_run"},
+                    {"arrived_seq", 1}, {"arrived_ns", deadline + 24000000},
+                    {"arrived_after", {{{"kernel", "moe_align_block_size"}, {"compile_ms", 165.0}},
+                                       {{"kernel", "moe_sum"}, {"compile_ms", 57.0}}}}});
+  states.push_back({{"rank", 2}, {"published", true}, {"pid", 12}, {"phase", "prefill"},
+                    {"arrived_seq", 1}, {"arrived_ns", deadline - 1}});
+  states.push_back({{"rank", 3}, {"published", true}, {"pid", 13}, {"phase", "prefill"},
+                    {"arrived_seq", 0}, {"arrived_ns", 5},
+                    {"compiling", {{"what", "fused_moe_gemm" + std::string(300, 'x')},
+                                   {"for_ms", 812.0}}}});
+  states.push_back({{"rank", 4}, {"published", false}});
+  const std::string text = late_ranks_text(states, 0, 1, deadline);
+  EXPECT_NE(text.find("rank 1 (pid 11, in profile_run, arrived 24 ms after this rank's timeout, "
+                      "after compiling moe_align_block_size 165 ms, moe_sum 57 ms)"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("rank 2"), std::string::npos) << "rank 2 came in time: " << text;
+  EXPECT_EQ(text.find("rank 0"), std::string::npos) << "the waiting rank itself: " << text;
+  EXPECT_NE(text.find("rank 3 (pid 13, in prefill, last collective #0; compiling fused_moe_gemm"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("(218 more chars) for 812 ms)"), std::string::npos)
+      << "a long key is cut: " << text;
+  EXPECT_NE(text.find("rank 4 (no state published)"), std::string::npos) << text;
+  // Everyone in time: said so.
+  states.erase(4);
+  states.erase(3);
+  states.erase(1);
+  EXPECT_EQ(late_ranks_text(states, 0, 1, deadline).rfind("none found", 0), 0u);
+}
+
 }  // namespace
 }  // namespace coldstart::dist

@@ -1,6 +1,7 @@
 #include "harness/dist/stalls.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
@@ -108,6 +109,12 @@ nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_n
         st["phase"] = j.value("phase", std::string());
         st["arrived_seq"] = j.value("arrived_seq", int64_t{-1});
         st["site"] = j.value("site", std::string());
+        st["arrived_ns"] = j.value("arrived_ns", int64_t{0});
+        st["arrived_after"] = nlohmann::json::array();
+        if (j.contains("arrived_after") && j["arrived_after"].is_array())
+          for (const auto& c : j["arrived_after"])
+            st["arrived_after"].push_back({{"kernel", c.value("kernel", std::string())},
+                                           {"compile_ms", c.value("compile_ms", 0.0)}});
         if (j.contains("compiling") && j["compiling"].is_object()) {
           const int64_t since = j["compiling"].value("since_ns", now_ns);
           st["compiling"] = {{"what", j["compiling"].value("what", std::string())},
@@ -120,6 +127,61 @@ nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_n
     out.push_back(std::move(st));
   }
   return out;
+}
+
+namespace {
+// A compile key cut to fit a log line: the kernel's name and the start of its specialization
+// (the state file and the result's ranks block keep the whole key).
+std::string short_compile_key(const std::string& key, size_t max_chars = 96) {
+  if (key.size() <= max_chars) return key;
+  return key.substr(0, max_chars) + fmt::format("... ({} more chars)", key.size() - max_chars);
+}
+}  // namespace
+
+std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
+                            int64_t deadline_ns) {
+  std::vector<std::string> out;
+  for (const nlohmann::json& st : states) {
+    const int r = st.at("rank").get<int>();
+    if (r == self) continue;
+    if (!st.at("published").get<bool>()) {
+      out.push_back(fmt::format("rank {} (no state published)", r));
+      continue;
+    }
+    const int64_t got = st.at("arrived_seq").get<int64_t>();
+    const int64_t arrived_ns = st.value("arrived_ns", int64_t{0});
+    if (got > seq || (got == seq && (arrived_ns <= 0 || arrived_ns <= deadline_ns))) continue;
+    if (got == seq) {
+      // It came, but after this rank's deadline: the wait overran and read it as arrived.
+      std::string what = fmt::format("rank {} (pid {}, in {}, arrived {:.0f} ms after this rank's "
+                                     "timeout",
+                                     r, st.at("pid").get<long>(),
+                                     st.at("phase").get<std::string>(),
+                                     (arrived_ns - deadline_ns) / 1e6);
+      std::vector<std::string> compiles;
+      if (st.contains("arrived_after"))
+        for (const auto& c : st["arrived_after"])
+          compiles.push_back(fmt::format("{} {:.0f} ms", c.value("kernel", std::string()),
+                                         c.value("compile_ms", 0.0)));
+      if (!compiles.empty()) what += fmt::format(", after compiling {}", fmt::join(compiles, ", "));
+      out.push_back(what + ")");
+      continue;
+    }
+    std::string what = fmt::format("rank {} (pid {}, in {}, {}", r, st.at("pid").get<long>(),
+                                   st.at("phase").get<std::string>(),
+                                   got < 0 ? std::string("no collective yet")
+                                           : fmt::format("last collective #{}", got));
+    if (st.contains("compiling"))
+      what += fmt::format("; compiling {} for {:.0f} ms",
+                          short_compile_key(st["compiling"]["what"].get<std::string>()),
+                          st["compiling"]["for_ms"].get<double>());
+    out.push_back(what + ")");
+  }
+  // Each rank reads the others' state files when its own wait ends, so two ranks' messages
+  // can disagree about a peer that arrived in between.
+  if (out.empty())
+    return "none found (every peer's state showed it arrived before this rank's timeout)";
+  return fmt::format("{}", fmt::join(out, "; "));
 }
 
 }  // namespace coldstart::dist

@@ -36,9 +36,21 @@ std::string rank_state_path(const std::string& dir, int rank);
 /// What each of ranks 0..world-1 last published in `dir`, read now (CLOCK_MONOTONIC `now_ns`):
 /// one object per rank, {rank, published: false} when its file is missing or unreadable, else
 /// {rank, published: true, pid, phase, arrived_seq (the last collective it reached, -1 before
-/// the first), site, compiling: {what, for_ms}} (compiling only while a compile runs). Used for
+/// the first), site, arrived_ns (when it reached it, CLOCK_MONOTONIC; 0 if unknown),
+/// arrived_after ([{kernel, compile_ms}]: the compiles it ran just before), compiling: {what,
+/// for_ms}} (compiling only while a compile runs). Used for
 /// the peers in a collective-timeout message and, when the watchdog stopped a multi-rank run,
 /// for what every rank was doing then. Never throws on a bad file.
 nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_ns);
+
+/// The peers a rank waited for at collective `seq`, for its timeout message, from
+/// read_rank_states' `states`: a peer whose last collective is before `seq` (what it is doing
+/// and compiling), and a peer that reached `seq` only after `deadline_ns` (CLOCK_MONOTONIC; the
+/// waiting rank's arrival plus the timeout), which the waiting rank read as arrived because its
+/// wait overran the deadline: "arrived N ms after this rank's timeout, after compiling K1 12 ms,
+/// ..." from the state's arrived_ns and arrived_after. `self` is left out. "none found (...)"
+/// when no peer qualifies.
+std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
+                            int64_t deadline_ns);
 
 }  // namespace coldstart::dist
