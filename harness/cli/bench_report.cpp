@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "harness/common/error.h"
 #include "harness/common/paths.h"
@@ -190,9 +191,9 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
   if (compare) {
     // Rows the baseline has and this run lacks: a benchmark dropped or renamed, or a program
     // that did not run, which a speed-up table alone would hide.
-    std::map<std::string, bool> now;
+    std::set<std::string> now;
     for (const auto& f : current)
-      for (const auto& r : f.rows) now[r.bench + "/" + r.name] = true;
+      for (const auto& r : f.rows) now.insert(r.bench + "/" + r.name);
     std::vector<std::string> gone;
     for (const auto& [key, row] : before)
       if (!now.count(key)) gone.push_back(fmt::format("- {} ({:.1f} us)", key, row->time_us));

@@ -507,9 +507,9 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   for (const RunResults& run : runs)
     for (const StrategyResult& r : run.results) {
       ++total;
-      if (r.outcome == Outcome::kTimeout) ++timed_out;
-      if (r.outcome == Outcome::kTimeout &&
-          std::any_of(r.phases.begin(), r.phases.end(), [](const auto& p) { return p.request >= 0; }))
+      if (r.outcome != Outcome::kTimeout) continue;
+      ++timed_out;
+      if (std::any_of(r.phases.begin(), r.phases.end(), [](const auto& p) { return p.request >= 0; }))
         ++measured;
     }
   if (total > 0 && timed_out == total && !(a.check && rules_checked > 0)) {

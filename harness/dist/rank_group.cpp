@@ -327,6 +327,7 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
                                                 rec.step)
                                   : rec.phase;
     const double waited_ms = (monotonic_ns() - rec.arrive_ns) / 1e6;
+    const int64_t deadline_ns = rec.arrive_ns + m.o.timeout.count() * 1000000LL;
     const std::string why = first_line(e.what());
     // The backend says which it was: its wait ran out (the watchdog's case), or a peer went
     // away first (a rank that crashed or timed out itself closes its connections).
@@ -339,13 +340,13 @@ std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const st
                       "ms, the process group's timeout is {} ms ({}: {}). Ranks that had not "
                       "arrived: {}",
                       m.o.rank, rec.seq, site, where, waited_ms, m.o.timeout.count(), m.backend,
-                      why, m.missing_ranks(rec.seq, rec.arrive_ns + m.o.timeout.count() * 1000000LL)),
+                      why, m.missing_ranks(rec.seq, deadline_ns)),
           rec.seq);
     throw CollectiveError(fmt::format(
         "[Rank {}] collective all_reduce #{} at '{}' ({}) failed after {:.0f} ms: a peer left the "
         "group ({}: {}). Ranks that had not arrived: {}",
         m.o.rank, rec.seq, site, where, waited_ms, m.backend, why,
-        m.missing_ranks(rec.seq, rec.arrive_ns + m.o.timeout.count() * 1000000LL)));
+        m.missing_ranks(rec.seq, deadline_ns)));
   };
   std::vector<int64_t> out;
   try {

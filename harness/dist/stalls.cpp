@@ -149,32 +149,28 @@ std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
       continue;
     }
     const int64_t got = st.at("arrived_seq").get<int64_t>();
+    // deadline_ns is a CLOCK_MONOTONIC time, so an unknown arrival (0) counts as in time.
     const int64_t arrived_ns = st.value("arrived_ns", int64_t{0});
-    if (got > seq || (got == seq && (arrived_ns <= 0 || arrived_ns <= deadline_ns))) continue;
+    if (got > seq || (got == seq && arrived_ns <= deadline_ns)) continue;
+    std::string what = fmt::format("rank {} (pid {}, in {}, ", r, st.at("pid").get<long>(),
+                                   st.at("phase").get<std::string>());
     if (got == seq) {
       // It came, but after this rank's deadline: the wait overran and read it as arrived.
-      std::string what = fmt::format("rank {} (pid {}, in {}, arrived {:.0f} ms after this rank's "
-                                     "timeout",
-                                     r, st.at("pid").get<long>(),
-                                     st.at("phase").get<std::string>(),
-                                     (arrived_ns - deadline_ns) / 1e6);
+      what += fmt::format("arrived {:.0f} ms after this rank's timeout",
+                          (arrived_ns - deadline_ns) / 1e6);
       std::vector<std::string> compiles;
       if (st.contains("arrived_after"))
         for (const auto& c : st["arrived_after"])
           compiles.push_back(fmt::format("{} {:.0f} ms", c.value("kernel", std::string()),
                                          c.value("compile_ms", 0.0)));
       if (!compiles.empty()) what += fmt::format(", after compiling {}", fmt::join(compiles, ", "));
-      out.push_back(what + ")");
-      continue;
+    } else {
+      what += got < 0 ? std::string("no collective yet") : fmt::format("last collective #{}", got);
+      if (st.contains("compiling"))
+        what += fmt::format("; compiling {} for {:.0f} ms",
+                            short_compile_key(st["compiling"]["what"].get<std::string>()),
+                            st["compiling"]["for_ms"].get<double>());
     }
-    std::string what = fmt::format("rank {} (pid {}, in {}, {}", r, st.at("pid").get<long>(),
-                                   st.at("phase").get<std::string>(),
-                                   got < 0 ? std::string("no collective yet")
-                                           : fmt::format("last collective #{}", got));
-    if (st.contains("compiling"))
-      what += fmt::format("; compiling {} for {:.0f} ms",
-                          short_compile_key(st["compiling"]["what"].get<std::string>()),
-                          st["compiling"]["for_ms"].get<double>());
     out.push_back(what + ")");
   }
   // Each rank reads the others' state files when its own wait ends, so two ranks' messages
