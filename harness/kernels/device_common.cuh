@@ -92,17 +92,16 @@ __device__ __forceinline__ cs_u32 cs_pack_f16x2_cvt(float lo, float hi) {
 // ---- fp8 e4m3 (OCP: bias 7, no infinities, 0x7f / 0xff NaN, largest finite 448) ---------------
 // Software on every arch, so sm_86 (no fp8 cvt instruction) gives the same bits as sm_90.
 
-/// e4m3 byte -> float (exact). A NaN byte gives a quiet NaN with the byte's sign.
-__device__ __forceinline__ float cs_e4m3_to_f32(cs_u8 byte) {
-  const cs_u32 sign = static_cast<cs_u32>(byte & 0x80u) << 24;
-  const cs_u32 ex = (byte >> 3) & 0xfu;
-  const cs_u32 man = byte & 0x7u;
-  if (ex == 0) {  // zero and subnormals: man * 2^-9
-    const float mag = static_cast<float>(man) * 0.001953125f;
-    return __uint_as_float(__float_as_uint(mag) | sign);
-  }
-  if (ex == 15 && man == 7) return __uint_as_float(0x7fc00000u | sign);
-  return __uint_as_float(sign | ((ex + 120u) << 23) | (man << 20));
+/// e4m3 byte -> float (exact). A NaN byte gives a quiet NaN with the byte's sign. Branch-free:
+/// the byte's exponent and mantissa bits go to the bottom of a float's exponent field (a float
+/// of 2^-120 times the value, subnormal for e4m3 subnormals), and one multiply by 2^120 puts
+/// them in place; exact because NVRTC compiles without -ftz (float subnormals are kept), so
+/// every architecture gives the same bits. Only the low 8 bits of `byte` are read.
+__device__ __forceinline__ float cs_e4m3_to_f32(cs_u32 byte) {
+  const cs_u32 sign = (byte & 0x80u) << 24;
+  const cs_u32 mag_bits = byte & 0x7fu;
+  const float value = __uint_as_float(sign | (mag_bits << 20)) * 0x1p120f;
+  return mag_bits == 0x7fu ? __uint_as_float(0x7fc00000u | sign) : value;
 }
 
 /// float -> e4m3 byte: round to nearest even, saturating to +-448; NaN -> 0x7f with the sign.
