@@ -10,30 +10,32 @@
 //   mid_o float32 [B, Hq, SPLITS, D + 1], contiguous: for split s, the split's normalized partial
 //   output (D floats) followed by the natural-log LSE of its scaled scores; an empty split holds
 //   zeros and -inf.
-// TurboQuant's stage 1 runs grid (B, Hq, SPLITS) (cs_kv_split reads that grid), the paged one
-// (B, Hq / heads per block, SPLITS); split s of a sequence of n tokens covers tokens
+// TurboQuant's stage 1 runs grid (B, Hq, SPLITS), the paged one (B, Hq / heads per block,
+// SPLITS) (cs_kv_split reads either); split s of a sequence of n tokens covers tokens
 // [s * ceil(n / SPLITS), min((s + 1) * ceil(n / SPLITS), n)). Stage 2 runs grid (B, Hq).
 
 // ---- stage 1 -----------------------------------------------------------------------------------
 
-/// The KV range and mid_o row of the stage-1 block (blockIdx = (b, h, split), gridDim.y = Hq).
+/// The KV range and mid_o row of the stage-1 block (blockIdx = (b, head group, split), each
+/// block serving HPB consecutive query heads, so gridDim.y = Hq / HPB).
 struct CsKvSplit {
   int start;   ///< first token of the split
   int end;     ///< one past the last token (end <= start: the split is empty)
-  float* row;  ///< mid_o[b, h, split, 0 .. D]
+  float* row;  ///< mid_o[b, h0, split, 0 .. D] of the block's first head h0 = blockIdx.y * HPB;
+               ///< head h0 + i's row is row + i * SPLITS * (D + 1)
 };
 
-template <int D, int SPLITS>
+template <int D, int SPLITS, int HPB = 1>
 __device__ __forceinline__ CsKvSplit cs_kv_split(float* mid_o, int seq_len) {
   const int b = blockIdx.x;
-  const int h = blockIdx.y;
+  const int h0 = blockIdx.y * HPB;
   const int split = blockIdx.z;
-  const int num_q_heads = gridDim.y;
+  const int num_q_heads = gridDim.y * HPB;
   const int per_split = (seq_len + SPLITS - 1) / SPLITS;
   CsKvSplit sp;
   sp.start = split * per_split;
   sp.end = min(sp.start + per_split, seq_len);
-  sp.row = mid_o + ((static_cast<cs_i64>(b) * num_q_heads + h) * SPLITS + split) *
+  sp.row = mid_o + ((static_cast<cs_i64>(b) * num_q_heads + h0) * SPLITS + split) *
                        static_cast<cs_i64>(D + 1);
   return sp;
 }

@@ -121,7 +121,7 @@ __device__ __forceinline__ void pa_unpack8(const PaRaw8& r, float* x) {
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
     if constexpr (kCacheFp8) {
-      x[e] = cs_e4m3_to_f32(static_cast<cs_u8>((r.w[e / 4] >> (8 * (e % 4))) & 0xffu));
+      x[e] = cs_e4m3_to_f32(r.w[e / 4] >> (8 * (e % 4)));
     } else {
       x[e] = cs_bf16_to_f32(static_cast<cs_u16>((r.w[e / 2] >> (16 * (e % 2))) & 0xffffu));
     }
@@ -137,7 +137,6 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
                     float sm_scale, cs_i64 cache_block_stride) {
   const int b = blockIdx.x;
   const int h0 = blockIdx.y * kHpb;  // first query head of the block
-  const int split = blockIdx.z;
   const int num_q_heads = gridDim.y * kHpb;
   const int num_kv_heads = num_q_heads / KV_GROUP;
   const int hk = h0 / KV_GROUP;
@@ -147,14 +146,10 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
   const int group = lane / kLpt;  // token slot of the lane in its warp's step
   const int chunk = lane % kLpt;  // the lane's pieces: chunk, chunk + kLpt, ...
 
-  const int seq_len = seq_lens[b];
-  const int per_split = (seq_len + NUM_KV_SPLITS - 1) / NUM_KV_SPLITS;
-  const int start = split * per_split;
-  const int end = min(start + per_split, seq_len);
-  auto row_of = [&](int h) {
-    return mid_o + ((static_cast<cs_i64>(b) * num_q_heads + h0 + h) * NUM_KV_SPLITS + split) *
-                       static_cast<cs_i64>(kD + 1);
-  };
+  const CsKvSplit sp = cs_kv_split<kD, NUM_KV_SPLITS, kHpb>(mid_o, seq_lens[b]);
+  const int start = sp.start;
+  const int end = sp.end;
+  auto row_of = [&](int h) { return sp.row + h * (NUM_KV_SPLITS * static_cast<cs_i64>(kD + 1)); };
   if (start >= end) {  // uniform over the block
 #pragma unroll
     for (int h = 0; h < kHpb; ++h) cs_kv_split_store_empty<kD, kStage1Threads>(row_of(h));
@@ -255,31 +250,11 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
     for (int e = 0; e < kEpl; ++e) s_acc[h][part][((e / 8) * kLpt + chunk) * 8 + e % 8] = acc[h][e];
   }
   __syncthreads();
-  for (int i = tid; i < kHpb * kParts; i += kStage1Threads) {
-    const int h = i / kParts;
-    float m_all = cs_neg_inf();
 #pragma unroll
-    for (int j = 0; j < kParts; ++j) m_all = fmaxf(m_all, s_m[h][j]);
-    s_w[h][i % kParts] = expf(s_m[h][i % kParts] - m_all);
-  }
-  __syncthreads();
-  for (int i = tid; i < kHpb * kD; i += kStage1Threads) {
-    const int h = i / kD;
-    const int d = i % kD;
-    float l_all = 0.0f;
-    float o = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kParts; ++j) {
-      l_all += s_l[h][j] * s_w[h][j];
-      o += s_acc[h][j][d] * s_w[h][j];
-    }
+  for (int h = 0; h < kHpb; ++h) {
     float* row = row_of(h);
-    row[d] = o * (vs / l_all);
-    if (d == 0) {
-      float m_all = cs_neg_inf();
-#pragma unroll
-      for (int j = 0; j < kParts; ++j) m_all = fmaxf(m_all, s_m[h][j]);
-      row[kD] = m_all + logf(l_all);
-    }
+    const float lse = cs_merge_softmax_parts<kD, kParts, kStage1Threads>(s_m[h], s_l[h], s_acc[h],
+                                                                          s_w[h], vs, row);
+    if (tid == 0) row[kD] = lse;
   }
 }
