@@ -215,10 +215,11 @@ void check_decode_tables(const CallSite& fn, const at::Tensor& block_table,
   check(fn, "mid_o", mid_o, at::kFloat, 4, Layout::kContiguous);
 }
 
-jit::LaunchDims decode_grid(const CallSite& fn, int64_t batch, int64_t q_heads, int64_t splits,
+jit::LaunchDims decode_grid(const CallSite& fn, int64_t batch, int64_t head_groups, int64_t splits,
                             unsigned threads) {
   return dims(grid_dim(fn, "x (batch)", batch, 0x7fffffff),
-              grid_dim(fn, "y (q heads)", q_heads, 65535), static_cast<unsigned>(splits), threads);
+              grid_dim(fn, "y (query head groups)", head_groups, 65535),
+              static_cast<unsigned>(splits), threads);
 }
 
 int64_t check_decode_batch(const CallSite& fn, int64_t head_dim, const at::Tensor& cache,

@@ -123,9 +123,10 @@ jit::LaunchDims store_grid(const CallSite& fn, int64_t tokens, int64_t kv_heads,
 void check_decode_tables(const CallSite& fn, const at::Tensor& block_table,
                          const at::Tensor& seq_lens, const at::Tensor& mid_o);
 
-/// The split-KV decode grid: x = batch (B), y = query heads (Hq, at most 65535), z = `splits`,
-/// with `threads` threads a block; grid_dim's error when B or Hq is out of range.
-jit::LaunchDims decode_grid(const CallSite& fn, int64_t batch, int64_t q_heads, int64_t splits,
+/// The split-KV decode grid: x = batch (B), y = query head groups (Hq / the heads one block
+/// serves, at most 65535), z = `splits`, with `threads` threads a block; grid_dim's error when B
+/// or the group count is out of range.
+jit::LaunchDims decode_grid(const CallSite& fn, int64_t batch, int64_t head_groups, int64_t splits,
                             unsigned threads);
 
 /// Split-KV decode stage 1's batch arguments, for a batch of B = q.size(0) sequences and

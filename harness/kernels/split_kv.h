@@ -35,6 +35,16 @@ constexpr int64_t split_kv_lse_bytes(int64_t batch, int64_t num_q_heads) {
   return batch * num_q_heads * 4;
 }
 
+/// Query heads one stage-1 block serves, the kernels' cs_decode_heads_per_block: the largest of
+/// 4, 3, 2, 1 dividing `kv_group` (Hq / Hk) with heads x coords_per_lane <= 32. The stage-1 grid's
+/// y is Hq divided by it.
+constexpr int split_kv_heads_per_block(int kv_group, int coords_per_lane) {
+  const int cap = 32 / coords_per_lane;
+  for (int h = 4; h > 1; --h)
+    if (h <= cap && kv_group % h == 0) return h;
+  return 1;
+}
+
 /// Constexprs of a stage-2 kernel, in compile-key order: HEAD_DIM, NUM_KV_SPLITS.
 std::vector<jit::Constexpr> split_kv_stage2_constexprs(int head_dim, int num_kv_splits);
 

@@ -16,6 +16,17 @@
 
 // ---- stage 1 -----------------------------------------------------------------------------------
 
+/// Query heads one stage-1 block serves (heads of one KV head, so the block reads each cached
+/// token once for all of them): the largest of 4, 3, 2, 1 that divides the KV group (Hq / Hk)
+/// and keeps a lane's query and output state (2 x heads x coords_per_lane floats) within 64
+/// registers. The host's split_kv_heads_per_block (split_kv.h) is the same rule.
+constexpr int cs_decode_heads_per_block(int kv_group, int coords_per_lane) {
+  const int cap = 32 / coords_per_lane;
+  for (int h = 4; h > 1; --h)
+    if (h <= cap && kv_group % h == 0) return h;
+  return 1;
+}
+
 /// The KV range and mid_o row of the stage-1 block (blockIdx = (b, head group, split), each
 /// block serving HPB consecutive query heads, so gridDim.y = Hq / HPB).
 struct CsKvSplit {

@@ -3,9 +3,9 @@
 //
 // Constexprs: HEAD_DIM, BLOCK_SIZE (tokens per cache block), NUM_KV_SPLITS, KV_GROUP (= Hq / Hk),
 // CACHE_DTYPE.
-// Grid (B, Hq / HPB, NUM_KV_SPLITS), 128 threads (4 warps), HPB = pa_heads_per_block(KV_GROUP)
-// query heads per block, all of one KV head (the host's decode_stage1_heads_per_block is the
-// same rule). Block (b, y, s) attends query heads [y * HPB, (y + 1) * HPB) of sequence b over
+// Grid (B, Hq / HPB, NUM_KV_SPLITS), 128 threads (4 warps): HPB query heads per block, all of
+// one KV head, HPB = cs_decode_heads_per_block(KV_GROUP, coordinates per lane) (the host's
+// decode_stage1_heads_per_block applies the same rule). Block (b, y, s) attends query heads [y * HPB, (y + 1) * HPB) of sequence b over
 // the s-th of NUM_KV_SPLITS equal token ranges of that sequence (ceil(len / splits) tokens
 // each) and writes each head's normalized partial output and LSE. Query head h reads KV head
 // h / KV_GROUP (GQA); a block reads each K and V row of its range once for its HPB heads, as
@@ -62,16 +62,7 @@ constexpr int kVecs = kD / 8 / kLpt;          // 8-element pieces per lane
 constexpr int kEpl = 8 * kVecs;               // coordinates per lane
 constexpr int kTpw = 32 / kLpt;               // tokens per warp step
 
-/// Query heads a block serves: the largest of 4, 3, 2, 1 that divides the KV group and keeps the
-/// lane's query and output state (2 x heads x kEpl floats) within 64 registers. The host's
-/// decode_stage1_heads_per_block (paged_kernels.h) is the same rule.
-constexpr int pa_heads_per_block(int group, int coords_per_lane) {
-  const int cap = 32 / coords_per_lane;
-  for (int h = 4; h > 1; --h)
-    if (h <= cap && group % h == 0) return h;
-  return 1;
-}
-constexpr int kHpb = pa_heads_per_block(KV_GROUP, kEpl);
+constexpr int kHpb = cs_decode_heads_per_block(KV_GROUP, kEpl);  // <= 4 query heads
 constexpr int kUnroll = kVecs == 1 ? 4 : (kVecs == 2 ? 2 : 1);  // warp steps loaded together
 constexpr int kParts = kStage1Warps * kTpw;  // lane groups, each with its own softmax state
 constexpr int kTokensPerRound = kParts * kUnroll;

@@ -117,13 +117,10 @@ std::vector<jit::Constexpr> decode_stage1_constexprs(const PagedLayout& layout, 
 
 int decode_stage1_heads_per_block(int head_dim, int kv_group) {
   // paged_decode_stage1.cu: kLpt lanes per token (the largest power of two <= 32 dividing
-  // D / 8), kEpl = D / kLpt coordinates per lane, at most 32 / kEpl heads.
+  // D / 8), D / kLpt coordinates per lane.
   int lanes = 1;
   while (lanes < 32 && (head_dim / 8) % (2 * lanes) == 0) lanes *= 2;
-  const int cap = 32 / (head_dim / lanes);
-  for (int h = 4; h > 1; --h)
-    if (h <= cap && kv_group % h == 0) return h;
-  return 1;
+  return kernels::split_kv_heads_per_block(kv_group, head_dim / lanes);
 }
 
 std::vector<jit::Constexpr> decode_stage2_constexprs(const PagedLayout& layout, int num_kv_splits) {

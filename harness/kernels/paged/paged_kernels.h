@@ -72,7 +72,7 @@ constexpr int kNumKvSplits = 16;
 
 /// Query heads one paged_decode_stage1 block serves (its grid is (B, Hq / this, splits)): the
 /// largest of 4, 3, 2, 1 dividing `kv_group` (Hq / Hk) for which the heads' per-lane state fits,
-/// as the kernel's pa_heads_per_block decides from HEAD_DIM and KV_GROUP. `head_dim` a multiple
+/// as the kernel's cs_decode_heads_per_block decides from HEAD_DIM and KV_GROUP. `head_dim` a multiple
 /// of 32 in [32, 256], kv_group >= 1. Not part of the compile key (it follows from the key).
 int decode_stage1_heads_per_block(int head_dim, int kv_group);
 

@@ -69,7 +69,9 @@ void decode_stage1(jit::JitRuntime& rt, const TqLayout& l, const at::Tensor& q,
             {tensor_arg(q), tensor_arg(cache), tensor_arg(block_table), tensor_arg(seq_lens),
              tensor_arg(mid_o), KernelArg::i64(q.stride(0)), KernelArg::i64(q.stride(1)),
              KernelArg::i32(bt_stride), KernelArg::f32(sm_scale)},
-            decode_grid(fn, b, hq, splits, kStage1Threads),
+            decode_grid(fn, b,
+                        hq / decode_stage1_heads_per_block(static_cast<int>(hq / l.num_kv_heads)),
+                        splits, kStage1Threads),
             stream_for(cache));
 }
 

@@ -58,6 +58,13 @@ constexpr int kStage1Threads = 128;
 constexpr int kStage2Threads = 128;
 constexpr int kDequantThreads = 128;
 
+/// Query heads one tq_decode_stage1 block serves (its grid is (B, Hq / this, splits)): the
+/// kernel's cs_decode_heads_per_block(KV_GROUP, 8), each lane owning 8 coordinates; 4, 3, 2 or 1
+/// for `kv_group` (Hq / Hk) >= 1. Not part of the compile key (it follows from KV_GROUP).
+constexpr int decode_stage1_heads_per_block(int kv_group) {
+  return kernels::split_kv_heads_per_block(kv_group, 8);
+}
+
 /// Tokens one CTA of tq_dequant_kv handles: 128 threads / lanes per head vector, where a lane
 /// owns max(4, D/32) coordinates.
 constexpr int dequant_tokens_per_cta(int head_dim) {

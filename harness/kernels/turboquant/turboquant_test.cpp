@@ -43,6 +43,15 @@ TEST(TqLayout, Qwen3Slot) {
   EXPECT_EQ(TqLayout::make(256, 16, 8).slot_bytes, 262);
 }
 
+TEST(TqLayout, DecodeHeadsPerBlockDividesTheGroup) {
+  EXPECT_EQ(decode_stage1_heads_per_block(4), 4);  // Qwen3-8B: one block per KV head
+  EXPECT_EQ(decode_stage1_heads_per_block(8), 4);
+  EXPECT_EQ(decode_stage1_heads_per_block(6), 3);
+  EXPECT_EQ(decode_stage1_heads_per_block(2), 2);
+  EXPECT_EQ(decode_stage1_heads_per_block(1), 1);
+  EXPECT_EQ(decode_stage1_heads_per_block(5), 1);
+}
+
 TEST(TqLayout, RejectsBadHeadDim) {
   EXPECT_THROW(TqLayout::make(96, 16, 8), InputError);
   EXPECT_THROW(TqLayout::make(8, 16, 8), InputError);
@@ -332,6 +341,12 @@ std::vector<DecodeCase> decode_cases() {
       }
     }
   }
+  // Stage 1 serves 3 heads a block at group 6 and one token per warp step at D 256; D 16 and 32
+  // put 16 and 8 tokens in a warp step.
+  out.push_back({2, 300, 24, 4, 128});
+  out.push_back({2, 2048 + 5, 16, 2, 256});
+  out.push_back({3, 300, 8, 2, 32});
+  out.push_back({2, 1000, 8, 2, 16});
   return out;
 }
 
