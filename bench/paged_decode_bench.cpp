@@ -1,10 +1,12 @@
 // Split-KV paged decode benchmark (Google Benchmark through bench_util.h; GPU only, it skips
-// without one): achieved memory bandwidth of one decode step of one attention layer
-// (paged_decode_stage1 then paged_decode_stage2, harness/kernels/paged) at Qwen3-8B's heads
-// (32 query / 8 KV heads, head_dim 128, block size 16), bf16 and fp8 e4m3 caches, decode batch
-// sizes 1..256 at one context length per row.
+// without one): achieved memory bandwidth of one decode step of one attention layer at
+// Qwen3-8B's heads (32 query / 8 KV heads, head_dim 128, block size 16), decode batch sizes
+// 1..256 at one context length per row, for the three caches the dense family replays: bf16 and
+// fp8 e4m3 (paged_decode_stage1 then paged_decode_stage2, harness/kernels/paged) and
+// TurboQuant's 4-bit cache (tq_decode_stage1 then tq_decode_stage2, harness/kernels/turboquant).
 //
-//   BM_PagedDecode/<cache>/<B>/<context>   cache 0: bf16, 1: fp8; context in tokens per sequence
+//   BM_PagedDecode/<cache>/<B>/<context>   cache 0: bf16, 1: fp8, 2: turboquant_4bit_nc;
+//                                          context in tokens per sequence
 //
 // Bytes counted per step: the KV cache each sequence holds (read once: K and V of every cached
 // token of every KV head, whatever the GQA group; stage 1 re-reads a KV head for each query head
@@ -34,8 +36,10 @@
 #include "harness/kernels/launch_util.h"
 #include "harness/kernels/model_shapes.h"
 #include "harness/kernels/paged/paged.h"
+#include "harness/kernels/turboquant/turboquant.h"
 
 namespace pg = coldstart::paged;
+namespace tq = coldstart::tq;
 namespace cb = coldstart::bench;
 namespace shapes = coldstart::kernels::shapes;
 
@@ -46,18 +50,39 @@ int g_launches = 50;  // decode steps per measurement (the optional first argume
 
 at::TensorOptions cuda(at::ScalarType t) { return at::TensorOptions().device(at::kCUDA).dtype(t); }
 
+// A TurboQuant cache of `num_blocks` blocks: random index nibbles, and fp16 key norms, value
+// scales and zeros drawn from sane ranges (random bytes there would hold fp16 NaNs).
+at::Tensor random_tq_cache(const tq::TqLayout& l, int64_t num_blocks) {
+  at::Tensor cache = at::randint(0, 256, tq::cache_shape(l, num_blocks), cuda(at::kByte));
+  const std::vector<int64_t> field{num_blocks, l.block_size, l.num_kv_heads, 1};
+  auto put_f16 = [&](int64_t byte, const at::Tensor& value) {
+    cache.narrow(3, byte, 2).copy_(value.to(at::kHalf).view(at::kByte));
+  };
+  put_f16(l.head_dim / 2, at::rand(field, cuda(at::kFloat)).mul_(4.0).add_(4.0));    // key norm
+  put_f16(l.key_bytes + l.head_dim / 2, at::rand(field, cuda(at::kFloat)).mul_(0.2).add_(0.05));
+  put_f16(l.key_bytes + l.head_dim / 2 + 2, at::rand(field, cuda(at::kFloat)).sub_(1.5));
+  return cache;
+}
+
 void BM_PagedDecode(benchmark::State& state) {
-  const bool fp8 = state.range(0) == 1;
+  const int cache_kind = static_cast<int>(state.range(0));
+  const bool fp8 = cache_kind == 1;
+  const bool turboquant = cache_kind == 2;
   const int64_t batch = state.range(1);
   const int64_t context = state.range(2);
   const auto heads = shapes::kQwen3_8B;
   const pg::PagedLayout layout = pg::PagedLayout::make(
       static_cast<int>(heads.head_dim), kBlockSize, static_cast<int>(heads.num_kv_heads),
       fp8 ? pg::CacheDtype::kFP8E4M3 : pg::CacheDtype::kBF16);
+  const tq::TqLayout tq_layout = tq::TqLayout::make(
+      static_cast<int>(heads.head_dim), kBlockSize, static_cast<int>(heads.num_kv_heads));
   coldstart::jit::JitRuntime& rt = cb::default_runtime();
 
   const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
-  const double kv_bytes = static_cast<double>(batch) * blocks_per_seq * layout.page_size_bytes();
+  const double block_bytes =
+      turboquant ? static_cast<double>(kBlockSize) * heads.num_kv_heads * tq_layout.slot_bytes
+                 : static_cast<double>(layout.page_size_bytes());
+  const double kv_bytes = static_cast<double>(batch) * blocks_per_seq * block_bytes;
   const int64_t sets =
       std::max<int64_t>(2, static_cast<int64_t>(std::ceil(256.0 * (1 << 20) / kv_bytes)));
   const int64_t num_blocks = sets * batch * blocks_per_seq;
@@ -65,7 +90,9 @@ void BM_PagedDecode(benchmark::State& state) {
   // cost a prefill per row, so the fp8 cache holds random bytes with the exponent field kept
   // below NaN (0x7f / 0xff are e4m3's NaNs).
   at::Tensor kv_cache;
-  if (fp8) {
+  if (turboquant) {
+    kv_cache = random_tq_cache(tq_layout, num_blocks);
+  } else if (fp8) {
     kv_cache = at::randint(0, 0x77, pg::cache_shape(layout, num_blocks), cuda(at::kByte));
   } else {
     kv_cache = at::randn(pg::cache_shape(layout, num_blocks), cuda(at::kBFloat16));
@@ -79,13 +106,19 @@ void BM_PagedDecode(benchmark::State& state) {
   const at::Tensor seq_lens = at::full({batch}, static_cast<int>(context), cuda(at::kInt));
   const at::Tensor q = at::randn({batch, heads.num_q_heads, heads.head_dim}, cuda(at::kBFloat16));
   const at::Tensor out = at::empty({batch, heads.num_q_heads, heads.head_dim}, cuda(at::kBFloat16));
+  // One buffer large enough for either family's views (TurboQuant's has 32 splits, paged 16).
   const at::Tensor ws_buffer = at::empty(
-      {pg::decode_workspace_bytes(batch, heads.num_q_heads, heads.head_dim)}, cuda(at::kByte));
+      {std::max(tq::decode_workspace_bytes(batch, heads.num_q_heads, heads.head_dim),
+                pg::decode_workspace_bytes(batch, heads.num_q_heads, heads.head_dim))},
+      cuda(at::kByte));
   const pg::DecodeWorkspace ws =
       pg::decode_workspace_views(ws_buffer, batch, heads.num_q_heads, heads.head_dim);
+  const tq::DecodeWorkspace tq_ws =
+      tq::decode_workspace_views(ws_buffer, batch, heads.num_q_heads, heads.head_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(heads.head_dim));
 
-  const double partial_bytes = 2.0 * ws.mid_o.numel() * 4;  // written by stage 1, read by 2
+  // Stage 1's float32 partials, written then read by stage 2.
+  const double partial_bytes = 2.0 * (turboquant ? tq_ws.mid_o : ws.mid_o).numel() * 4;
   const double io_bytes = 2.0 * q.numel() * 2 + 4.0 * batch * blocks_per_seq + partial_bytes;
   cb::TimingOptions o;
   o.warmup = static_cast<int>(sets);  // every set once: block tables' alignment keys compile here
@@ -93,12 +126,17 @@ void BM_PagedDecode(benchmark::State& state) {
   o.before = [] { cb::queue_busy_matmuls(); };
   const double sec =
       cb::run_timed_loop(state, coldstart::kernels::stream_for(out), o, [&](int64_t i) {
-        pg::decode(rt, layout, q, kv_cache, k_scale, v_scale, block_tables[i % sets], seq_lens,
-                   scale, ws, out);
+        if (turboquant) {
+          tq::decode(rt, tq_layout, q, kv_cache, block_tables[i % sets], seq_lens, scale, tq_ws);
+        } else {
+          pg::decode(rt, layout, q, kv_cache, k_scale, v_scale, block_tables[i % sets], seq_lens,
+                     scale, ws, out);
+        }
       });
   cb::set_bytes_counters(state, kv_bytes + io_bytes, sec);
   state.counters["MiB"] = (kv_bytes + io_bytes) / (1 << 20);
-  state.SetLabel(std::string("decode ") + (fp8 ? "fp8" : "bf16") + " B=" +
+  static const char* const kCacheNames[] = {"bf16", "fp8", "turboquant_4bit"};
+  state.SetLabel(std::string("decode ") + kCacheNames[cache_kind] + " B=" +
                  std::to_string(batch) + " ctx=" + std::to_string(context));
 }
 
@@ -115,7 +153,7 @@ bool setup(const std::vector<std::string>& positional) {
 }  // namespace
 
 BENCHMARK(BM_PagedDecode)
-    ->ArgsProduct({{0, 1}, {1, 8, 32, 128, 256}, {1024, 4096}})
+    ->ArgsProduct({{0, 1, 2}, {1, 8, 32, 128, 256}, {1024, 4096}})
     ->UseManualTime()
     ->Iterations(5)
     ->Unit(benchmark::kMicrosecond);
