@@ -136,6 +136,7 @@ struct RankGroup::Impl {
   int pending_autotunes = 0;
   std::string compiling;          // "kernel key" running now, "" when none
   int64_t compiling_since_ns = 0;
+  std::string stopped;            // why this rank's engine stopped, "" while it runs
   int64_t arrived_seq = -1;
   std::string arrived_site;
   int64_t arrived_ns = 0;                                   // when it reached arrived_seq
@@ -180,6 +181,7 @@ struct RankGroup::Impl {
     j["arrived_after"] = arrived_after;
     if (!compiling.empty())
       j["compiling"] = {{"what", compiling}, {"since_ns", compiling_since_ns}};
+    if (!stopped.empty()) j["stopped"] = stopped;
     const std::string tmp = state_path(o.rank) + ".tmp";
     {
       std::ofstream f(tmp, std::ios::trunc);
@@ -294,6 +296,15 @@ void RankGroup::compile_finished(const std::string& kernel, const std::string& k
 void RankGroup::autotuned() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   ++impl_->pending_autotunes;
+}
+
+void RankGroup::mark_stopped(const std::string& why) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->stopped.empty()) return;
+  const std::string line = first_line(why);
+  impl_->stopped = line.size() <= 160 ? line : line.substr(0, 160) + "...";
+  if (impl_->stopped.empty()) impl_->stopped = "stopped";
+  impl_->publish_locked();
 }
 
 std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const std::string& site) {

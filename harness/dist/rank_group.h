@@ -145,6 +145,10 @@ class RankGroup {
   /// An autotuning ran on this rank (its benchmarking held the rank like a compile); counted
   /// in the next collective's record.
   void autotuned();
+  /// This rank's engine stopped (crashed or failed) with `why` (its error; cut to 160 chars):
+  /// published so a peer still waiting, or failing because this rank left, says so instead of
+  /// listing this rank as not arrived yet. Thread-safe; later calls keep the first reason.
+  void mark_stopped(const std::string& why);
 
   /// Every collective so far, in order.
   const std::vector<CollectiveRecord>& records() const;

@@ -150,6 +150,36 @@ TEST(RankGroup, TimeoutNamesTheRankThatIsStillCompiling) {
   }
 }
 
+TEST(RankGroup, TimeoutNamesAPeerWhoseEngineStopped) {
+  for (const std::string& backend : backends()) {
+    SCOPED_TRACE(backend);
+    std::string text;
+    std::vector<bool> kids;
+    run_ranks(2, backend, milliseconds(400), [&](RankGroup& g) {
+      g.set_step("profile_run", -1, -1);
+      g.all_reduce({1}, "warm");
+      if (g.rank() == 1) {
+        // Its engine crashed between collectives; it stays in the group a while, then leaves.
+        g.mark_stopped("KV cache too small: 12 blocks\nsecond line not published");
+        std::this_thread::sleep_for(milliseconds(1200));
+        return true;
+      }
+      try {
+        g.all_reduce({1}, "layer 0 o_proj");
+      } catch (const std::exception& e) {
+        text = e.what();
+      }
+      return true;
+    }, &kids);
+    EXPECT_NE(text.find("rank 1 (pid"), std::string::npos) << text;
+    EXPECT_NE(text.find("in profile_run, stopped after collective #0: KV cache too small: 12 "
+                        "blocks)"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("second line"), std::string::npos) << text;
+  }
+}
+
 TEST(RankGroup, BadMembershipAndBackendAreRefused) {
   EXPECT_THROW(resolve_backend("nccl"), InputError);
   EXPECT_EQ(resolve_backend("store"), "store");
@@ -227,7 +257,13 @@ TEST(Stalls, TimeoutNamesPeersBehindAndPeersThatCameTooLate) {
                     {"compiling", {{"what", "fused_moe_gemm" + std::string(300, 'x')},
                                    {"for_ms", 812.0}}}});
   states.push_back({{"rank", 4}, {"published", false}});
+  states.push_back({{"rank", 5}, {"published", true}, {"pid", 15}, {"phase", "profile_run"},
+                    {"arrived_seq", 0}, {"arrived_ns", 5},
+                    {"stopped", "[Rank 5] collective all_reduce #1 timed out"}});
   const std::string text = late_ranks_text(states, 0, 1, deadline);
+  EXPECT_NE(text.find("rank 5 (pid 15, in profile_run, stopped after collective #0: [Rank 5] "
+                      "collective all_reduce #1 timed out)"),
+            std::string::npos) << "a crashed peer is not 'not arrived yet': " << text;
   EXPECT_NE(text.find("rank 1 (pid 11, in profile_run, arrived 24 ms after this rank's timeout, "
                       "after compiling moe_align_block_size 165 ms, moe_sum 57 ms)"),
             std::string::npos) << text;
@@ -239,6 +275,7 @@ TEST(Stalls, TimeoutNamesPeersBehindAndPeersThatCameTooLate) {
       << "a long key is cut: " << text;
   EXPECT_NE(text.find("rank 4 (no state published)"), std::string::npos) << text;
   // Everyone in time: said so.
+  states.erase(5);
   states.erase(4);
   states.erase(3);
   states.erase(1);

@@ -110,6 +110,7 @@ nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_n
         st["arrived_seq"] = j.value("arrived_seq", int64_t{-1});
         st["site"] = j.value("site", std::string());
         st["arrived_ns"] = j.value("arrived_ns", int64_t{0});
+        if (j.contains("stopped") && j["stopped"].is_string()) st["stopped"] = j["stopped"];
         st["arrived_after"] = nlohmann::json::array();
         if (j.contains("arrived_after") && j["arrived_after"].is_array())
           for (const auto& c : j["arrived_after"])
@@ -164,6 +165,11 @@ std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
           compiles.push_back(fmt::format("{} {:.0f} ms", c.value("kernel", std::string()),
                                          c.value("compile_ms", 0.0)));
       if (!compiles.empty()) what += fmt::format(", after compiling {}", fmt::join(compiles, ", "));
+    } else if (st.contains("stopped")) {
+      // It will not come: its engine stopped (it crashed, or a collective of its own failed).
+      what += fmt::format("stopped after {}: {}",
+                          got < 0 ? std::string("no collective") : fmt::format("collective #{}", got),
+                          st["stopped"].get<std::string>());
     } else {
       what += got < 0 ? std::string("no collective yet") : fmt::format("last collective #{}", got);
       if (st.contains("compiling"))

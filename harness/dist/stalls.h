@@ -38,7 +38,8 @@ std::string rank_state_path(const std::string& dir, int rank);
 /// {rank, published: true, pid, phase, arrived_seq (the last collective it reached, -1 before
 /// the first), site, arrived_ns (when it reached it, CLOCK_MONOTONIC; 0 if unknown),
 /// arrived_after ([{kernel, compile_ms}]: the compiles it ran just before), compiling: {what,
-/// for_ms}} (compiling only while a compile runs). Used for
+/// for_ms}} (compiling only while a compile runs), stopped: why its engine stopped (only once it
+/// has). Used for
 /// the peers in a collective-timeout message and, when the watchdog stopped a multi-rank run,
 /// for what every rank was doing then. Never throws on a bad file.
 nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_ns);
@@ -48,8 +49,9 @@ nlohmann::json read_rank_states(const std::string& dir, int world, int64_t now_n
 /// and compiling), and a peer that reached `seq` only after `deadline_ns` (CLOCK_MONOTONIC; the
 /// waiting rank's arrival plus the timeout), which the waiting rank read as arrived because its
 /// wait overran the deadline: "arrived N ms after this rank's timeout, after compiling K1 12 ms,
-/// ..." from the state's arrived_ns and arrived_after. `self` is left out. "none found (...)"
-/// when no peer qualifies.
+/// ..." from the state's arrived_ns and arrived_after; a peer whose engine stopped (the state's
+/// `stopped`, RankGroup::mark_stopped) is named with its reason instead of as not arrived yet.
+/// `self` is left out. "none found (...)" when no peer qualifies.
 std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
                             int64_t deadline_ns);
 

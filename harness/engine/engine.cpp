@@ -309,6 +309,8 @@ StrategyResult Engine::run() {
       *result_.error += " " + memory_holders(e);
     result_.failed_phase = current_phase_;
     log(std::string(crash ? "crash" : "error") + " in " + current_phase_ + ": " + *result_.error);
+    // Peers still waiting for this rank (or failing because it left) name it as stopped.
+    if (options_.ranks) options_.ranks->mark_stopped(*result_.error);
   }
   if (!mixers_.empty()) record_declared_scratch();
   if (ledger_.num_graphs() > 0 || !workspace_ || workspace_->policy() != WorkspacePolicy::kLock)
