@@ -260,7 +260,12 @@ TEST(Stalls, TimeoutNamesPeersBehindAndPeersThatCameTooLate) {
   states.push_back({{"rank", 5}, {"published", true}, {"pid", 15}, {"phase", "profile_run"},
                     {"arrived_seq", 0}, {"arrived_ns", 5},
                     {"stopped", "[Rank 5] collective all_reduce #1 timed out"}});
+  states.push_back({{"rank", 6}, {"published", true}, {"pid", 16}, {"phase", "prefill"},
+                    {"arrived_seq", 1}, {"arrived_ns", deadline - 9},
+                    {"stopped", "[Rank 6] collective all_reduce #1 timed out"}});
   const std::string text = late_ranks_text(states, 0, 1, deadline);
+  EXPECT_NE(text.find("rank 6 (pid 16, in prefill, stopped at collective #1: [Rank 6]"),
+            std::string::npos) << "a peer that came in time and failed there: " << text;
   EXPECT_NE(text.find("rank 5 (pid 15, in profile_run, stopped after collective #0: [Rank 5] "
                       "collective all_reduce #1 timed out)"),
             std::string::npos) << "a crashed peer is not 'not arrived yet': " << text;
@@ -275,6 +280,7 @@ TEST(Stalls, TimeoutNamesPeersBehindAndPeersThatCameTooLate) {
       << "a long key is cut: " << text;
   EXPECT_NE(text.find("rank 4 (no state published)"), std::string::npos) << text;
   // Everyone in time: said so.
+  states.erase(6);
   states.erase(5);
   states.erase(4);
   states.erase(3);

@@ -152,10 +152,19 @@ std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
     const int64_t got = st.at("arrived_seq").get<int64_t>();
     // deadline_ns is a CLOCK_MONOTONIC time, so an unknown arrival (0) counts as in time.
     const int64_t arrived_ns = st.value("arrived_ns", int64_t{0});
-    if (got > seq || (got == seq && arrived_ns <= deadline_ns)) continue;
+    const bool stopped = st.contains("stopped");
+    if (got > seq || (got == seq && arrived_ns <= deadline_ns && !stopped)) continue;
     std::string what = fmt::format("rank {} (pid {}, in {}, ", r, st.at("pid").get<long>(),
                                    st.at("phase").get<std::string>());
-    if (got == seq) {
+    if (stopped) {
+      // It will not come (or came and then failed there): its engine stopped. Said first, so a
+      // rank failing because this peer left learns why it left.
+      what += fmt::format("stopped {}: {}",
+                          got == seq  ? fmt::format("at collective #{}", got)
+                          : got < 0   ? std::string("before any collective")
+                                      : fmt::format("after collective #{}", got),
+                          st["stopped"].get<std::string>());
+    } else if (got == seq) {
       // It came, but after this rank's deadline: the wait overran and read it as arrived.
       what += fmt::format("arrived {:.0f} ms after this rank's timeout",
                           (arrived_ns - deadline_ns) / 1e6);
@@ -165,11 +174,6 @@ std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
           compiles.push_back(fmt::format("{} {:.0f} ms", c.value("kernel", std::string()),
                                          c.value("compile_ms", 0.0)));
       if (!compiles.empty()) what += fmt::format(", after compiling {}", fmt::join(compiles, ", "));
-    } else if (st.contains("stopped")) {
-      // It will not come: its engine stopped (it crashed, or a collective of its own failed).
-      what += fmt::format("stopped after {}: {}",
-                          got < 0 ? std::string("no collective") : fmt::format("collective #{}", got),
-                          st["stopped"].get<std::string>());
     } else {
       what += got < 0 ? std::string("no collective yet") : fmt::format("last collective #{}", got);
       if (st.contains("compiling"))
