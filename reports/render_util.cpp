@@ -320,8 +320,17 @@ static std::string ranks_lines(const std::string& who, const nlohmann::json& ran
     const int request = worst->value("request", -1);
     std::string where = worst->value("phase", std::string("?"));
     if (request >= 0) where += fmt::format(" (request {}, step {})", request, worst->value("step", -1));
+    // Its compiles no other rank ran there (the divergence) by kernel, then a count of those
+    // every rank ran too (same keys: they explain the stall only by their time spread).
     std::vector<std::pair<std::string, std::pair<int, double>>> kernels;
+    int shared = 0;
+    double shared_ms = 0;
     for (const auto& c : worst->value("why", nlohmann::json::array())) {
+      if (c.value("every_rank", false)) {
+        ++shared;
+        shared_ms += c.value("compile_ms", 0.0);
+        continue;
+      }
       const std::string k = c.value("kernel", std::string("?")) +
                             (c.value("source", std::string("nvrtc")) == "disk" ? " (loaded)" : "");
       auto it = std::find_if(kernels.begin(), kernels.end(), [&](const auto& e) { return e.first == k; });
@@ -333,10 +342,20 @@ static std::string ranks_lines(const std::string& who, const nlohmann::json& ran
     for (const auto& [k, n] : kernels)
       why += fmt::format("{}{}{} {:.0f} ms", why.empty() ? "" : ", ", k,
                          n.first > 1 ? fmt::format(" x{}", n.first) : "", n.second);
+    const std::string shared_text =
+        shared == 0 ? std::string()
+                    : fmt::format("{} compile{} every rank ran too ({:.0f} ms here)", shared,
+                                  shared == 1 ? "" : "s", shared_ms);
+    std::string tail;
+    if (!why.empty())
+      tail = " after compiling " + why + (shared_text.empty() ? "" : "; " + shared_text);
+    else if (!shared_text.empty())
+      tail = " after " + shared_text + ", none of its own";
+    else
+      tail = " (it compiled nothing there)";
     out += fmt::format("  largest {} stall: {}: {:.1f} ms over {} collectives; rank {} arrived last{}\n",
                        requests ? "request-step" : "startup", where, worst->value("stall_ms", 0.0),
-                       worst->value("collectives", 0), worst->value("last_rank", -1),
-                       why.empty() ? " (it compiled nothing there)" : " after compiling " + why);
+                       worst->value("collectives", 0), worst->value("last_rank", -1), tail);
   }
   return out;
 }

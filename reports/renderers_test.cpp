@@ -870,11 +870,21 @@ TEST(Reports, MultiRankResultsShowEachRankAndTheLargestStall) {
       {"rank": 3, "outcome": "ok", "hot_path_compiles": 1, "collectives": 4, "wait_ms": 2.0,
        "last_arrivals": 3}],
     "steps": [{"phase": "prefill", "request": 0, "step": 0, "stall_ms": 149.0, "collectives": 2,
-               "last_rank": 3, "why": [{"kernel": "fused_moe_gemm", "compile_ms": 148.0}]}]})");
+               "last_rank": 3, "why": [{"kernel": "fused_moe_gemm", "compile_ms": 148.0},
+                                       {"kernel": "conv1d", "compile_ms": 20.0, "every_rank": true},
+                                       {"kernel": "conv1d", "compile_ms": 30.0, "every_rank": true}]},
+              {"phase": "profile_run", "request": -1, "step": -1, "stall_ms": 12.0,
+               "collectives": 1, "last_rank": 0,
+               "why": [{"kernel": "ssd", "compile_ms": 900.0, "every_rank": true}]}]})");
   run.results = {r};
   const std::string stall =
       "largest request-step stall: prefill (request 0, step 0): 149.0 ms over 2 collectives; "
-      "rank 3 arrived last after compiling fused_moe_gemm 148 ms";
+      "rank 3 arrived last after compiling fused_moe_gemm 148 ms; 2 compiles every rank ran too "
+      "(50 ms here)";
+  EXPECT_NE(render_table(run, false).find("largest startup stall: profile_run: 12.0 ms over 1 "
+                                          "collectives; rank 0 arrived last after 1 compile every "
+                                          "rank ran too (900 ms here), none of its own"),
+            std::string::npos) << render_table(run, false);
   const std::string table = render_table(run, false);
   EXPECT_NE(table.find("ranks of mamba: 2 ranks, store backend, collective timeout 150 ms"),
             std::string::npos) << table;

@@ -208,8 +208,10 @@ CollectiveRecord rec(int64_t seq, int request, int step, int64_t arrive_ms, int6
 TEST(Stalls, NamesTheLastRankOfEachStepAndItsCompiles) {
   // Startup: both arrive together. Step 0 of request 0: rank 1 compiles 800 ms before the
   // second collective, so rank 0 waits 800 ms there.
-  RankRecords r0{0, {rec(0, -1, -1, 100, 101), rec(1, 0, 0, 200, 201), rec(2, 0, 0, 210, 1010)}};
-  RankRecords r1{1, {rec(0, -1, -1, 100, 101), rec(1, 0, 0, 200, 201),
+  // Both compiled conv1d[T=7] in that step (shared: every_rank), only rank 1 the MoE GEMM.
+  RankRecords r0{0, {rec(0, -1, -1, 100, 101), rec(1, 0, 0, 200, 201, {{"conv1d", "T=7", 5}}),
+                     rec(2, 0, 0, 210, 1010)}};
+  RankRecords r1{1, {rec(0, -1, -1, 100, 101), rec(1, 0, 0, 200, 201, {{"conv1d", "T=7", 6}}),
                      rec(2, 0, 0, 1010, 1010, {{"fused_moe_kernel", "M=64", 800}})}};
   const nlohmann::json a = analyse_stalls({r0, r1});
   ASSERT_EQ(a["steps"].size(), 1u) << a.dump(2);  // the startup step has no stall
@@ -219,8 +221,11 @@ TEST(Stalls, NamesTheLastRankOfEachStepAndItsCompiles) {
   EXPECT_NEAR(s["stall_ms"].get<double>(), 800.0, 1e-6);
   EXPECT_NEAR(s["wait_ms"][0].get<double>(), 801.0, 1e-6);
   EXPECT_NEAR(s["wait_ms"][1].get<double>(), 1.0, 1e-6);
-  ASSERT_EQ(s["why"].size(), 1u);
-  EXPECT_EQ(s["why"][0]["kernel"], "fused_moe_kernel");
+  ASSERT_EQ(s["why"].size(), 2u);
+  EXPECT_EQ(s["why"][0]["kernel"], "conv1d");
+  EXPECT_EQ(s["why"][0]["every_rank"], true);
+  EXPECT_EQ(s["why"][1]["kernel"], "fused_moe_kernel");
+  EXPECT_EQ(s["why"][1]["every_rank"], false);
   EXPECT_EQ(a["per_rank"][1]["last_arrivals"], 1);
   EXPECT_NEAR(a["per_rank"][0]["wait_ms"].get<double>(), 802.0, 1e-6);
   // Records survive a JSON round trip (the ranks report them to rank 0 as JSON).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace coldstart::dist {
@@ -65,17 +66,32 @@ nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_
   }
   nlohmann::json out_steps = nlohmann::json::array();
   for (const Step& st : steps) {
+    // The compile keys each rank ran in this step: a compile of the last rank that every other
+    // rank ran too explains the stall only by its time spread, one the others did not run by
+    // the divergence (every_rank false).
+    std::vector<std::set<std::string>> step_keys(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i)
+      for (size_t s = 0; s < common; ++s) {
+        const CollectiveRecord& c = ranks[i].records[s];
+        if (StepKey{c.phase, c.request, c.step} != st.key) continue;
+        for (const auto& n : c.compiles) step_keys[i].insert(n.key);
+      }
     nlohmann::json why = nlohmann::json::array();
     int autotunes = 0;
-    for (const auto& r : ranks) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const RankRecords& r = ranks[i];
       if (r.rank != st.last_rank) continue;
       for (size_t s = 0; s < common; ++s) {
         const CollectiveRecord& c = r.records[s];
         if (StepKey{c.phase, c.request, c.step} != st.key) continue;
         autotunes += c.autotunes;
-        for (const auto& n : c.compiles)
+        for (const auto& n : c.compiles) {
+          bool every_rank = true;
+          for (size_t j = 0; j < ranks.size(); ++j)
+            if (j != i && step_keys[j].count(n.key) == 0) every_rank = false;
           why.push_back({{"kernel", n.kernel}, {"key", n.key}, {"compile_ms", n.compile_ms},
-                         {"source", n.source}});
+                         {"source", n.source}, {"every_rank", every_rank}});
+        }
       }
     }
     if (st.stall_ms < min_stall_ms && why.empty() && autotunes == 0) continue;

@@ -20,12 +20,13 @@ struct RankRecords {
 /// left out). Returns
 ///   {"per_rank": [{rank, collectives, wait_ms, last_arrivals}],
 ///    "steps": [{phase, request, step, collectives, stall_ms, last_rank, wait_ms: [per rank],
-///               why: [{kernel, key, compile_ms}], autotunes}]}
+///               why: [{kernel, key, compile_ms, source, every_rank}], autotunes}]}
 /// where a collective's stall is its latest arrival minus its earliest (milliseconds, the time
 /// the first rank to arrive waited for the last); a step's stall_ms sums its collectives', its
 /// last_rank is the rank that arrived last at its largest stall, and `why` lists the compiles
 /// that rank ran before its arrivals in that step (so a stall caused by a hot-path compile
-/// names the kernel). wait_ms is each rank's time inside the collectives (departure minus
+/// names the kernel), each with every_rank: whether every other rank compiled the same key in
+/// that step too (then it explains the stall only by how long it took here). wait_ms is each rank's time inside the collectives (departure minus
 /// arrival). Steps whose stall_ms is below `min_stall_ms` and whose last rank compiled nothing
 /// are left out of "steps".
 nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_stall_ms = 1.0);
