@@ -10,8 +10,8 @@
 //   mid_o float32 [B, Hq, SPLITS, D + 1], contiguous: for split s, the split's normalized partial
 //   output (D floats) followed by the natural-log LSE of its scaled scores; an empty split holds
 //   zeros and -inf.
-// TurboQuant's stage 1 runs grid (B, Hq, SPLITS), the paged one (B, Hq / heads per block,
-// SPLITS) (cs_kv_split reads either); split s of a sequence of n tokens covers tokens
+// Both families' stage 1 runs grid (B, Hq / heads per block, SPLITS), the heads a block serves
+// by cs_decode_heads_per_block (cs_kv_split reads the grid); split s of a sequence of n tokens covers tokens
 // [s * ceil(n / SPLITS), min((s + 1) * ceil(n / SPLITS), n)). Stage 2 runs grid (B, Hq).
 
 // ---- stage 1 -----------------------------------------------------------------------------------
