@@ -172,7 +172,7 @@ TEST(RankGroup, TimeoutNamesAPeerWhoseEngineStopped) {
       return true;
     }, &kids);
     EXPECT_NE(text.find("rank 1 (pid"), std::string::npos) << text;
-    EXPECT_NE(text.find("in profile_run, stopped after collective #0: KV cache too small: 12 "
+    EXPECT_NE(text.find("in profile_run, stopped (last collective #0): KV cache too small: 12 "
                         "blocks)"),
               std::string::npos)
         << text;
@@ -271,7 +271,7 @@ TEST(Stalls, TimeoutNamesPeersBehindAndPeersThatCameTooLate) {
   const std::string text = late_ranks_text(states, 0, 1, deadline);
   EXPECT_NE(text.find("rank 6 (pid 16, in prefill, stopped at collective #1: [Rank 6]"),
             std::string::npos) << "a peer that came in time and failed there: " << text;
-  EXPECT_NE(text.find("rank 5 (pid 15, in profile_run, stopped after collective #0: [Rank 5] "
+  EXPECT_NE(text.find("rank 5 (pid 15, in profile_run, stopped (last collective #0): [Rank 5] "
                       "collective all_reduce #1 timed out)"),
             std::string::npos) << "a crashed peer is not 'not arrived yet': " << text;
   EXPECT_NE(text.find("rank 1 (pid 11, in profile_run, arrived 24 ms after this rank's timeout, "

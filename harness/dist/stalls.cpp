@@ -175,10 +175,11 @@ std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
     if (stopped) {
       // It will not come (or came and then failed there): its engine stopped. Said first, so a
       // rank failing because this peer left learns why it left.
+      // "last collective #N": it reached N, and failed in it or after it (its reason says).
       what += fmt::format("stopped {}: {}",
                           got == seq  ? fmt::format("at collective #{}", got)
                           : got < 0   ? std::string("before any collective")
-                                      : fmt::format("after collective #{}", got),
+                                      : fmt::format("(last collective #{})", got),
                           st["stopped"].get<std::string>());
     } else if (got == seq) {
       // It came, but after this rank's deadline: the wait overran and read it as arrived.
