@@ -64,18 +64,18 @@ nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_
                         {"wait_ms", wait},
                         {"last_arrivals", last_arrivals[i]}});
   }
+  // The compile keys each rank ran in each step, in one pass: a compile of a step's last rank
+  // that every other rank ran there too explains the stall only by its time spread, one the
+  // others did not run by the divergence (every_rank false).
+  std::vector<std::map<StepKey, std::set<std::string>>> step_keys(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i)
+    for (size_t s = 0; s < common; ++s) {
+      const CollectiveRecord& c = ranks[i].records[s];
+      std::set<std::string>& keys = step_keys[i][StepKey{c.phase, c.request, c.step}];
+      for (const auto& n : c.compiles) keys.insert(n.key);
+    }
   nlohmann::json out_steps = nlohmann::json::array();
   for (const Step& st : steps) {
-    // The compile keys each rank ran in this step: a compile of the last rank that every other
-    // rank ran too explains the stall only by its time spread, one the others did not run by
-    // the divergence (every_rank false).
-    std::vector<std::set<std::string>> step_keys(ranks.size());
-    for (size_t i = 0; i < ranks.size(); ++i)
-      for (size_t s = 0; s < common; ++s) {
-        const CollectiveRecord& c = ranks[i].records[s];
-        if (StepKey{c.phase, c.request, c.step} != st.key) continue;
-        for (const auto& n : c.compiles) step_keys[i].insert(n.key);
-      }
     nlohmann::json why = nlohmann::json::array();
     int autotunes = 0;
     for (size_t i = 0; i < ranks.size(); ++i) {
@@ -87,8 +87,11 @@ nlohmann::json analyse_stalls(const std::vector<RankRecords>& ranks, double min_
         autotunes += c.autotunes;
         for (const auto& n : c.compiles) {
           bool every_rank = true;
-          for (size_t j = 0; j < ranks.size(); ++j)
-            if (j != i && step_keys[j].count(n.key) == 0) every_rank = false;
+          for (size_t j = 0; j < ranks.size(); ++j) {
+            if (j == i) continue;
+            const auto it = step_keys[j].find(st.key);
+            if (it == step_keys[j].end() || it->second.count(n.key) == 0) every_rank = false;
+          }
           why.push_back({{"kernel", n.kernel}, {"key", n.key}, {"compile_ms", n.compile_ms},
                          {"source", n.source}, {"every_rank", every_rank}});
         }
@@ -173,9 +176,9 @@ std::string late_ranks_text(const nlohmann::json& states, int self, int64_t seq,
     std::string what = fmt::format("rank {} (pid {}, in {}, ", r, st.at("pid").get<long>(),
                                    st.at("phase").get<std::string>());
     if (stopped) {
-      // It will not come (or came and then failed there): its engine stopped. Said first, so a
-      // rank failing because this peer left learns why it left.
-      // "last collective #N": it reached N, and failed in it or after it (its reason says).
+      // It will not come (or came and failed there): its engine stopped. Said first, so a rank
+      // failing because this peer left learns why. "last collective #N": it reached N and
+      // failed in it or after it (its reason says which).
       what += fmt::format("stopped {}: {}",
                           got == seq  ? fmt::format("at collective #{}", got)
                           : got < 0   ? std::string("before any collective")
