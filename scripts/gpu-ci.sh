@@ -29,11 +29,12 @@
 # nproc; each GPU test declares its threads to CTest) and GPU_CI_CTEST_ARGS (e.g. "-L gpu",
 # "-LE e2e") shape the tests step. A GPU run needs python3's torch with CUDA and a visible GPU
 # (exit 2 otherwise). Relative OUT and COLDSTART_BUILD_DIR are taken from the repository root.
-# COLDSTART_BUILD_DIR (default build-gpu).
+# COLDSTART_BUILD_DIR (default build-gpu). GPU_CI_BENCH_BASELINE (default baselines/bench-<gpu>,
+# e.g. bench-h200, when it exists; "" for none): the bench report's earlier run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,32p' "$0"; }
+usage() { sed -n '2,33p' "$0"; }
 die() { echo "gpu-ci: $*" >&2; exit 2; }
 PRESET=""
 ARCH=""
@@ -224,8 +225,14 @@ if want bench; then
       >"$OUT/$b.txt" 2>&1 || { echo "$b failed" | tee -a "$LOG"; st=FAIL; }
     echo "-- $b: $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
   done
-  # One table of every bench's rate against the device's ceilings (coldstart bench-report).
-  "$BUILD/coldstart" bench-report "$OUT" --md "$OUT/bench-report.md" >/dev/null 2>>"$LOG" ||
+  # One table of every bench's rate against the device's ceilings (coldstart bench-report),
+  # with the time and speed-up against baselines/bench-<gpu> (e.g. bench-h200 for an "NVIDIA
+  # H200") when that directory exists, or against GPU_CI_BENCH_BASELINE ("" for none).
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{print tolower($2)}')
+  base=${GPU_CI_BENCH_BASELINE-baselines/bench-$gpu}
+  base_args=()
+  [ -n "$base" ] && [ -d "$base" ] && base_args=(--baseline "$base") && echo "bench baseline: $base" | tee -a "$LOG"
+  "$BUILD/coldstart" bench-report "$OUT" "${base_args[@]}" --md "$OUT/bench-report.md" >/dev/null 2>>"$LOG" ||
     { echo "bench-report failed" | tee -a "$LOG"; st=FAIL; }
   [ "$st" = ok ] || rc=1
   done_step bench "$st"

@@ -150,8 +150,11 @@ std::vector<std::string> bench_files(const std::vector<std::string>& inputs) {
 std::string render_bench_report(const std::vector<BenchFile>& current,
                                 const std::vector<BenchFile>& baseline) {
   std::map<std::string, const BenchRow*> before;  // "bench/name" -> baseline row
-  for (const auto& f : baseline)
+  std::map<std::string, std::string> before_device;  // bench -> the baseline's device
+  for (const auto& f : baseline) {
     for (const auto& r : f.rows) before[r.bench + "/" + r.name] = &r;
+    if (!f.device.empty()) before_device[f.bench] = f.device;
+  }
   const bool compare = !baseline.empty();
   std::string out = "# Kernel benchmarks\n";
   for (const auto& f : current) {
@@ -161,6 +164,11 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
       continue;
     }
     if (!f.device.empty()) out += fmt::format("device: {}\n\n", f.device);
+    // A speed-up across two GPUs measures the GPUs as much as the kernels: say so next to it.
+    const auto bd = before_device.find(f.bench);
+    if (compare && bd != before_device.end() && bd->second != f.device)
+      out += fmt::format("baseline device: {} (another device: the speed-up compares devices "
+                         "as well as kernels)\n\n", bd->second);
     if (f.rows.empty()) {
       out += "(no benchmark rows)\n";
       continue;

@@ -47,6 +47,13 @@ TEST(BenchReport, TableWithAndWithoutABaseline) {
   EXPECT_NE(vs.find("| 10.9% | – | – | 3000.0 | 2.00x |"), std::string::npos) << vs;
   EXPECT_NE(vs.find("| 50.0% | – | – |\n"), std::string::npos) << vs;
   EXPECT_EQ(vs.find("In the baseline only"), std::string::npos) << vs;
+  EXPECT_EQ(vs.find("baseline device"), std::string::npos) << "same device: no warning\n" << vs;
+  // A baseline from another GPU is named next to the table.
+  BenchFile h100 = before;
+  h100.device = "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)";
+  const std::string cross = render_bench_report({cur[0]}, {h100});
+  EXPECT_NE(cross.find("baseline device: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) (another device"),
+            std::string::npos) << cross;
   // Rows of the baseline this run lacks are listed after the tables.
   const std::string fewer = render_bench_report({before}, {cur[0]});
   EXPECT_NE(fewer.find("## In the baseline only (1 rows)\n\n- fused_moe_bench/"
