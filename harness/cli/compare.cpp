@@ -39,6 +39,7 @@ std::string fmt_ms(const std::optional<double>& v) {
 std::string metric_label(const std::string& name) {
   if (name == "startup_ms") return "startup";
   if (name == "ttft_ms") return "TTFT";
+  if (name == "steady_ttft_ms") return "steady TTFT";
   return "first decode";
 }
 
@@ -230,6 +231,7 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct,
     };
     shown("startup_ms", br.startup_ms, cr.startup_ms);
     shown("ttft_ms", br.ttft_ms, cr.ttft_ms);
+    shown("steady_ttft_ms", br.steady_ttft_ms, cr.steady_ttft_ms);
     shown("first_decode_ms", br.first_decode_ms, cr.first_decode_ms);
     return row;
   }
@@ -259,6 +261,8 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct,
                                        threshold_pct, comparable));
   row.metrics.push_back(
       compare_metric("ttft_ms", br.ttft_ms, cr.ttft_ms, br, cr, threshold_pct, comparable));
+  row.metrics.push_back(compare_metric("steady_ttft_ms", br.steady_ttft_ms, cr.steady_ttft_ms, br,
+                                       cr, threshold_pct, comparable));
   row.metrics.push_back(compare_metric("first_decode_ms", br.first_decode_ms, cr.first_decode_ms,
                                        br, cr, threshold_pct, comparable));
 
@@ -333,13 +337,14 @@ CompareRow one_sided(const Entry& e, CompareRow::Presence presence) {
   row.presence = presence;
   const bool added = presence == CompareRow::Presence::kAdded;
   (added ? row.current_outcome : row.baseline_outcome) = e.result->outcome;
-  for (const char* name : {"startup_ms", "ttft_ms", "first_decode_ms"}) {
+  for (const char* name : {"startup_ms", "ttft_ms", "steady_ttft_ms", "first_decode_ms"}) {
     MetricDelta m;
     m.name = name;
     const std::string n = name;
-    const auto v = n == "startup_ms" ? e.result->startup_ms
-                   : n == "ttft_ms"  ? e.result->ttft_ms
-                                     : e.result->first_decode_ms;
+    const auto v = n == "startup_ms"       ? e.result->startup_ms
+                   : n == "ttft_ms"        ? e.result->ttft_ms
+                   : n == "steady_ttft_ms" ? e.result->steady_ttft_ms
+                                           : e.result->first_decode_ms;
     (added ? m.current : m.baseline) = v;
     row.metrics.push_back(m);
   }

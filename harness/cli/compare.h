@@ -37,9 +37,10 @@ struct CompareOptions {
   bool gate_cross_target = false;
 };
 
-/// One timing (startup_ms, ttft_ms or first_decode_ms) of a matched pair. Milliseconds.
+/// One timing (startup_ms, ttft_ms, steady_ttft_ms or first_decode_ms) of a matched pair.
+/// Milliseconds.
 struct MetricDelta {
-  std::string name;                 ///< "startup_ms" | "ttft_ms" | "first_decode_ms"
+  std::string name;  ///< "startup_ms" | "ttft_ms" | "steady_ttft_ms" | "first_decode_ms"
   std::optional<double> baseline;   ///< null when the baseline had none (compile-only, crash)
   std::optional<double> current;
   /// Run-to-run spread used as the noise floor: max(baseline max-min, current max-min) from the
@@ -89,7 +90,7 @@ struct CompareRow {
   /// The current result's outcome is `interrupted` (the run was stopped from outside): nothing is
   /// compared, and the pair fails the comparison like a removed one unless --allow-removed.
   bool interrupted = false;
-  std::vector<MetricDelta> metrics;                ///< startup_ms, ttft_ms, first_decode_ms
+  std::vector<MetricDelta> metrics;  ///< startup_ms, ttft_ms, steady_ttft_ms, first_decode_ms
   std::vector<CompileEvent> new_hot_path_compiles; ///< hot-path compiles absent from the baseline
   /// Hot-path compiles of instances the baseline compiled from other kernel source: reported,
   /// never a regression.

@@ -130,7 +130,7 @@ std::string verdict(const CompareRow& r) {
 
 std::string CompareReport::render() const {
   const std::vector<std::string> header = {"STRATEGY", "VARIANT", "OUTCOME", "STARTUP ms",
-                                           "TTFT ms", "FIRST DECODE ms", "HOT-PATH COMPILES",
+                                           "TTFT ms", "STEADY TTFT ms", "FIRST DECODE ms", "HOT-PATH COMPILES",
                                            "VERDICT"};
   // Rows grouped under a "scenario (sm)" heading, in report order.
   std::vector<std::string> groups;
@@ -243,8 +243,8 @@ std::string CompareReport::render_markdown(size_t max_bytes) const {
     if (same[g] > 0) os << fmt::format(" ({} unchanged pair{})", same[g], same[g] == 1 ? "" : "s");
     os << "\n\n";
     if (shown[g].empty()) { flush("scenario"); continue; }
-    os << "| strategy | variant | outcome | startup ms | TTFT ms | first decode ms | hot-path "
-          "compiles | verdict |\n|---|---|---|---|---|---|---|---|\n";
+    os << "| strategy | variant | outcome | startup ms | TTFT ms | steady TTFT ms | first decode "
+          "ms | hot-path compiles | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
     for (const CompareRow* r : shown[g]) {
       std::string outcome;
       if (r->baseline_outcome && r->current_outcome && *r->baseline_outcome == *r->current_outcome) {

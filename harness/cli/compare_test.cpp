@@ -2,6 +2,8 @@
 // (harness/cli/testdata/README.md says how each file differs from base.json).
 #include "harness/cli/compare.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -433,6 +435,35 @@ TEST(Compare, SingleRunTimingsAreShownButNotGated) {
         s.extra["ttft_ms_max"] = *s.ttft_ms + 0.5;
       }
   EXPECT_TRUE(compare_results(base, cur, CompareOptions{}).regressed);
+}
+
+// The steady request's TTFT (what a kernel's speed moves, with no compile in it) is a compared
+// column of its own, gated like TTFT against a recorded spread, and named in the tables.
+TEST(Compare, SteadyTtftIsComparedAndGatedAgainstItsSpread) {
+  RunResults base = load("base.json");
+  for (auto& s : base.results) s.steady_ttft_ms = 20.0;
+  RunResults cur = base;
+  for (auto& s : cur.results) s.steady_ttft_ms = 30.0;
+  const CompareReport single = compare_results(base, cur, CompareOptions{});
+  EXPECT_FALSE(single.regressed) << "one run per side: shown, not gated\n" << single.render();
+  ASSERT_FALSE(single.rows.empty());
+  const MetricDelta* m = metric(single.rows.front(), "steady_ttft_ms");
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->compared);
+  EXPECT_NEAR(m->delta_pct(), 50.0, 1e-9);
+  EXPECT_NE(single.render().find("STEADY TTFT ms"), std::string::npos) << single.render();
+  EXPECT_NE(single.render().find("20.0 -> 30.0 (+50.0%)"), std::string::npos) << single.render();
+  EXPECT_NE(single.render_markdown().find("| steady TTFT ms |"), std::string::npos);
+  for (auto* run : {&base, &cur})
+    for (auto& s : run->results) {
+      s.extra["steady_ttft_ms_min"] = *s.steady_ttft_ms - 1.0;
+      s.extra["steady_ttft_ms_max"] = *s.steady_ttft_ms + 1.0;
+    }
+  const CompareReport gated = compare_results(base, cur, CompareOptions{});
+  EXPECT_TRUE(gated.regressed) << gated.render();
+  bool named = false;
+  for (const std::string& reason : gated.reasons) named |= reason.find("steady TTFT") != std::string::npos;
+  EXPECT_TRUE(named) << fmt::format("{}", fmt::join(gated.reasons, "\n"));
 }
 
 TEST(Compare, AddedAndRemovedStrategiesAreListedAndRemovedOnesFailUnlessAllowed) {

@@ -28,8 +28,8 @@ constexpr long long kMemB200 = gib(178.35);   // 180 GB HBM3e
 
 // Memory outside torch's allocator, measured on the H200 and the H100 of coldstart's GPU CI
 // (driver 13.0 / 580.159.04, torch 2.11, CUDA_MODULE_LOADING lazy): 648,871,936 B after the
-// worker's first CUDA allocation and 71,303,168 B more after the profile run, the same in all 111
-// results of baselines/h200-sm90.json and of h100-sm90.json, byte for byte
+// worker's first CUDA allocation and 71,303,168 B more after the profile run, the same in every
+// result of baselines/h200-sm90.json (123 at 7ff6b40) and of h100-sm90.json, byte for byte
 // (kv_cache_budget.outside_allocator_at_init_bytes / outside_allocator_bytes; Qwen3-Next grew
 // 73,400,320 B on both). Both cards have 132 SMs; every profile uses these figures, and a card
 // with fewer SMs likely holds a somewhat smaller context (its local-memory reservation scales
