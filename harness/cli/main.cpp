@@ -155,6 +155,18 @@ int main(int argc, char** argv) {
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
     return "coldstart: " + CLI::FailureMessage::simple(a, e);
   });
+  // A first word that is no command: CLI11 would only say that a subcommand is required.
+  if (argc >= 2 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) {
+        return sub->get_name() == argv[1];
+      }).empty()) {
+    std::string known;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); }))
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    std::cerr << "coldstart: unknown command '"
+              << reports::detail::terminal_text(argv[1], true) << "' (commands: " << known
+              << "; see --help)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -418,6 +418,20 @@ TEST_F(ReplayE2E, StaleGraphReplayIsACrashNamingGraphBufferAndMove) {
   EXPECT_EQ(ledger.at("unmoved_buffers").at("count").get<int>() > 0, true) << ledger.dump();
 }
 
+/// A mistyped command is named with the commands there are (CLI11 alone only says that a
+/// subcommand is required), exit 2; the hidden child commands are not offered.
+TEST_F(ReplayE2E, UnknownCommandIsNamedWithTheCommandsThereAre) {
+  const std::string out = paths::join(dir_, "out.txt");
+  EXPECT_EQ(run_coldstart("replya scenarios/qwen3-8b-bf16.yaml", out), 2) << read_text(out);
+  const std::string text = read_text(out);
+  EXPECT_NE(text.find("coldstart: unknown command 'replya' (commands: replay, "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bench-report"), std::string::npos) << text;
+  EXPECT_EQ(text.find("child"), std::string::npos) << text;
+  EXPECT_EQ(run_coldstart("", out), 2);
+  EXPECT_NE(read_text(out).find("A subcommand is required"), std::string::npos) << read_text(out);
+}
+
 /// The binary records the commit it was built from, read at build time (a stale configure-time
 /// sha stamped results of later commits): --version names the source tree's HEAD, or "unknown"
 /// where the tree has no git.
