@@ -440,8 +440,11 @@ Scenario build_from_text(const std::string& file, const std::string& text,
 
 }  // namespace
 
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides,
-                       const ScenarioRules& rules) {
+namespace {
+
+// load_scenario without the note on --set.
+Scenario load_and_check(const std::string& path, const std::vector<std::string>& set_overrides,
+                        const ScenarioRules& rules) {
   std::string text;
   const std::string why = paths::read_input_file(path, paths::kMaxScenarioBytes, text);
   if (!why.empty()) throw InputError(fmt::format("{}: cannot read the scenario: {}", path, why));
@@ -468,6 +471,29 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     }
   }
   return s;
+}
+
+// A refusal at a line of the file may come from a value --set gave another key (a request longer
+// than the max_model_len --set lowered): say which overrides the checks saw, unless the message
+// already names --set.
+[[noreturn]] void rethrow_naming_overrides(const InputError& e,
+                                          const std::vector<std::string>& set_overrides) {
+  const std::string what = e.what();
+  if (set_overrides.empty() || what.find("--set ") != std::string::npos) throw;  // as it was
+  std::string sets;
+  for (const std::string& o : set_overrides) sets += (sets.empty() ? "--set " : ", --set ") + o;
+  throw InputError(what + "\n(checked with " + sets + " applied)");
+}
+
+}  // namespace
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides,
+                       const ScenarioRules& rules) {
+  try {
+    return load_and_check(path, set_overrides, rules);
+  } catch (const InputError& e) {
+    rethrow_naming_overrides(e, set_overrides);
+  }
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& set_overrides,

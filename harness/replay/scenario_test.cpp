@@ -404,6 +404,22 @@ TEST_F(ScenarioFiles, RopeScalingRaisesTheLimit) {
   EXPECT_EQ(s.engine.max_model_len, 131072);
 }
 
+// A refusal at a line of the file that a --set caused (the request is fine; --set lowered
+// max_model_len) lists the overrides the checks ran with; one that names its --set already is
+// left as it is.
+TEST_F(ScenarioFiles, RefusalAtAFileLineNamesTheSetOverridesItWasCheckedWith) {
+  const std::string e = error_of(kBase, {"engine.max_model_len=520", "engine.max_num_seqs=4"});
+  expect_at(e, 12, "requests.0", "= 545 tokens exceeds max_model_len (520)");
+  EXPECT_NE(e.find("\n(checked with --set engine.max_model_len=520, --set engine.max_num_seqs=4 "
+                   "applied)"),
+            std::string::npos) << e;
+  const std::string own = error_of(kBase, {"engine.block_size=7"});
+  EXPECT_NE(own.find("--set engine.block_size"), std::string::npos) << own;
+  EXPECT_EQ(own.find("checked with"), std::string::npos) << own;
+  EXPECT_EQ(error_of(replace(kBase, "max_model_len: 32768", "max_model_len: 520")).find("checked with"),
+            std::string::npos);
+}
+
 TEST_F(ScenarioFiles, RequestLongerThanMaxModelLen) {
   expect_at(error_of(replace(kBase, "max_model_len: 32768", "max_model_len: 520")), 12,
             "requests.0", "= 545 tokens exceeds max_model_len (520)");
