@@ -147,6 +147,27 @@ std::vector<std::string> bench_files(const std::vector<std::string>& inputs) {
   return unique;
 }
 
+namespace {
+
+// A time per call in microseconds: one decimal, or three significant digits under 10 us (a
+// launch-path bench of ~100 ns would read 0.1).
+std::string time_cell(double us) {
+  return us >= 10.0 ? fmt::format("{:.1f}", us) : fmt::format("{:.3g}", us);
+}
+
+// Text for a Markdown table cell: '|' escaped, line breaks as spaces.
+std::string md_cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n' || c == '\r') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string render_bench_report(const std::vector<BenchFile>& current,
                                 const std::vector<BenchFile>& baseline) {
   std::map<std::string, const BenchRow*> before;  // "bench/name" -> baseline row
@@ -178,11 +199,11 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
     out += compare ? "|---|--:|--:|--:|--:|--:|--:|--:|\n" : "|---|--:|--:|--:|--:|--:|\n";
     for (const auto& r : f.rows) {
       if (!r.error.empty()) {
-        out += fmt::format("| {} | error: {} | – | – | – | – |{}\n", r.name, r.error,
+        out += fmt::format("| {} | error: {} | – | – | – | – |{}\n", r.name, md_cell(r.error),
                            compare ? " – | – |" : "");
         continue;
       }
-      out += fmt::format("| {} | {:.1f} | {} | {} | {} | {} |", r.name, r.time_us,
+      out += fmt::format("| {} | {} | {} | {} | {} | {} |", r.name, time_cell(r.time_us),
                          opt(r.tflops, "{:.1f}"), opt(r.pct_tflops, "{:.1f}%"),
                          opt(r.gbps, "{:.0f}"), opt(r.pct_gbps, "{:.1f}%"));
       if (compare) {
@@ -190,7 +211,7 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
         if (it == before.end() || it->second->time_us <= 0 || r.time_us <= 0)
           out += " – | – |";
         else
-          out += fmt::format(" {:.1f} | {:.2f}x |", it->second->time_us,
+          out += fmt::format(" {} | {:.2f}x |", time_cell(it->second->time_us),
                              it->second->time_us / r.time_us);
       }
       out += "\n";
@@ -214,11 +235,18 @@ std::string render_bench_report(const std::vector<BenchFile>& current,
 
 int bench_report_main(const std::vector<std::string>& inputs,
                       const std::vector<std::string>& baseline, const std::string& md_out) {
-  if (!md_out.empty()) paths::check_output_paths({md_out}, {});  // before anything is printed
+  // Before anything is printed: the report must not replace one of the files it reads.
+  const std::vector<std::string> cur_files = bench_files(inputs);
+  const std::vector<std::string> base_files =
+      baseline.empty() ? std::vector<std::string>{} : bench_files(baseline);
+  if (!md_out.empty()) {
+    std::vector<std::string> read = cur_files;
+    read.insert(read.end(), base_files.begin(), base_files.end());
+    paths::check_output_paths({md_out}, read);
+  }
   std::vector<BenchFile> cur, base;
-  for (const auto& p : bench_files(inputs)) cur.push_back(read_bench_file(p));
-  if (!baseline.empty())
-    for (const auto& p : bench_files(baseline)) base.push_back(read_bench_file(p));
+  for (const auto& p : cur_files) cur.push_back(read_bench_file(p));
+  for (const auto& p : base_files) base.push_back(read_bench_file(p));
   const std::string md = render_bench_report(cur, base);
   std::cout << md;
   if (!md_out.empty()) paths::write_file_atomic(md_out, md);

@@ -90,6 +90,24 @@ TEST(BenchReport, BadInputNamesTheFile) {
   ASSERT_EQ(f.rows.size(), 1u);
   EXPECT_EQ(f.rows[0].error, "CUDA out of memory");
   EXPECT_NE(render_bench_report({f}, {}).find("| a | error: CUDA out of memory |"), std::string::npos);
+  // A '|' in the message would split the Markdown row: escaped.
+  std::ofstream(bad) << "{\"benchmarks\": [{\"name\": \"a\", \"error_occurred\": true, "
+                        "\"error_message\": \"x | y\\nz\"}]}";
+  EXPECT_NE(render_bench_report({read_bench_file(bad)}, {}).find("| a | error: x \\| y z |"),
+            std::string::npos)
+      << render_bench_report({read_bench_file(bad)}, {});
+  // --md naming one of the files read (an input or the baseline) is refused before anything is
+  // written, and the file is left as it was.
+  std::ofstream(bad) << "{\"benchmarks\": [{\"name\": \"a\", \"real_time\": 101, \"time_unit\": \"ns\"}]}";
+  testing::internal::CaptureStdout();
+  EXPECT_THROW(bench_report_main({bad}, {}, bad), InputError);
+  EXPECT_THROW(bench_report_main({kDir}, {dir.path}, bad), InputError);
+  (void)testing::internal::GetCapturedStdout();
+  const BenchFile kept = read_bench_file(bad);
+  ASSERT_EQ(kept.rows.size(), 1u);
+  // A launch-path time of 101 ns keeps three digits, not "0.1".
+  EXPECT_NE(render_bench_report({kept}, {}).find("| a | 0.101 |"), std::string::npos)
+      << render_bench_report({kept}, {});
   std::ofstream(bad) << "not json";
   EXPECT_THROW(read_bench_file(bad), InputError);
   EXPECT_THROW(bench_files({paths::join(dir.path, "nothing-here")}), InputError);
