@@ -134,9 +134,10 @@ MetricDelta compare_metric(const std::string& name, const std::optional<double>&
   m.compared = true;
   const double d = m.delta_ms();
   const double pct = std::fabs(m.delta_pct());
-  // A timing is gated only against a recorded run-to-run spread (--repeat): a single run says
-  // nothing about noise, so its change is shown but never flagged.
-  m.gated = sb.has_value() || sc.has_value();
+  // A timing is gated only when the current file recorded a run-to-run spread (--repeat): a
+  // single current run says nothing about its own noise, so its change is shown but never
+  // flagged, even against a baseline that has a spread.
+  m.gated = sc.has_value();
   const bool beyond = m.gated && pct > threshold_pct && std::fabs(d) > m.spread_ms;
   m.regressed = beyond && d > 0;
   m.improved = beyond && d < 0;

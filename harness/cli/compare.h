@@ -47,7 +47,7 @@ struct MetricDelta {
   /// `<name>_min` / `<name>_max` fields written by repeated runs; 0 when neither side repeated.
   double spread_ms = 0;
   bool compared = false;  ///< both sides had a value and ran in the same mode
-  bool gated = false;     ///< a spread was recorded (--repeat) on either side, so it can be flagged
+  bool gated = false;     ///< the current file recorded a spread (--repeat), so it can be flagged
   bool regressed = false; ///< grew beyond both the threshold and the spread
   bool improved = false;  ///< shrank beyond both the threshold and the spread
   /// current - baseline, ms (0 unless compared).
@@ -103,8 +103,8 @@ struct CompareRow {
   /// an added or removed row lacks.
   int baseline_hot_path_compiles = -1;
   int current_hot_path_compiles = -1;
-  /// A compared timing moved by more than the threshold but was not gated (neither side recorded
-  /// a spread): shown as "changed (not gated)", never a regression.
+  /// A compared timing moved by more than the threshold but was not gated (the current file
+  /// recorded no spread): shown as "changed (not gated)", never a regression.
   bool ungated_change = false;
   /// Baseline and current ran on different targets (run_target): timings are never gated, and a
   /// new failure or new hot-path compile regresses only with CompareOptions::gate_cross_target.
