@@ -29,12 +29,13 @@
 # nproc; each GPU test declares its threads to CTest) and GPU_CI_CTEST_ARGS (e.g. "-L gpu",
 # "-LE e2e") shape the tests step. A GPU run needs python3's torch with CUDA and a visible GPU
 # (exit 2 otherwise). Relative OUT and COLDSTART_BUILD_DIR are taken from the repository root.
-# COLDSTART_BUILD_DIR (default build-gpu). GPU_CI_BENCH_BASELINE (default baselines/bench-<gpu>,
-# e.g. bench-h200, when it exists; "" for none): the bench report's earlier run.
+# COLDSTART_BUILD_DIR (default build-gpu). GPU_CI_BENCH_BASELINE (a directory or file of bench
+# JSON, relative to the repository root; default baselines/bench-<gpu>, e.g. bench-h200, when it
+# exists; "" for none): the bench report's earlier run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,33p' "$0"; }
+usage() { sed -n '2,34p' "$0"; }
 die() { echo "gpu-ci: $*" >&2; exit 2; }
 PRESET=""
 ARCH=""
@@ -68,6 +69,9 @@ REPLAY_JOBS=${GPU_CI_REPLAY_JOBS:-1}
   die "GPU_CI_CTEST_JOBS='$GPU_CI_CTEST_JOBS' is not an integer in 1..999"
 # Scenario paths: space-separated, globs expanded (relative to the repository root).
 SCENARIOS=()
+if [ -n "${GPU_CI_BENCH_BASELINE:-}" ] && [ ! -e "$GPU_CI_BENCH_BASELINE" ]; then
+  die "GPU_CI_BENCH_BASELINE='$GPU_CI_BENCH_BASELINE' names no file or directory (relative paths are taken from the repository root)"
+fi
 for p in ${GPU_CI_SCENARIOS:-scenarios/*.yaml}; do
   [ -f "$p" ] || die "GPU_CI_SCENARIOS: '$p' is no scenario file (a glob that matched nothing?)"
   SCENARIOS+=("$p")
@@ -215,6 +219,7 @@ fi
 if want bench; then
   step "benchmarks (launch, then the kernel families)"
   st=ok
+  rm -f "$OUT"/*_bench.json "$OUT"/*_bench.txt "$OUT/bench-report.md"  # an earlier run's are not this one's
   "$BUILD/bench/launch_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$OUT/launch_bench.json" --benchmark_out_format=json >>"$LOG" 2>&1 || st=FAIL
   grep -E "^BM_" "$LOG" | tail -12
@@ -231,7 +236,7 @@ if want bench; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{print tolower($2)}')
   base=${GPU_CI_BENCH_BASELINE-baselines/bench-$gpu}
   base_args=()
-  [ -n "$base" ] && [ -d "$base" ] && base_args=(--baseline "$base") && echo "bench baseline: $base" | tee -a "$LOG"
+  [ -n "$base" ] && [ -e "$base" ] && base_args=(--baseline "$base") && echo "bench baseline: $base" | tee -a "$LOG"
   "$BUILD/coldstart" bench-report "$OUT" "${base_args[@]}" --md "$OUT/bench-report.md" >/dev/null 2>>"$LOG" ||
     { echo "bench-report failed" | tee -a "$LOG"; st=FAIL; }
   [ "$st" = ok ] || rc=1
