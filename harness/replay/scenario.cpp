@@ -474,12 +474,16 @@ Scenario load_and_check(const std::string& path, const std::vector<std::string>&
 }
 
 // A refusal at a line of the file may come from a value --set gave another key (a request longer
-// than the max_model_len --set lowered): say which overrides the checks saw, unless the message
-// already names --set.
+// than the max_model_len --set lowered): say which overrides the checks saw, unless every line of
+// the message already names its --set.
 [[noreturn]] void rethrow_naming_overrides(const InputError& e,
                                           const std::vector<std::string>& set_overrides) {
   const std::string what = e.what();
-  if (set_overrides.empty() || what.find("--set ") != std::string::npos) throw;  // as it was
+  bool all_name_set = true;
+  std::istringstream lines(what);
+  for (std::string line; std::getline(lines, line);)
+    all_name_set = all_name_set && line.find("--set ") != std::string::npos;
+  if (set_overrides.empty() || all_name_set) throw;  // as it was
   std::string sets;
   for (const std::string& o : set_overrides) sets += (sets.empty() ? "--set " : ", --set ") + o;
   throw InputError(what + "\n(checked with " + sets + " applied)");

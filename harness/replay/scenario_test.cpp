@@ -418,6 +418,12 @@ TEST_F(ScenarioFiles, RefusalAtAFileLineNamesTheSetOverridesItWasCheckedWith) {
   EXPECT_EQ(own.find("checked with"), std::string::npos) << own;
   EXPECT_EQ(error_of(replace(kBase, "max_model_len: 32768", "max_model_len: 520")).find("checked with"),
             std::string::npos);
+  // A message mixing a --set's own refusal and a file line gets the note too.
+  const std::string mixed = error_of(kBase, {"engine.max_model_len=520", "engine.block_size=7"});
+  EXPECT_NE(mixed.find("--set engine.block_size"), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("(checked with --set engine.max_model_len=520, --set engine.block_size=7 "
+                       "applied)"),
+            std::string::npos) << mixed;
 }
 
 TEST_F(ScenarioFiles, RequestLongerThanMaxModelLen) {
