@@ -396,6 +396,30 @@ void from_json(const json& j, StrategyResult& v) {
   v.first_decode_ms = opt_ms(j, "first_decode_ms");
   v.steady_ttft_ms = opt_ms(j, "steady_ttft_ms");
   v.steady_decode_ms = opt_ms(j, "steady_decode_ms");
+  // The spread --repeat keeps beside each folded timing (`<name>_min` / `<name>_max`, what
+  // compare gates against): both or neither, times in range, min <= the median <= max. A crafted
+  // or damaged pair (a min of -1e9) would otherwise turn the gate off without a word.
+  for (const auto& [name, value] :
+       {std::pair<const char*, const std::optional<double>*>{"startup_ms", &v.startup_ms},
+        {"ttft_ms", &v.ttft_ms},
+        {"first_decode_ms", &v.first_decode_ms},
+        {"steady_ttft_ms", &v.steady_ttft_ms},
+        {"steady_decode_ms", &v.steady_decode_ms}}) {
+    const std::string lo_key = std::string(name) + "_min", hi_key = std::string(name) + "_max";
+    const bool has_lo = j.contains(lo_key), has_hi = j.contains(hi_key);
+    if (!has_lo && !has_hi) continue;
+    if (has_lo != has_hi)
+      out_of_range(j, fmt::format("\"{}\" without \"{}\": a spread needs both", has_lo ? lo_key : hi_key,
+                                  has_lo ? hi_key : lo_key));
+    const auto lo = opt_ms(j, lo_key.c_str()), hi = opt_ms(j, hi_key.c_str());
+    if (!lo || !hi) continue;  // null: no spread recorded
+    const double tol = 1e-9 * std::max(1.0, *hi);
+    if (*lo > *hi + tol || (*value && (**value < *lo - tol || **value > *hi + tol)))
+      out_of_range(j, fmt::format("\"{}\" {} .. \"{}\" {} is no spread around \"{}\" {}: "
+                                  "min <= value <= max",
+                                  lo_key, *lo, hi_key, *hi, name,
+                                  *value ? fmt::format("{}", **value) : std::string("null")));
+  }
   v.startup_compiles = static_cast<int>(int_in(j, "startup_compiles", 0, 0, 1 << 30));
   v.hot_path_compiles = value_or<std::vector<CompileEvent>>(j, "hot_path_compiles", {});
   v.startup_compile_list = value_or<std::vector<CompileEvent>>(j, "startup_compile_list", {});

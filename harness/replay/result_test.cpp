@@ -307,6 +307,24 @@ TEST(ResultsFile, OutOfRangeValuesAndWrongTypesAreInputErrors) {
                      "\"results\": \"phases\": \"name\": type must be string");
   expect_input_error(head + R"("scenario": {"model": "x"}, "results": []})",
                      "\"scenario.model\" must be an object");
+  // The spread --repeat keeps beside a timing: both ends, in range, around the median; a
+  // crafted one would have silenced compare's gate.
+  expect_input_error(head + one + R"(, "ttft_ms": 10, "ttft_ms_min": -1e9, "ttft_ms_max": 11}]})",
+                     "\"ttft_ms_min\" is -1000000000");
+  expect_input_error(head + one + R"(, "ttft_ms": 10, "ttft_ms_min": 9}]})",
+                     "\"ttft_ms_min\" without \"ttft_ms_max\"");
+  expect_input_error(head + one + R"(, "steady_ttft_ms": 10, "steady_ttft_ms_min": 12, "steady_ttft_ms_max": 13}]})",
+                     "is no spread around \"steady_ttft_ms\" 10");
+  expect_input_error(head + one + R"(, "ttft_ms": 10, "ttft_ms_min": 11, "ttft_ms_max": 9}]})",
+                     "min <= value <= max");
+  expect_input_error(head + one + R"(, "ttft_ms": 10, "ttft_ms_min": "9", "ttft_ms_max": 11}]})",
+                     "\"ttft_ms_min\": type must be number");
+  {
+    const std::string spread = temp_path("spread.json");
+    std::ofstream(spread) << head + one + R"(, "ttft_ms": 10, "ttft_ms_min": 9, "ttft_ms_max": 11}]})";
+    EXPECT_NO_THROW(read_results_json(spread));
+    std::remove(spread.c_str());
+  }
   // Null times stay null (not measured), and a phase's null ms reads as not measured too.
   const std::string ok = head + one + R"(, "ttft_ms": null, "phases": [{"name": "init", "ms": null}]}]})";
   const std::string path = temp_path("nulls.json");
