@@ -317,6 +317,11 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct,
   row.fewer_hot_path_compiles = row.current_hot_path_compiles < row.baseline_hot_path_compiles;
   for (const MetricDelta& m : row.metrics)
     if (m.compared && !m.gated && std::fabs(m.delta_pct()) > threshold_pct) row.ungated_change = true;
+  // A timing the baseline measured and a run that ended ok no longer has (a steady request
+  // dropped from the scenario, a field lost on the way) is a change to see, not "same".
+  if (cr.outcome == Outcome::kOk && br.outcome == Outcome::kOk)
+    for (const MetricDelta& m : row.metrics)
+      if (m.baseline && !m.current) row.ungated_change = true;
 
   // Another GPU is not a regression: its own tuned tables pick other tiles, and a smaller card
   // runs out of memory where a larger one does not. Those differences are shown, and gated only

@@ -454,6 +454,16 @@ TEST(Compare, SteadyTtftIsComparedAndGatedAgainstItsSpread) {
   EXPECT_NE(single.render().find("STEADY TTFT ms"), std::string::npos) << single.render();
   EXPECT_NE(single.render().find("20.0 -> 30.0 (+50.0%)"), std::string::npos) << single.render();
   EXPECT_NE(single.render_markdown().find("| steady TTFT ms |"), std::string::npos);
+  // A steady TTFT the current ok run lost is a change, not "same".
+  {
+    RunResults lost = cur;
+    for (auto& s : lost.results) s.steady_ttft_ms.reset();
+    const CompareReport r = compare_results(base, lost, CompareOptions{});
+    EXPECT_FALSE(r.regressed);
+    for (const CompareRow& row : r.rows)
+      EXPECT_EQ(row.ungated_change, row.current_outcome == Outcome::kOk) << row.label() << "\n" << r.render();
+    EXPECT_NE(r.render().find("20.0 -> n/a"), std::string::npos) << r.render();
+  }
   // A spread in the baseline alone gates nothing: the current single run's noise is unknown.
   for (auto& s : base.results) {
     s.extra["steady_ttft_ms_min"] = *s.steady_ttft_ms - 1.0;
