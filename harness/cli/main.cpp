@@ -155,17 +155,25 @@ int main(int argc, char** argv) {
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
     return "coldstart: " + CLI::FailureMessage::simple(a, e);
   });
-  // A first word that is no command: CLI11 would only say that a subcommand is required.
-  if (argc >= 2 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) {
-        return sub->get_name() == argv[1];
-      }).empty()) {
-    std::string known;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); }))
-      known += (known.empty() ? "" : ", ") + sub->get_name();
-    std::cerr << "coldstart: unknown command '"
-              << reports::detail::terminal_text(argv[1], true) << "' (commands: " << known
-              << "; see --help)\n";
-    return 2;
+  // A first word that is no command, or an option other than --help / --version before the
+  // command: CLI11 would only say that a subcommand is required.
+  if (argc >= 2) {
+    const std::string first = argv[1];
+    const bool option = !first.empty() && first[0] == '-';
+    const bool top_level_flag = first == "-h" || first == "--help" || first == "--version";
+    const bool command = !app.get_subcommands([&](CLI::App* sub) {
+                            return sub->get_name() == first;
+                          }).empty();
+    if ((option && !top_level_flag) || (!option && !command)) {
+      std::string known;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); }))
+        known += (known.empty() ? "" : ", ") + sub->get_name();
+      std::cerr << "coldstart: " << (option ? "unknown option '" : "unknown command '")
+                << reports::detail::terminal_text(first, true) << "'"
+                << (option ? " before the command (coldstart COMMAND [OPTIONS]; " : " (")
+                << "commands: " << known << "; see --help)\n";
+      return 2;
+    }
   }
   try {
     app.parse(argc, argv);

@@ -428,6 +428,10 @@ TEST_F(ReplayE2E, UnknownCommandIsNamedWithTheCommandsThereAre) {
       << text;
   EXPECT_NE(text.find("bench-report"), std::string::npos) << text;
   EXPECT_EQ(text.find("child"), std::string::npos) << text;
+  EXPECT_EQ(run_coldstart("--bogus replay", out), 2);
+  EXPECT_NE(read_text(out).find("coldstart: unknown option '--bogus' before the command"),
+            std::string::npos) << read_text(out);
+  EXPECT_EQ(run_coldstart("--version", out), 0) << read_text(out);
   EXPECT_EQ(run_coldstart("", out), 2);
   EXPECT_NE(read_text(out).find("A subcommand is required"), std::string::npos) << read_text(out);
 }
