@@ -166,6 +166,9 @@ TEST_F(ReplayE2E, SigtermInTheFirstStrategyExits143) {
     ASSERT_EQ(results.size(), 1u) << read_text(out);
     EXPECT_EQ(results[0].outcome, Outcome::kInterrupted);
     EXPECT_EQ(results[0].error.value_or("").rfind("interrupted by " + name, 0), 0u) << name;
+    // The device is named even when the child had not reported it yet (the parent knows a
+    // compile-only target without a GPU).
+    EXPECT_EQ(cli::read_any_results(json).at(0).meta.device_name, "compile-only: NVIDIA H200") << name;
     const std::vector<std::string> left = names_in(tmp);
     EXPECT_TRUE(left.empty()) << name << ": left in TMPDIR: " << left.front();
   }

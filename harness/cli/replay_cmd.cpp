@@ -116,6 +116,20 @@ RunMeta make_meta(const std::vector<StrategyResult>& results, const std::string&
   return m;
 }
 
+/// A run stopped before any strategy's process reported its device (Ctrl-C during the first
+/// startup): in compile-only mode the parent knows the target without touching a GPU, so the
+/// header and results name it as the children would ("compile-only: NVIDIA H200"); on a GPU it
+/// stays unknown.
+void fill_meta_from_target(const ReplayArgs& a, RunMeta& m) {
+  const std::optional<Target> t = known_target(a);
+  if (!t) return;
+  m.mode = "compile-only";
+  m.device_name = t->profile.empty() ? "compile-only (" + t->arch + ")"
+                                     : "compile-only: " + t->device_name;
+  m.sm = t->sm;
+  m.sm_count = t->sm_count;
+}
+
 /// Folds N runs of one strategy: the first run's result, with startup / TTFT / first-decode /
 /// steady figures replaced by their medians and the spread kept as `<field>_min` / `<field>_max`
 /// (what `coldstart compare` uses to tell a regression from noise), plus every run's outcome.
@@ -408,6 +422,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     RunResults& run = runs[job.scenario];
     run.results.push_back(std::move(r));
     run.meta = make_meta(run.results, cmdline, started_at);
+    if (run.meta.mode.empty()) fill_meta_from_target(a, run.meta);
     run.meta.sets = a.sets;
     run.meta.inputs = inputs.inputs(job.scenario);
     // Written after every strategy, atomically, so results survive a later failure. A write
