@@ -187,8 +187,10 @@ struct CompileRecord {
   double compile_ms = 0;  ///< host wall time of NVRTC + module load (or of the disk load)
   std::string phase;      ///< phase current when it happened
   bool hot_path = false;  ///< after JitMonitor::activate()
-  std::string source;     ///< "nvrtc" (compiled), "disk" (loaded from the on-disk cache) or
-                          ///< "refused" (a hot-path compile stopped by MonitorMode::kError)
+  std::string source;     ///< "nvrtc" (compiled), "disk" (loaded from the on-disk cache),
+                          ///< "refused" (a hot-path compile stopped by MonitorMode::kError) or
+                          ///< "key" (reached in key-only mode, JitRuntime::set_key_only: not
+                          ///< compiled)
   // Provenance of the launch config (select.h): filled from the innermost SelectionScope of the
   // runtime on the compiling thread; left empty / 0 for a compile outside any scope.
   std::string selector;    ///< "table" | "heuristic" | "autotune" | "default"; "" = fixed config
@@ -408,6 +410,21 @@ class JitRuntime {
   /// JitOptions::launch: true when kernels are loaded and launched (GPU), false in compile-only
   /// mode.
   bool launches() const;
+  /// Key-only mode, for compile-only runtimes (throws Error when turned on in one that
+  /// launches): while on, a key this runtime does not hold is neither compiled nor read from the
+  /// disk cache; ensure() records it once with the monitor (CompileRecord::source "key",
+  /// compile_ms 0, phase and step as usual) and returns a placeholder without a cubin, so a
+  /// forward pass lists every kernel key it reaches at the cost of the keys alone. Autotunes
+  /// still run (each candidate's key recorded; the pick is compile-only mode's, the first
+  /// candidate, which a candidate that would fail to compile could change). A key recorded
+  /// while on is compiled as usual by its first ensure() after the mode is turned off. Turn it
+  /// on and off between forward passes (the engine thread), not while ensure() runs elsewhere.
+  void set_key_only(bool on);
+  bool key_only() const;
+  /// The compile-key texts (CompileKey::str()) ensure() saw while key-only mode was on, held
+  /// or not, each once, sorted.
+  std::vector<std::string> reached_keys() const;
+  void clear_reached_keys();
   /// Marks a CUDA graph capture in progress (`graph` names it, "" ends it): until it ends, a
   /// kernel not yet loaded in this runtime throws CaptureUnsupportedError instead of compiling
   /// or loading. Thread-safe.

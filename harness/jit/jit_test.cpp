@@ -607,6 +607,46 @@ TEST(Runtime, ClusterMustDivideTheGrid) {
   EXPECT_NO_THROW(rt.launch(axpy_kernel(), kBlock128, axpy_args(4096, 64), dims, nullptr));
 }
 
+// Key-only mode (what `coldstart coverage` enumerates keys with): a new key is recorded once as
+// "key" with nothing compiled or written, a held key is only noted as reached, and after the
+// mode ends the recorded key compiles for real on its next ensure().
+TEST(Runtime, KeyOnlyModeRecordsNewKeysWithoutCompiling) {
+  TempDir dir;
+  JitRuntime rt(compile_only(dir.path));
+  const KernelSource k = axpy_kernel();
+  const CompiledKernel& held = rt.ensure(k, kBlock128, axpy_args(4096, 64));  // compiled
+  ASSERT_EQ(rt.monitor().records().size(), 1u);
+  const size_t files = list_dir(dir.path).size();
+  rt.set_key_only(true);
+  EXPECT_TRUE(rt.key_only());
+  EXPECT_EQ(&rt.ensure(k, kBlock128, axpy_args(4096, 64)), &held);  // held: no record
+  const std::vector<Constexpr> block256 = {{"BLOCK", 256}};
+  const CompiledKernel& p1 = rt.ensure(k, block256, axpy_args(4096, 64));
+  const CompiledKernel& p2 = rt.ensure(k, block256, axpy_args(8192, 64));  // same key
+  EXPECT_EQ(&p1, &p2);
+  EXPECT_TRUE(p1.cubin.empty());
+  rt.ensure(k, block256, axpy_args(4096, 63));  // n no longer divisible by 16: another key
+  const auto recs = rt.monitor().records();
+  ASSERT_EQ(recs.size(), 3u);
+  EXPECT_EQ(recs[1].source, "key");
+  EXPECT_EQ(recs[1].compile_ms, 0.0);
+  EXPECT_EQ(recs[1].key, p1.key_text);
+  EXPECT_NE(recs[2].key, recs[1].key);
+  EXPECT_EQ(list_dir(dir.path).size(), files) << "key-only mode wrote to the kernel cache";
+  const std::vector<std::string> reached = rt.reached_keys();
+  ASSERT_EQ(reached.size(), 3u);
+  EXPECT_TRUE(std::is_sorted(reached.begin(), reached.end()));
+  EXPECT_NE(std::find(reached.begin(), reached.end(), held.key_text), reached.end());
+  rt.clear_reached_keys();
+  EXPECT_TRUE(rt.reached_keys().empty());
+  rt.set_key_only(false);
+  const CompiledKernel& real = rt.ensure(k, block256, axpy_args(4096, 64));
+  EXPECT_TRUE(is_elf(real.cubin));
+  ASSERT_EQ(rt.monitor().records().size(), 4u);
+  EXPECT_EQ(rt.monitor().records()[3].source, "nvrtc");
+  EXPECT_TRUE(rt.reached_keys().empty()) << "reached is collected only while the mode is on";
+}
+
 // ---------------------------------------------------------------- disk cache
 
 TEST(DiskCache, SharedDirGivesDiskHit) {

@@ -37,6 +37,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <set>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -220,7 +221,53 @@ struct JitRuntime::Impl {
   std::mutex autotuner_mu;  // guards making `autotuner`
   std::unique_ptr<Autotuner> autotuner;
 
+  // Key-only mode (JitRuntime::set_key_only). The placeholders of keys recorded while it was on
+  // live in their own map, never in `by_key` / `fast`, so a later ensure() outside the mode
+  // compiles them as usual; `reached` collects every key ensure() saw while on.
+  std::atomic<bool> key_only{false};
+  std::mutex key_only_mu;  // guards `placeholders` and `reached`
+  std::unordered_map<std::string, std::unique_ptr<CompiledKernel>> placeholders;
+  std::set<std::string> reached;
+
   explicit Impl(JitOptions opts) : options(std::move(opts)), monitor(options.monitor) {}
+
+  void note_reached(const std::string& key_text) {
+    std::lock_guard<std::mutex> lock(key_only_mu);
+    reached.insert(key_text);
+  }
+
+  // ensure() under key-only mode for a launch the hit path did not find: the held kernel, else
+  // the key's placeholder, recorded with the monitor the first time (no disk, no NVRTC).
+  const CompiledKernel& key_only_miss(const KernelSource& kernel,
+                                      const std::vector<Constexpr>& constexprs,
+                                      const std::vector<KernelArg>& args) {
+    CompileKey key = make_compile_key(kernel, constexprs, args, kernel_arch(kernel, arch), compiler);
+    std::string key_text = key.str();
+    note_reached(key_text);
+    {
+      std::shared_lock<std::shared_mutex> lock(map_mu);
+      auto held = by_key.find(key_text);
+      if (held != by_key.end()) return *held->second;
+    }
+    std::lock_guard<std::mutex> lock(key_only_mu);
+    auto& slot = placeholders[key_text];
+    if (slot) return *slot;
+    CompileRecord rec;
+    if (const Selection* sel = current_selection(*owner)) {
+      rec.selector = sel->selector;
+      rec.tuning_key = sel->tuning_key;
+      rec.config = sel->config.name;
+      rec.num_candidates = static_cast<int>(sel->candidates.size());
+    }
+    rec.kernel = kernel.name;
+    rec.key = key_text;
+    rec.source = "key";
+    slot = std::make_unique<CompiledKernel>();
+    slot->key = std::move(key);
+    slot->key_text = std::move(key_text);
+    monitor.record(std::move(rec));
+    return *slot;
+  }
 
   // One entry file (a kernel-cache `<digest>.cubin` or a compile-memo `<digest>.memo`):
   //   line 1: magic + the key text (a file for another key under the digest is a miss),
@@ -592,10 +639,34 @@ const CompiledKernel& JitRuntime::ensure(const KernelSource& kernel,
     std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
     auto it = impl_->fast.find(h);
     if (it != impl_->fast.end() && it->second->matches(kernel, constexprs, args)) {
+      if (impl_->key_only.load(std::memory_order_relaxed))
+        impl_->note_reached(it->second->kernel->key_text);
       return *it->second->kernel;
     }
   }
+  if (impl_->key_only.load(std::memory_order_relaxed))
+    return impl_->key_only_miss(kernel, constexprs, args);
   return impl_->miss(kernel, constexprs, args, h);
+}
+
+void JitRuntime::set_key_only(bool on) {
+  if (on && impl_->options.launch) {
+    throw Error("JitRuntime::set_key_only: key-only mode needs a compile-only runtime (launch = "
+                "false): a launching runtime would run kernels it never compiled");
+  }
+  impl_->key_only.store(on);
+}
+
+bool JitRuntime::key_only() const { return impl_->key_only.load(); }
+
+std::vector<std::string> JitRuntime::reached_keys() const {
+  std::lock_guard<std::mutex> lock(impl_->key_only_mu);
+  return {impl_->reached.begin(), impl_->reached.end()};
+}
+
+void JitRuntime::clear_reached_keys() {
+  std::lock_guard<std::mutex> lock(impl_->key_only_mu);
+  impl_->reached.clear();
 }
 
 namespace {
