@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -206,6 +209,26 @@ jit::Selection select_config(const ConfigSource& src, const MoeShape& s, int64_t
   return jit::select_from_table(
       src.table_dir, table_stem_fields(s.num_experts, s.intermediate, src.device_name),
       M, default_config(M, s.num_experts));
+}
+
+std::vector<int64_t> envelope_token_classes(const ConfigSource& src, const MoeShape& s,
+                                            int64_t max_tokens) {
+  std::set<std::string> seen;
+  std::vector<int64_t> out;
+  for (int64_t M = 1; M <= max_tokens; ++M) {
+    const jit::Selection sel = select_config(src, s, M);
+    const GemmBlock blk = gemm_block(sel.config);
+    const bool naive = !s.has_expert_map && uses_naive_block_assignment(M, s.top_k, s.num_experts);
+    const int64_t pairs = M * s.top_k;
+    const int64_t sorted = naive ? 0 : max_num_tokens_padded(pairs, s.num_experts, blk.block_m);
+    const auto spec = [](int64_t v) { return jit::specialization(jit::KernelArg::i64(v)); };
+    const std::string signature = fmt::format(
+        "{}|{}|{}|{}|{}", sel.config.name, naive, spec(pairs),
+        spec(gemm_em(naive, pairs, sorted, M, s.top_k, blk.block_m)),
+        spec(gemm_em(naive, pairs, sorted, pairs, 1, blk.block_m)));
+    if (seen.insert(signature).second) out.push_back(M);
+  }
+  return out;
 }
 
 Alignment align_block_size(jit::JitRuntime& rt, const MoeShape& s, const at::Tensor& topk_ids,

@@ -113,6 +113,16 @@ struct ConfigSource {
 /// when there is no such file (selector "default"). Throws InputError for a bad table file.
 jit::Selection select_config(const ConfigSource& src, const MoeShape& s, int64_t M);
 
+/// The token counts M in [1, max_tokens] whose fused_experts calls reach different GEMM compile
+/// keys, each class given by its smallest M, ascending (issue 29's envelope classes for this
+/// family). Two counts are in one class when they select the same config (the table entry
+/// nearest M, or get_default_config(M)), the same naive / aligned block assignment, and the same
+/// Triton specialization (== 1, % 16, neither) of each M-dependent int argument of the two GEMMs:
+/// num_valid_tokens (M * top_k) and each GEMM's EM. The AOT kernels' keys do not depend on M.
+/// Proved against every M by a key-only test. Throws InputError for a bad shape or table.
+std::vector<int64_t> envelope_token_classes(const ConfigSource& src, const MoeShape& s,
+                                            int64_t max_tokens);
+
 /// out bf16 [M, H] = sum_k w_k * W2_e(act(W13_e x)) over the top-k experts, act = silu(g) * u
 /// (gated, w13 = [g; u]) or relu(x)^2 (s.activation == kRelu2NoMul).
 /// hidden bf16 [M, H] contiguous; w13 bf16 [E, 2N, H] (gated) or [E, N, H] (non-gated); w2 bf16

@@ -4,6 +4,9 @@
 // with poisoned outputs (they skip without a CUDA GPU and a CUDA libtorch).
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <numeric>
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -238,6 +241,46 @@ TEST(FusedMoeCompileOnly, NaivePathUpToTwelveTokensForQwen3Next) {
       const bool naive = r.key.find("NAIVE_BLOCK_ASSIGNMENT=1") != std::string::npos;
       EXPECT_EQ(naive, m <= 12) << m << " " << r.key;
     }
+  }
+}
+
+// Issue 29's proof for this family: the GEMM keys reached by every token count 1..4096 in
+// key-only mode are exactly those reached by envelope_token_classes' representatives, with the
+// H200 table (Qwen3-Next) and without one (vLLM's default configs: a GPU with no table).
+TEST(FusedMoeCompileOnly, EnvelopeClassesReachEveryKeyOfEveryTokenCount) {
+  const int64_t max_tokens = 4096;
+  const auto gemm_keys = [&](const ConfigSource& src, const std::vector<int64_t>& counts) {
+    jit::JitRuntime rt(compile_only_options());
+    rt.set_key_only(true);
+    for (int64_t m : counts) {
+      const MetaProblem p = meta_problem(kQwen, m);
+      fused_experts(rt, kQwen, src, p.hidden, p.w13, p.w2, p.weights, p.ids, p.out);
+    }
+    std::set<std::string> keys;
+    for (const std::string& k : rt.reached_keys())
+      if (k.find("fused_moe_gemm") != std::string::npos) keys.insert(k);
+    return keys;
+  };
+  std::vector<int64_t> every(max_tokens);
+  std::iota(every.begin(), every.end(), 1);
+  for (const ConfigSource& src : {kH200, ConfigSource{table_dir(), "NVIDIA No Such GPU"}}) {
+    SCOPED_TRACE(src.device_name);
+    const std::vector<int64_t> classes = envelope_token_classes(src, kQwen, max_tokens);
+    ASSERT_FALSE(classes.empty());
+    EXPECT_EQ(classes.front(), 1);
+    EXPECT_TRUE(std::is_sorted(classes.begin(), classes.end()));
+    EXPECT_LT(classes.size(), 200u) << "the classes should be far fewer than the counts";
+    const std::set<std::string> all = gemm_keys(src, every);
+    EXPECT_EQ(gemm_keys(src, classes), all);
+    // Each class reaches a key no smaller count reached: none of them is redundant.
+    size_t before = 0;
+    for (size_t i = 0; i < classes.size(); ++i) {
+      const size_t now = gemm_keys(src, {classes.begin(), classes.begin() + i + 1}).size();
+      EXPECT_GT(now, before) << "class " << classes[i] << " reaches no new key";
+      before = now;
+    }
+    std::cout << src.device_name << ": " << classes.size() << " classes of 1.." << max_tokens
+              << " tokens, " << all.size() << " GEMM keys\n";
   }
 }
 
