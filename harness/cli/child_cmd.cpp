@@ -57,6 +57,7 @@ StrategyResult run_engine(const ChildJob& job, SnapshotFn on_snapshot, dist::Ran
   o.seed = job.seed;
   o.host_split = job.host_split;
   o.run_stale_graph_replays = job.graph_replay_stale == "run";
+  o.envelope = job.envelope;
   o.on_snapshot = std::move(on_snapshot);
   o.ranks = group;
   if (job.verbose) o.on_log = [](const std::string& l) { std::cerr << "  | " << l << "\n"; };
@@ -80,6 +81,7 @@ ChildJob make_child_job(const ReplayArgs& a, const Scenario& variant_scenario,
   job.verbose = a.verbose;
   job.host_split = a.host_split;
   job.graph_replay_stale = a.graph_replay_stale;
+  job.envelope = a.envelope;
   return job;
 }
 

@@ -34,6 +34,7 @@ void to_json(json& j, const ChildJob& job) {
            {"verbose", job.verbose},
            {"host_split", job.host_split},
            {"graph_replay_stale", job.graph_replay_stale},
+           {"envelope", job.envelope},
            {"rank", job.rank},
            {"rendezvous_port", job.rendezvous_port},
            {"rank_dir", job.rank_dir}};
@@ -56,6 +57,7 @@ void from_json(const json& j, ChildJob& job) {
   j.at("verbose").get_to(job.verbose);
   j.at("host_split").get_to(job.host_split);
   j.at("graph_replay_stale").get_to(job.graph_replay_stale);
+  j.at("envelope").get_to(job.envelope);
   j.at("rank").get_to(job.rank);
   j.at("rendezvous_port").get_to(job.rendezvous_port);
   j.at("rank_dir").get_to(job.rank_dir);

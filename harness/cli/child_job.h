@@ -33,6 +33,7 @@ struct ChildJob {
   bool verbose = false;    ///< -v: the engine's log lines go to stderr
   bool host_split = false;  ///< --host-split: EngineOptions::host_split
   std::string graph_replay_stale = "stop";  ///< --graph-replay-stale: stop or run
+  bool envelope = false;    ///< `coldstart coverage`: EngineOptions::envelope
   /// engine.ranks: all (ranks_run.h): this process's rank; 0 starts the others.
   int rank = 0;
   int rendezvous_port = 0;  ///< ranks > 0: the port of rank 0's c10d TCPStore

@@ -288,8 +288,12 @@ StrategyResult Engine::run() {
     for (size_t r = 0; r < scenario_.requests.size(); ++r) {
       (scenario_.requests[r].steady ? steady : first_wave).push_back(static_cast<int>(r));
     }
-    if (!first_wave.empty()) do_wave(first_wave, 0);
-    if (!steady.empty()) do_wave(steady, 1);
+    if (options_.envelope) {
+      phase("envelope", -1, [&] { do_envelope(); });
+    } else {
+      if (!first_wave.empty()) do_wave(first_wave, 0);
+      if (!steady.empty()) do_wave(steady, 1);
+    }
     result_.outcome = Outcome::kOk;
     current_phase_.clear();
   } catch (const InputError& e) {

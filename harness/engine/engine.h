@@ -46,6 +46,11 @@ struct EngineOptions {
   /// synchronized, and the crash text says whether the device faulted. Compile-only mode never
   /// launches.
   bool run_stale_graph_replays = false;
+  /// Compile-only runs (`coldstart coverage`): after startup, instead of the scenario's requests,
+  /// run one step of each class of the serving envelope (engine_envelope.cpp) with the JIT in
+  /// key-only mode, and record in extra["envelope"] which kernel keys they reach, which of those
+  /// startup compiled, and the smallest class reaching each one it did not. A GPU run refuses it.
+  bool envelope = false;
   /// Called with the result so far and the phase running ("" when none) when each phase starts
   /// and ends (the child streams both to its parent).
   std::function<void(const StrategyResult&, const std::string& current_phase)> on_snapshot;
@@ -127,6 +132,8 @@ class Engine final : public WarmupContext {
   /// Runs requests `ids` (scenario indexes; the first is the lead) through the scheduler until
   /// all finish. `wave` 0 = the first requests after startup, 1 = the steady-state request.
   void do_wave(const std::vector<int>& ids, int wave);
+  /// EngineOptions::envelope: the envelope's classes, one step each, keys only.
+  void do_envelope();
   void record_first_time_costs();
   /// One model step: graph replay when a captured size fits, else eager. Returns sampled token
   /// ids (host; zeros in compile-only mode), one per request.
