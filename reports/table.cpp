@@ -299,6 +299,26 @@ std::string render_table(const RunResults& raw_run, bool color) {
       start = nl + 1;
     }
   }
+  // `--envelope` runs (issue 29's coverage, first version): per strategy, the kernel keys the
+  // envelope's classes reach and which of them startup left cold, each with its smallest class.
+  bool header = false;
+  for (const StrategyResult& r : run.results) {
+    const auto it = r.extra.find("envelope");
+    if (it == r.extra.end() || !it->is_object()) continue;
+    const nlohmann::json& e = *it;
+    if (!header) {
+      out += "\nserving envelope (one key-only step per class, nothing compiled):\n";
+      header = true;
+    }
+    out += fmt::format("  {}: {} classes, {} kernel keys reached, {} compiled at startup, {} cold\n",
+                       label(r), e.value("classes", 0), e.value("reached_keys", 0),
+                       e.value("covered_at_startup", 0), e.value("cold_keys", 0));
+    const nlohmann::json cold = e.value("cold", nlohmann::json::array());
+    std::vector<std::string> items;
+    for (const auto& c : cold)
+      items.push_back(fmt::format("{} ({})", c.value("kernel", "?"), c.value("class", "?")));
+    if (!items.empty()) out += fmt::format("    cold: {}\n", fmt::join(items, ", "));
+  }
   return out;
 }
 

@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
                    "compile-only mode: compile every key in every strategy (by default a key "
                    "another strategy of this run compiled is reused with its measured compile "
                    "time and marked reused)");
+  replay->add_flag("--envelope", ra.envelope,
+                   "compile-only, experimental: after startup, one key-only step of each class "
+                   "of the serving envelope instead of the requests; each result's "
+                   "extra.envelope lists the kernel keys they reach that startup left cold");
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
 

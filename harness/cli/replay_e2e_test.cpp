@@ -418,6 +418,56 @@ TEST_F(ReplayE2E, StaleGraphReplayIsACrashNamingGraphBufferAndMove) {
   EXPECT_EQ(ledger.at("unmoved_buffers").at("count").get<int>() > 0, true) << ledger.dump();
 }
 
+/// --envelope (issue 29's coverage, first version): after each startup, one key-only step per
+/// envelope class. The dense model's four runs agree with what its request replays show: without
+/// a warmer the paged kernels are cold; aot-prefill-warmup leaves the decode kernels cold under
+/// piecewise graphs and nothing under full graphs (their replays hold the decode kernels).
+TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
+  const nlohmann::json j =
+      replay_json("scenarios/qwen3-8b-bf16.yaml --target h200 --envelope --set "
+                  "engine.max_num_batched_tokens=256 --set engine.max_model_len=2048");
+  ASSERT_FALSE(j.is_null());
+  std::map<std::string, nlohmann::json> env;
+  for (const auto& r : j.at("results")) {
+    ASSERT_EQ(r.at("outcome"), "ok") << r.dump();
+    EXPECT_TRUE(r.at("ttft_ms").is_null()) << "no request ran";
+    env[r.at("strategy").get<std::string>() + "/" + r.at("variant").get<std::string>()] =
+        r.at("envelope");
+  }
+  ASSERT_EQ(env.size(), 4u);
+  auto cold_kernels = [&](const std::string& k) {
+    std::set<std::string> out;
+    for (const auto& c : env.at(k).at("cold")) out.insert(c.at("kernel").get<std::string>());
+    return out;
+  };
+  for (const auto& [k, e] : env) {
+    // 256 first chunks, 256 second chunks, decode batches of 1..4.
+    EXPECT_EQ(e.at("classes"), 256 + 256 + 4) << k;
+    EXPECT_EQ(e.at("reached_keys").get<int>(),
+              e.at("covered_at_startup").get<int>() + e.at("cold_keys").get<int>()) << k;
+    EXPECT_EQ(e.at("cold").size(), e.at("cold_keys").get<size_t>()) << k;
+  }
+  const std::string pw = "cudagraph_mode=piecewise", full = "cudagraph_mode=full_and_piecewise";
+  EXPECT_EQ(cold_kernels("none/" + pw),
+            (std::set<std::string>{"paged_cache_store", "paged_decode_stage1",
+                                   "paged_decode_stage2", "paged_prefill"}));
+  EXPECT_EQ(cold_kernels("aot-prefill-warmup/" + pw),
+            (std::set<std::string>{"paged_decode_stage1", "paged_decode_stage2"}));
+  EXPECT_TRUE(cold_kernels("aot-prefill-warmup/" + full).empty());
+  // The smallest class that reaches a key is named: a one-token prompt runs the decode kernels.
+  for (const auto& c : env.at("none/" + pw).at("cold"))
+    if (c.at("kernel") == "paged_decode_stage1") EXPECT_EQ(c.at("class"), "prefill 1");
+  EXPECT_NE(last_output_.find("serving envelope (one key-only step per class, nothing compiled):"),
+            std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("expectations of qwen3-8b-bf16: not checked"), std::string::npos)
+      << last_output_;
+  // A GPU run or --check is refused before anything runs.
+  const std::string out = paths::join(dir_, "refused.txt");
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device cuda --envelope", out), 2);
+  EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --envelope --check",
+                          out), 2);
+}
+
 /// A mistyped command is named with the commands there are (CLI11 alone only says that a
 /// subcommand is required), exit 2; the hidden child commands are not offered.
 TEST_F(ReplayE2E, UnknownCommandIsNamedWithTheCommandsThereAre) {

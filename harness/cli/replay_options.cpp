@@ -91,6 +91,12 @@ void validate_run_options(const ReplayArgs& a) {
   parse_progress(a.progress, false);
   if (a.host_split && a.device == "compile-only")
     throw InputError("--host-split times CUDA calls on a GPU; compile-only mode makes none");
+  if (a.envelope && a.check)
+    throw InputError("--check checks the scenario's expect: rules, which are about its requests; "
+                     "an --envelope run replays none");
+  if (a.envelope && !known_target(a))
+    throw InputError("--envelope runs key-only steps, which need compile-only mode: add --device "
+                     "compile-only (and --target for the GPU to cover)");
   if (a.device != "auto" && a.device != "cuda" && a.device != "compile-only") {
     throw InputError("--device '" + a.device + "': expected auto, cuda or compile-only");
   }

@@ -53,6 +53,7 @@ struct ReplayArgs {
   bool verbose = false;
   std::string graph_replay_stale = "stop";  // --graph-replay-stale: stop | run
   bool host_split = false;  // --host-split: CUPTI split of the engine thread's time (GPU runs)
+  bool envelope = false;    // `coldstart coverage`: the serving envelope instead of the requests
   uint64_t seed = 1234;
   // `_job` only: the strategy and variant whose job it prints
   int variant_index = 0;
