@@ -231,6 +231,19 @@ struct JitRuntime::Impl {
 
   explicit Impl(JitOptions opts) : options(std::move(opts)), monitor(options.monitor) {}
 
+  // A record carrying the launch config's provenance: the innermost SelectionScope of this
+  // runtime on the calling thread, if any.
+  CompileRecord provenance_record() const {
+    CompileRecord rec;
+    if (const Selection* sel = current_selection(*owner)) {
+      rec.selector = sel->selector;
+      rec.tuning_key = sel->tuning_key;
+      rec.config = sel->config.name;
+      rec.num_candidates = static_cast<int>(sel->candidates.size());
+    }
+    return rec;
+  }
+
   void note_reached(const std::string& key_text) {
     std::lock_guard<std::mutex> lock(key_only_mu);
     reached.insert(key_text);
@@ -252,13 +265,7 @@ struct JitRuntime::Impl {
     std::lock_guard<std::mutex> lock(key_only_mu);
     auto& slot = placeholders[key_text];
     if (slot) return *slot;
-    CompileRecord rec;
-    if (const Selection* sel = current_selection(*owner)) {
-      rec.selector = sel->selector;
-      rec.tuning_key = sel->tuning_key;
-      rec.config = sel->config.name;
-      rec.num_candidates = static_cast<int>(sel->candidates.size());
-    }
+    CompileRecord rec = provenance_record();
     rec.kernel = kernel.name;
     rec.key = key_text;
     rec.source = "key";
@@ -439,14 +446,7 @@ struct JitRuntime::Impl {
     const ApiTimeExcluded timed_by_monitor;
     auto ck = std::make_unique<CompiledKernel>();
     const std::string path = cache_dir + "/" + key.digest() + ".cubin";
-    // The launch config's provenance: the innermost SelectionScope of this runtime, if any.
-    CompileRecord rec;
-    if (const Selection* sel = current_selection(*owner)) {
-      rec.selector = sel->selector;
-      rec.tuning_key = sel->tuning_key;
-      rec.config = sel->config.name;
-      rec.num_candidates = static_cast<int>(sel->candidates.size());
-    }
+    CompileRecord rec = provenance_record();
     const auto t0 = std::chrono::steady_clock::now();
     double ms = 0;
     std::string source;
