@@ -411,9 +411,10 @@ class JitRuntime {
   /// mode.
   bool launches() const;
   /// Key-only mode, for compile-only runtimes (throws Error when turned on in one that
-  /// launches): while on, a key this runtime does not hold is neither compiled nor read from the
-  /// disk cache; ensure() records it once with the monitor (CompileRecord::source "key",
-  /// compile_ms 0, phase and step as usual) and returns a placeholder without a cubin, so a
+  /// launches): while on, a key this runtime does not hold is not
+  /// compiled; ensure() records it once with the monitor (CompileRecord::source "key", or
+  /// "disk" when the on-disk cache holds it, which a real run would load; compile_ms 0, phase
+  /// and step as usual) and returns a placeholder without a cubin, so a
   /// forward pass lists every kernel key it reaches at the cost of the keys alone. Autotunes
   /// still run (each candidate's key recorded; the pick is compile-only mode's, the first
   /// candidate, which a candidate that would fail to compile could change). A key recorded

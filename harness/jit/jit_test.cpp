@@ -645,6 +645,14 @@ TEST(Runtime, KeyOnlyModeRecordsNewKeysWithoutCompiling) {
   ASSERT_EQ(rt.monitor().records().size(), 4u);
   EXPECT_EQ(rt.monitor().records()[3].source, "nvrtc");
   EXPECT_TRUE(rt.reached_keys().empty()) << "reached is collected only while the mode is on";
+  // A second process on the same kernel cache: a key on disk would be loaded, recorded so.
+  JitRuntime other(compile_only(dir.path));
+  other.set_key_only(true);
+  other.ensure(k, block256, axpy_args(4096, 64));       // compiled above, on disk now
+  other.ensure(k, {{"BLOCK", 512}}, axpy_args(4096, 64));  // nowhere
+  ASSERT_EQ(other.monitor().records().size(), 2u);
+  EXPECT_EQ(other.monitor().records()[0].source, "disk");
+  EXPECT_EQ(other.monitor().records()[1].source, "key");
 }
 
 // ---------------------------------------------------------------- disk cache

@@ -268,7 +268,12 @@ struct JitRuntime::Impl {
     CompileRecord rec = provenance_record();
     rec.kernel = kernel.name;
     rec.key = key_text;
-    rec.source = "key";
+    // A key the on-disk cache holds would be loaded, not compiled: recorded as a load.
+    std::vector<char> cubin;
+    const bool on_disk =
+        read_disk(cache_dir + "/" + key.digest() + ".cubin", key_text, kernel.name, &cubin) ==
+        EntryRead::kOk;
+    rec.source = on_disk ? "disk" : "key";
     slot = std::make_unique<CompiledKernel>();
     slot->key = std::move(key);
     slot->key_text = std::move(key_text);
