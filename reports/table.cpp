@@ -310,9 +310,16 @@ std::string render_table(const RunResults& raw_run, bool color) {
       out += "\nserving envelope (one key-only step per class, nothing compiled):\n";
       header = true;
     }
-    out += fmt::format("  {}: {} classes, {} kernel keys reached, {} compiled at startup, {} cold\n",
-                       label(r), e.value("classes", 0), e.value("reached_keys", 0),
-                       e.value("covered_at_startup", 0), e.value("cold_keys", 0));
+    const int loaded = e.value("loaded_keys", 0);
+    const std::string stopped = e.value("stopped_at_class", "");
+    out += fmt::format("  {}: {} classes{}, {} kernel keys reached, {} compiled at startup, {}{} "
+                       "cold\n",
+                       label(r), e.value("classes", 0),
+                       stopped.empty() ? "" : fmt::format(" ({} run, stopped in '{}')",
+                                                          e.value("classes_run", 0), stopped),
+                       e.value("reached_keys", 0), e.value("covered_at_startup", 0),
+                       loaded > 0 ? fmt::format("{} in the kernel cache on disk, ", loaded) : "",
+                       e.value("cold_keys", 0));
     const nlohmann::json cold = e.value("cold", nlohmann::json::array());
     std::vector<std::string> items;
     for (const auto& c : cold)

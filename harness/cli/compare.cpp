@@ -214,8 +214,25 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct,
   row.current_outcome = cr.outcome;
   row.cross_target = run_target(b.run->meta) != row.target;
 
+  // An --envelope run replays the envelope, not the requests: against a request replay neither
+  // its compiles nor its (null) timings compare.
+  const bool envelope_b = br.extra.is_object() && br.extra.contains("envelope");
+  const bool envelope_c = cr.extra.is_object() && cr.extra.contains("envelope");
   // An interrupted run was stopped from outside: it measured nothing to compare, on either side.
-  if (cr.outcome == Outcome::kInterrupted || br.outcome == Outcome::kInterrupted) {
+  if (envelope_b != envelope_c || cr.outcome == Outcome::kInterrupted ||
+      br.outcome == Outcome::kInterrupted) {
+    if (envelope_b != envelope_c) {
+      row.not_comparable = true;
+      row.outcome_change = fmt::format("not compared: the {} is an --envelope run, the other a "
+                                       "request replay", envelope_c ? "current" : "baseline");
+      row.metrics.clear();
+      for (const char* name : {"startup_ms", "ttft_ms", "steady_ttft_ms", "first_decode_ms"}) {
+        MetricDelta m;
+        m.name = name;
+        row.metrics.push_back(m);
+      }
+      return row;
+    }
     const bool current = cr.outcome == Outcome::kInterrupted;
     const StrategyResult& stopped = current ? cr : br;
     row.interrupted = current;

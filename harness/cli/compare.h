@@ -90,6 +90,7 @@ struct CompareRow {
   /// The current result's outcome is `interrupted` (the run was stopped from outside): nothing is
   /// compared, and the pair fails the comparison like a removed one unless --allow-removed.
   bool interrupted = false;
+  bool not_comparable = false;  ///< one side is an --envelope run, the other a request replay
   std::vector<MetricDelta> metrics;  ///< startup_ms, ttft_ms, steady_ttft_ms, first_decode_ms
   std::vector<CompileEvent> new_hot_path_compiles; ///< hot-path compiles absent from the baseline
   /// Hot-path compiles of instances the baseline compiled from other kernel source: reported,

@@ -87,7 +87,7 @@ std::vector<std::string> source_change_lines(const std::vector<CompareRow>& rows
 // "10 -> 8" hot-path compiles, "+1 new" when some have no baseline counterpart; "-" for an
 // added or removed row.
 std::string compiles_cell(const CompareRow& r) {
-  if (r.presence != CompareRow::Presence::kBoth) return "-";
+  if (r.presence != CompareRow::Presence::kBoth || r.not_comparable) return "-";
   std::string s = r.baseline_hot_path_compiles == r.current_hot_path_compiles
                       ? std::to_string(r.current_hot_path_compiles)
                       : fmt::format("{} -> {}", r.baseline_hot_path_compiles,
@@ -102,7 +102,8 @@ constexpr const char* kVerdictLegend =
     "timing regression; fixed = failed in the baseline, ok now; improved = fewer hot-path "
     "compiles or a gated timing faster; changed (not gated) = a timing moved past the threshold "
     "without a recorded spread; same = none of these; added / removed = in one file only; "
-    "interrupted / not compared = a side was stopped before it measured; differs (other target) = "
+    "interrupted / not compared = a side was stopped before it measured (or one is an --envelope "
+    "run, the other a request replay); differs (other target) = "
     "a new failure or hot-path compile against a baseline from another target, not gated unless "
     "--gate-cross-target";
 
@@ -113,6 +114,7 @@ std::string verdict(const CompareRow& r) {
     case CompareRow::Presence::kBoth: break;
   }
   if (r.regressed) return "REGRESSED";
+  if (r.not_comparable) return "not compared";
   if (r.current_outcome == Outcome::kInterrupted) return "interrupted";
   if (r.cross_target && (r.new_failure || !r.new_hot_path_compiles.empty()))
     return "differs (other target)";

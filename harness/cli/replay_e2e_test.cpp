@@ -445,6 +445,8 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
     EXPECT_EQ(e.at("classes"), 256 + 256 + 4) << k;
     EXPECT_EQ(e.at("reached_keys").get<int>(),
               e.at("covered_at_startup").get<int>() + e.at("cold_keys").get<int>()) << k;
+    EXPECT_EQ(e.at("loaded_keys"), 0) << k << ": a fresh kernel cache";
+    EXPECT_EQ(e.at("classes_run"), e.at("classes")) << k;
     EXPECT_EQ(e.at("cold").size(), e.at("cold_keys").get<size_t>()) << k;
   }
   const std::string pw = "cudagraph_mode=piecewise", full = "cudagraph_mode=full_and_piecewise";
@@ -461,8 +463,40 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
             std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("expectations of qwen3-8b-bf16: not checked"), std::string::npos)
       << last_output_;
-  // A GPU run or --check is refused before anything runs.
+  // Against a request replay of the same scenario, compare shows the pairs as not compared.
+  const std::string env_json = paths::join(dir_, "envelope.json"), req_json = paths::join(dir_, "req.json");
+  std::ofstream(env_json) << j.dump();
+  const std::string small = " --set engine.max_num_batched_tokens=256 --set engine.max_model_len=2048";
+  const std::string cache = paths::join(dir_, "kcache");
+  ASSERT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --target h200 "
+                          "--strategy none --cache-dir " + cache + " --json " + req_json + small),
+            0);
+  const std::string cmp = paths::join(dir_, "cmp.txt");
+  EXPECT_EQ(run_coldstart("compare " + req_json + " " + env_json + " --allow-removed", cmp), 0)
+      << read_text(cmp);
+  EXPECT_NE(read_text(cmp).find("not compared: the current is an --envelope run"), std::string::npos)
+      << read_text(cmp);
+  // Keys the persistent kernel cache holds (the request replay above filled it) would be loaded,
+  // not compiled: counted apart from the cold ones.
+  const nlohmann::json warm = replay_json("scenarios/qwen3-8b-bf16.yaml --target h200 --envelope "
+                                          "--strategy none --cache-dir " + cache + small);
+  ASSERT_FALSE(warm.is_null());
+  for (const auto& r : warm.at("results")) {
+    const auto& e = r.at("envelope");
+    if (r.at("variant") == pw) {
+      EXPECT_EQ(e.at("loaded_keys"), 4) << e.dump();
+      EXPECT_EQ(e.at("cold_keys"), 0) << e.dump();
+    }
+    EXPECT_EQ(e.at("reached_keys").get<int>(), e.at("covered_at_startup").get<int>() +
+                                                    e.at("loaded_keys").get<int>() +
+                                                    e.at("cold_keys").get<int>());
+  }
+  // A GPU run, --check and a run of every rank are refused before anything runs.
   const std::string out = paths::join(dir_, "refused.txt");
+  EXPECT_EQ(run_coldstart("replay scenarios/nemotron-3-nano-ep4-ranks.yaml --device compile-only "
+                          "--envelope", out), 2);
+  EXPECT_NE(read_text(out).find("--envelope does not replay every rank yet"), std::string::npos)
+      << read_text(out);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device cuda --envelope", out), 2);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --envelope --check",
                           out), 2);

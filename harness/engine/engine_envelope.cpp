@@ -73,47 +73,64 @@ void Engine::do_envelope() {
   const auto t0 = std::chrono::steady_clock::now();
   rt.clear_reached_keys();
   rt.set_key_only(true);
-  nlohmann::json cold = nlohmann::json::array();
-  try {
-    for (size_t i = 0; i < classes.size(); ++i) {
-      const EnvelopeClass& c = classes[i];
-      StepContext ctx;
-      ctx.request = static_cast<int>(i);
-      ctx.wave = 2;
-      ctx.step = 0;
-      ctx.batch_tokens = c.tokens;
-      ctx.batch_seqs = static_cast<int>(c.seqs.size());
-      rt.monitor().set_step(ctx);
-      const size_t before = rt.monitor().num_records();
-      run_step(c.seqs);
-      const std::vector<jit::CompileRecord> recs = rt.monitor().records();
-      for (size_t k = before; k < recs.size(); ++k) {
-        if (recs[k].source != "key") continue;
-        cold.push_back({{"kernel", recs[k].kernel}, {"key", recs[k].key}, {"class", c.label},
-                        {"tokens", c.tokens}, {"seqs", c.seqs.size()}});
-      }
-    }
-  } catch (...) {
+  nlohmann::json cold = nlohmann::json::array(), loaded = nlohmann::json::array();
+  size_t done = 0;
+  // Written whether the sweep ends or a class fails (a crash the engine raises in that step, a
+  // timeout): what the classes before it reached is kept, and the failing class is named.
+  auto record = [&](const std::string& stopped_at) {
     rt.set_key_only(false);
     rt.monitor().set_step(StepContext{});
-    throw;
+    const std::vector<std::string> reached = rt.reached_keys();
+    size_t covered = 0;
+    for (const std::string& k : reached) covered += startup_keys.count(k);
+    nlohmann::json e = {
+        {"classes", classes.size()},
+        {"classes_run", done},
+        {"startup_keys", startup_keys.size()},
+        {"reached_keys", reached.size()},
+        {"covered_at_startup", covered},
+        {"loaded_keys", loaded.size()},
+        {"cold_keys", cold.size()},
+        {"cold", cold},
+        {"loaded", loaded},
+        {"sweep_ms",
+         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
+    if (!stopped_at.empty()) e["stopped_at_class"] = stopped_at;
+    result_.extra["envelope"] = std::move(e);
+  };
+  for (size_t i = 0; i < classes.size(); ++i) {
+    const EnvelopeClass& c = classes[i];
+    StepContext ctx;
+    ctx.request = static_cast<int>(i);
+    ctx.wave = 2;
+    ctx.step = 0;
+    ctx.batch_tokens = c.tokens;
+    ctx.batch_seqs = static_cast<int>(c.seqs.size());
+    rt.monitor().set_step(ctx);
+    const size_t before = rt.monitor().num_records();
+    try {
+      run_step(c.seqs);
+    } catch (...) {
+      record(c.label);
+      log(fmt::format("envelope: stopped in class '{}' ({} of {} classes run)", c.label, done,
+                      classes.size()));
+      throw;
+    }
+    ++done;
+    const std::vector<jit::CompileRecord> recs = rt.monitor().records();
+    for (size_t k = before; k < recs.size(); ++k) {
+      if (recs[k].source != "key" && recs[k].source != "disk") continue;
+      (recs[k].source == "key" ? cold : loaded)
+          .push_back({{"kernel", recs[k].kernel}, {"key", recs[k].key}, {"class", c.label},
+                      {"tokens", c.tokens}, {"seqs", c.seqs.size()}});
+    }
   }
-  rt.set_key_only(false);
-  rt.monitor().set_step(StepContext{});
-  const std::vector<std::string> reached = rt.reached_keys();
-  size_t covered = 0;
-  for (const std::string& k : reached) covered += startup_keys.count(k);
-  result_.extra["envelope"] = {
-      {"classes", classes.size()},
-      {"startup_keys", startup_keys.size()},
-      {"reached_keys", reached.size()},
-      {"covered_at_startup", covered},
-      {"cold_keys", cold.size()},
-      {"cold", cold},
-      {"sweep_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                       .count()}};
-  log(fmt::format("envelope: {} classes, {} keys reached, {} compiled at startup, {} cold",
-                  classes.size(), reached.size(), covered, cold.size()));
+  record("");
+  const nlohmann::json& e = result_.extra["envelope"];
+  log(fmt::format("envelope: {} classes, {} keys reached, {} compiled at startup, {} on disk, "
+                  "{} cold",
+                  classes.size(), e["reached_keys"].get<size_t>(),
+                  e["covered_at_startup"].get<size_t>(), loaded.size(), cold.size()));
 }
 
 }  // namespace coldstart
