@@ -63,7 +63,7 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
 
 void Engine::do_envelope() {
   if (mode() == DeviceMode::kCuda) {
-    throw InputError("the serving envelope (coldstart coverage) runs in compile-only mode only: "
+    throw InputError("the serving envelope (replay --envelope) runs in compile-only mode only: "
                      "key-only steps launch nothing");
   }
   jit::JitRuntime& rt = *jit_;
@@ -75,8 +75,8 @@ void Engine::do_envelope() {
   rt.set_key_only(true);
   nlohmann::json cold = nlohmann::json::array(), loaded = nlohmann::json::array();
   size_t done = 0;
-  // Written whether the sweep ends or a class fails (a crash the engine raises in that step, a
-  // timeout): what the classes before it reached is kept, and the failing class is named.
+  // Written whether the sweep ends or a class fails (a crash the engine raises in that step):
+  // what the classes before it reached is kept, and the failing class is named.
   auto record = [&](const std::string& stopped_at) {
     rt.set_key_only(false);
     rt.monitor().set_step(StepContext{});
