@@ -62,6 +62,13 @@ std::string first_line(const std::string& text) {
 }
 
 
+// The timings compare shows and gates, in the tables' column order (repeat_timings less
+// steady_decode_ms).
+const TimingField kComparedTimings[] = {{"startup_ms", &StrategyResult::startup_ms},
+                                        {"ttft_ms", &StrategyResult::ttft_ms},
+                                        {"steady_ttft_ms", &StrategyResult::steady_ttft_ms},
+                                        {"first_decode_ms", &StrategyResult::first_decode_ms}};
+
 // `<name>_max - <name>_min` from a result's extra fields; nullopt when either is missing.
 std::optional<double> recorded_spread(const StrategyResult& r, const std::string& name) {
   const auto lo = r.extra.find(name + "_min");
@@ -218,39 +225,32 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct,
   // its compiles nor its (null) timings compare.
   const bool envelope_b = br.extra.is_object() && br.extra.contains("envelope");
   const bool envelope_c = cr.extra.is_object() && cr.extra.contains("envelope");
-  // An interrupted run was stopped from outside: it measured nothing to compare, on either side.
-  if (envelope_b != envelope_c || cr.outcome == Outcome::kInterrupted ||
-      br.outcome == Outcome::kInterrupted) {
-    if (envelope_b != envelope_c) {
-      row.not_comparable = true;
-      row.outcome_change = fmt::format("not compared: the {} is an --envelope run, the other a "
-                                       "request replay", envelope_c ? "current" : "baseline");
-      row.metrics.clear();
-      for (const char* name : {"startup_ms", "ttft_ms", "steady_ttft_ms", "first_decode_ms"}) {
-        MetricDelta m;
-        m.name = name;
-        row.metrics.push_back(m);
-      }
-      return row;
+  if (envelope_b != envelope_c) {
+    row.not_comparable = true;
+    row.outcome_change = fmt::format("not compared: the {} is an --envelope run, the other a "
+                                     "request replay", envelope_c ? "current" : "baseline");
+    for (const TimingField& t : kComparedTimings) {
+      MetricDelta m;  // neither side shown
+      m.name = t.name;
+      row.metrics.push_back(m);
     }
+    return row;
+  }
+  // An interrupted run was stopped from outside: it measured nothing to compare, on either side.
+  if (cr.outcome == Outcome::kInterrupted || br.outcome == Outcome::kInterrupted) {
     const bool current = cr.outcome == Outcome::kInterrupted;
     const StrategyResult& stopped = current ? cr : br;
     row.interrupted = current;
     row.outcome_change =
         fmt::format("{} in {}: not compared", current ? "INTERRUPTED" : "baseline interrupted",
                     stopped.failed_phase.value_or("unknown phase"));
-    auto shown = [&](const char* name, const std::optional<double>& base,
-                     const std::optional<double>& cur) {
+    for (const TimingField& t : kComparedTimings) {
       MetricDelta m;  // compared = false: shown, never gated
-      m.name = name;
-      m.baseline = base;
-      m.current = cur;
+      m.name = t.name;
+      m.baseline = br.*t.field;
+      m.current = cr.*t.field;
       row.metrics.push_back(m);
-    };
-    shown("startup_ms", br.startup_ms, cr.startup_ms);
-    shown("ttft_ms", br.ttft_ms, cr.ttft_ms);
-    shown("steady_ttft_ms", br.steady_ttft_ms, cr.steady_ttft_ms);
-    shown("first_decode_ms", br.first_decode_ms, cr.first_decode_ms);
+    }
     return row;
   }
 
@@ -275,14 +275,9 @@ CompareRow compare_pair(const Entry& b, const Entry& c, double threshold_pct,
   const bool comparable = b.run->meta.mode == c.run->meta.mode &&
                           run_target(b.run->meta) == row.target &&
                           host_split_on(br) == host_split_on(cr);
-  row.metrics.push_back(compare_metric("startup_ms", br.startup_ms, cr.startup_ms, br, cr,
-                                       threshold_pct, comparable));
-  row.metrics.push_back(
-      compare_metric("ttft_ms", br.ttft_ms, cr.ttft_ms, br, cr, threshold_pct, comparable));
-  row.metrics.push_back(compare_metric("steady_ttft_ms", br.steady_ttft_ms, cr.steady_ttft_ms, br,
-                                       cr, threshold_pct, comparable));
-  row.metrics.push_back(compare_metric("first_decode_ms", br.first_decode_ms, cr.first_decode_ms,
-                                       br, cr, threshold_pct, comparable));
+  for (const TimingField& t : kComparedTimings)
+    row.metrics.push_back(
+        compare_metric(t.name, br.*t.field, cr.*t.field, br, cr, threshold_pct, comparable));
 
   // A compile is identified by kernel, constexprs (the config among them) and argument
   // specializations: the same instance built for another arch or NVRTC is a rebuild, and one
@@ -360,15 +355,10 @@ CompareRow one_sided(const Entry& e, CompareRow::Presence presence) {
   row.presence = presence;
   const bool added = presence == CompareRow::Presence::kAdded;
   (added ? row.current_outcome : row.baseline_outcome) = e.result->outcome;
-  for (const char* name : {"startup_ms", "ttft_ms", "steady_ttft_ms", "first_decode_ms"}) {
+  for (const TimingField& t : kComparedTimings) {
     MetricDelta m;
-    m.name = name;
-    const std::string n = name;
-    const auto v = n == "startup_ms"       ? e.result->startup_ms
-                   : n == "ttft_ms"        ? e.result->ttft_ms
-                   : n == "steady_ttft_ms" ? e.result->steady_ttft_ms
-                                           : e.result->first_decode_ms;
-    (added ? m.current : m.baseline) = v;
+    m.name = t.name;
+    (added ? m.current : m.baseline) = e.result->*t.field;
     row.metrics.push_back(m);
   }
   return row;

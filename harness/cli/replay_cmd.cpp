@@ -140,22 +140,17 @@ StrategyResult fold_repeats(std::vector<StrategyResult> runs) {
   nlohmann::json outcomes = nlohmann::json::array();
   for (const auto& r : runs) outcomes.push_back(outcome_name(r.outcome));
   out.extra["repeat_outcomes"] = outcomes;
-  auto fold = [&](const char* name, std::optional<double> StrategyResult::*field) {
+  for (const TimingField& t : repeat_timings()) {
     std::vector<double> v;
     for (const auto& r : runs)
-      if (r.*field) v.push_back(*(r.*field));
-    if (v.empty()) return;
+      if (r.*t.field) v.push_back(*(r.*t.field));
+    if (v.empty()) continue;
     std::sort(v.begin(), v.end());
     const size_t m = v.size() / 2;
-    out.*field = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-    out.extra[std::string(name) + "_min"] = v.front();
-    out.extra[std::string(name) + "_max"] = v.back();
-  };
-  fold("startup_ms", &StrategyResult::startup_ms);
-  fold("ttft_ms", &StrategyResult::ttft_ms);
-  fold("first_decode_ms", &StrategyResult::first_decode_ms);
-  fold("steady_ttft_ms", &StrategyResult::steady_ttft_ms);
-  fold("steady_decode_ms", &StrategyResult::steady_decode_ms);
+    out.*t.field = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+    out.extra[std::string(t.name) + "_min"] = v.front();
+    out.extra[std::string(t.name) + "_max"] = v.back();
+  }
   return out;
 }
 

@@ -133,6 +133,16 @@ const std::set<std::string>& strategy_keys() {
 
 }  // namespace
 
+const std::vector<TimingField>& repeat_timings() {
+  static const std::vector<TimingField> fields = {
+      {"startup_ms", &StrategyResult::startup_ms},
+      {"ttft_ms", &StrategyResult::ttft_ms},
+      {"first_decode_ms", &StrategyResult::first_decode_ms},
+      {"steady_ttft_ms", &StrategyResult::steady_ttft_ms},
+      {"steady_decode_ms", &StrategyResult::steady_decode_ms}};
+  return fields;
+}
+
 const char* outcome_name(Outcome o) {
   switch (o) {
     case Outcome::kOk: return "ok";
@@ -399,12 +409,9 @@ void from_json(const json& j, StrategyResult& v) {
   // The spread --repeat keeps beside each folded timing (`<name>_min` / `<name>_max`, what
   // compare gates against): both or neither, times in range, min <= the median <= max. A crafted
   // or damaged pair (a min of -1e9) would otherwise turn the gate off without a word.
-  for (const auto& [name, value] :
-       {std::pair<const char*, const std::optional<double>*>{"startup_ms", &v.startup_ms},
-        {"ttft_ms", &v.ttft_ms},
-        {"first_decode_ms", &v.first_decode_ms},
-        {"steady_ttft_ms", &v.steady_ttft_ms},
-        {"steady_decode_ms", &v.steady_decode_ms}}) {
+  for (const TimingField& t : repeat_timings()) {
+    const char* name = t.name;
+    const std::optional<double>* value = &(v.*t.field);
     const std::string lo_key = std::string(name) + "_min", hi_key = std::string(name) + "_max";
     const bool has_lo = j.contains(lo_key), has_hi = j.contains(hi_key);
     if (!has_lo && !has_hi) continue;

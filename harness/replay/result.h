@@ -117,6 +117,17 @@ struct StrategyResult {
   nlohmann::json extra = nlohmann::json::object();  ///< free-form fields, merged into the object
 };
 
+/// One of a result's timings that `--repeat` folds into a median and keeps the spread of as
+/// extra `<name>_min` / `<name>_max` (milliseconds).
+struct TimingField {
+  const char* name;                                ///< the JSON key, e.g. "steady_ttft_ms"
+  std::optional<double> StrategyResult::*field;    ///< the member holding it
+};
+
+/// startup_ms, ttft_ms, first_decode_ms, steady_ttft_ms, steady_decode_ms: every timing with a
+/// spread (what fold_repeats folds, what the results reader checks the spreads of).
+const std::vector<TimingField>& repeat_timings();
+
 /// One file (or directory) a run read its scenario from, as the run's children used it. JSON:
 /// {role, path, bytes, fnv1a64} for a file, plus `files` for a directory.
 struct InputFile {
