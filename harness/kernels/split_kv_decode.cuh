@@ -30,10 +30,12 @@ constexpr int cs_decode_heads_per_block(int kv_group, int coords_per_lane) {
 /// The KV range and mid_o row of the stage-1 block (blockIdx = (b, head group, split), each
 /// block serving HPB consecutive query heads, so gridDim.y = Hq / HPB).
 struct CsKvSplit {
-  int start;   ///< first token of the split
-  int end;     ///< one past the last token (end <= start: the split is empty)
-  float* row;  ///< mid_o[b, h0, split, 0 .. D] of the block's first head h0 = blockIdx.y * HPB;
-               ///< head h0 + i's row is row + i * SPLITS * (D + 1)
+  int start;           ///< first token of the split
+  int end;             ///< one past the last token (end <= start: the split is empty)
+  float* row;          ///< mid_o[b, h0, split, 0 .. D] of the block's first head h0 = blockIdx.y * HPB
+  cs_i64 head_stride;  ///< floats between two heads' rows: SPLITS * (D + 1)
+  /// mid_o[b, h0 + i, split, 0 .. D]: the row of the block's i-th head.
+  __device__ __forceinline__ float* head_row(int i) const { return row + i * head_stride; }
 };
 
 template <int D, int SPLITS, int HPB = 1>
@@ -48,14 +50,18 @@ __device__ __forceinline__ CsKvSplit cs_kv_split(float* mid_o, int seq_len) {
   sp.end = min(sp.start + per_split, seq_len);
   sp.row = mid_o + ((static_cast<cs_i64>(b) * num_q_heads + h0) * SPLITS + split) *
                        static_cast<cs_i64>(D + 1);
+  sp.head_stride = SPLITS * static_cast<cs_i64>(D + 1);
   return sp;
 }
 
-/// Writes an empty split's row (zeros, LSE -inf); every thread of the block calls it.
-template <int D, int THREADS>
-__device__ __forceinline__ void cs_kv_split_store_empty(float* row) {
-  for (int d = threadIdx.x; d < D; d += THREADS) row[d] = 0.0f;
-  if (threadIdx.x == 0) row[D] = cs_neg_inf();
+/// Writes an empty split's row (zeros, LSE -inf) for each of the block's HPB heads; every thread
+/// of the block (THREADS of them) calls it.
+template <int D, int HPB, int THREADS>
+__device__ __forceinline__ void cs_kv_split_store_empty(const CsKvSplit& sp) {
+  for (int i = threadIdx.x; i < HPB * (D + 1); i += THREADS) {
+    const int d = i % (D + 1);
+    sp.head_row(i / (D + 1))[d] = d == D ? cs_neg_inf() : 0.0f;
+  }
 }
 
 /// One token's step of an online softmax: folds `score` into the running max `m_run` and sum
@@ -104,6 +110,57 @@ __device__ __forceinline__ float cs_merge_softmax_parts(const float* s_m, const 
     dst[d] = o * out_mul;
   }
   return m_all + logf(l_all);
+}
+
+/// The per-head online-softmax states of a stage-1 block's NPARTS parts (lane groups that each
+/// walked their own tokens), in shared memory for cs_merge_head_parts: part j of head h stores
+/// its running max in m[h][j], running sum in l[h][j] and unnormalized output in acc[h][j][0, D);
+/// w is the merge's scratch. Declare it `__shared__` in the kernel.
+template <int D, int HPB, int NPARTS>
+struct CsHeadParts {
+  float m[HPB][NPARTS];
+  float l[HPB][NPARTS];
+  float w[HPB][NPARTS];
+  float acc[HPB][NPARTS][D];
+};
+
+/// Stage 1's epilogue: merges each of the block's HPB heads' NPARTS part states (stored by the
+/// caller's threads in `parts`, not yet synchronized) and writes head i's row of the split,
+/// sp.head_row(i)[d] = out_scale * output[d] for d < D, then its natural-log LSE at [D]. All
+/// heads merge together (two barriers in all, not two per head). A part without tokens has max
+/// -inf and sum 0 and gets weight 0; part 0 must have had a token. Every thread of the block
+/// (THREADS of them) calls it. The arithmetic per head is cs_merge_softmax_parts's, in the
+/// same order.
+template <int D, int HPB, int NPARTS, int THREADS>
+__device__ __forceinline__ void cs_merge_head_parts(CsHeadParts<D, HPB, NPARTS>& parts,
+                                                    const CsKvSplit& sp, float out_scale) {
+  __syncthreads();  // every part's state is stored
+  const int tid = threadIdx.x;
+  for (int i = tid; i < HPB * NPARTS; i += THREADS) {
+    const int h = i / NPARTS;
+    float m_all = cs_neg_inf();
+#pragma unroll
+    for (int j = 0; j < NPARTS; ++j) m_all = fmaxf(m_all, parts.m[h][j]);
+    parts.w[h][i % NPARTS] = expf(parts.m[h][i % NPARTS] - m_all);
+  }
+  __syncthreads();
+  for (int i = tid; i < HPB * (D + 1); i += THREADS) {
+    const int h = i / (D + 1), d = i % (D + 1);
+    float l_all = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NPARTS; ++j) l_all += parts.l[h][j] * parts.w[h][j];
+    if (d == D) {  // the head's LSE
+      float m_all = cs_neg_inf();
+#pragma unroll
+      for (int j = 0; j < NPARTS; ++j) m_all = fmaxf(m_all, parts.m[h][j]);
+      sp.head_row(h)[D] = m_all + logf(l_all);
+      continue;
+    }
+    float o = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NPARTS; ++j) o += parts.acc[h][j][d] * parts.w[h][j];
+    sp.head_row(h)[d] = o * (out_scale / l_all);
+  }
 }
 
 // ---- stage 2 -----------------------------------------------------------------------------------

@@ -140,10 +140,8 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
   const CsKvSplit sp = cs_kv_split<kD, NUM_KV_SPLITS, kHpb>(mid_o, seq_lens[b]);
   const int start = sp.start;
   const int end = sp.end;
-  auto row_of = [&](int h) { return sp.row + h * (NUM_KV_SPLITS * static_cast<cs_i64>(kD + 1)); };
   if (start >= end) {  // uniform over the block
-#pragma unroll
-    for (int h = 0; h < kHpb; ++h) cs_kv_split_store_empty<kD, kStage1Threads>(row_of(h));
+    cs_kv_split_store_empty<kD, kHpb, kStage1Threads>(sp);
     return;
   }
 
@@ -224,28 +222,19 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
     }
   }
 
-  // Merge the kParts lane groups' states per head. A group that saw no token has m = -inf,
-  // l = 0 and gets weight 0; group 0 of warp 0 saw the range's first token.
-  __shared__ float s_m[kHpb][kParts];
-  __shared__ float s_l[kHpb][kParts];
-  __shared__ float s_w[kHpb][kParts];
-  __shared__ float s_acc[kHpb][kParts][kD];
+  // Merge the kParts lane groups' states per head (cs_merge_head_parts); the fp8 value scale
+  // multiplies the merged output.
+  __shared__ CsHeadParts<kD, kHpb, kParts> s_parts;
   const int part = warp * kTpw + group;
 #pragma unroll
   for (int h = 0; h < kHpb; ++h) {
     if (chunk == 0) {
-      s_m[h][part] = m[h];
-      s_l[h][part] = l[h];
+      s_parts.m[h][part] = m[h];
+      s_parts.l[h][part] = l[h];
     }
 #pragma unroll
-    for (int e = 0; e < kEpl; ++e) s_acc[h][part][((e / 8) * kLpt + chunk) * 8 + e % 8] = acc[h][e];
+    for (int e = 0; e < kEpl; ++e)
+      s_parts.acc[h][part][((e / 8) * kLpt + chunk) * 8 + e % 8] = acc[h][e];
   }
-  __syncthreads();
-#pragma unroll
-  for (int h = 0; h < kHpb; ++h) {
-    float* row = row_of(h);
-    const float lse = cs_merge_softmax_parts<kD, kParts, kStage1Threads>(s_m[h], s_l[h], s_acc[h],
-                                                                          s_w[h], vs, row);
-    if (tid == 0) row[kD] = lse;
-  }
+  cs_merge_head_parts<kD, kHpb, kParts, kStage1Threads>(s_parts, sp, vs);
 }

@@ -29,7 +29,7 @@
 // tile of kUnroll tokens at a time (one rescale of the output per tile, not per token), and the
 // value's zero point is accumulated as one scalar per head (sum of p * zero) rather than per
 // coordinate. Each lane group keeps its own softmax state per head; the groups merge through
-// cs_merge_softmax_parts at the end.
+// cs_merge_head_parts at the end.
 
 #ifndef BLOCK_SIZE
 #error "BLOCK_SIZE must be defined"
@@ -72,10 +72,8 @@ tq_decode_stage1(const cs_u16* __restrict__ q, const cs_u8* __restrict__ cache,
   const CsKvSplit sp = cs_kv_split<kD, NUM_KV_SPLITS, kHpb>(mid_o, seq_lens[b]);
   const int start = sp.start;
   const int end = sp.end;
-  auto row_of = [&](int h) { return sp.row + h * (NUM_KV_SPLITS * static_cast<cs_i64>(kD + 1)); };
   if (start >= end) {  // uniform over the block
-#pragma unroll
-    for (int h = 0; h < kHpb; ++h) cs_kv_split_store_empty<kD, kStage1Threads>(row_of(h));
+    cs_kv_split_store_empty<kD, kHpb, kStage1Threads>(sp);
     return;
   }
 
@@ -204,28 +202,18 @@ tq_decode_stage1(const cs_u16* __restrict__ q, const cs_u8* __restrict__ cache,
     }
   }
 
-  // Merge the kParts lane groups' states per head. A group that saw no token has m = -inf,
-  // l = 0 and gets weight 0; group 0 of warp 0 saw the range's first token.
-  __shared__ float s_m[kHpb][kParts];
-  __shared__ float s_l[kHpb][kParts];
-  __shared__ float s_w[kHpb][kParts];
-  __shared__ float s_acc[kHpb][kParts][kD];
+  // Merge the kParts lane groups' states per head (cs_merge_head_parts), each coordinate's
+  // output with the head's zero-point term added.
+  __shared__ CsHeadParts<kD, kHpb, kParts> s_parts;
   const int part = warp * kTokWarp + tok_slot;
 #pragma unroll
   for (int h = 0; h < kHpb; ++h) {
     if (chunk == 0) {
-      s_m[h][part] = m[h];
-      s_l[h][part] = l[h];
+      s_parts.m[h][part] = m[h];
+      s_parts.l[h][part] = l[h];
     }
 #pragma unroll
-    for (int e = 0; e < 8; ++e) s_acc[h][part][8 * chunk + e] = acc[h][e] + acc_zero[h];
+    for (int e = 0; e < 8; ++e) s_parts.acc[h][part][8 * chunk + e] = acc[h][e] + acc_zero[h];
   }
-  __syncthreads();
-#pragma unroll
-  for (int h = 0; h < kHpb; ++h) {
-    float* row = row_of(h);
-    const float lse = cs_merge_softmax_parts<kD, kParts, kStage1Threads>(s_m[h], s_l[h], s_acc[h],
-                                                                          s_w[h], 1.0f, row);
-    if (tid == 0) row[kD] = lse;
-  }
+  cs_merge_head_parts<kD, kHpb, kParts, kStage1Threads>(s_parts, sp, 1.0f);
 }
