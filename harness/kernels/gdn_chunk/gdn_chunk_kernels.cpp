@@ -369,9 +369,11 @@ int64_t config_value(const jit::KernelConfig& c, const char* name, int64_t fallb
 unsigned h_smem_bytes(const GdnDims& d, const jit::KernelConfig& c) {
   const int64_t K = d.head_k_dim, bt = kChunkSize;
   const int64_t bv = std::min<int64_t>(config_value(c, "BV", 64), d.head_v_dim);
-  // w and k [BT][K], bf16(S) [BV][K], scaled v_new^T [BV][BT] (rows padded by 8), g [BT]
-  const int64_t elems = 2 * bt * (K + 8) + bv * (K + 8) + bv * (bt + 8);
-  return static_cast<unsigned>(elems * 2 + bt * 4);
+  // w and k [stages][BT][K], bf16(S) [BV][K], scaled v_new^T [BV][BT] (rows padded by 8), g
+  // [stages][BT]; two stages up to K = 128, one for K = 256 (gdn_chunk_h.cu's kStages)
+  const int64_t stages = K <= 128 ? 2 : 1;
+  const int64_t elems = 2 * stages * bt * (K + 8) + bv * (K + 8) + bv * (bt + 8);
+  return static_cast<unsigned>(elems * 2 + stages * bt * 4);
 }
 
 unsigned o_smem_bytes(const GdnDims& d, const jit::KernelConfig& c) {
