@@ -17,7 +17,8 @@
 // compile key promises 16-byte aligned caches and a block stride divisible by 16, element loads
 // otherwise); a warp covers 32 / kLpt tokens a step and issues kUnroll steps' loads before
 // using them, so enough bytes are in flight to keep HBM busy. Each lane group
-// keeps an online softmax per head; the groups' states merge through shared memory at the end.
+// keeps an online softmax per head, rescaled once per tile of kUnroll tokens; the groups' states
+// merge through shared memory at the end.
 //
 // Arguments, in order:
 //   q                   bf16 [B, Hq, D], element (b, h, d) at q[b*q_stride_b + h*q_stride_h + d]
@@ -191,34 +192,56 @@ paged_decode_stage1(const cs_u16* __restrict__ q, const pa_cache_t* __restrict__
           for (int i = 0; i < (kCacheFp8 ? 2 : 4); ++i) kr[u][v].w[i] = vr[u][v].w[i] = 0u;
       }
     }
+    // Scores of the tile's kUnroll tokens per head (-inf for a slot past the end).
+    float score[kUnroll][kHpb];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float kf[kEpl];
 #pragma unroll
       for (int v = 0; v < kVecs; ++v) pa_unpack8(kr[u][v], kf + 8 * v);
-      float s[kHpb];
 #pragma unroll
       for (int h = 0; h < kHpb; ++h) {
         float dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < kEpl; ++e) dot += qv[h][e] * kf[e];
         // Sum over the kLpt lanes of the token (every lane takes part: the shuffles stay
-        // converged; a slot past the end has k = 0 and is skipped below).
+        // converged; a slot past the end has k = 0 and is masked below).
 #pragma unroll
         for (int ofs = kLpt / 2; ofs > 0; ofs >>= 1)
           dot += __shfl_xor_sync(cs_full_mask, dot, ofs);
-        s[h] = dot * ks;
+        score[u][h] = valid[u] ? dot * ks : cs_neg_inf();
       }
+    }
+    // One online-softmax step per head over the tile (one rescale of the output per kUnroll
+    // tokens, not per token, as the TurboQuant stage 1 does); score[u][h] becomes the weight.
+#pragma unroll
+    for (int h = 0; h < kHpb; ++h) {
+      float m_new = m[h];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, score[u][h]);
+      // A lane group with no token yet and none in this tile keeps its empty state.
+      const float alpha = m_new == cs_neg_inf() ? 1.0f : expf(m[h] - m_new);
+      float sum = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        score[u][h] = valid[u] ? expf(score[u][h] - m_new) : 0.0f;
+        sum += score[u][h];
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int e = 0; e < kEpl; ++e) acc[h][e] *= alpha;
+      m[h] = m_new;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
       if (!valid[u]) continue;
       float vf[kEpl];
 #pragma unroll
       for (int v = 0; v < kVecs; ++v) pa_unpack8(vr[u][v], vf + 8 * v);
 #pragma unroll
-      for (int h = 0; h < kHpb; ++h) {
-        const CsSoftmaxStep st = cs_online_softmax_step(m[h], l[h], s[h]);
+      for (int h = 0; h < kHpb; ++h)
 #pragma unroll
-        for (int e = 0; e < kEpl; ++e) acc[h][e] = acc[h][e] * st.alpha + st.p * vf[e];
-      }
+        for (int e = 0; e < kEpl; ++e) acc[h][e] += score[u][h] * vf[e];
     }
   }
 
