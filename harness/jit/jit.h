@@ -426,6 +426,12 @@ class JitRuntime {
   /// or not, each once, sorted.
   std::vector<std::string> reached_keys() const;
   void clear_reached_keys();
+  /// With key-only mode off (throws Error while it is on): compiles, through ensure() as any
+  /// launch would (on-disk cache, compile memo, monitor record with compile_ms), each key
+  /// recorded as "key" (reached, not held, not on disk) since the last call, in the order first
+  /// reached; returns how many. `coldstart coverage` uses it to measure what a cold process
+  /// would spend compiling the keys startup left cold. Errors of a compile propagate.
+  size_t compile_key_only_misses();
   /// Marks a CUDA graph capture in progress (`graph` names it, "" ends it): until it ends, a
   /// kernel not yet loaded in this runtime throws CaptureUnsupportedError instead of compiling
   /// or loading. Thread-safe.

@@ -655,6 +655,30 @@ TEST(Runtime, KeyOnlyModeRecordsNewKeysWithoutCompiling) {
   EXPECT_EQ(other.monitor().records()[1].source, "key");
 }
 
+// compile_key_only_misses: the keys a key-only pass recorded as "key" are compiled once each,
+// in the order reached, with their compile time recorded; a key held or compiled since is not.
+TEST(Runtime, CompileKeyOnlyMissesCompilesEachColdKeyOnce) {
+  TempDir dir;
+  JitRuntime rt(compile_only(dir.path));
+  const KernelSource k = axpy_kernel();
+  rt.ensure(k, kBlock128, axpy_args(4096, 64));  // held
+  rt.set_key_only(true);
+  rt.ensure(k, kBlock128, axpy_args(4096, 64));
+  rt.ensure(k, {{"BLOCK", 256}}, axpy_args(4096, 64));
+  rt.ensure(k, {{"BLOCK", 256}}, axpy_args(4096, 63));
+  rt.ensure(k, {{"BLOCK", 256}}, axpy_args(4096, 64));  // same key again
+  EXPECT_THROW(rt.compile_key_only_misses(), Error) << "refused while the mode is on";
+  rt.set_key_only(false);
+  EXPECT_EQ(rt.compile_key_only_misses(), 2u);
+  const auto recs = rt.monitor().records();
+  ASSERT_EQ(recs.size(), 5u);  // 1 startup compile, 2 keys, 2 compiles
+  EXPECT_EQ(recs[3].source, "nvrtc");
+  EXPECT_EQ(recs[3].key, recs[1].key);
+  EXPECT_EQ(recs[4].key, recs[2].key);
+  EXPECT_GT(recs[3].compile_ms, 0.0);
+  EXPECT_EQ(rt.compile_key_only_misses(), 0u) << "each recorded key is compiled once";
+}
+
 // ---------------------------------------------------------------- disk cache
 
 TEST(DiskCache, SharedDirGivesDiskHit) {

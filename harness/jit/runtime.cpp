@@ -228,6 +228,14 @@ struct JitRuntime::Impl {
   std::mutex key_only_mu;  // guards `placeholders` and `reached`
   std::unordered_map<std::string, std::unique_ptr<CompiledKernel>> placeholders;
   std::set<std::string> reached;
+  // What compile_key_only_misses() needs to compile each placeholder recorded as "key", in the
+  // order they were first reached.
+  struct PendingLaunch {
+    KernelSource kernel;
+    std::vector<Constexpr> constexprs;
+    std::vector<KernelArg> args;
+  };
+  std::vector<PendingLaunch> pending;
 
   explicit Impl(JitOptions opts) : options(std::move(opts)), monitor(options.monitor) {}
 
@@ -274,6 +282,7 @@ struct JitRuntime::Impl {
         read_disk(cache_dir + "/" + key.digest() + ".cubin", key_text, kernel.name, &cubin) ==
         EntryRead::kOk;
     rec.source = on_disk ? "disk" : "key";
+    if (!on_disk) pending.push_back({kernel, constexprs, args});
     slot = std::make_unique<CompiledKernel>();
     slot->key = std::move(key);
     slot->key_text = std::move(key_text);
@@ -672,6 +681,20 @@ std::vector<std::string> JitRuntime::reached_keys() const {
 void JitRuntime::clear_reached_keys() {
   std::lock_guard<std::mutex> lock(impl_->key_only_mu);
   impl_->reached.clear();
+}
+
+size_t JitRuntime::compile_key_only_misses() {
+  if (impl_->key_only.load()) {
+    throw Error("JitRuntime::compile_key_only_misses: key-only mode is still on (turn it off "
+                "first: the compiles would be recorded as keys again)");
+  }
+  std::vector<Impl::PendingLaunch> todo;
+  {
+    std::lock_guard<std::mutex> lock(impl_->key_only_mu);
+    todo.swap(impl_->pending);
+  }
+  for (const Impl::PendingLaunch& p : todo) ensure(p.kernel, p.constexprs, p.args);
+  return todo.size();
 }
 
 namespace {
