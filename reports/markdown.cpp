@@ -246,6 +246,38 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
           for (const auto& d : rule.details) out += "- ❌ " + cell(d) + "\n";
     }
 
+    // Envelope coverage (`coldstart coverage`): reachable / startup / cold keys per strategy, the
+    // cold keys by kernel folded (a brief report keeps the table).
+    const std::vector<detail::CoverageRow> cov = detail::coverage_rows(run);
+    if (!cov.empty()) {
+      out += "**Serving envelope coverage** (one key-only step per class; cold keys compiled once "
+             "each to time them)\n\n| strategy | classes | reachable keys | at startup | on disk | "
+             "cold | cold compile |\n|---|--:|--:|--:|--:|--:|--:|\n";
+      for (const detail::CoverageRow& c : cov)
+        out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", cell(detail::label(*c.result)),
+                           c.stopped_at.empty() ? std::to_string(c.classes)
+                                                : fmt::format("{} of {} (stopped in {})",
+                                                              c.classes_run, c.classes,
+                                                              cell(c.stopped_at)),
+                           c.reached, c.at_startup, c.on_disk, c.cold,
+                           c.cold_compile_ms ? fmt::format("{:.1f} s", *c.cold_compile_ms / 1000.0)
+                                             : std::string(kNull));
+      out += "\n";
+      if (detail != Detail::kBrief) {
+        for (const detail::CoverageRow& c : cov) {
+          if (c.cold_kernels.empty()) continue;
+          out += fmt::format("<details><summary>Cold after {} ({} keys)</summary>\n\n",
+                             cell(detail::label(*c.result)), c.cold);
+          for (const detail::ColdKernel& k : c.cold_kernels)
+            out += "- " + cell(detail::cold_kernel_text(k)) + "\n";
+          if (!c.warmup_classes.empty())
+            out += "\nWarm them at startup: `envelope-warmup` with `engine.envelope_warmup_classes: " +
+                   cell(c.warmup_classes) + "`\n";
+          out += "\n</details>\n\n";
+        }
+      }
+    }
+
     // Multi-rank runs (engine.ranks: all): each rank's compiles and waits, and the worst stall.
     if (detail != Detail::kBrief) {
       for (const StrategyResult* r : rows) {

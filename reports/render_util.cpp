@@ -448,4 +448,60 @@ double hot_path_compile_ms(const StrategyResult& r) {
   return sum;
 }
 
+std::vector<CoverageRow> coverage_rows(const RunResults& run) {
+  std::vector<CoverageRow> rows;
+  for (const StrategyResult& r : run.results) {
+    const auto it = r.extra.find("envelope");
+    if (it == r.extra.end() || !it->is_object()) continue;
+    const nlohmann::json& e = *it;
+    CoverageRow row;
+    row.result = &r;
+    row.classes = e.value("classes", 0);
+    row.classes_run = e.value("classes_run", 0);
+    row.reached = e.value("reached_keys", 0);
+    row.at_startup = e.value("covered_at_startup", 0);
+    row.on_disk = e.value("loaded_keys", 0);
+    row.cold = e.value("cold_keys", 0);
+    if (e.contains("cold_compile_ms") && e["cold_compile_ms"].is_number())
+      row.cold_compile_ms = e["cold_compile_ms"].get<double>();
+    row.stopped_at = e.value("stopped_at_class", "");
+    const std::vector<std::string> warm = e.value("warmup_classes", std::vector<std::string>{});
+    row.warmup_classes = fmt::format("{}", fmt::join(warm, ", "));
+    for (const auto& c : e.value("cold", nlohmann::json::array())) {
+      const std::string kernel = c.value("kernel", "?"), cls = c.value("class", "?");
+      auto k = std::find_if(row.cold_kernels.begin(), row.cold_kernels.end(),
+                            [&](const ColdKernel& x) { return x.kernel == kernel; });
+      if (k == row.cold_kernels.end()) {
+        row.cold_kernels.push_back({kernel, 0, 0, {}});
+        k = row.cold_kernels.end() - 1;
+      }
+      ++k->keys;
+      if (c.contains("compile_ms") && c["compile_ms"].is_number())
+        k->compile_ms += c["compile_ms"].get<double>();
+      auto cl = std::find_if(k->classes.begin(), k->classes.end(),
+                             [&](const auto& x) { return x.first == cls; });
+      if (cl == k->classes.end())
+        k->classes.emplace_back(cls, 1);
+      else
+        ++cl->second;
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string cold_kernel_text(const ColdKernel& k) {
+  std::vector<std::string> cls;
+  for (const auto& [name, n] : k.classes)
+    cls.push_back(n > 1 ? fmt::format("{} x{}", name, n) : name);
+  // A long list of classes (a family whose key follows every token count) is cut to its start.
+  constexpr size_t kShown = 6;
+  std::string more;
+  if (cls.size() > kShown) {
+    more = fmt::format(", +{} more", cls.size() - kShown);
+    cls.resize(kShown);
+  }
+  return fmt::format("{} {} ({}{})", k.kernel, k.keys, fmt::join(cls, ", "), more);
+}
+
 }  // namespace coldstart::reports::detail

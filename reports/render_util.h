@@ -190,4 +190,32 @@ std::string share_of(const TtftExcess& x);
 /// One verdict per variant of `run` (variants_of order); empty when the run has no results.
 std::vector<VariantVerdict> verdicts(const RunResults& run);
 
+/// The cold keys of one kernel in an envelope sweep (`coldstart coverage`): how many, their
+/// measured compile time (ms; keys without a time left out of the sum) and the smallest classes
+/// that first reach them, in sweep order, each with its key count ("prefill 17" x 2).
+struct ColdKernel {
+  std::string kernel;
+  int keys = 0;
+  double compile_ms = 0;
+  std::vector<std::pair<std::string, int>> classes;
+};
+
+/// One strategy's row of the envelope coverage (extra.envelope of an --envelope / coverage run).
+struct CoverageRow {
+  const StrategyResult* result = nullptr;
+  int classes = 0, classes_run = 0, reached = 0, at_startup = 0, on_disk = 0, cold = 0;
+  std::optional<double> cold_compile_ms;  ///< null when the run did not time them
+  std::string stopped_at;                 ///< the class a failing sweep stopped in, else ""
+  std::vector<ColdKernel> cold_kernels;   ///< by first reach
+  /// The classes that first reach the cold keys (engine.envelope_warmup_classes for
+  /// envelope-warmup), joined with ", "; "" when none is cold.
+  std::string warmup_classes;
+};
+
+/// The coverage rows of `run`'s results that carry extra.envelope, in result order.
+std::vector<CoverageRow> coverage_rows(const RunResults& run);
+
+/// "fused_moe_gemm 4 (prefill 17 x2, prefill 129 x2)": one ColdKernel in a line.
+std::string cold_kernel_text(const ColdKernel& k);
+
 }  // namespace coldstart::reports::detail

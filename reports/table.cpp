@@ -299,32 +299,40 @@ std::string render_table(const RunResults& raw_run, bool color) {
       start = nl + 1;
     }
   }
-  // `--envelope` runs (issue 29's coverage, first version): per strategy, the kernel keys the
-  // envelope's classes reach and which of them startup left cold, each with its smallest class.
-  bool header = false;
-  for (const StrategyResult& r : run.results) {
-    const auto it = r.extra.find("envelope");
-    if (it == r.extra.end() || !it->is_object()) continue;
-    const nlohmann::json& e = *it;
-    if (!header) {
-      out += "\nserving envelope (one key-only step per class, nothing compiled):\n";
-      header = true;
+  // Envelope coverage (`coldstart coverage`, `replay --envelope`): per strategy, the kernel keys
+  // the envelope's classes reach, how many startup compiled, how many it left cold and what
+  // compiling those costs a cold process; then each strategy's cold keys by kernel, with the
+  // smallest classes that reach them.
+  using detail::ColdKernel;
+  using detail::CoverageRow;
+  const std::vector<CoverageRow> cov = detail::coverage_rows(run);
+  if (!cov.empty()) {
+    out += "\nserving envelope coverage (one key-only step per class; cold keys then compiled "
+           "once each to time them):\n";
+    size_t w = 8;
+    for (const CoverageRow& c : cov) w = std::max(w, label(*c.result).size());
+    out += fmt::format("  {:<{}}  {:>7}  {:>9}  {:>10}  {:>7}  {:>5}  {:>14}\n", "strategy", w,
+                       "classes", "reachable", "at startup", "on disk", "cold", "cold compile s");
+    for (const CoverageRow& c : cov) {
+      const std::string classes =
+          c.stopped_at.empty() ? std::to_string(c.classes)
+                               : fmt::format("{}/{}", c.classes_run, c.classes);
+      out += fmt::format("  {:<{}}  {:>7}  {:>9}  {:>10}  {:>7}  {:>5}  {:>14}\n", label(*c.result),
+                         w, classes, c.reached, c.at_startup, c.on_disk, c.cold,
+                         c.cold_compile_ms ? fmt::format("{:.1f}", *c.cold_compile_ms / 1000.0)
+                                           : std::string("-"));
     }
-    const int loaded = e.value("loaded_keys", 0);
-    const std::string stopped = e.value("stopped_at_class", "");
-    out += fmt::format("  {}: {} classes{}, {} kernel keys reached, {} compiled at startup, {}{} "
-                       "cold\n",
-                       label(r), e.value("classes", 0),
-                       stopped.empty() ? "" : fmt::format(" ({} run, stopped in '{}')",
-                                                          e.value("classes_run", 0), stopped),
-                       e.value("reached_keys", 0), e.value("covered_at_startup", 0),
-                       loaded > 0 ? fmt::format("{} in the kernel cache on disk, ", loaded) : "",
-                       e.value("cold_keys", 0));
-    const nlohmann::json cold = e.value("cold", nlohmann::json::array());
-    std::vector<std::string> items;
-    for (const auto& c : cold)
-      items.push_back(fmt::format("{} ({})", c.value("kernel", "?"), c.value("class", "?")));
-    if (!items.empty()) out += fmt::format("    cold: {}\n", fmt::join(items, ", "));
+    for (const CoverageRow& c : cov) {
+      if (!c.stopped_at.empty())
+        out += fmt::format("  {}: the sweep stopped in class '{}' ({} of {} run)\n",
+                           label(*c.result), c.stopped_at, c.classes_run, c.classes);
+      if (c.cold_kernels.empty()) continue;
+      out += fmt::format("  cold after {} (kernel, keys, first reached by):\n", label(*c.result));
+      for (const ColdKernel& k : c.cold_kernels) out += "    " + detail::cold_kernel_text(k) + "\n";
+      if (!c.warmup_classes.empty())
+        out += fmt::format("    warm them at startup: envelope-warmup (last in the strategy) with "
+                           "--set engine.envelope_warmup_classes='{}'\n", c.warmup_classes);
+    }
   }
   return out;
 }

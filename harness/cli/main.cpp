@@ -5,6 +5,8 @@
 //                    [--json FILE] [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
 //                    [--cache-dir DIR] [--jit-monitor record|warn|error] [--timeout S]
 //                    [--no-isolate] [--progress auto|live|plain|none] [-v]
+//   coldstart coverage SCENARIO... [--strategy NAME]... [--target GPU | --arch sm_XX]
+//                      [--json FILE] [--md FILE] ...  (the serving envelope, compile-only)
 //   coldstart report RESULTS.json... [--junit FILE] [--md FILE] [--html FILE] [--trace FILE]
 //   coldstart compare BASELINE.json CURRENT.json [--max-regression PCT] [--allow-removed]
 //                     [--gate-cross-target] [--md FILE]
@@ -77,6 +79,29 @@ int main(int argc, char** argv) {
                    "extra.envelope lists the kernel keys they reach that startup left cold");
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
+
+  ReplayArgs ca;
+  CLI::App* coverage = app.add_subcommand(
+      "coverage", "every kernel key each scenario's server can reach (its serving envelope), "
+                  "which each strategy compiles at startup and which it leaves cold; "
+                  "compile-only");
+  coverage->add_option("scenarios", ca.scenario_files, "scenario YAML files")->required();
+  cli::add_common_options(coverage, ca);
+  cli::add_report_options(coverage, ca);
+  coverage->add_option("--strategy", ca.strategies, "cover only these strategies (repeatable)");
+  coverage->add_option("--filter", ca.filter,
+                       "only scenarios/strategies whose name (or scenario/strategy) matches")
+      ->envname("COLDSTART_FILTER");
+  coverage->add_option("--json", ca.json,
+                       "write the results (schema coldstart.replay/1; each result's "
+                       "extra.envelope) here");
+  coverage->add_option("--timeout", ca.timeout_s,
+                       "per-strategy watchdog, seconds (0 or unset: the scenario's timeout_s)");
+  coverage->add_option("--progress", ca.progress, "auto | live | plain | none")
+      ->envname("COLDSTART_PROGRESS")->capture_default_str();
+  coverage->add_flag("--no-compile-memo", ca.no_compile_memo,
+                     "compile each cold key in every strategy (by default once per run, the "
+                     "time measured then reused)");
 
   std::string child_job_file;
   CLI::App* child = app.add_subcommand("_child", "internal: one strategy's job, reporting on fd 3");
@@ -186,6 +211,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*replay) return cli::replay_main(ra, cmdline);
+    if (*coverage) return cli::coverage_main(ca, cmdline);
     if (*child) return cli::child_main(child_job_file);
     if (*job) return cli::job_main(ja);
     if (*report) return cli::report_main(report_inputs, rep);

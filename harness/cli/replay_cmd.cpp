@@ -13,6 +13,7 @@
 #include <ctime>
 #include <csignal>
 #include <iostream>
+#include <set>
 
 #include "reports/render_util.h"
 #include "harness/cli/cache_snapshot.h"
@@ -342,10 +343,27 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
                              stall, stall);
   }
   std::vector<Job> jobs;
-  for (size_t i = 0; i < scenarios.size(); ++i)
-    for (size_t v = 0; v < scenarios[i].variants.size(); ++v)
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    // Startup reads no request (warmers and profile run size from the engine settings), and the
+    // envelope replaces the requests: variants that differ only in `requests.` keys sweep the
+    // same envelope, so an --envelope run keeps the first of them.
+    std::set<std::vector<std::pair<std::string, std::string>>> swept;
+    for (size_t v = 0; v < scenarios[i].variants.size(); ++v) {
+      if (a.envelope) {
+        std::vector<std::pair<std::string, std::string>> engine_side;
+        for (const auto& o : scenarios[i].variants[v].overrides)
+          if (o.first.rfind("requests", 0) != 0) engine_side.push_back(o);
+        if (!swept.insert(engine_side).second) {
+          std::cout << fmt::format("{}: variant {} left out: it differs from an earlier one only "
+                                   "in its requests, which the envelope replaces\n",
+                                   scenarios[i].name, scenarios[i].variants[v].name);
+          continue;
+        }
+      }
       for (const auto& st : scenarios[i].strategies)
         if (selected(a, scenarios[i], st)) jobs.push_back({i, static_cast<int>(v), &st});
+    }
+  }
   if (jobs.empty()) throw InputError("no strategy selected (check --strategy / --filter)");
 
   // From here on, SIGINT / SIGTERM stop the running strategy's child, keep what finished and end
@@ -551,6 +569,16 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     return 1;
   }
   return 0;
+}
+
+int coverage_main(ReplayArgs a, const std::string& cmdline) {
+  if (a.device == "cuda")
+    throw InputError("coverage: --device cuda: the envelope's steps are key-only (nothing "
+                     "launched), which only compile-only mode runs; pass --target or --arch for "
+                     "the GPU to cover");
+  a.device = "compile-only";
+  a.envelope = true;
+  return replay_main(std::move(a), cmdline);
 }
 
 }  // namespace coldstart::cli

@@ -94,6 +94,9 @@ void validate_run_options(const ReplayArgs& a) {
   if (a.envelope && a.check)
     throw InputError("--check checks the scenario's expect: rules, which are about its requests; "
                      "an --envelope run replays none");
+  if (a.envelope && parse_monitor(a.jit_monitor) == jit::MonitorMode::kError)
+    throw InputError("--jit-monitor error refuses every compile after startup, and the envelope "
+                     "compiles the keys it finds cold once each to time them: leave it at record");
   if (a.envelope && !known_target(a))
     throw InputError("--envelope runs key-only steps, which need compile-only mode: add --device "
                      "compile-only (and --target for the GPU to cover)");

@@ -117,6 +117,12 @@ ChildJob make_child_job(const ReplayArgs& a, const Scenario& variant_scenario,
 /// strategy run timed out (unless --check held rules that all passed), 3 with --check when an
 /// expect: rule is unmet, 128 + signal when interrupted. Throws InputError (exit 2).
 int replay_main(ReplayArgs a, const std::string& cmdline);
+/// `coldstart coverage SCENARIO...`: the serving envelope of each scenario per strategy
+/// (engine_envelope.cpp: the classes; key-only steps; cold keys compiled once to time them), in
+/// compile-only mode (--device auto means compile-only here; --device cuda is refused) for
+/// --target / --arch (default sm_90: the h200 profile). Same outputs and exit status as
+/// replay_main, no expect: rules checked. Throws InputError (exit 2).
+int coverage_main(ReplayArgs a, const std::string& cmdline);
 /// `coldstart _child --job FILE`: runs the job the parent wrote (child_job.h), its snapshots and
 /// result on the result channel (fd 3). Throws Error when the job file is unreadable.
 int child_main(const std::string& job_file);

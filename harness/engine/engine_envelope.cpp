@@ -12,8 +12,13 @@
 //   continue n    one sequence whose first max_num_batched_tokens tokens are cached, n new ones
 //                 (the chunked prefill's later chunks), when max_model_len allows a second chunk:
 //                 n = 1 .. min(max_num_batched_tokens, max_model_len - 1 - max_num_batched_tokens);
-//   decode B      B sequences of one new token each, B = 1 .. max_num_seqs.
-// Batches mixing decodes with a prefill, several prefills, and speculative verify rows are not
+//   decode B      B sequences of one new token each, B = 1 .. max_num_seqs;
+//   decode B + prefill N
+//                 B decode rows first, then a fresh prompt of N tokens (vLLM's scheduler puts
+//                 running requests' decodes ahead of a new prompt): B = 1 .. max_num_seqs - 1,
+//                 N each prefill length at which the prefill sweep reached a new key
+//                 (mixed_classes: derived, not every N).
+// Mixed batches with a later chunk, several prefills, and speculative verify rows are not
 // enumerated yet. Keys inside a replayed CUDA graph are not reached by the replay (its kernels
 // were captured at startup); such a class is counted as covered by its graph.
 #include <ATen/ATen.h>
@@ -21,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,22 +46,39 @@ struct EnvelopeClass {
 };
 
 std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
-  std::vector<EnvelopeClass> out;
+  std::vector<std::string> labels;
   const int chunk = e.max_num_batched_tokens;
-  const int bs = e.block_size;
   for (int n = 1; n <= std::min(chunk, e.max_model_len - 1); ++n)
-    out.push_back({fmt::format("prefill {}", n), {null_block_step(0, n, bs)}, n});
+    labels.push_back(fmt::format("prefill {}", n));
   for (int n = 1; n <= std::min(chunk, e.max_model_len - 1 - chunk); ++n)
-    out.push_back({fmt::format("continue {} after {}", n, chunk), {null_block_step(chunk, n, bs)}, n});
-  for (int b = 1; b <= e.max_num_seqs; ++b) {
-    EnvelopeClass c{fmt::format("decode {}", b), {}, b};
-    for (int r = 0; r < b; ++r) {
-      SeqStep s = null_block_step(1, 1, bs);
-      s.req_slot = r;
-      c.seqs.push_back(s);
-    }
-    out.push_back(std::move(c));
+    labels.push_back(fmt::format("continue {} after {}", n, chunk));
+  for (int b = 1; b <= e.max_num_seqs; ++b) labels.push_back(fmt::format("decode {}", b));
+  // The batches come from the one parser envelope-warmup also uses, so a listed class warms the
+  // batch the sweep ran.
+  std::vector<EnvelopeClass> out;
+  for (std::string& label : labels) {
+    std::vector<SeqStep> seqs = *envelope_class_steps(label, e.block_size);
+    int tokens = 0;
+    for (const SeqStep& s : seqs) tokens += s.query_len;
+    out.push_back({std::move(label), std::move(seqs), tokens});
   }
+  return out;
+}
+
+// The mixed batches: B decode rows first (request slots 0..B-1), then one fresh prompt of N
+// tokens (slot B), for B = 1 .. max_num_seqs - 1 and N each of `prefill_reps` (B + N within
+// max_num_batched_tokens). Their keys follow the batch's metadata as well as its token count
+// (the prompt's rows start at row B: unaligned slices of state indices and query offsets).
+// N is taken from the prefill lengths where a new key appeared, not every length: derived, on
+// the assumption that the prompt part's keys change at the same lengths inside a mixed batch.
+std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, const std::vector<int>& prefill_reps) {
+  std::vector<EnvelopeClass> out;
+  for (int b = 1; b < e.max_num_seqs; ++b)
+    for (int n : prefill_reps) {
+      if (b + n > e.max_num_batched_tokens || n + 1 > e.max_model_len) continue;
+      std::string label = fmt::format("decode {} + prefill {}", b, n);
+      out.push_back({label, *envelope_class_steps(label, e.block_size), b + n});
+    }
   return out;
 }
 
@@ -69,7 +92,12 @@ void Engine::do_envelope() {
   jit::JitRuntime& rt = *jit_;
   std::set<std::string> startup_keys;
   for (const jit::CompileRecord& r : rt.monitor().records()) startup_keys.insert(r.key);
-  const std::vector<EnvelopeClass> classes = envelope_classes(scenario_.engine);
+  std::vector<EnvelopeClass> classes = envelope_classes(scenario_.engine);
+  const size_t base_classes = classes.size();
+  // The prefill lengths at which some key was reached first: the token-count classes the mixed
+  // batches below take their prefill part from.
+  std::vector<int> prefill_reps;
+  size_t reached_count = 0;
   const auto t0 = std::chrono::steady_clock::now();
   rt.clear_reached_keys();
   rt.set_key_only(true);
@@ -117,6 +145,15 @@ void Engine::do_envelope() {
       throw;
     }
     ++done;
+    if (c.label.rfind("prefill ", 0) == 0) {
+      const size_t now_reached = rt.reached_keys().size();
+      if (now_reached > reached_count) prefill_reps.push_back(c.tokens);
+      reached_count = now_reached;
+    }
+    if (i + 1 == base_classes) {
+      for (EnvelopeClass& m : mixed_classes(scenario_.engine, prefill_reps))
+        classes.push_back(std::move(m));
+    }
     // Most classes reach no new key: copy the monitor's records only when one did.
     if (rt.monitor().num_records() == before) continue;
     const std::vector<jit::CompileRecord> recs = rt.monitor().records();
@@ -128,11 +165,49 @@ void Engine::do_envelope() {
     }
   }
   record("");
+  // What a cold process would spend compiling the keys startup left cold: each compiled once
+  // now, outside key-only mode, through the runtime's usual path (the run's compile memo serves
+  // a key another strategy compiled, with the time measured then, marked reused).
+  {
+    rt.monitor().set_phase(engine_detail::kEnvelopeCompilePhase);
+    const size_t first = rt.monitor().num_records();
+    const auto tc = std::chrono::steady_clock::now();
+    rt.compile_key_only_misses();
+    const double pass_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tc).count();
+    rt.monitor().set_phase("envelope");
+    std::map<std::string, std::pair<double, bool>> ms_of;  // key -> (compile_ms, reused)
+    const std::vector<jit::CompileRecord> recs = rt.monitor().records();
+    for (size_t k = first; k < recs.size(); ++k) ms_of[recs[k].key] = {recs[k].compile_ms, recs[k].reused};
+    nlohmann::json& env = result_.extra["envelope"];
+    double total = 0;
+    size_t reused = 0;
+    for (nlohmann::json& c : env["cold"]) {
+      auto it = ms_of.find(c["key"].get<std::string>());
+      if (it == ms_of.end()) continue;  // held by now (compiled by an earlier cold key's pass)
+      c["compile_ms"] = it->second.first;
+      c["compile_reused"] = it->second.second;
+      total += it->second.first;
+      reused += it->second.second;
+    }
+    // The classes that first reach the cold keys, in sweep order: what envelope-warmup runs
+    // (engine.envelope_warmup_classes) to compile them at startup.
+    std::vector<std::string> warm;
+    for (const nlohmann::json& c : env["cold"]) {
+      const std::string label = c["class"].get<std::string>();
+      if (std::find(warm.begin(), warm.end(), label) == warm.end()) warm.push_back(label);
+    }
+    env["warmup_classes"] = warm;
+    env["cold_compile_ms"] = total;
+    env["cold_compile_reused"] = reused;
+    env["compile_pass_ms"] = pass_ms;
+  }
   const nlohmann::json& e = result_.extra["envelope"];
   log(fmt::format("envelope: {} classes, {} keys reached, {} compiled at startup, {} on disk, "
-                  "{} cold",
+                  "{} cold ({:.0f} ms to compile them)",
                   classes.size(), e["reached_keys"].get<size_t>(),
-                  e["covered_at_startup"].get<size_t>(), loaded.size(), cold.size()));
+                  e["covered_at_startup"].get<size_t>(), loaded.size(), cold.size(),
+                  e["cold_compile_ms"].get<double>()));
 }
 
 }  // namespace coldstart

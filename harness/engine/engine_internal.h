@@ -29,6 +29,11 @@ inline void stall_if_asked(const std::string& phase) {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+/// The monitor phase of the envelope's compile pass (Engine::do_envelope): the compiles that
+/// measure what the cold keys would cost a cold process. They are not the run's compiles:
+/// snapshot_inner leaves them out of startup and hot-path lists.
+inline constexpr const char* kEnvelopeCompilePhase = "envelope_compile";
+
 /// ceil(a / b) for positive b, as an int (block counts).
 inline int cdiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 

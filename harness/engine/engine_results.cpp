@@ -43,6 +43,7 @@ void Engine::snapshot_inner() {
   result_.hot_path_compiles.clear();
   result_.startup_compile_list.clear();
   for (const auto& r : recs) {
+    if (r.phase == engine_detail::kEnvelopeCompilePhase) continue;
     CompileEvent ev{r.kernel,         r.key,    r.compile_ms,     r.phase,
                     r.source,         r.selector, r.tuning_key, r.config,
                     r.num_candidates, r.reused, r.step};
