@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,41 @@ inline SeqStep null_block_step(int context_len, int query_len, int block_size) {
   s.query_len = query_len;
   s.blocks.assign((context_len + query_len + block_size - 1) / block_size, 0);
   return s;
+}
+
+/// The batch of one serving-envelope class (engine_envelope.cpp, `coldstart coverage`), every
+/// block the null block 0: "prefill N" one fresh prompt of N tokens; "continue N after C" N new
+/// tokens after C cached ones; "decode B" B sequences of one new token after one cached, request
+/// slots 0..B-1; "decode B + prefill N" those B decode rows, then a fresh prompt of N tokens in
+/// slot B. nullopt when `label` is none of these forms or a count is not positive.
+inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::string& label,
+                                                                int block_size) {
+  int n = 0, c = 0;
+  char tail = 0;
+  if (std::sscanf(label.c_str(), "prefill %d%c", &n, &tail) == 1 && n > 0)
+    return std::vector<SeqStep>{null_block_step(0, n, block_size)};
+  if (std::sscanf(label.c_str(), "continue %d after %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0)
+    return std::vector<SeqStep>{null_block_step(c, n, block_size)};
+  if (std::sscanf(label.c_str(), "decode %d + prefill %d%c", &n, &c, &tail) == 2 && n > 0 &&
+      c > 0) {
+    std::vector<SeqStep> seqs;
+    for (int r = 0; r < n; ++r) {
+      seqs.push_back(null_block_step(1, 1, block_size));
+      seqs.back().req_slot = r;
+    }
+    seqs.push_back(null_block_step(0, c, block_size));
+    seqs.back().req_slot = n;
+    return seqs;
+  }
+  if (std::sscanf(label.c_str(), "decode %d%c", &n, &tail) == 1 && n > 0) {
+    std::vector<SeqStep> seqs;
+    for (int r = 0; r < n; ++r) {
+      seqs.push_back(null_block_step(1, 1, block_size));
+      seqs.back().req_slot = r;
+    }
+    return seqs;
+  }
+  return std::nullopt;
 }
 
 }  // namespace coldstart

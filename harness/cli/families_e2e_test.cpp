@@ -36,7 +36,7 @@ TEST_F(ReplayE2E, OverlappingRequestsFormMixedBatchesListedPerStep) {
 /// it first compiled, and the compile keys that separate serving from the GDN warmer.
 TEST_F(ReplayE2E, QwenNextHybridLayoutMoeConfigsAndGdnKeys) {
   // (The run's compile memo serves the second strategy's keys, which halves the NVRTC time.)
-  auto by = replay("scenarios/qwen3-next-gdn.yaml");
+  auto by = replay("scenarios/qwen3-next-gdn.yaml", "--strategy none --strategy qwen-gdn-warmup");
   ASSERT_EQ(by.size(), 2u);
   const StrategyResult& none = by.at("none []");
   const StrategyResult& warm = by.at("qwen-gdn-warmup []");

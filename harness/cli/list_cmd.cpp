@@ -94,6 +94,7 @@ int list_main(std::vector<std::string> scenarios, const std::string& filter) {
     std::string values;
     if (k.type == EngineKeyType::kInt) values = fmt::format("{}..{}, default {}", k.min, k.max, k.default_value);
     else if (k.type == EngineKeyType::kChoice) values = fmt::format("{}, default {}", fmt::join(k.choices, " | "), k.default_value);
+    else if (k.type == EngineKeyType::kText) values = k.pattern_doc;
     else values = "a directory";
     const std::string text = fmt::format("engine.{} ({}; read by {})", k.name, values, k.owner);
     if (shown(text)) lines.push_back("  " + text + "  " + k.doc);

@@ -13,7 +13,7 @@ using namespace e2e;  // NOLINT: the fixture and its helpers
 TEST_F(ReplayE2E, FirstDecodeCrashesWithoutWarmupAndTheWarmersFixIt) {
   auto by = replay("scenarios/qwen3-8b-turboquant.yaml");
   const std::string pw = " [cudagraph_mode=piecewise]";
-  ASSERT_EQ(by.size(), 10u);
+  ASSERT_EQ(by.size(), 12u);
   const StrategyResult& none = by.at("none" + pw);
   EXPECT_EQ(none.outcome, Outcome::kCrash);
   EXPECT_EQ(none.failed_phase.value_or(""), "first_decode");
@@ -424,8 +424,9 @@ TEST_F(ReplayE2E, StaleGraphReplayIsACrashNamingGraphBufferAndMove) {
 /// piecewise graphs and nothing under full graphs (their replays hold the decode kernels).
 TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
   const nlohmann::json j =
-      replay_json("scenarios/qwen3-8b-bf16.yaml --target h200 --envelope --set "
-                  "engine.max_num_batched_tokens=256 --set engine.max_model_len=2048");
+      replay_json("scenarios/qwen3-8b-bf16.yaml --target h200 --envelope --strategy none "
+                  "--strategy aot-prefill-warmup --set engine.max_num_batched_tokens=256 --set "
+                  "engine.max_model_len=2048");
   ASSERT_FALSE(j.is_null());
   std::map<std::string, nlohmann::json> env;
   for (const auto& r : j.at("results")) {
@@ -441,8 +442,10 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
     return out;
   };
   for (const auto& [k, e] : env) {
-    // 256 first chunks, 256 second chunks, decode batches of 1..4.
-    EXPECT_EQ(e.at("classes"), 256 + 256 + 4) << k;
+    // 256 first chunks, 256 second chunks, decode batches of 1..4, then mixed batches of 1..3
+    // decodes and a prompt of each length where the prefill sweep reached a new key.
+    EXPECT_GT(e.at("classes").get<int>(), 256 + 256 + 4) << k;
+    EXPECT_EQ((e.at("classes").get<int>() - 516) % 3, 0) << k;
     EXPECT_EQ(e.at("reached_keys").get<int>(),
               e.at("covered_at_startup").get<int>() + e.at("cold_keys").get<int>()) << k;
     EXPECT_EQ(e.at("loaded_keys"), 0) << k << ": a fresh kernel cache";
@@ -453,13 +456,32 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
   EXPECT_EQ(cold_kernels("none/" + pw),
             (std::set<std::string>{"paged_cache_store", "paged_decode_stage1",
                                    "paged_decode_stage2", "paged_prefill"}));
+  // aot-prefill-warmup's one-block prompt leaves the prefill key of a mixed batch (the prompt's
+  // rows after a decode row: an unaligned query offset) cold in both graph modes.
   EXPECT_EQ(cold_kernels("aot-prefill-warmup/" + pw),
-            (std::set<std::string>{"paged_decode_stage1", "paged_decode_stage2"}));
-  EXPECT_TRUE(cold_kernels("aot-prefill-warmup/" + full).empty());
+            (std::set<std::string>{"paged_decode_stage1", "paged_decode_stage2", "paged_prefill"}));
+  EXPECT_EQ(cold_kernels("aot-prefill-warmup/" + full), (std::set<std::string>{"paged_prefill"}));
+  for (const auto& c : env.at("aot-prefill-warmup/" + full).at("cold"))
+    EXPECT_EQ(c.at("class"), "decode 1 + prefill 2") << c.dump();
   // The smallest class that reaches a key is named: a one-token prompt runs the decode kernels.
   for (const auto& c : env.at("none/" + pw).at("cold"))
     if (c.at("kernel") == "paged_decode_stage1") EXPECT_EQ(c.at("class"), "prefill 1");
-  EXPECT_NE(last_output_.find("serving envelope (one key-only step per class, nothing compiled):"),
+  // Every cold key was compiled once after the sweep to time it; the classes reaching them are
+  // what envelope-warmup would run.
+  for (const auto& [k, e] : env) {
+    double sum = 0;
+    std::set<std::string> classes;
+    for (const auto& c : e.at("cold")) {
+      ASSERT_TRUE(c.contains("compile_ms")) << k << ": " << c.dump();
+      EXPECT_GT(c.at("compile_ms").get<double>(), 0.0) << k << ": " << c.dump();
+      sum += c.at("compile_ms").get<double>();
+      classes.insert(c.at("class").get<std::string>());
+    }
+    EXPECT_NEAR(e.at("cold_compile_ms").get<double>(), sum, 1e-6) << k;
+    EXPECT_EQ(e.at("warmup_classes").size(), classes.size()) << k;
+  }
+  EXPECT_NE(last_output_.find("serving envelope coverage (one key-only step per class; cold keys "
+                              "then compiled once each to time them):"),
             std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("expectations of qwen3-8b-bf16: not checked"), std::string::npos)
       << last_output_;
@@ -485,7 +507,8 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
     const auto& e = r.at("envelope");
     if (r.at("variant") == pw) {
       EXPECT_EQ(e.at("loaded_keys"), 4) << e.dump();
-      EXPECT_EQ(e.at("cold_keys"), 0) << e.dump();
+      // The mixed batch's prefill key: the request replay ran no decode beside a prompt.
+      EXPECT_EQ(e.at("cold_keys"), 1) << e.dump();
     }
     EXPECT_EQ(e.at("reached_keys").get<int>(), e.at("covered_at_startup").get<int>() +
                                                     e.at("loaded_keys").get<int>() +
@@ -500,6 +523,65 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device cuda --envelope", out), 2);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --envelope --check",
                           out), 2);
+}
+
+/// `coldstart coverage` and the warmer it generates: the classes coverage lists for a strategy's
+/// cold keys, set as engine.envelope_warmup_classes, make envelope-warmup compile exactly those
+/// keys at startup (0 cold in the envelope, 0 hot-path compiles in the scenario's own
+/// requests); a class outside the envelope or of no known form is refused with its key.
+TEST_F(ReplayE2E, CoverageWarmerClosesTheEnvelope) {
+  const std::string small = " --set engine.max_num_batched_tokens=256 --set engine.max_model_len=2048";
+  const std::string json = paths::join(dir_, "cov.json"), md = paths::join(dir_, "cov.md"),
+                    out = paths::join(dir_, "cov.txt");
+  ASSERT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --strategy none --json " + json +
+                              " --md " + md + small, out),
+            0) << read_text(out);
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  std::vector<std::string> warm;  // every variant's classes, in order, once each
+  for (const auto& r : j.at("results")) {
+    const auto& e = r.at("envelope");
+    EXPECT_GT(e.at("cold_keys").get<int>(), 0) << "none leaves the paged kernels cold";
+    for (const auto& c : e.at("warmup_classes"))
+      if (std::find(warm.begin(), warm.end(), c.get<std::string>()) == warm.end())
+        warm.push_back(c.get<std::string>());
+  }
+  ASSERT_FALSE(warm.empty());
+  EXPECT_NE(read_text(out).find("warm them at startup: envelope-warmup"), std::string::npos)
+      << read_text(out);
+  EXPECT_NE(read_text(md).find("**Serving envelope coverage**"), std::string::npos) << read_text(md);
+  std::string list;
+  for (const std::string& c : warm) list += (list.empty() ? "" : ", ") + c;
+  const std::string set_warm = " --set 'engine.envelope_warmup_classes=" + list + "'";
+  ASSERT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --strategy envelope --json " +
+                              json + small + set_warm, out),
+            0) << read_text(out);
+  for (const auto& r : nlohmann::json::parse(read_text(json)).at("results")) {
+    EXPECT_EQ(r.at("outcome"), "ok") << r.dump();
+    EXPECT_EQ(r.at("envelope").at("cold_keys"), 0) << r.at("variant") << ": " << r.at("envelope").dump();
+    EXPECT_GT(r.at("envelope").at("covered_at_startup").get<int>(), 0);
+  }
+  // The scenario's own requests, after the same startup: nothing compiles on the hot path.
+  const nlohmann::json req = replay_json("scenarios/qwen3-8b-bf16.yaml --target h200 --strategy "
+                                         "envelope" + small + set_warm);
+  ASSERT_FALSE(req.is_null());
+  for (const auto& r : req.at("results")) {
+    EXPECT_EQ(r.at("outcome"), "ok") << r.dump();
+    EXPECT_TRUE(r.at("hot_path_compiles").empty()) << r.at("hot_path_compiles").dump();
+  }
+  // Refused before anything runs: a class of no known form (with file, key and form), one the
+  // server could not be sent, and coverage on a GPU.
+  EXPECT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --strategy envelope --set "
+                          "'engine.envelope_warmup_classes=prefill 0'" + small, out), 2);
+  EXPECT_NE(read_text(out).find("engine.envelope_warmup_classes"), std::string::npos) << read_text(out);
+  EXPECT_NE(read_text(out).find("is not of the form"), std::string::npos) << read_text(out);
+  EXPECT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --device cuda", out), 2);
+  EXPECT_NE(read_text(out).find("only compile-only mode runs"), std::string::npos) << read_text(out);
+  EXPECT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --strategy envelope" + small +
+                              " --set 'engine.envelope_warmup_classes=prefill 2, prefill 4000'",
+                          out),
+            2) << read_text(out);
+  EXPECT_NE(read_text(out).find("'prefill 4000' is outside this server's envelope"),
+            std::string::npos) << read_text(out);
 }
 
 /// A mistyped command is named with the commands there are (CLI11 alone only says that a

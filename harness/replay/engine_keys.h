@@ -16,15 +16,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace coldstart {
 
+struct EngineConfig;  // harness/replay/scenario.h
+
 /// The value types an owned engine key can have.
 enum class EngineKeyType {
   kInt,        ///< an integer in [min, max]
   kChoice,     ///< one of `choices`
+  kText,       ///< a string matching `pattern` (e.g. a list in one line)
   kDirectory,  ///< a directory of input files (*.json) the replay reads: relative to the scenario
                ///< file, checked readable at load, copied into the run's inputs snapshot
 };
@@ -46,10 +50,15 @@ struct EngineKeySpec {
   int64_t max = 0;                   ///< kInt: the largest value
   std::string unit;                  ///< kInt: what the number counts, for messages ("draft tokens")
   std::vector<std::string> choices;  ///< kChoice: the accepted values
+  std::string pattern;               ///< kText: an ECMAScript regex the whole value must match
+  std::string pattern_doc;           ///< kText: the form in words, for messages and `list`
   std::string default_value;         ///< the value when the scenario leaves the key out ("" for a
                                      ///< kDirectory means none given); kInt as decimal text
   std::string doc;                   ///< one line for `coldstart list` and the README
   EngineKeyInResult in_result = EngineKeyInResult::kAlways;  ///< in scenario.engine of results
+  /// kChoice / kText: an optional check of the value against the other engine settings (run
+  /// once the engine section is read): the problem in words, "" when the value is fine.
+  std::function<std::string(const std::string& value, const EngineConfig& engine)> check;
 };
 
 /// Every declared key, in the order of the declaring files' names, then as declared. Generated

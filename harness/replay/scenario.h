@@ -231,7 +231,7 @@ struct EngineConfig {
   /// A declared kInt key's value (its default when unset). Throws Error when no owner declared
   /// `name` as an integer key.
   int64_t int_key(const std::string& name) const;
-  /// A declared kChoice / kDirectory key's value (its default when unset). Throws Error when no
+  /// A declared kChoice / kText / kDirectory key's value (its default when unset). Throws Error when no
   /// owner declared `name` as such a key.
   const std::string& string_key(const std::string& name) const;
   /// Sets a declared key (tests, and the loader); throws Error for an undeclared name or a value

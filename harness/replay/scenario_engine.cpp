@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <regex>
 
 #include "harness/common/error.h"
 #include "harness/common/paths.h"
@@ -44,6 +45,15 @@ void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
         if (auto v = read_string(c, x->path, x->value)) {
           if (std::find(k.choices.begin(), k.choices.end(), *v) == k.choices.end())
             c.fail(x->path, x->value.Mark(), fmt::format("'{}' is not one of {}", *v, names(k.choices)));
+          else
+            e.owned[k.name] = *v;
+        }
+        break;
+      case EngineKeyType::kText:
+        if (auto v = read_string(c, x->path, x->value)) {
+          if (!std::regex_match(*v, std::regex(k.pattern)))
+            c.fail(x->path, x->value.Mark(),
+                   fmt::format("'{}' is not of the form {}", *v, k.pattern_doc));
           else
             e.owned[k.name] = *v;
         }
@@ -246,6 +256,15 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
     e.cudagraph_capture_sizes = default_capture_sizes(*mns, *mnbt, max_capture.value_or(0));
   }
   if (e.cudagraph_mode == CudaGraphMode::kNone) e.cudagraph_capture_sizes.clear();
+  // The declared keys' checks against the rest of the engine settings, once those are known.
+  for (const EngineKeySpec& k : declared_engine_keys()) {
+    if (!k.check) continue;
+    const Entry* x = ev.get(k.name);
+    const auto v = e.owned.find(k.name);
+    if (x == nullptr || v == e.owned.end() || !v->is_string()) continue;
+    const std::string why = k.check(v->get<std::string>(), e);
+    if (!why.empty()) c.fail(x->path, x->value.Mark(), why);
+  }
 }
 
 }  // namespace scenario_detail

@@ -240,6 +240,22 @@ TEST_F(ScenarioFiles, OwnedEngineKeysValidatedWithTheirOwnersRules) {
   EXPECT_THROW(s.engine.set_key("num_speculative_tokens", "three"), Error);
 }
 
+// A text key with a form and a check against the other engine settings (envelope-warmup's
+// class list): the form and each class's fit in the server's envelope are refused at load, with
+// the line and the key.
+TEST_F(ScenarioFiles, EnvelopeWarmupClassesAreCheckedAtLoad) {
+  const std::string with = "  block_size: 16\n  envelope_warmup_classes: ";
+  Scenario s = load(replace(kBase, "  block_size: 16\n", with + "prefill 2, decode 1 + prefill 2\n"));
+  EXPECT_EQ(s.engine.string_key("envelope_warmup_classes"), "prefill 2, decode 1 + prefill 2");
+  EXPECT_EQ(load(kBase).engine.string_key("envelope_warmup_classes"), "");
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "prefill two\n")), 9,
+            "engine.envelope_warmup_classes", "is not of the form");
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "prefill 2,decode 1\n")), 9,
+            "engine.envelope_warmup_classes", "is not of the form");
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "prefill 2, decode 100000\n")), 9,
+            "engine.envelope_warmup_classes", "'decode 100000' is outside this server's envelope");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Validation rules: each error names file, line and key
 

@@ -1,0 +1,76 @@
+// envelope-warmup: the warmer `coldstart coverage` generates. Coverage lists, for a strategy,
+// the envelope classes (engine_envelope.cpp: "prefill N", "continue N after C", "decode B")
+// that first reach each kernel key the strategy's startup left cold; set as
+// engine.envelope_warmup_classes, this warmer runs one dummy step of each class before graph
+// capture, so exactly those keys compile (and autotune) at startup instead of on a request.
+//
+// The step is the engine's own warmup entry point, not a list of keys compiled blindly: vLLM V1
+// warms its compile sizes the same way, Worker.compile_or_warm_up_model
+// (vllm/v1/worker/gpu_worker.py) calling model_runner._dummy_run(size) for each size that is
+// not a capture size, before kernel_warmup and capture_model. A class is a batch shape rather
+// than a token count only because the envelope's keys also follow the batch's metadata (cached
+// context, number of sequences); the classes run in the order listed.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/common/error.h"
+#include "warmers/envelope_warmup.engine_keys.h"
+#include "warmers/warmer.h"
+#include "warmers/warmup_context.h"
+
+namespace coldstart {
+namespace {
+
+// The labels of a validated engine.envelope_warmup_classes value ("a, b, c").
+std::vector<std::string> split_classes(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t comma = list.find(", ", start);
+    out.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 2;
+  }
+  return out;
+}
+
+class EnvelopeWarmup final : public Warmer {
+ public:
+  std::string name() const override { return "envelope-warmup"; }
+  std::string description() const override {
+    return "one dummy step per class of engine.envelope_warmup_classes (the classes `coldstart "
+           "coverage` finds reaching a strategy's cold keys), like vLLM's _dummy_run per compile "
+           "size";
+  }
+
+  void run(WarmupContext& ctx) override {
+    const EngineConfig& e = ctx.scenario().engine;
+    const std::string& list = envelope_warmup_classes(e);
+    if (list.empty()) {
+      ctx.skip("engine.envelope_warmup_classes is not set (run `coldstart coverage` and set it "
+               "to the classes it lists for the strategy)");
+      return;
+    }
+    const std::vector<std::string> labels = split_classes(list);
+    // The loader checked each class's form and that this server could be sent it
+    // (envelope_warmup.engine_keys.h).
+    std::vector<std::vector<SeqStep>> steps;
+    for (const std::string& label : labels) {
+      std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size);
+      if (!seqs) throw Error(fmt::format("envelope-warmup: '{}' is no envelope class", label));
+      steps.push_back(std::move(*seqs));
+    }
+    for (const auto& seqs : steps) ctx.dummy_run(seqs);
+    ctx.log(fmt::format("envelope-warmup: {} dummy steps ({})", labels.size(), list));
+    ctx.report(fmt::format("{} envelope classes, one dummy step each", labels.size()),
+               {{"classes", labels}});
+  }
+};
+
+CS_REGISTER_WARMER(EnvelopeWarmup);
+
+}  // namespace
+}  // namespace coldstart
