@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -55,18 +56,41 @@ class EnvelopeWarmup final : public Warmer {
       return;
     }
     const std::vector<std::string> labels = split_classes(list);
-    // The loader checked each class's form and that this server could be sent it
-    // (envelope_warmup.engine_keys.h).
+    // The loader checked each class's form. A class this server could never be sent (after a
+    // --set that shrank the envelope, say) warms nothing a request could reach: left out, and
+    // named in the report.
     std::vector<std::vector<SeqStep>> steps;
+    std::vector<std::string> run, outside;
     for (const std::string& label : labels) {
       std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size);
       if (!seqs) throw Error(fmt::format("envelope-warmup: '{}' is no envelope class", label));
+      int tokens = 0, longest = 0;
+      for (const SeqStep& s : *seqs) {
+        tokens += s.query_len;
+        longest = std::max(longest, s.context_len + s.query_len);
+      }
+      if (tokens > e.max_num_batched_tokens || static_cast<int>(seqs->size()) > e.max_num_seqs ||
+          longest > e.max_model_len) {
+        outside.push_back(label);
+        continue;
+      }
+      run.push_back(label);
       steps.push_back(std::move(*seqs));
     }
+    if (steps.empty()) {
+      ctx.skip(fmt::format("every class of engine.envelope_warmup_classes is outside this "
+                           "server's envelope (max_num_batched_tokens {}, max_num_seqs {}, "
+                           "max_model_len {})",
+                           e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len));
+      return;
+    }
     for (const auto& seqs : steps) ctx.dummy_run(seqs);
-    ctx.log(fmt::format("envelope-warmup: {} dummy steps ({})", labels.size(), list));
-    ctx.report(fmt::format("{} envelope classes, one dummy step each", labels.size()),
-               {{"classes", labels}});
+    ctx.log(fmt::format("envelope-warmup: {} dummy steps ({})", run.size(), fmt::join(run, ", ")));
+    std::string summary = fmt::format("{} envelope classes, one dummy step each", run.size());
+    if (!outside.empty())
+      summary += fmt::format("; {} outside this server's envelope, not run: {}", outside.size(),
+                             fmt::join(outside, ", "));
+    ctx.report(summary, {{"classes", run}, {"outside_envelope", outside}});
   }
 };
 

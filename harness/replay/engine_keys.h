@@ -16,13 +16,10 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 namespace coldstart {
-
-struct EngineConfig;  // harness/replay/scenario.h
 
 /// The value types an owned engine key can have.
 enum class EngineKeyType {
@@ -56,9 +53,6 @@ struct EngineKeySpec {
                                      ///< kDirectory means none given); kInt as decimal text
   std::string doc;                   ///< one line for `coldstart list` and the README
   EngineKeyInResult in_result = EngineKeyInResult::kAlways;  ///< in scenario.engine of results
-  /// kChoice / kText: an optional check of the value against the other engine settings (run
-  /// once the engine section is read): the problem in words, "" when the value is fine.
-  std::function<std::string(const std::string& value, const EngineConfig& engine)> check;
 };
 
 /// Every declared key, in the order of the declaring files' names, then as declared. Generated

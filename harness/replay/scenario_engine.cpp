@@ -256,15 +256,6 @@ void load_engine(Checker& c, const MapView& ev, const ModelConfig* model, const 
     e.cudagraph_capture_sizes = default_capture_sizes(*mns, *mnbt, max_capture.value_or(0));
   }
   if (e.cudagraph_mode == CudaGraphMode::kNone) e.cudagraph_capture_sizes.clear();
-  // The declared keys' checks against the rest of the engine settings, once those are known.
-  for (const EngineKeySpec& k : declared_engine_keys()) {
-    if (!k.check) continue;
-    const Entry* x = ev.get(k.name);
-    const auto v = e.owned.find(k.name);
-    if (x == nullptr || v == e.owned.end() || !v->is_string()) continue;
-    const std::string why = k.check(v->get<std::string>(), e);
-    if (!why.empty()) c.fail(x->path, x->value.Mark(), why);
-  }
 }
 
 }  // namespace scenario_detail
