@@ -49,34 +49,16 @@ int main(int argc, char** argv) {
 
   ReplayArgs ra;
   CLI::App* replay = app.add_subcommand("replay", "replay scenarios for each strategy");
-  replay->add_option("scenarios", ra.scenario_files, "scenario YAML files")->required();
-  cli::add_common_options(replay, ra);
-  cli::add_report_options(replay, ra);
-  replay->add_option("--strategy", ra.strategies, "run only these strategies (repeatable)");
-  replay->add_option("--filter", ra.filter,
-                     "run only scenarios/strategies whose name (or scenario/strategy) matches")
-      ->envname("COLDSTART_FILTER");
+  cli::add_run_options(replay, ra);
   replay->add_option("--repeat", ra.repeat,
                      "run each strategy N times; keep median, min and max")->capture_default_str();
-  replay->add_option("--json", ra.json, "write the results (schema coldstart.replay/1) here");
-  replay->add_option("--timeout", ra.timeout_s,
-                     "per-strategy watchdog: seconds of wall time per child (0 or unset: the "
-                     "scenario's timeout_s)");
-  replay->add_option("--progress", ra.progress,
-                     "auto | live | plain | none: progress on stderr (auto: a live line on a "
-                     "terminal, else one plain line per strategy run start and end)")
-      ->envname("COLDSTART_PROGRESS")->capture_default_str();
   replay->add_flag("--check", ra.check,
                    "exit 3 when a scenario's expect: rules are not met by this run (the rules "
                    "are always checked and printed)");
-  replay->add_flag("--no-compile-memo", ra.no_compile_memo,
-                   "compile-only mode: compile every key in every strategy (by default a key "
-                   "another strategy of this run compiled is reused with its measured compile "
-                   "time and marked reused)");
   replay->add_flag("--envelope", ra.envelope,
-                   "compile-only, experimental: after startup, one key-only step of each class "
-                   "of the serving envelope instead of the requests; each result's "
-                   "extra.envelope lists the kernel keys they reach that startup left cold");
+                   "compile-only: after startup, one key-only step of each class of the serving "
+                   "envelope instead of the requests (what `coldstart coverage` runs); each "
+                   "result's extra.envelope lists the keys they reach that startup left cold");
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
 
@@ -85,23 +67,7 @@ int main(int argc, char** argv) {
       "coverage", "every kernel key each scenario's server can reach (its serving envelope), "
                   "which each strategy compiles at startup and which it leaves cold; "
                   "compile-only");
-  coverage->add_option("scenarios", ca.scenario_files, "scenario YAML files")->required();
-  cli::add_common_options(coverage, ca);
-  cli::add_report_options(coverage, ca);
-  coverage->add_option("--strategy", ca.strategies, "cover only these strategies (repeatable)");
-  coverage->add_option("--filter", ca.filter,
-                       "only scenarios/strategies whose name (or scenario/strategy) matches")
-      ->envname("COLDSTART_FILTER");
-  coverage->add_option("--json", ca.json,
-                       "write the results (schema coldstart.replay/1; each result's "
-                       "extra.envelope) here");
-  coverage->add_option("--timeout", ca.timeout_s,
-                       "per-strategy watchdog, seconds (0 or unset: the scenario's timeout_s)");
-  coverage->add_option("--progress", ca.progress, "auto | live | plain | none")
-      ->envname("COLDSTART_PROGRESS")->capture_default_str();
-  coverage->add_flag("--no-compile-memo", ca.no_compile_memo,
-                     "compile each cold key in every strategy (by default once per run, the "
-                     "time measured then reused)");
+  cli::add_run_options(coverage, ca);  // each result's extra.envelope holds the coverage
 
   std::string child_job_file;
   CLI::App* child = app.add_subcommand("_child", "internal: one strategy's job, reporting on fd 3");

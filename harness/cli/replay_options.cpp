@@ -239,4 +239,26 @@ void add_report_options(CLI::App* cmd, ReplayArgs& a) {
                 "(refused otherwise)");
 }
 
+void add_run_options(CLI::App* cmd, ReplayArgs& a) {
+  cmd->add_option("scenarios", a.scenario_files, "scenario YAML files")->required();
+  add_common_options(cmd, a);
+  add_report_options(cmd, a);
+  cmd->add_option("--strategy", a.strategies, "run only these strategies (repeatable)");
+  cmd->add_option("--filter", a.filter,
+                  "run only scenarios/strategies whose name (or scenario/strategy) matches")
+      ->envname("COLDSTART_FILTER");
+  cmd->add_option("--json", a.json, "write the results (schema coldstart.replay/1) here");
+  cmd->add_option("--timeout", a.timeout_s,
+                  "per-strategy watchdog: seconds of wall time per child (0 or unset: the "
+                  "scenario's timeout_s)");
+  cmd->add_option("--progress", a.progress,
+                  "auto | live | plain | none: progress on stderr (auto: a live line on a "
+                  "terminal, else one plain line per strategy run start and end)")
+      ->envname("COLDSTART_PROGRESS")->capture_default_str();
+  cmd->add_flag("--no-compile-memo", a.no_compile_memo,
+                "compile-only mode: compile every key in every strategy (by default a key "
+                "another strategy of this run compiled is reused with its measured compile "
+                "time and marked reused)");
+}
+
 }  // namespace coldstart::cli

@@ -99,6 +99,9 @@ void write_outputs(const ReplayArgs& a, const std::vector<RunResults>& runs);
 void add_common_options(CLI::App* cmd, ReplayArgs& a);
 /// Adds the report outputs (--junit, --md, --html, --trace).
 void add_report_options(CLI::App* cmd, ReplayArgs& a);
+/// Adds what `replay` and `coverage` share: the scenario files, add_common_options,
+/// add_report_options, --strategy, --filter, --json, --timeout, --progress, --no-compile-memo.
+void add_run_options(CLI::App* cmd, ReplayArgs& a);
 
 /// Runs `job` in this process (the child, and --no-isolate); `on_snapshot` receives the result
 /// as it grows and the phase running ("" when none). A device the scenario's `archs` exclude
