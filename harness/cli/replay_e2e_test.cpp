@@ -590,6 +590,26 @@ TEST_F(ReplayE2E, CoverageWarmerClosesTheEnvelope) {
   }
 }
 
+/// A sweep the watchdog stops keeps what it had reached at its last report (every 512 classes):
+/// an envelope of 16k classes cannot finish in 12 s, and 512 classes take well under that.
+TEST_F(ReplayE2E, CoverageTimeoutKeepsTheSweepSoFar) {
+  const std::string json = paths::join(dir_, "t.json"), out = paths::join(dir_, "t.txt");
+  EXPECT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --strategy none --set "
+                          "engine.cudagraph_mode=piecewise --set engine.max_num_batched_tokens=8192 "
+                          "--timeout 12 --json " + json, out),
+            1) << read_text(out);  // every strategy run timed out
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j.at("results").size(), 1u);
+  const auto& r = j.at("results").at(0);
+  EXPECT_EQ(r.at("outcome"), "timeout") << r.dump();
+  ASSERT_TRUE(r.contains("envelope")) << r.dump();
+  const auto& e = r.at("envelope");
+  EXPECT_GE(e.at("classes_run").get<int>(), 512) << e.dump();
+  EXPECT_LT(e.at("classes_run").get<int>(), e.at("classes").get<int>()) << e.dump();
+  EXPECT_NE(e.at("stopped_at_class").get<std::string>().find("the sweep did not finish"),
+            std::string::npos) << e.dump();
+}
+
 /// A mistyped command is named with the commands there are (CLI11 alone only says that a
 /// subcommand is required), exit 2; the hidden child commands are not offered.
 TEST_F(ReplayE2E, UnknownCommandIsNamedWithTheCommandsThereAre) {

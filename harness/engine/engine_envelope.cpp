@@ -82,6 +82,9 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, const std::vecto
   return out;
 }
 
+/// Classes between the partial reports of a sweep (Engine::snapshot: a few ms each).
+constexpr size_t kEnvelopeReportEvery = 512;
+
 }  // namespace
 
 void Engine::do_envelope() {
@@ -105,9 +108,7 @@ void Engine::do_envelope() {
   size_t done = 0;
   // Written whether the sweep ends or a class fails (a crash the engine raises in that step):
   // what the classes before it reached is kept, and the failing class is named.
-  auto record = [&](const std::string& stopped_at) {
-    rt.set_key_only(false);
-    rt.monitor().set_step(StepContext{});
+  auto write = [&](const std::string& stopped_at) {
     const std::vector<std::string> reached = rt.reached_keys();
     size_t covered = 0;
     for (const std::string& k : reached) covered += startup_keys.count(k);
@@ -126,8 +127,13 @@ void Engine::do_envelope() {
     if (!stopped_at.empty()) e["stopped_at_class"] = stopped_at;
     result_.extra["envelope"] = std::move(e);
   };
+  auto record = [&](const std::string& stopped_at) {
+    rt.set_key_only(false);
+    rt.monitor().set_step(StepContext{});
+    write(stopped_at);
+  };
   for (size_t i = 0; i < classes.size(); ++i) {
-    const EnvelopeClass& c = classes[i];
+    const EnvelopeClass c = classes[i];  // a copy: the mixed classes are appended below
     StepContext ctx;
     ctx.request = static_cast<int>(i);
     ctx.wave = 2;
@@ -145,6 +151,12 @@ void Engine::do_envelope() {
       throw;
     }
     ++done;
+    // What the sweep has reached so far goes to the parent now and then, so a watchdog timeout
+    // or an interrupt keeps it (the last report names the last class run).
+    if (done % kEnvelopeReportEvery == 0) {
+      write(fmt::format("{} (the last class reported: the sweep did not finish)", c.label));
+      snapshot();
+    }
     if (c.label.rfind("prefill ", 0) == 0) {
       const size_t now_reached = rt.reached_keys().size();
       if (now_reached > reached_count) prefill_reps.push_back(c.tokens);
