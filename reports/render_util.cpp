@@ -465,6 +465,7 @@ std::vector<CoverageRow> coverage_rows(const RunResults& run) {
     if (e.contains("cold_compile_ms") && e["cold_compile_ms"].is_number())
       row.cold_compile_ms = e["cold_compile_ms"].get<double>();
     row.stopped_at = e.value("stopped_at_class", "");
+    row.unfinished = e.value("sweep_unfinished", false);
     const std::vector<std::string> warm = e.value("warmup_classes", std::vector<std::string>{});
     row.warmup_classes = fmt::format("{}", fmt::join(warm, ", "));
     for (const auto& c : e.value("cold", nlohmann::json::array())) {

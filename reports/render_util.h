@@ -206,6 +206,8 @@ struct CoverageRow {
   int classes = 0, classes_run = 0, reached = 0, at_startup = 0, on_disk = 0, cold = 0;
   std::optional<double> cold_compile_ms;  ///< null when the run did not time them
   std::string stopped_at;                 ///< the class a failing sweep stopped in, else ""
+  bool unfinished = false;                ///< a partial report: the run was stopped after
+                                          ///< stopped_at (timeout, interrupt)
   std::vector<ColdKernel> cold_kernels;   ///< by first reach
   /// The classes that first reach the cold keys (engine.envelope_warmup_classes for
   /// envelope-warmup), joined with ", "; "" when none is cold.

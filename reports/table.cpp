@@ -324,7 +324,9 @@ std::string render_table(const RunResults& raw_run, bool color) {
     }
     for (const CoverageRow& c : cov) {
       if (!c.stopped_at.empty())
-        out += fmt::format("  {}: the sweep stopped in class '{}' ({} of {} run)\n",
+        out += fmt::format(c.unfinished ? "  {}: the run was stopped after class '{}' (its last "
+                                          "report; {} of {} classes run)\n"
+                                        : "  {}: the sweep stopped in class '{}' ({} of {} run)\n",
                            label(*c.result), c.stopped_at, c.classes_run, c.classes);
       if (c.cold_kernels.empty()) continue;
       out += fmt::format("  cold after {} (kernel, keys, first reached by):\n", label(*c.result));

@@ -21,9 +21,10 @@ inline std::vector<EngineKeySpec> engine_keys_envelope_warmup() {
   k.name = "envelope_warmup_classes";
   k.owner = "envelope-warmup";
   k.type = EngineKeyType::kText;
-  k.pattern = std::string(kEnvelopeClassPattern) + "(, " + kEnvelopeClassPattern + ")*";
-  k.pattern_doc = "a list of envelope classes in one line, e.g. 'prefill 17, continue 2 after "
-                  "2048, decode 3'";
+  // Empty: the same as unset (the warmer skips itself).
+  k.pattern = "(" + std::string(kEnvelopeClassPattern) + "(, " + kEnvelopeClassPattern + ")*)?";
+  k.pattern_doc = "envelope classes separated by a comma and a space, e.g. 'prefill 17, "
+                  "continue 2 after 2048, decode 3, decode 1 + prefill 2' (or empty)";
   k.default_value = "";
   k.doc = "the envelope classes envelope-warmup runs one dummy step of each at startup (what "
           "`coldstart coverage` prints for a strategy's cold keys)";

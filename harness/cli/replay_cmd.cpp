@@ -324,7 +324,14 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     bool found = false;
     for (const auto& s : scenarios)
       for (const auto& st : s.strategies) found = found || st.name == name;
-    if (!found) throw InputError(fmt::format("--strategy '{}': in none of the scenarios", name));
+    if (!found) {
+      std::vector<std::string> known;
+      for (const auto& s : scenarios)
+        for (const auto& st : s.strategies)
+          if (std::find(known.begin(), known.end(), st.name) == known.end()) known.push_back(st.name);
+      throw InputError(fmt::format("--strategy '{}': in none of the scenarios (their strategies: {})",
+                                   name, fmt::join(known, ", ")));
+    }
   }
   if (!a.filter.empty()) {
     check_filter_size(a.filter);

@@ -108,7 +108,7 @@ void Engine::do_envelope() {
   size_t done = 0;
   // Written whether the sweep ends or a class fails (a crash the engine raises in that step):
   // what the classes before it reached is kept, and the failing class is named.
-  auto write = [&](const std::string& stopped_at) {
+  auto write = [&](const std::string& stopped_at, bool unfinished) {
     const std::vector<std::string> reached = rt.reached_keys();
     size_t covered = 0;
     for (const std::string& k : reached) covered += startup_keys.count(k);
@@ -125,12 +125,13 @@ void Engine::do_envelope() {
         {"sweep_ms",
          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
     if (!stopped_at.empty()) e["stopped_at_class"] = stopped_at;
+    if (unfinished) e["sweep_unfinished"] = true;
     result_.extra["envelope"] = std::move(e);
   };
   auto record = [&](const std::string& stopped_at) {
     rt.set_key_only(false);
     rt.monitor().set_step(StepContext{});
-    write(stopped_at);
+    write(stopped_at, false);
   };
   for (size_t i = 0; i < classes.size(); ++i) {
     const EnvelopeClass c = classes[i];  // a copy: the mixed classes are appended below
@@ -152,9 +153,9 @@ void Engine::do_envelope() {
     }
     ++done;
     // What the sweep has reached so far goes to the parent now and then, so a watchdog timeout
-    // or an interrupt keeps it (the last report names the last class run).
+    // or an interrupt keeps it (stopped_at_class: the last class run; sweep_unfinished).
     if (done % kEnvelopeReportEvery == 0) {
-      write(fmt::format("{} (the last class reported: the sweep did not finish)", c.label));
+      write(c.label, true);
       snapshot();
     }
     if (c.label.rfind("prefill ", 0) == 0) {

@@ -251,6 +251,8 @@ TEST_F(ScenarioFiles, EnvelopeWarmupClassesAreCheckedAtLoad) {
   Scenario s = load(replace(kBase, "  block_size: 16\n", with + "prefill 2, decode 1 + prefill 2\n"));
   EXPECT_EQ(s.engine.string_key("envelope_warmup_classes"), "prefill 2, decode 1 + prefill 2");
   EXPECT_EQ(load(kBase).engine.string_key("envelope_warmup_classes"), "");
+  // Empty is the same as unset (envelope-warmup skips itself).
+  EXPECT_EQ(load(replace(kBase, "  block_size: 16\n", with + "''\n")).engine.string_key("envelope_warmup_classes"), "");
   expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "prefill two\n")), 9,
             "engine.envelope_warmup_classes", "is not of the form");
   expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "prefill 2,decode 1\n")), 9,
