@@ -159,7 +159,7 @@ void Engine::do_envelope() {
       snapshot();
     }
     if (c.label.rfind("prefill ", 0) == 0) {
-      const size_t now_reached = rt.reached_keys().size();
+      const size_t now_reached = rt.reached_key_count();
       if (now_reached > reached_count) prefill_reps.push_back(c.tokens);
       reached_count = now_reached;
     }

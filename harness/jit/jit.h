@@ -425,6 +425,8 @@ class JitRuntime {
   /// The compile-key texts (CompileKey::str()) ensure() saw while key-only mode was on, held
   /// or not, each once, sorted.
   std::vector<std::string> reached_keys() const;
+  /// How many keys reached_keys() would list, without copying them.
+  size_t reached_key_count() const;
   void clear_reached_keys();
   /// With key-only mode off (throws Error while it is on): compiles, through ensure() as any
   /// launch would (on-disk cache, compile memo, monitor record with compile_ms), each key

@@ -635,10 +635,12 @@ TEST(Runtime, KeyOnlyModeRecordsNewKeysWithoutCompiling) {
   EXPECT_EQ(list_dir(dir.path).size(), files) << "key-only mode wrote to the kernel cache";
   const std::vector<std::string> reached = rt.reached_keys();
   ASSERT_EQ(reached.size(), 3u);
+  EXPECT_EQ(rt.reached_key_count(), 3u);
   EXPECT_TRUE(std::is_sorted(reached.begin(), reached.end()));
   EXPECT_NE(std::find(reached.begin(), reached.end(), held.key_text), reached.end());
   rt.clear_reached_keys();
   EXPECT_TRUE(rt.reached_keys().empty());
+  EXPECT_EQ(rt.reached_key_count(), 0u);
   rt.set_key_only(false);
   const CompiledKernel& real = rt.ensure(k, block256, axpy_args(4096, 64));
   EXPECT_TRUE(is_elf(real.cubin));

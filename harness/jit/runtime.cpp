@@ -678,6 +678,11 @@ std::vector<std::string> JitRuntime::reached_keys() const {
   return {impl_->reached.begin(), impl_->reached.end()};
 }
 
+size_t JitRuntime::reached_key_count() const {
+  std::lock_guard<std::mutex> lock(impl_->key_only_mu);
+  return impl_->reached.size();
+}
+
 void JitRuntime::clear_reached_keys() {
   std::lock_guard<std::mutex> lock(impl_->key_only_mu);
   impl_->reached.clear();
