@@ -351,6 +351,44 @@ std::string compile_list(const std::vector<const StrategyResult*>& rows) {
   return s + "</tbody></table>\n";
 }
 
+// Envelope coverage (`coldstart coverage`): per strategy the classes swept, reachable keys, those
+// startup covered or the disk cache holds, the cold ones and their compile time; then each
+// strategy's cold keys by kernel with the classes that first reach them. "" for other runs.
+std::string coverage_block(const RunResults& run) {
+  const std::vector<detail::CoverageRow> cov = detail::coverage_rows(run);
+  if (cov.empty()) return "";
+  std::string s =
+      "<h3>Serving envelope coverage</h3>\n<table class=\"results\"><thead><tr><th>strategy</th>"
+      "<th>classes</th><th>reachable keys</th><th>at startup</th><th>on disk</th><th>cold</th>"
+      "<th>cold compile</th></tr></thead><tbody>\n";
+  for (const detail::CoverageRow& c : cov) {
+    const std::string classes =
+        c.stopped_at.empty() ? std::to_string(c.classes)
+                             : fmt::format("{} of {} (stopped in {}{})", c.classes_run, c.classes,
+                                           c.stopped_at, c.unfinished ? ", unfinished" : "");
+    s += fmt::format(
+        "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+        esc(detail::label(*c.result)), esc(classes), c.reached, c.at_startup, c.on_disk, c.cold,
+        c.cold_compile_ms ? esc(fmt::format("{:.1f} s", *c.cold_compile_ms / 1000.0)) : "–");
+  }
+  s += "</tbody></table>\n<p class=\"meta\">One key-only step per class; the keys startup left "
+       "cold then compiled once each to time them.</p>\n";
+  for (const detail::CoverageRow& c : cov) {
+    if (c.cold_kernels.empty()) continue;
+    s += fmt::format("<details><summary>Cold after {} ({} keys)</summary><ul>\n",
+                     esc(detail::label(*c.result)), c.cold);
+    for (const detail::ColdKernel& k : c.cold_kernels)
+      s += "<li>" + esc(detail::cold_kernel_text(k)) + "</li>\n";
+    s += "</ul>\n";
+    if (!c.warmup_classes.empty())
+      s += "<p>Warm them at startup: <code>envelope-warmup</code> with "
+           "<code>engine.envelope_warmup_classes: " + esc(c.warmup_classes) + "</code></p>\n";
+    s += "</details>\n";
+  }
+  return s;
+}
+
 std::string errors_block(const std::vector<const StrategyResult*>& rows) {
   std::string s;
   for (const StrategyResult* r : rows) {
@@ -418,8 +456,9 @@ pre { background: #fbf3f3; border-left: 3px solid #c62828; padding: 8px; white-s
 
 std::string render_html(const std::vector<RunResults>& runs) {
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n";
-  out += "<title>coldstart replay report</title>\n<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n";
-  out += "<h1>coldstart replay report</h1>\n";
+  const std::string title = detail::report_title(runs) + " report";
+  out += "<title>" + esc(title) + "</title>\n<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n";
+  out += "<h1>" + esc(title) + "</h1>\n";
   if (runs.empty()) return out + "<p class=\"none\">No results.</p>\n</body>\n</html>\n";
   out += "<p class=\"meta\">" + meta_line(runs.front().meta) + "</p>\n";
 
@@ -485,6 +524,7 @@ std::string render_html(const std::vector<RunResults>& runs) {
       std::string errors = errors_block(rows);
       if (!errors.empty()) out += "<h4>Errors</h4>\n" + errors;
     }
+    out += coverage_block(run);
     out += "</section>\n";
   }
   out += "<p class=\"meta\">Times in milliseconds; MB = 2^20 bytes per workspace slot; – = not measured or "

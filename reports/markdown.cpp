@@ -316,7 +316,7 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
 }  // namespace
 
 std::string render_markdown(const std::vector<RunResults>& runs, size_t max_bytes) {
-  std::string head = "## coldstart replay\n\n";
+  std::string head = "## " + detail::report_title(runs) + "\n\n";
   if (runs.empty()) return head + "(no results)\n";
   const std::string first_device = device_line(runs.front().meta);
   head += first_device + "\n";

@@ -217,6 +217,14 @@ struct CoverageRow {
 /// The coverage rows of `run`'s results that carry extra.envelope, in result order.
 std::vector<CoverageRow> coverage_rows(const RunResults& run);
 
+/// True when some result of `run` carries extra.envelope: a `coldstart coverage` (replay
+/// --envelope) run, which replays the envelope's classes instead of the scenario's requests.
+bool is_envelope_run(const RunResults& run);
+
+/// "coldstart coverage" when every run of `runs` is an envelope run (and there is one), else
+/// "coldstart replay": the reports' title.
+std::string report_title(const std::vector<RunResults>& runs);
+
 /// "fused_moe_gemm 4 (prefill 17 x2, prefill 129 x2)": one ColdKernel in a line.
 std::string cold_kernel_text(const ColdKernel& k);
 

@@ -533,10 +533,19 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
 TEST_F(ReplayE2E, CoverageWarmerClosesTheEnvelope) {
   const std::string small = " --set engine.max_num_batched_tokens=256 --set engine.max_model_len=2048";
   const std::string json = paths::join(dir_, "cov.json"), md = paths::join(dir_, "cov.md"),
-                    out = paths::join(dir_, "cov.txt");
+                    out = paths::join(dir_, "cov.txt"), html = paths::join(dir_, "cov.html");
   ASSERT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --strategy none --json " + json +
-                              " --md " + md + small, out),
+                              " --md " + md + " --html " + html + small, out),
             0) << read_text(out);
+  // Every report names the command, and the cold keys' compile time is what the verdict
+  // charges (key-only records carry no compile time of their own).
+  EXPECT_NE(read_text(out).find("coldstart coverage: qwen3-8b-bf16"), std::string::npos) << read_text(out);
+  EXPECT_EQ(read_text(out).find("hot-path compile time: 0 for every strategy"), std::string::npos)
+      << read_text(out);
+  EXPECT_EQ(read_text(md).rfind("## coldstart coverage", 0), 0u) << read_text(md);
+  EXPECT_NE(read_text(html).find("<h1>coldstart coverage report</h1>"), std::string::npos);
+  EXPECT_NE(read_text(html).find("<h3>Serving envelope coverage</h3>"), std::string::npos);
+  EXPECT_NE(read_text(html).find("Cold after none"), std::string::npos);
   const nlohmann::json j = nlohmann::json::parse(read_text(json));
   std::vector<std::string> warm;  // every variant's classes, in order, once each
   for (const auto& r : j.at("results")) {
