@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
                   "which each strategy compiles at startup and which it leaves cold; "
                   "compile-only");
   cli::add_run_options(coverage, ca);  // each result's extra.envelope holds the coverage
+  // Coverage steps are key-only: it runs no kernel, so --device takes compile-only (or auto,
+  // which it reads the same way) and refuses cuda.
+  coverage->get_option("--device")->description(
+      "compile-only (the default here; coverage runs no kernel, so cuda is refused)");
 
   std::string child_job_file;
   CLI::App* child = app.add_subcommand("_child", "internal: one strategy's job, reporting on fd 3");

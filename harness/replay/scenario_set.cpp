@@ -170,7 +170,10 @@ void apply_set_overrides(Checker& c, YAML::Node root, const std::vector<std::str
     std::string label = "--set " + key;
     Resolved r = resolve_key(key);
     if (!r.error.empty()) {
-      c.fail_raw(fmt::format("{}: key '{}': {}", label, key, r.error));
+      // "unknown key 'K'..." names the key already: not a third time.
+      c.fail_raw(r.error.rfind("unknown key '", 0) == 0
+                     ? fmt::format("{}: {}", label, r.error)
+                     : fmt::format("{}: key '{}': {}", label, key, r.error));
       continue;
     }
     YAML::Node value;
@@ -219,7 +222,10 @@ void apply_variant_overrides(Checker& c, YAML::Node root, const Variant& variant
   for (const auto& [key, text_value] : variant.overrides) {
     Resolved r = resolve_key(key);
     if (!r.error.empty()) {
-      c.fail_raw(fmt::format("{}: key '{}': {}", label, key, r.error));
+      // "unknown key 'K'..." names the key already: not a third time.
+      c.fail_raw(r.error.rfind("unknown key '", 0) == 0
+                     ? fmt::format("{}: {}", label, r.error)
+                     : fmt::format("{}: key '{}': {}", label, key, r.error));
       continue;
     }
     // Prefer the matrix's own node, so problems point into the file.

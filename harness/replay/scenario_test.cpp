@@ -763,6 +763,11 @@ TEST_F(ScenarioFiles, SetUnknownKey) {
   err = error_of(kBase, {"engine.max_num_seq=4"});
   EXPECT_NE(err.find("--set engine.max_num_seq:"), std::string::npos) << err;
   EXPECT_NE(err.find("did you mean 'max_num_seqs'?"), std::string::npos) << err;
+  // The argument and the message name the key; it is not repeated a third time.
+  err = error_of(kBase, {"engine.nonsense=4"});
+  EXPECT_NE(err.find("--set engine.nonsense: unknown key 'engine.nonsense'"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("key 'engine.nonsense': unknown"), std::string::npos) << err;
   err = error_of(kBase, {"max_num_seqs.x=4"});
   EXPECT_NE(err.find("did you mean 'engine.max_num_seqs'?"), std::string::npos) << err;
   err = error_of(kBase, {"model.overrides.num_hiden_layers=2"});
