@@ -6,8 +6,11 @@
 //
 // The step is the engine's own warmup entry point, not a list of keys compiled blindly: vLLM V1
 // warms its compile sizes the same way, Worker.compile_or_warm_up_model
-// (vllm/v1/worker/gpu_worker.py) calling model_runner._dummy_run(size) for each size that is
-// not a capture size, before kernel_warmup and capture_model. A class is a batch shape rather
+// (vllm/v1/worker/gpu_worker.py at vllm-project/vllm 0012cf69) calling
+// model_runner._dummy_run(size) for each compile size that is not a capture size, before
+// capture_model. Like those dummy runs, these steps run before the capture, unpadded: a class
+// whose steps after capture are padded to a piecewise capture size can reach a key with other
+// strides than its warmup step (coverage then still lists that key cold). A class is a batch shape rather
 // than a token count only because the envelope's keys also follow the batch's metadata (cached
 // context, number of sequences); the classes run in the order listed.
 #include <fmt/format.h>
