@@ -14,8 +14,9 @@
 //                 n = 1 .. min(max_num_batched_tokens, max_model_len - 1 - max_num_batched_tokens);
 //   decode B      B sequences of one new token each, B = 1 .. max_num_seqs;
 //   decode B + prefill N
-//                 B decode rows first, then a fresh prompt of N tokens (vLLM's scheduler puts
-//                 running requests' decodes ahead of a new prompt): B = 1 .. max_num_seqs - 1,
+//                 B decode rows first, then a fresh prompt of N tokens (vLLM's V1 scheduler
+//                 takes the RUNNING requests before the WAITING ones, Scheduler.schedule in
+//                 vllm/v1/core/sched/scheduler.py at b4622cf9): B = 1 .. max_num_seqs - 1,
 //                 N each prefill length at which the prefill sweep reached a new key
 //                 (mixed_classes: derived, not every N).
 // Mixed batches with a later chunk, several prefills, and speculative verify rows are not
