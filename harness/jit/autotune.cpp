@@ -388,7 +388,7 @@ Selection autotune(JitRuntime& rt, const KernelSource& kernel, const std::string
                    const std::vector<KernelConfig>& candidates,
                    const std::function<void(const KernelConfig&)>& run_once, void* stream,
                    const AutotuneOptions& options) {
-  return rt.autotuner().tune(kernel.name, detail::hex64(detail::fnv1a_cstr(kernel.source)),
+  return rt.autotuner().tune(kernel.name, detail::hex64(detail::source_hash(kernel.source)),
                              tuning_key, candidates, run_once, stream, options);
 }
 

@@ -1,5 +1,8 @@
 // Compile keys and Triton-style argument specialization. See jit.h.
 #include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -9,6 +12,28 @@
 namespace coldstart::jit {
 
 namespace detail {
+
+uint64_t source_hash(const char* source) {
+  if (source == nullptr) return fnv1a_cstr(source);
+  struct Known {
+    std::string text;
+    uint64_t hash;
+  };
+  static std::mutex mu;
+  static std::unordered_map<const char*, Known> known;
+  const size_t n = std::strlen(source);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(source);
+    if (it != known.end() && it->second.text.size() == n &&
+        std::memcmp(it->second.text.data(), source, n) == 0)
+      return it->second.hash;
+  }
+  const uint64_t h = fnv1a_cstr(source);
+  std::lock_guard<std::mutex> lock(mu);
+  known[source] = Known{std::string(source, n), h};
+  return h;
+}
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
@@ -231,7 +256,7 @@ CompileKey make_compile_key(const KernelSource& kernel, const std::vector<Conste
   check_launch_args(kernel, args);
   CompileKey key;
   key.kernel = kernel.name;
-  key.source_hash = detail::fnv1a_cstr(kernel.source);
+  key.source_hash = detail::source_hash(kernel.source);
   key.constexprs = constexprs;
   key.arch = arch;
   key.compiler = compiler;

@@ -27,6 +27,12 @@ inline uint64_t fnv1a_cstr(const char* s, uint64_t h = kFnvOffset) {
   return h;
 }
 
+/// fnv1a_cstr(source) of a kernel's source text, remembered per text: every launch's compile key
+/// carries it, and hashing tens of kilobytes a byte at a time on each key was the largest single
+/// cost of a key-only envelope sweep. The remembered text is compared in full before its hash is
+/// reused (a test may build a new source at an address an earlier one used). Thread-safe.
+uint64_t source_hash(const char* source);
+
 /// Milliseconds of host wall time since `t0`.
 inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -260,6 +260,19 @@ TEST(CompileKey, DigestIsStable) {
   // source_hash is FNV-1a 64: of "" it is the offset basis.
   KernelSource empty{"e", "e", "", {}, {}};
   EXPECT_EQ(make_compile_key(empty, {}, {}, "sm_90", "c").source_hash, 0xcbf29ce484222325ull);
+  // The hash is remembered per source text: a text rewritten in place (same address, same
+  // length) hashes anew, and the first text's hash comes back with its text.
+  char text[] = "__global__ void k() {}";
+  KernelSource in_place{"k", "k", text, {}, {}};
+  const uint64_t first = make_compile_key(in_place, {}, {}, "sm_90", "c").source_hash;
+  EXPECT_EQ(make_compile_key(in_place, {}, {}, "sm_90", "c").source_hash, first);
+  text[16] = 'j';
+  const uint64_t second = make_compile_key(in_place, {}, {}, "sm_90", "c").source_hash;
+  EXPECT_NE(second, first);
+  KernelSource copy{"k", "k", "__global__ void j() {}", {}, {}};
+  EXPECT_EQ(make_compile_key(copy, {}, {}, "sm_90", "c").source_hash, second);
+  text[16] = 'k';
+  EXPECT_EQ(make_compile_key(in_place, {}, {}, "sm_90", "c").source_hash, first);
 }
 
 // ---------------------------------------------------------------- NVRTC
