@@ -80,9 +80,13 @@ inline int wait_status(pid_t pid) {
 
 /// The children of `pid` now (Linux /proc/<pid>/task/<pid>/children).
 inline std::vector<pid_t> children_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  // Each thread lists the children it started (--jobs starts them from worker threads).
   std::vector<pid_t> out;
-  for (long p; in >> p;) out.push_back(static_cast<pid_t>(p));
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const std::string& t : paths::directory_entries(tasks).value_or(std::vector<std::string>{})) {
+    std::ifstream in(tasks + "/" + t + "/children");
+    for (long p; in >> p;) out.push_back(static_cast<pid_t>(p));
+  }
   return out;
 }
 

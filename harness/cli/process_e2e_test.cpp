@@ -142,6 +142,38 @@ TEST_F(ReplayE2E, SigintKeepsWhatFinishedRecordsTheRunningStrategyAndStopsItsChi
       << read_text(cmp);
 }
 
+/// --jobs 2 (compile-only): two strategies run side by side, each in its own child. Ctrl-C stops
+/// both (each recorded as interrupted, in job order), starts no other, leaves no child, and the
+/// run exits 130; a GPU run, a run in this process and 0 jobs are refused before anything runs.
+TEST_F(ReplayE2E, JobsRunStrategiesSideBySideAndSigintStopsEveryChild) {
+  const std::string json = paths::join(dir_, "r.json"), out = paths::join(dir_, "out.txt");
+  // Every strategy stalls in load_weights (fault injection) until it is stopped.
+  const pid_t pid = start_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only "
+                                    "--arch sm_90 --jobs 2 --json " + json,
+                                    out, "COLDSTART_STALL_IN_PHASE=load_weights");
+  ASSERT_GT(pid, 0);
+  std::vector<pid_t> kids;
+  const bool both = within(300, [&] { return (kids = children_of(pid)).size() == 2; });
+  if (!both) ::kill(pid, SIGKILL);
+  ASSERT_TRUE(both) << read_text(out);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(wait_status(pid), 130) << read_text(out);
+  for (pid_t k : kids) EXPECT_TRUE(within(3, [&] { return gone(k); })) << "child " << k << " left running";
+  const auto results = results_so_far(json);
+  ASSERT_EQ(results.size(), 2u) << read_text(out);
+  EXPECT_EQ(results[0].strategy, "none");
+  EXPECT_EQ(results[1].strategy, "aot-prefill-warmup");
+  for (const StrategyResult& r : results) EXPECT_EQ(r.outcome, Outcome::kInterrupted) << r.strategy;
+  EXPECT_NE(read_text(out).find("strategy run(s) not started"), std::string::npos) << read_text(out);
+
+  for (const char* bad : {"--device cuda --jobs 2", "--device compile-only --jobs 0",
+                          "--device compile-only --jobs 2 --no-isolate"}) {
+    EXPECT_EQ(run_coldstart(std::string("replay scenarios/qwen3-8b-bf16.yaml ") + bad, out), 2) << bad;
+    EXPECT_NE(read_text(out).find("--jobs"), std::string::npos) << bad << ": " << read_text(out);
+  }
+}
+
 /// SIGTERM (a CI job cancelled) while the first strategy runs: it is recorded as interrupted,
 /// nothing else runs, exit status 143, and no temporary directory is left.
 TEST_F(ReplayE2E, SigtermInTheFirstStrategyExits143) {
@@ -180,7 +212,7 @@ TEST_F(ReplayE2E, TheChildDiesWithAParentKilledBySigkill) {
   // The child stalls in kernel_warmup for ever: only its parent's death can end it.
   const pid_t pid = start_coldstart("replay scenarios/qwen3-8b-turboquant.yaml --device "
                                     "compile-only --arch sm_90 --strategy tq-decode-warmup",
-                                    out, "COLDSTART_STALL_IN_PHASE=kernel_warmup");
+                                    out, "COLDSTART_STALL_IN_PHASE=load_weights");
   ASSERT_GT(pid, 0);
   std::vector<pid_t> kids;
   ASSERT_TRUE(within(120, [&] { return !(kids = children_of(pid)).empty(); })) << read_text(out);

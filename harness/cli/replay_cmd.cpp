@@ -9,6 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <thread>
 #include <cstdlib>
 #include <ctime>
 #include <csignal>
@@ -182,31 +188,32 @@ StrategyResult interrupted_repeats(std::vector<StrategyResult> reps, int wanted)
 class Progress {
  public:
   Progress(size_t total, ProgressMode mode) : total_(total), mode_(mode) {}
+  // Thread-safe: with --jobs several strategy runs report at once (a live line then shows the
+  // latest report of any of them).
   void start(size_t index, const std::string& label) {
-    job_start_ = Clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    job_start_[index] = Clock::now();
     if (mode_ == ProgressMode::kPlain) {
       std::cerr << fmt::format("[{}/{}] {}: started ({:.1f} s into the run)\n", index + 1, total_,
                                reports::detail::terminal_text(label), seconds(start_))
                 << std::flush;
     }
-    update(index, label, "");
+    update_locked(index, label, "");
   }
   void update(size_t index, const std::string& label, const std::string& phase) {
-    if (mode_ != ProgressMode::kLive) return;
-    std::cerr << fmt::format("\r\033[K[{}/{}] {}{} ({:.1f} s)", index + 1, total_,
-                             reports::detail::terminal_text(label),
-                             phase.empty() ? "" : ": " + reports::detail::terminal_text(phase),
-                             seconds(start_))
-              << std::flush;
+    std::lock_guard<std::mutex> lock(mu_);
+    update_locked(index, label, phase);
   }
   void done(size_t index, const std::string& label, const StrategyResult& r) {
+    std::lock_guard<std::mutex> lock(mu_);
     if (mode_ == ProgressMode::kNone) return;
+    const auto it = job_start_.find(index);
     std::cerr << fmt::format("{}[{}/{}] {}: {}{} in {:.1f} s\n",
                              mode_ == ProgressMode::kLive ? "\r\033[K" : "", index + 1, total_,
                              reports::detail::terminal_text(label), outcome_name(r.outcome),
                              r.failed_phase ? " in " + reports::detail::terminal_text(*r.failed_phase)
                                             : std::string(),
-                             seconds(job_start_))
+                             seconds(it == job_start_.end() ? start_ : it->second))
               << std::flush;
   }
 
@@ -215,10 +222,19 @@ class Progress {
   static double seconds(Clock::time_point since) {
     return std::chrono::duration<double>(Clock::now() - since).count();
   }
+  void update_locked(size_t index, const std::string& label, const std::string& phase) {
+    if (mode_ != ProgressMode::kLive) return;
+    std::cerr << fmt::format("\r\033[K[{}/{}] {}{} ({:.1f} s)", index + 1, total_,
+                             reports::detail::terminal_text(label),
+                             phase.empty() ? "" : ": " + reports::detail::terminal_text(phase),
+                             seconds(start_))
+              << std::flush;
+  }
+  std::mutex mu_;
   size_t total_;
   ProgressMode mode_;
   Clock::time_point start_ = Clock::now();
-  Clock::time_point job_start_ = start_;
+  std::map<size_t, Clock::time_point> job_start_;
 };
 
 struct Job {
@@ -420,32 +436,42 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   int harness_errors = 0;
   std::string write_failed;  // the last results write's error, "" when it succeeded
   size_t not_run = 0;        // strategies an interrupt kept from starting
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    if (interrupted()) {
-      not_run = jobs.size() - j;
-      break;
-    }
-    const Job& job = jobs[j];
+  const auto label_of = [&](const Job& job) {
     const Scenario& s = scenarios[job.scenario];
-    const std::string label = (scenarios.size() > 1 ? s.name + ": " : std::string()) +
-                              job.strategy->name +
-                              (s.variants[job.variant].name.empty()
-                                   ? ""
-                                   : " [" + s.variants[job.variant].name + "]");
+    return (scenarios.size() > 1 ? s.name + ": " : std::string()) + job.strategy->name +
+           (s.variants[job.variant].name.empty() ? ""
+                                                 : " [" + s.variants[job.variant].name + "]");
+  };
+  // One job's runs (--repeat), folded into its result. Safe to call from several threads: the
+  // cache views are taken and merged one at a time.
+  std::mutex cache_mu;
+  const auto run_one = [&](size_t j) {
+    const Job& job = jobs[j];
+    const std::string label = label_of(job);
     std::vector<StrategyResult> reps;
     for (int k = 0; k < a.repeat; ++k) {
       if (k > 0 && interrupted()) break;
       const std::string lab = a.repeat > 1 ? fmt::format("{} (run {}/{})", label, k + 1, a.repeat) : label;
       progress.start(j, lab);
       ReplayArgs ja = a;
-      if (cache_views) ja.cache_dir = cache_views->begin_job();
-      reps.push_back(run_job(ja, inputs, s, job, j * a.repeat + k,
+      if (cache_views) {
+        std::lock_guard<std::mutex> lock(cache_mu);
+        ja.cache_dir = cache_views->begin_job();
+      }
+      reps.push_back(run_job(ja, inputs, scenarios[job.scenario], job, j * a.repeat + k,
                              [&](const std::string& phase) { progress.update(j, lab, phase); }));
-      if (cache_views) cache_views->end_job(ja.cache_dir);
+      if (cache_views) {
+        std::lock_guard<std::mutex> lock(cache_mu);
+        cache_views->end_job(ja.cache_dir);
+      }
       if (reps.back().outcome == Outcome::kInterrupted) break;
     }
-    StrategyResult r = interrupted_repeats(std::move(reps), a.repeat);
-    progress.done(j, label, r);
+    return interrupted_repeats(std::move(reps), a.repeat);
+  };
+  // Takes job j's result into its run, in job order, and writes the outputs.
+  const auto record = [&](size_t j, StrategyResult r) {
+    const Job& job = jobs[j];
+    progress.done(j, label_of(job), r);
     if (r.outcome == Outcome::kError) ++harness_errors;
     RunResults& run = runs[job.scenario];
     run.results.push_back(std::move(r));
@@ -466,6 +492,87 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
                                                                  "at the end\n";
       write_failed = e.what();
     }
+  };
+  if (a.jobs <= 1) {
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (interrupted()) {
+        not_run = jobs.size() - j;
+        break;
+      }
+      record(j, run_one(j));
+    }
+  } else {
+    // --jobs N (compile-only): N workers take the jobs in order, each running its strategy in its
+    // own child; this thread records the results in job order as they come. A job replaying
+    // every rank (several processes and their rendezvous) runs alone. After an interrupt no job
+    // starts; the running ones are stopped by their run_child and recorded. A child started from
+    // a worker gets SIGKILL when that thread ends (PR_SET_PDEATHSIG follows the thread,
+    // isolate::die_with_parent): each worker waits for its child in run_child, so none ends first.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::shared_mutex alone;
+    size_t next = 0, workers_left = 0;
+    bool stop_taking = false;
+    std::vector<std::optional<StrategyResult>> out(jobs.size());
+    std::vector<std::exception_ptr> failed(jobs.size());
+    const auto worker = [&] {
+      for (;;) {
+        size_t j;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (next >= jobs.size() || interrupted() || stop_taking) break;
+          j = next++;
+        }
+        std::optional<StrategyResult> r;
+        std::exception_ptr err;
+        try {
+          const Job& job = jobs[j];
+          if (replays_all_ranks(inputs.child_scenario(job.scenario, job.variant).engine)) {
+            std::unique_lock<std::shared_mutex> excl(alone);
+            r = run_one(j);
+          } else {
+            std::shared_lock<std::shared_mutex> shared(alone);
+            r = run_one(j);
+          }
+        } catch (...) {
+          err = std::current_exception();
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          out[j] = std::move(r);
+          failed[j] = err;
+          if (err) stop_taking = true;  // as one at a time: a harness fault ends the run
+        }
+        cv.notify_all();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        --workers_left;
+      }
+      cv.notify_all();
+    };
+    std::vector<std::thread> pool;
+    workers_left = std::min<size_t>(static_cast<size_t>(a.jobs), jobs.size());
+    const size_t num_workers = workers_left;
+    for (size_t w = 0; w < num_workers; ++w) pool.emplace_back(worker);
+    std::exception_ptr first_error;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return out[j] || failed[j] || (j >= next && workers_left == 0); });
+      if (failed[j]) {
+        if (!first_error) first_error = failed[j];
+        continue;
+      }
+      if (!out[j]) {  // never started: an interrupt came first
+        not_run = jobs.size() - j;
+        break;
+      }
+      StrategyResult r = std::move(*out[j]);
+      lock.unlock();
+      if (!first_error) record(j, std::move(r));
+    }
+    for (std::thread& t : pool) t.join();
+    if (first_error) std::rethrow_exception(first_error);
   }
   if (!write_failed.empty()) {
     try {

@@ -529,6 +529,38 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
                           out), 2);
 }
 
+/// `coverage --jobs 2` runs two strategies at once and finds what one at a time finds: the same
+/// results in the same order, each with the same classes, reachable keys, cold keys and the
+/// classes that reach them.
+TEST_F(ReplayE2E, CoverageJobsFindWhatOneAtATimeFinds) {
+  const std::string small = " --set engine.max_num_batched_tokens=256 --set engine.max_model_len=2048"
+                            " --strategy none --strategy aot-prefill-warmup";
+  const std::string one = paths::join(dir_, "one.json"), two = paths::join(dir_, "two.json"),
+                    out = paths::join(dir_, "cov.txt");
+  ASSERT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --json " + one + small, out), 0)
+      << read_text(out);
+  ASSERT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --jobs 2 --json " + two + small, out), 0)
+      << read_text(out);
+  const nlohmann::json a = nlohmann::json::parse(read_text(one)), b = nlohmann::json::parse(read_text(two));
+  ASSERT_EQ(a.at("results").size(), 4u);
+  ASSERT_EQ(b.at("results").size(), a.at("results").size());
+  auto cold_of = [](const nlohmann::json& e) {
+    std::set<std::pair<std::string, std::string>> keys;  // (key, first class)
+    for (const auto& c : e.at("cold")) keys.emplace(c.at("key"), c.at("class"));
+    return keys;
+  };
+  for (size_t i = 0; i < a.at("results").size(); ++i) {
+    const auto& x = a.at("results")[i];
+    const auto& y = b.at("results")[i];
+    EXPECT_EQ(x.at("strategy"), y.at("strategy")) << i;
+    EXPECT_EQ(x.at("variant"), y.at("variant")) << i;
+    const auto &ex = x.at("envelope"), &ey = y.at("envelope");
+    for (const char* k : {"classes", "reached_keys", "covered_at_startup", "cold_keys", "warmup_classes"})
+      EXPECT_EQ(ex.at(k), ey.at(k)) << i << " " << k;
+    EXPECT_EQ(cold_of(ex), cold_of(ey)) << i;
+  }
+}
+
 /// `coldstart coverage` and the warmer it generates: the classes coverage lists for a strategy's
 /// cold keys, set as engine.envelope_warmup_classes, make envelope-warmup compile exactly those
 /// keys at startup (0 cold in the envelope, 0 hot-path compiles in the scenario's own

@@ -100,6 +100,15 @@ void validate_run_options(const ReplayArgs& a) {
   if (a.envelope && !known_target(a))
     throw InputError("--envelope runs key-only steps, which need compile-only mode: add --device "
                      "compile-only (and --target for the GPU to cover)");
+  if (a.jobs < 1 || a.jobs > 64)
+    throw InputError(fmt::format("--jobs {}: expected 1 to 64 strategy runs at once", a.jobs));
+  if (a.jobs > 1 && !known_target(a))
+    throw InputError("--jobs runs strategies side by side, which only compile-only mode can (on a "
+                     "GPU each run sizes its KV cache from the whole device's memory): add "
+                     "--device compile-only, or leave --jobs at 1");
+  if (a.jobs > 1 && a.no_isolate)
+    throw InputError("--jobs runs each strategy in its own child; --no-isolate runs them in this "
+                     "process, one at a time");
   if (a.device != "auto" && a.device != "cuda" && a.device != "compile-only") {
     throw InputError("--device '" + a.device + "': expected auto, cuda or compile-only");
   }
@@ -255,6 +264,11 @@ void add_run_options(CLI::App* cmd, ReplayArgs& a) {
                   "auto | live | plain | none: progress on stderr (auto: a live line on a "
                   "terminal, else one plain line per strategy run start and end)")
       ->envname("COLDSTART_PROGRESS")->capture_default_str();
+  cmd->add_option("--jobs,-j", a.jobs,
+                  "compile-only mode: run up to N strategies at once, each in its own child "
+                  "(results keep the one-at-a-time order; a key two runs compile at the same "
+                  "time is measured by both, so fewer are marked reused)")
+      ->envname("COLDSTART_JOBS")->capture_default_str();
   cmd->add_flag("--no-compile-memo", a.no_compile_memo,
                 "compile-only mode: compile every key in every strategy (by default a key "
                 "another strategy of this run compiled is reused with its measured compile "

@@ -54,6 +54,7 @@ struct ReplayArgs {
   std::string graph_replay_stale = "stop";  // --graph-replay-stale: stop | run
   bool host_split = false;  // --host-split: CUPTI split of the engine thread's time (GPU runs)
   bool envelope = false;    // `coldstart coverage`: the serving envelope instead of the requests
+  int jobs = 1;             // --jobs: strategy runs at once (compile-only mode)
   uint64_t seed = 1234;
   // `_job` only: the strategy and variant whose job it prints
   int variant_index = 0;

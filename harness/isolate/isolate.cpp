@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -55,7 +56,25 @@ int raise_fd(int fd) {
 // (sa_mask), so it never nests.
 volatile sig_atomic_t g_first_signal = 0;  // the first SIGINT / SIGTERM, 0 when none
 volatile sig_atomic_t g_signals = 0;       // how many arrived
-volatile sig_atomic_t g_child_group = 0;   // the running child's process group, 0 when none
+// The running children's process groups (several when strategies run in parallel, `--jobs`),
+// 0 in a free slot. Lock-free atomics: the handler reads them.
+constexpr int kMaxChildGroups = 64;
+std::atomic<pid_t> g_child_groups[kMaxChildGroups];
+static_assert(std::atomic<pid_t>::is_always_lock_free, "the signal handler reads these");
+
+// Takes a free slot for `pid` (a child past kMaxChildGroups is still stopped by its run_child
+// loop, only not by the handler's SIGKILL); returns the slot or -1.
+int hold_child_group(pid_t pid) {
+  for (int i = 0; i < kMaxChildGroups; ++i) {
+    pid_t expected = 0;
+    if (g_child_groups[i].compare_exchange_strong(expected, pid)) return i;
+  }
+  return -1;
+}
+void release_child_group(int& slot) {
+  if (slot >= 0) g_child_groups[slot].store(0);
+  slot = -1;
+}
 int g_wake[2] = {-1, -1};                  // the handler writes a byte: poll() wakes at once
 int g_scopes = 0;
 struct sigaction g_old_int, g_old_term, g_old_hup;
@@ -68,7 +87,8 @@ void on_interrupt(int sig) {
   g_signals = g_signals + 1;
   if (g_signals >= 2) {
     // Second signal: the child goes now, without its grace period. Third: the default action.
-    if (g_child_group > 0) ::kill(-static_cast<pid_t>(g_child_group), SIGKILL);
+    for (const std::atomic<pid_t>& g : g_child_groups)
+      if (const pid_t pg = g.load(); pg > 0) ::kill(-pg, SIGKILL);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
@@ -85,10 +105,11 @@ struct RunState {
   bool reaped = false;
   int fds[5] = {-1, -1, -1, -1, -1};  // result r/w, stderr r/w, pidfd
   std::string tmpdir;                 // ChildSpec::private_tmpdir, removed last
+  int group_slot = -1;                // in g_child_groups while the child runs
 
   ~RunState() {
+    release_child_group(group_slot);
     if (pid > 0 && !reaped) {
-      g_child_group = 0;
       ::kill(-pid, SIGKILL);
       ::kill(pid, SIGKILL);
       int status = 0;
@@ -205,7 +226,7 @@ InterruptScope::InterruptScope() {
   g_wake[1] = raise_fd(p[1]);
   g_first_signal = 0;
   g_signals = 0;
-  g_child_group = 0;
+  for (std::atomic<pid_t>& g : g_child_groups) g.store(0);
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
@@ -315,7 +336,7 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
     return spawn_failed(fmt::format("posix_spawn({}): {}", spec.argv[0], std::strerror(rc)));
   }
   st.pid = pid;
-  if (g_scopes > 0) g_child_group = pid;  // a second interrupt kills the group from the handler
+  if (g_scopes > 0) st.group_slot = hold_child_group(pid);  // a second interrupt: SIGKILL from the handler
   RunState::close_fd(res_w);
   RunState::close_fd(err_w);
   ::fcntl(res_r, F_SETFL, ::fcntl(res_r, F_GETFL) | O_NONBLOCK);
@@ -420,6 +441,8 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
       ::usleep(1000);  // should not happen (EINVAL/ENOMEM); do not spin
       continue;
     }
+    // Several run_child loops (parallel strategies) share the wake pipe: the one that drains it
+    // wakes at once, the others see g_signals at their next tick (at most tick_ms later).
     if (i_wake >= 0 && pfd[i_wake].revents) {
       char drain[64];
       while (::read(g_wake[0], drain, sizeof drain) > 0) {
@@ -432,7 +455,7 @@ ChildExit run_child(const ChildSpec& spec, std::function<void(const std::string&
   // The child has ended (still a zombie). Kill whatever it left in its group, take what is
   // already in the pipes without waiting for writers that may still hold them, then reap. The
   // handler forgets the group first: once reaped, its id may be reused.
-  g_child_group = 0;
+  release_child_group(st.group_slot);
   ::kill(-pid, SIGKILL);
   if (res_r >= 0) read_some(res_r, true);
   if (err_r >= 0) read_some(err_r, true);

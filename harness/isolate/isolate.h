@@ -91,7 +91,8 @@ struct ChildExit {
 /// (interrupt_signal()), and run_child stops its child as the watchdog would (SIGTERM to the
 /// group, SIGKILL kKillGraceSeconds later) and returns How::kInterrupted, so the caller can keep
 /// what finished, record the running strategy as interrupted and exit 128 + signal. A second
-/// signal kills the running child's group with SIGKILL at once; a third one ends the process by
+/// signal kills the running children's groups (run_child may run in several threads at once)
+/// with SIGKILL at once; a third one ends the process by
 /// the signal's default action. The destructor restores the handlers found at construction. One
 /// scope at a time per process (nested scopes share the first one's state).
 class InterruptScope {
