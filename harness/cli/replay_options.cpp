@@ -266,8 +266,9 @@ void add_run_options(CLI::App* cmd, ReplayArgs& a) {
       ->envname("COLDSTART_PROGRESS")->capture_default_str();
   cmd->add_option("--jobs,-j", a.jobs,
                   "compile-only mode: run up to N strategies at once, each in its own child "
-                  "(results keep the one-at-a-time order; a key two runs compile at the same "
-                  "time is measured by both, so fewer are marked reused)")
+                  "(results keep the one-at-a-time order; times are measured under the others' "
+                  "load, and a key two runs compile at the same time is measured by both, so "
+                  "fewer are marked reused)")
       ->envname("COLDSTART_JOBS")->capture_default_str();
   cmd->add_flag("--no-compile-memo", a.no_compile_memo,
                 "compile-only mode: compile every key in every strategy (by default a key "
