@@ -552,6 +552,21 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
       cv.notify_all();
     };
     std::vector<std::thread> pool;
+    // Whatever leaves this block (an exception from record included) stops the job taking and
+    // joins every worker first: a running std::thread must never be destroyed.
+    struct JoinAll {
+      std::vector<std::thread>& pool;
+      std::mutex& mu;
+      bool& stop;
+      ~JoinAll() {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          stop = true;
+        }
+        for (std::thread& t : pool)
+          if (t.joinable()) t.join();
+      }
+    } join_all{pool, mu, stop_taking};
     workers_left = std::min<size_t>(static_cast<size_t>(a.jobs), jobs.size());
     const size_t num_workers = workers_left;
     for (size_t w = 0; w < num_workers; ++w) pool.emplace_back(worker);
