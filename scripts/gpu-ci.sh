@@ -134,6 +134,7 @@ if want build; then
   step "configure + build (libtorch from $TORCH_PREFIX, CUDA arch $ARCH)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+       -DCOLDSTART_COMPILE_ALL_ARCHS=ON \
        -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >>"$LOG" 2>&1; then
     echo "configure failed" | tee -a "$LOG"; tail -40 "$LOG"; done_step build FAIL; finish 1
   fi

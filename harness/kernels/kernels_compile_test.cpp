@@ -1,5 +1,6 @@
 // Compiles every runtime-compiled kernel of every family with NVRTC for every arch it declares,
-// one per GPU generation (sm_80, 86, 89, 90, 100, 120 and sm_90a / sm_100a)
+// the target profiles' (sm_86, 90, 100 and sm_90a / sm_100a; with COLDSTART_COMPILE_ALL_ARCHS
+// also sm_80, 89, 120)
 // (KernelSource::min_sm / max_sm / arch_specific) among those this NVRTC supports (no GPU needed),
 // and checks that a plan on an arch a kernel lacks is refused by name. A failure prints the NVRTC
 // log.
@@ -36,12 +37,19 @@ void PrintTo(const ArchGroup& g, std::ostream* os) {
 
 std::vector<ArchGroup> arch_groups() {
   std::vector<ArchGroup> out;
-  // One arch per GPU generation coldstart targets (Ampere A100 / GA10x, Ada, Hopper, Blackwell
-  // datacenter and consumer), and the arch-specific targets of Hopper and Blackwell, among those
-  // this NVRTC supports. Minor variants (sm_87, sm_103, sm_121, ...) compile the same source.
+  // The archs of the target profiles (GA10x sm_86, Hopper sm_90, Blackwell datacenter sm_100)
+  // and, built with COLDSTART_COMPILE_ALL_ARCHS (GPU CI), one arch of every other generation
+  // (Ampere A100 sm_80, Ada sm_89, Blackwell consumer sm_120); the arch-specific targets of
+  // Hopper and Blackwell; among those this NVRTC supports. Minor variants (sm_87, sm_103,
+  // sm_121, ...) compile the same source.
   const auto nvrtc = jit::nvrtc_supported_archs();
   std::vector<std::string> supported;
-  for (const char* a : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+#ifdef COLDSTART_COMPILE_ALL_ARCHS
+  const std::vector<const char*> generations = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"};
+#else
+  const std::vector<const char*> generations = {"sm_86", "sm_90", "sm_100"};
+#endif
+  for (const char* a : generations) {
     if (std::find(nvrtc.begin(), nvrtc.end(), a) == nvrtc.end()) continue;
     supported.push_back(a);
     // Arch-specific targets only where this NVRTC has them (an 11.x toolkit has no sm_90a).
