@@ -618,7 +618,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   if (a.envelope) {
     for (const auto& s : scenarios)
       if (!s.expectations.empty())
-        std::cout << fmt::format("expectations of {}: not checked (an --envelope run replays the "
+        std::cout << fmt::format("expectations of {}: not checked (a coverage run replays the "
                                  "envelope, not the requests)\n", s.name);
   }
   // The scenarios' own tests: every `expect:` rule against this run's results. The verdicts go
