@@ -23,6 +23,16 @@ constexpr size_t kMaxVariantValues = 1000000;
 // ------------------------------------------------------------------------------------------
 // Keys given on the command line or as matrix axes
 
+namespace {
+// The error line of a key resolve_key refused, after `label` (the --set argument or the
+// variant): "unknown key 'K'..." names the key already, so it is not named a third time.
+std::string resolve_error_text(const std::string& label, const std::string& key,
+                               const std::string& error) {
+  return error.rfind("unknown key '", 0) == 0 ? fmt::format("{}: {}", label, error)
+                                              : fmt::format("{}: key '{}': {}", label, key, error);
+}
+}  // namespace
+
 Resolved resolve_key(const std::string& key) {
   Path parts;
   {
@@ -170,10 +180,7 @@ void apply_set_overrides(Checker& c, YAML::Node root, const std::vector<std::str
     std::string label = "--set " + key;
     Resolved r = resolve_key(key);
     if (!r.error.empty()) {
-      // "unknown key 'K'..." names the key already: not a third time.
-      c.fail_raw(r.error.rfind("unknown key '", 0) == 0
-                     ? fmt::format("{}: {}", label, r.error)
-                     : fmt::format("{}: key '{}': {}", label, key, r.error));
+      c.fail_raw(resolve_error_text(label, key, r.error));
       continue;
     }
     YAML::Node value;
@@ -222,10 +229,7 @@ void apply_variant_overrides(Checker& c, YAML::Node root, const Variant& variant
   for (const auto& [key, text_value] : variant.overrides) {
     Resolved r = resolve_key(key);
     if (!r.error.empty()) {
-      // "unknown key 'K'..." names the key already: not a third time.
-      c.fail_raw(r.error.rfind("unknown key '", 0) == 0
-                     ? fmt::format("{}: {}", label, r.error)
-                     : fmt::format("{}: key '{}': {}", label, key, r.error));
+      c.fail_raw(resolve_error_text(label, key, r.error));
       continue;
     }
     // Prefer the matrix's own node, so problems point into the file.
