@@ -336,18 +336,14 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
   std::vector<std::string> inputs_read;
   for (const Scenario& sc : scenarios) inputs_read.insert(inputs_read.end(), {sc.file, sc.model.config_file});
   paths::check_output_paths(outputs, inputs_read, a.force);
+  std::vector<std::string> known;  // the scenarios' strategy names, each once, in order
+  for (const auto& s : scenarios)
+    for (const auto& st : s.strategies)
+      if (std::find(known.begin(), known.end(), st.name) == known.end()) known.push_back(st.name);
   for (const auto& name : a.strategies) {
-    bool found = false;
-    for (const auto& s : scenarios)
-      for (const auto& st : s.strategies) found = found || st.name == name;
-    if (!found) {
-      std::vector<std::string> known;
-      for (const auto& s : scenarios)
-        for (const auto& st : s.strategies)
-          if (std::find(known.begin(), known.end(), st.name) == known.end()) known.push_back(st.name);
+    if (std::find(known.begin(), known.end(), name) == known.end())
       throw InputError(fmt::format("--strategy '{}': in none of the scenarios (their strategies: {})",
                                    name, fmt::join(known, ", ")));
-    }
   }
   if (!a.filter.empty()) {
     check_filter_size(a.filter);
@@ -586,8 +582,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
       lock.unlock();
       if (!first_error) record(j, std::move(r));
     }
-    for (std::thread& t : pool) t.join();
-    if (first_error) std::rethrow_exception(first_error);
+    if (first_error) std::rethrow_exception(first_error);  // join_all joins the workers
   }
   if (!write_failed.empty()) {
     try {
