@@ -505,9 +505,14 @@ bool is_envelope_run(const RunResults& run) {
   return false;
 }
 
+namespace {
+std::string title_text(bool coverage) { return coverage ? "coldstart coverage" : "coldstart replay"; }
+}  // namespace
+
+std::string report_title(const RunResults& run) { return title_text(is_envelope_run(run)); }
+
 std::string report_title(const std::vector<RunResults>& runs) {
-  const bool coverage = !runs.empty() && std::all_of(runs.begin(), runs.end(), is_envelope_run);
-  return coverage ? "coldstart coverage" : "coldstart replay";
+  return title_text(!runs.empty() && std::all_of(runs.begin(), runs.end(), is_envelope_run));
 }
 
 std::string cold_kernel_text(const ColdKernel& k) {

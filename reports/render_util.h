@@ -222,8 +222,9 @@ std::vector<CoverageRow> coverage_rows(const RunResults& run);
 bool is_envelope_run(const RunResults& run);
 
 /// "coldstart coverage" when every run of `runs` is an envelope run (and there is one), else
-/// "coldstart replay": the reports' title.
+/// "coldstart replay": the reports' title; of one run, by is_envelope_run.
 std::string report_title(const std::vector<RunResults>& runs);
+std::string report_title(const RunResults& run);
 
 /// "fused_moe_gemm 4 (prefill 17 x2, prefill 129 x2)": one ColdKernel in a line.
 std::string cold_kernel_text(const ColdKernel& k);

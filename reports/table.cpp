@@ -165,8 +165,7 @@ std::string render_table(const RunResults& raw_run, bool color) {
   const RunMeta& m = run.meta;
   std::string scenario = run.scenario.name.empty() ? "(unnamed scenario)" : run.scenario.name;
   if (!run.scenario.file.empty()) scenario += " (" + run.scenario.file + ")";
-  out += paint(std::string(detail::is_envelope_run(run) ? "coldstart coverage" : "coldstart replay") +
-                   ": " + scenario, kBold) + "\n";
+  out += paint(detail::report_title(run) + ": " + scenario, kBold) + "\n";
   const std::string device = detail::device_text(m);
   out += fmt::format("device: {}  mode: {}  coldstart {}{}\n", device,
                      m.mode.empty() ? "?" : m.mode, m.coldstart_version.empty() ? "?" : m.coldstart_version,
