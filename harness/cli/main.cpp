@@ -25,6 +25,8 @@
 // SIGTERM, 129 for SIGHUP) when interrupted. README.md has the details.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -151,8 +153,37 @@ int main(int argc, char** argv) {
       app.add_subcommand("doctor", "show driver, GPU, versions; check NVRTC, driver load, CUDA graphs");
 
   // Command-line errors read like every other error of the tool ("coldstart: ...").
-  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    return "coldstart: " + CLI::FailureMessage::simple(a, e);
+  // CLI11 2.1 (Debian 12) reads the environment variables of every subcommand without a
+  // parse-complete callback, parsed or not: COLDSTART_JOBS=abc broke `coldstart list`. With one,
+  // a subcommand reads its variables only when it is the command run.
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    sub->parse_complete_callback([] {});
+  // A bad value that came from an environment variable (COLDSTART_JOBS=abc) is named by its
+  // variable too: CLI11 names only the option, which the user may never have typed.
+  app.failure_message([argc, argv](const CLI::App* a, const CLI::Error& e) {
+    std::string msg = "coldstart: " + CLI::FailureMessage::simple(a, e);
+    const std::string what = e.what();
+    std::vector<const CLI::Option*> options = a->get_options();
+    for (const CLI::App* sub : a->get_subcommands())  // the command being run
+      for (const CLI::Option* opt : sub->get_options()) options.push_back(opt);
+    for (const CLI::Option* opt : options) {
+      const std::string& env = opt->get_envname();
+      const char* value = env.empty() ? nullptr : std::getenv(env.c_str());
+      if (value == nullptr || what.find(opt->get_name()) == std::string::npos) continue;
+      bool typed = false;
+      for (int i = 1; i < argc && !typed; ++i) {
+        const std::string arg = argv[i];
+        for (const std::string& n : opt->get_lnames())
+          typed = typed || arg == "--" + n || arg.rfind("--" + n + "=", 0) == 0;
+        for (const std::string& n : opt->get_snames())
+          typed = typed || arg.rfind("-" + n, 0) == 0;
+      }
+      if (!typed)
+        msg.insert(std::min(msg.find('\n'), msg.size()),
+                   " (the value comes from the environment: " + env + "='" +
+                       reports::detail::terminal_text(value, true) + "')");
+    }
+    return msg;
   });
   // A first word that is no command, or an option other than --help / --version before the
   // command: CLI11 would only say that a subcommand is required.

@@ -2,6 +2,8 @@
 // real, nothing launches), and the results file must show the outcomes the scenarios exist to
 // reproduce: crashes and what fixes them, capture and workspace policies, memory per phase, and
 // every shipped scenario meeting its own expect: rules.
+#include <cstdlib>
+
 #include "harness/cli/e2e_fixture.h"
 #include "harness/common/target.h"
 
@@ -672,6 +674,29 @@ TEST_F(ReplayE2E, UnknownCommandIsNamedWithTheCommandsThereAre) {
   EXPECT_EQ(run_coldstart("--version", out), 0) << read_text(out);
   EXPECT_EQ(run_coldstart("", out), 2);
   EXPECT_NE(read_text(out).find("A subcommand is required"), std::string::npos) << read_text(out);
+}
+
+/// A bad value in an environment variable is named by its variable, and breaks only the command
+/// that reads it (CLI11 2.1 read every subcommand's variables, so COLDSTART_JOBS=abc broke `list`).
+TEST_F(ReplayE2E, ABadEnvironmentValueNamesItsVariable) {
+  const std::string out = paths::join(dir_, "out.txt");
+  ::setenv("COLDSTART_JOBS", "abc", 1);
+  const int list_rc = run_coldstart("list scenarios/qwen3-8b-bf16.yaml", out);
+  const std::string list_text = read_text(out);
+  const int replay_rc = run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only "
+                                      "--arch sm_90", out);
+  const std::string replay_text = read_text(out);
+  const int typed_rc = run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --jobs x", out);
+  const std::string typed_text = read_text(out);
+  ::unsetenv("COLDSTART_JOBS");
+  EXPECT_EQ(list_rc, 0) << list_text;
+  EXPECT_EQ(replay_rc, 2) << replay_text;
+  EXPECT_NE(replay_text.find("--jobs = abc (the value comes from the environment: "
+                             "COLDSTART_JOBS='abc')"), std::string::npos) << replay_text;
+  // typed on the command line: the variable is not what is wrong
+  EXPECT_EQ(typed_rc, 2) << typed_text;
+  EXPECT_NE(typed_text.find("--jobs = x"), std::string::npos) << typed_text;
+  EXPECT_EQ(typed_text.find("COLDSTART_JOBS"), std::string::npos) << typed_text;
 }
 
 /// The binary records the commit it was built from, read at build time (a stale configure-time
