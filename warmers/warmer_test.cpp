@@ -233,5 +233,52 @@ TEST(Warmers, TqDecodeWarmupRunsEachDistinctConfigOnceWithDecodeAndContinuation)
   }
 }
 
+/// The envelope class labels envelope-warmup and the coverage sweep share: rows, slots, cached
+/// and new tokens of each form; anything else is nullopt.
+TEST(Warmers, EnvelopeClassLabelsGiveTheirBatches) {
+  auto steps = [](const char* label) { return envelope_class_steps(label, 16); };
+  const auto mixed = steps("decode 2 after 17 + prefill 5");
+  ASSERT_TRUE(mixed.has_value());
+  ASSERT_EQ(mixed->size(), 3u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ((*mixed)[r].context_len, 17);
+    EXPECT_EQ((*mixed)[r].query_len, 1);
+    EXPECT_EQ((*mixed)[r].req_slot, r);
+    EXPECT_EQ((*mixed)[r].blocks.size(), 2u);  // 18 tokens in 16-token blocks
+  }
+  EXPECT_EQ((*mixed)[2].context_len, 0);
+  EXPECT_EQ((*mixed)[2].query_len, 5);
+  EXPECT_EQ((*mixed)[2].req_slot, 2);
+  const auto plain = steps("decode 2 + prefill 5");
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ((*plain)[0].context_len, 1);
+  EXPECT_EQ((*plain)[2].query_len, 5);
+  const auto after = steps("decode 3 after 16");
+  ASSERT_TRUE(after.has_value());
+  ASSERT_EQ(after->size(), 3u);
+  EXPECT_EQ((*after)[2].context_len, 16);
+  EXPECT_EQ((*after)[2].req_slot, 2);
+  EXPECT_EQ(steps("decode 3")->at(0).context_len, 1);
+  EXPECT_EQ(steps("continue 4 after 2048")->at(0).context_len, 2048);
+  const auto two = steps("prefill 3 + prefill 20");
+  ASSERT_TRUE(two.has_value());
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].query_len, 3);
+  EXPECT_EQ((*two)[1].query_len, 20);
+  EXPECT_EQ((*two)[1].context_len, 0);
+  EXPECT_EQ((*two)[1].req_slot, 1);
+  const auto chunk = steps("decode 2 + continue 5 after 2047");
+  ASSERT_TRUE(chunk.has_value());
+  ASSERT_EQ(chunk->size(), 3u);
+  EXPECT_EQ((*chunk)[1].context_len, 1);
+  EXPECT_EQ((*chunk)[2].context_len, 2047);
+  EXPECT_EQ((*chunk)[2].query_len, 5);
+  EXPECT_EQ((*chunk)[2].req_slot, 2);
+  EXPECT_EQ((*chunk)[2].blocks.size(), 129u);  // 2052 tokens in 16-token blocks
+  for (const char* bad : {"prefill 3 + prefill 0", "decode 2 + continue 5", "decode 0 after 16", "decode 2 after 0", "decode 2 after 16 + prefill 0",
+                          "decode 2 + prefill 5 after 16", "decode 2 after 16x", "prefill"})
+    EXPECT_FALSE(steps(bad).has_value()) << bad;
+}
+
 }  // namespace
 }  // namespace coldstart

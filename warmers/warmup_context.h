@@ -61,8 +61,11 @@ inline SeqStep null_block_step(int context_len, int query_len, int block_size) {
 /// The batch of one serving-envelope class (engine_envelope.cpp, `coldstart coverage`), every
 /// block the null block 0: "prefill N" one fresh prompt of N tokens; "continue N after C" N new
 /// tokens after C cached ones; "decode B" B sequences of one new token after one cached, request
-/// slots 0..B-1; "decode B + prefill N" those B decode rows, then a fresh prompt of N tokens in
-/// slot B. nullopt when `label` is none of these forms or a count is not positive.
+/// slots 0..B-1 ("decode B after C": after C cached tokens each); "decode B + prefill N" and
+/// "decode B after C + prefill N" those B decode rows, then a fresh prompt of N tokens in slot B;
+/// "decode B + continue N after C" the B decode rows, then N new tokens after C cached ones in
+/// slot B; "prefill N + prefill M" two fresh prompts, slots 0 and 1. nullopt when `label` is
+/// none of these forms or a count is not positive.
 inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::string& label,
                                                                 int block_size) {
   int n = 0, c = 0;
@@ -71,25 +74,43 @@ inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::strin
     return std::vector<SeqStep>{null_block_step(0, n, block_size)};
   if (std::sscanf(label.c_str(), "continue %d after %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0)
     return std::vector<SeqStep>{null_block_step(c, n, block_size)};
-  if (std::sscanf(label.c_str(), "decode %d + prefill %d%c", &n, &c, &tail) == 2 && n > 0 &&
-      c > 0) {
+  // B decode rows, each one new token after `context` cached ones, in slots 0..B-1; then a fresh
+  // prompt of `prompt` tokens in slot B when `prompt` > 0.
+  auto decodes = [block_size](int rows, int context, int prompt) {
     std::vector<SeqStep> seqs;
-    for (int r = 0; r < n; ++r) {
-      seqs.push_back(null_block_step(1, 1, block_size));
+    for (int r = 0; r < rows; ++r) {
+      seqs.push_back(null_block_step(context, 1, block_size));
       seqs.back().req_slot = r;
     }
-    seqs.push_back(null_block_step(0, c, block_size));
+    if (prompt > 0) {
+      seqs.push_back(null_block_step(0, prompt, block_size));
+      seqs.back().req_slot = rows;
+    }
+    return seqs;
+  };
+  int p = 0;
+  if (std::sscanf(label.c_str(), "prefill %d + prefill %d%c", &n, &p, &tail) == 2 && n > 0 &&
+      p > 0) {
+    std::vector<SeqStep> seqs{null_block_step(0, n, block_size), null_block_step(0, p, block_size)};
+    seqs[1].req_slot = 1;
+    return seqs;
+  }
+  if (std::sscanf(label.c_str(), "decode %d + continue %d after %d%c", &n, &p, &c, &tail) == 3 &&
+      n > 0 && p > 0 && c > 0) {
+    std::vector<SeqStep> seqs = decodes(n, 1, 0);
+    seqs.push_back(null_block_step(c, p, block_size));
     seqs.back().req_slot = n;
     return seqs;
   }
-  if (std::sscanf(label.c_str(), "decode %d%c", &n, &tail) == 1 && n > 0) {
-    std::vector<SeqStep> seqs;
-    for (int r = 0; r < n; ++r) {
-      seqs.push_back(null_block_step(1, 1, block_size));
-      seqs.back().req_slot = r;
-    }
-    return seqs;
-  }
+  if (std::sscanf(label.c_str(), "decode %d after %d + prefill %d%c", &n, &c, &p, &tail) == 3 &&
+      n > 0 && c > 0 && p > 0)
+    return decodes(n, c, p);
+  if (std::sscanf(label.c_str(), "decode %d after %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0)
+    return decodes(n, c, 0);
+  if (std::sscanf(label.c_str(), "decode %d + prefill %d%c", &n, &c, &tail) == 2 && n > 0 &&
+      c > 0)
+    return decodes(n, 1, c);
+  if (std::sscanf(label.c_str(), "decode %d%c", &n, &tail) == 1 && n > 0) return decodes(n, 1, 0);
   return std::nullopt;
 }
 

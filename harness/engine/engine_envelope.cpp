@@ -12,16 +12,36 @@
 //   continue n    one sequence whose first max_num_batched_tokens tokens are cached, n new ones
 //                 (the chunked prefill's later chunks), when max_model_len allows a second chunk:
 //                 n = 1 .. min(max_num_batched_tokens, max_model_len - 1 - max_num_batched_tokens);
-//   decode B      B sequences of one new token each, B = 1 .. max_num_seqs;
+//   decode B      B sequences of one new token each after one cached token, B = 1 ..
+//                 max_num_seqs; "decode B after C": after C cached tokens each, C = 16 and 17;
 //   decode B + prefill N
 //                 B decode rows first, then a fresh prompt of N tokens (vLLM's V1 scheduler
 //                 takes the RUNNING requests before the WAITING ones, Scheduler.schedule in
 //                 vllm/v1/core/sched/scheduler.py at b4622cf9): B = 1 .. max_num_seqs - 1,
 //                 N each prefill length at which the prefill sweep reached a new key
-//                 (mixed_classes: derived, not every N).
-// Mixed batches with a later chunk, several prefills, and speculative verify rows are not
-// enumerated yet. Keys inside a replayed CUDA graph are not reached by the replay (its kernels
-// were captured at startup); such a class is counted as covered by its graph.
+//                 (mixed_classes: derived, not every N); "decode B after C + prefill N" the
+//                 same with C = 16 and 17 cached tokens per decode row;
+//   continue N after C - 1
+//                 a later chunk after one token less than a full chunk (C =
+//                 max_num_batched_tokens), N = 1 and each N at which the `continue` sweep reached a
+//                 new key (derived);
+//   decode B + continue N after C
+//                 B decode rows, then a later chunk of N tokens after C = max_num_batched_tokens
+//                 and C - 1 cached ones, N = 2 and the `continue` sweep's key-changing lengths;
+//   prefill N + prefill M
+//                 two fresh prompts in one step, N and M each of the mixed batches' prompt
+//                 lengths (derived).
+// The decode rows' cached lengths: a kernel that takes a row's context length as an integer
+// argument is keyed by its specialization class (== 1, a multiple of 16, neither: the JIT's
+// Triton-style specialization, compile_key.cpp), so 1, 16 and 17 reach every class a decode row
+// of any length can. A mixed batch's decode row goes through the prefill path of some backends
+// (TurboQuant's dequantizes its cached tokens with their count as an argument); a first version
+// that kept every decode row at one cached token left that count's other two classes out of the
+// envelope, while the lazy-capture scenario's second request reached one of them.
+// Batches of three or more prompts, prompts beside decode rows and a later chunk together, and
+// speculative verify rows are not enumerated yet. Keys inside a replayed CUDA graph are not
+// reached by the replay (its kernels were captured at startup); such a class is counted as
+// covered by its graph.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -40,6 +60,10 @@
 namespace coldstart {
 namespace {
 
+/// The cached lengths of the decode rows besides the one-token context of "decode B" (see the
+/// header comment): one of each integer specialization class other than == 1.
+constexpr int kDecodeContexts[] = {16, 17};
+
 struct EnvelopeClass {
   std::string label;           ///< "prefill 17", "continue 5 after 8192", "decode 12"
   std::vector<SeqStep> seqs;
@@ -54,6 +78,9 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
   for (int n = 1; n <= std::min(chunk, e.max_model_len - 1 - chunk); ++n)
     labels.push_back(fmt::format("continue {} after {}", n, chunk));
   for (int b = 1; b <= e.max_num_seqs; ++b) labels.push_back(fmt::format("decode {}", b));
+  for (int c : kDecodeContexts)
+    for (int b = 1; b <= e.max_num_seqs; ++b)
+      if (c + 1 <= e.max_model_len) labels.push_back(fmt::format("decode {} after {}", b, c));
   // The batches come from the one parser envelope-warmup also uses, so a listed class warms the
   // batch the sweep ran.
   std::vector<EnvelopeClass> out;
@@ -72,14 +99,61 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
 // (the prompt's rows start at row B: unaligned slices of state indices and query offsets).
 // N is taken from the prefill lengths where a new key appeared, not every length: derived, on
 // the assumption that the prompt part's keys change at the same lengths inside a mixed batch.
-std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, const std::vector<int>& prefill_reps) {
+std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int> prefill_reps,
+                                         std::vector<int> continue_reps) {
+  // A 1-token prompt beside decode rows makes a uniform decode batch; the smallest prompt that
+  // makes the batch mixed is always taken, even where alone it reached no new key (with lazy
+  // capture, "prefill 1" reaches the decode kernels and "prefill 2" nothing new, but a decode row
+  // beside it goes through the prefill path).
+  if (std::find(prefill_reps.begin(), prefill_reps.end(), 2) == prefill_reps.end()) {
+    prefill_reps.push_back(2);
+    std::sort(prefill_reps.begin(), prefill_reps.end());
+  }
   std::vector<EnvelopeClass> out;
+  auto add = [&](const std::string& label, int tokens) {
+    out.push_back({label, *envelope_class_steps(label, e.block_size), tokens});
+  };
   for (int b = 1; b < e.max_num_seqs; ++b)
     for (int n : prefill_reps) {
       if (b + n > e.max_num_batched_tokens || n + 1 > e.max_model_len) continue;
-      std::string label = fmt::format("decode {} + prefill {}", b, n);
-      out.push_back({label, *envelope_class_steps(label, e.block_size), b + n});
+      add(fmt::format("decode {} + prefill {}", b, n), b + n);
     }
+  for (int c : kDecodeContexts)
+    for (int b = 1; b < e.max_num_seqs; ++b)
+      for (int n : prefill_reps) {
+        if (b + n > e.max_num_batched_tokens || std::max(n, c + 1) > e.max_model_len) continue;
+        add(fmt::format("decode {} after {} + prefill {}", b, c, n), b + n);
+      }
+  // A later chunk after one token less than a full chunk: a long prompt whose first chunk ran
+  // beside a decode row got max_num_batched_tokens - 1 tokens (the scheduler's token budget goes
+  // to the decodes first), so its next chunk starts after a cached length of neither
+  // specialization class of "continue N after C". N: 1 and each later-chunk length at which the
+  // `continue` sweep reached a new key.
+  const int chunk = e.max_num_batched_tokens;
+  auto with = [](std::vector<int> v, int n) {
+    if (std::find(v.begin(), v.end(), n) == v.end()) v.push_back(n);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  if (chunk >= 2)
+    for (int n : with(continue_reps, 1))
+      if (chunk - 1 + n < e.max_model_len) add(fmt::format("continue {} after {}", n, chunk - 1), n);
+  // A later chunk beside decode rows (decodes first, as above), after a full chunk and after one
+  // token less; N from the `continue` sweep's key-changing lengths and 2 (a 1-token chunk beside
+  // decodes is a uniform decode batch).
+  for (int c : {chunk, chunk - 1})
+    for (int b = 1; b < e.max_num_seqs && c >= 1; ++b)
+      for (int n : with(continue_reps, 2)) {
+        if (b + n > chunk || c + n >= e.max_model_len) continue;
+        add(fmt::format("decode {} + continue {} after {}", b, n, c), b + n);
+      }
+  // Two fresh prompts in one step (the scheduler admits waiting requests while the token budget
+  // lasts): every ordered pair of the prefill sweep's key-changing lengths and 2, the second
+  // prompt's rows starting at row N.
+  for (int n : prefill_reps)
+    for (int m : prefill_reps)
+      if (n + m <= chunk && e.max_num_seqs >= 2 && std::max(n, m) < e.max_model_len)
+        add(fmt::format("prefill {} + prefill {}", n, m), n + m);
   return out;
 }
 
@@ -100,7 +174,7 @@ void Engine::do_envelope() {
   const size_t base_classes = classes.size();
   // The prefill lengths at which some key was reached first: the token-count classes the mixed
   // batches below take their prefill part from.
-  std::vector<int> prefill_reps;
+  std::vector<int> prefill_reps, continue_reps;
   size_t reached_count = 0;
   const auto t0 = std::chrono::steady_clock::now();
   rt.clear_reached_keys();
@@ -159,13 +233,16 @@ void Engine::do_envelope() {
       write(c.label, true);
       snapshot();
     }
-    if (c.label.rfind("prefill ", 0) == 0) {
+    if (i < base_classes) {
       const size_t now_reached = rt.reached_key_count();
-      if (now_reached > reached_count) prefill_reps.push_back(c.tokens);
+      if (now_reached > reached_count && c.label.rfind("prefill ", 0) == 0)
+        prefill_reps.push_back(c.tokens);
+      if (now_reached > reached_count && c.label.rfind("continue ", 0) == 0)
+        continue_reps.push_back(c.tokens);
       reached_count = now_reached;
     }
     if (i + 1 == base_classes) {
-      for (EnvelopeClass& m : mixed_classes(scenario_.engine, prefill_reps))
+      for (EnvelopeClass& m : mixed_classes(scenario_.engine, prefill_reps, continue_reps))
         classes.push_back(std::move(m));
     }
     // Most classes reach no new key: copy the monitor's records only when one did.

@@ -257,6 +257,12 @@ TEST_F(ScenarioFiles, EnvelopeWarmupClassesAreCheckedAtLoad) {
             "engine.envelope_warmup_classes", "is not of the form");
   expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "prefill 2,decode 1\n")), 9,
             "engine.envelope_warmup_classes", "is not of the form");
+  // Decode rows after a cached context, alone or beside a prompt.
+  const std::string after = "decode 3 after 16, decode 1 after 17 + prefill 2";
+  EXPECT_EQ(load(replace(kBase, "  block_size: 16\n", with + after + "\n"))
+                .engine.string_key("envelope_warmup_classes"), after);
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "decode 1 + prefill 2 after 16\n")),
+            9, "engine.envelope_warmup_classes", "is not of the form");
 }
 
 // ---------------------------------------------------------------------------------------------
