@@ -336,6 +336,23 @@ std::string compile_list(const std::vector<const StrategyResult*>& rows) {
       "<table class=\"compiles\"><thead><tr><th>strategy</th><th>request</th><th>kernel</th>"
       "<th>phase</th><th>compile</th><th>key</th></tr></thead><tbody>\n";
   for (const StrategyResult* r : rows) {
+    // A coverage run's "hot-path compiles" are the keys its envelope classes found cold: each
+    // with the class that first reached it and the time its one compile after the sweep took
+    // (the key-only records themselves carry no time, and their step is the class's index).
+    const auto env = r->extra.find("envelope");
+    if (env != r->extra.end() && env->is_object() && env->contains("cold")) {
+      for (const nlohmann::json& c : env->at("cold")) {
+        const auto ms = c.find("compile_ms");
+        s += fmt::format(
+            "<tr><td>{}</td><td>class {}</td><td>{}</td><td>envelope</td><td class=\"num\">{}</td>"
+            "<td><code>{}</code></td></tr>\n",
+            esc(r->strategy), esc(c.value("class", std::string("?"))),
+            esc(c.value("kernel", std::string("?"))),
+            esc(ms != c.end() && ms->is_number() ? ms_text(ms->get<double>()) : std::string("–")),
+            esc(c.value("key", std::string("?"))));
+      }
+      continue;
+    }
     for (const auto& e : r->hot_path_compiles) {
       // First wave or steady request, and the scheduler step that paid for it.
       std::string who = "–";

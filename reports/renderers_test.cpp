@@ -1134,5 +1134,29 @@ TEST(ReportFiles, WritesEachRequestedFileAtomically) {
   fs::remove_all(dir);
 }
 
+// A coverage run's compile list names the envelope class that first reached each cold key and
+// the time its compile after the sweep took, not the class's index as a request with 0 ms.
+TEST(Html, CoverageCompileListNamesTheClassAndTheMeasuredCompileTime) {
+  std::vector<RunResults> r = {fixed_runs()[0]};
+  StrategyResult& s = r[0].results[2];  // tq-reserve-max [piecewise], ok, with hot-path compiles
+  s.extra["envelope"] = {
+      {"classes", 4103}, {"reached_keys", 3}, {"covered_at_startup", 1}, {"cold_keys", 2},
+      {"cold", nlohmann::json::array(
+                   {{{"kernel", "tq_dequant_kv"}, {"key", "tq_dequant_kv[A](i32:1)"},
+                     {"class", "decode 1 + prefill 2"}, {"compile_ms", 88.5}},
+                    {{"kernel", "tq_dequant_kv"}, {"key", "tq_dequant_kv[A](i32)"},
+                     {"class", "decode 1 after 17 + prefill 2"}}})}};
+  const std::string html = render_html(r);
+  EXPECT_NE(html.find("<td>class decode 1 + prefill 2</td><td>tq_dequant_kv</td><td>envelope</td>"
+                      "<td class=\"num\">88.5 ms</td>"),
+            std::string::npos) << html;
+  // no time measured (the compile pass did not run): a dash, not 0
+  EXPECT_NE(html.find("<td>class decode 1 after 17 + prefill 2</td><td>tq_dequant_kv</td>"
+                      "<td>envelope</td><td class=\"num\">–</td>"),
+            std::string::npos);
+  // the strategy's request-replay records are not listed beside its envelope
+  EXPECT_EQ(html.find("first wave, request"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace coldstart::reports
