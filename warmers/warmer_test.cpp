@@ -267,6 +267,11 @@ TEST(Warmers, EnvelopeClassLabelsGiveTheirBatches) {
   EXPECT_EQ((*two)[1].query_len, 20);
   EXPECT_EQ((*two)[1].context_len, 0);
   EXPECT_EQ((*two)[1].req_slot, 1);
+  const auto one = steps("prefill 3 + prefill 1");  // the 1-token prompt leads, as a decode row
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ((*one)[0].query_len, 1);
+  EXPECT_EQ((*one)[0].req_slot, 1);
+  EXPECT_EQ((*one)[1].query_len, 3);
   const auto chunk = steps("decode 2 + continue 5 after 2047");
   ASSERT_TRUE(chunk.has_value());
   ASSERT_EQ(chunk->size(), 3u);

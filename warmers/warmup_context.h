@@ -64,8 +64,9 @@ inline SeqStep null_block_step(int context_len, int query_len, int block_size) {
 /// slots 0..B-1 ("decode B after C": after C cached tokens each); "decode B + prefill N" and
 /// "decode B after C + prefill N" those B decode rows, then a fresh prompt of N tokens in slot B;
 /// "decode B + continue N after C" the B decode rows, then N new tokens after C cached ones in
-/// slot B; "prefill N + prefill M" two fresh prompts, slots 0 and 1. nullopt when `label` is
-/// none of these forms or a count is not positive.
+/// slot B; "prefill N + prefill M" two fresh prompts, slots 0 and 1 (a 1-token one first: it is a
+/// decode row to the batch split). nullopt when `label` is none of these forms or a count is not
+/// positive.
 inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::string& label,
                                                                 int block_size) {
   int n = 0, c = 0;
@@ -93,6 +94,9 @@ inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::strin
       p > 0) {
     std::vector<SeqStep> seqs{null_block_step(0, n, block_size), null_block_step(0, p, block_size)};
     seqs[1].req_slot = 1;
+    // A 1-token prompt is a decode row to the engines' batch split (vLLM's
+    // split_decodes_and_prefills, decode_threshold 1), and decodes lead the batch.
+    if (p == 1 && n > 1) std::swap(seqs[0], seqs[1]);
     return seqs;
   }
   if (std::sscanf(label.c_str(), "decode %d + continue %d after %d%c", &n, &p, &c, &tail) == 3 &&

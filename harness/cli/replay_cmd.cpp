@@ -326,8 +326,9 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     if (a.envelope)
       for (const Variant& v : scenarios.back().variants)
         if (replays_all_ranks(apply_variant(scenarios.back(), v).engine))
-          throw InputError(fmt::format("{}: --envelope does not replay every rank yet "
-                                       "(engine.ranks: all); run it with --set engine.ranks=rank0",
+          throw InputError(fmt::format("{}: coverage (replay --envelope) does not sweep every "
+                                       "rank yet (engine.ranks: all); run it with --set "
+                                       "engine.ranks=rank0",
                                        f));
   }
   // Every output must be writable, and none may be one of the run's inputs (it would be
@@ -700,6 +701,9 @@ int coverage_main(ReplayArgs a, const std::string& cmdline) {
     throw InputError("coverage: --device cuda: the envelope's steps are key-only (nothing "
                      "launched), which only compile-only mode runs; pass --target or --arch for "
                      "the GPU to cover");
+  if (a.device != "auto" && a.device != "compile-only")
+    throw InputError("--device '" + a.device + "': expected compile-only (or auto, the same for "
+                     "coverage)");
   a.device = "compile-only";
   a.envelope = true;
   return replay_main(std::move(a), cmdline);

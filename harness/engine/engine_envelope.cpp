@@ -149,10 +149,12 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
       }
   // Two fresh prompts in one step (the scheduler admits waiting requests while the token budget
   // lasts): every ordered pair of the prefill sweep's key-changing lengths and 2, the second
-  // prompt's rows starting at row N.
+  // prompt's rows starting at row N. A 1-token prompt is left out: the batch split takes it for
+  // a decode row and puts it first (the decode-first mixed classes above).
   for (int n : prefill_reps)
     for (int m : prefill_reps)
-      if (n + m <= chunk && e.max_num_seqs >= 2 && std::max(n, m) < e.max_model_len)
+      if (n >= 2 && m >= 2 && n + m <= chunk && e.max_num_seqs >= 2 &&
+          std::max(n, m) < e.max_model_len)
         add(fmt::format("prefill {} + prefill {}", n, m), n + m);
   return out;
 }
@@ -199,6 +201,14 @@ void Engine::do_envelope() {
         {"loaded", loaded},
         {"sweep_ms",
          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
+    // The classes that first reach the cold keys, in sweep order: what envelope-warmup runs
+    // (engine.envelope_warmup_classes) to compile them at startup.
+    std::vector<std::string> warm;
+    for (const nlohmann::json& c : cold) {
+      const std::string label = c["class"].get<std::string>();
+      if (std::find(warm.begin(), warm.end(), label) == warm.end()) warm.push_back(label);
+    }
+    e["warmup_classes"] = warm;
     if (!stopped_at.empty()) e["stopped_at_class"] = stopped_at;
     if (unfinished) e["sweep_unfinished"] = true;
     result_.extra["envelope"] = std::move(e);
@@ -218,9 +228,21 @@ void Engine::do_envelope() {
     ctx.batch_seqs = static_cast<int>(c.seqs.size());
     rt.monitor().set_step(ctx);
     const size_t before = rt.monitor().num_records();
+    // The keys this class reached first, from the monitor's records after `before`.
+    auto take_new_keys = [&] {
+      if (rt.monitor().num_records() == before) return;
+      const std::vector<jit::CompileRecord> recs = rt.monitor().records();
+      for (size_t k = before; k < recs.size(); ++k) {
+        if (recs[k].source != "key" && recs[k].source != "disk") continue;
+        (recs[k].source == "key" ? cold : loaded)
+            .push_back({{"kernel", recs[k].kernel}, {"key", recs[k].key}, {"class", c.label},
+                        {"tokens", c.tokens}, {"seqs", c.seqs.size()}});
+      }
+    };
     try {
       run_step(c.seqs);
     } catch (...) {
+      take_new_keys();  // what the failing step reached before it failed counts as reached
       record(c.label);
       log(fmt::format("envelope: stopped in class '{}' ({} of {} classes run)", c.label, done,
                       classes.size()));
@@ -245,15 +267,7 @@ void Engine::do_envelope() {
       for (EnvelopeClass& m : mixed_classes(scenario_.engine, prefill_reps, continue_reps))
         classes.push_back(std::move(m));
     }
-    // Most classes reach no new key: copy the monitor's records only when one did.
-    if (rt.monitor().num_records() == before) continue;
-    const std::vector<jit::CompileRecord> recs = rt.monitor().records();
-    for (size_t k = before; k < recs.size(); ++k) {
-      if (recs[k].source != "key" && recs[k].source != "disk") continue;
-      (recs[k].source == "key" ? cold : loaded)
-          .push_back({{"kernel", recs[k].kernel}, {"key", recs[k].key}, {"class", c.label},
-                      {"tokens", c.tokens}, {"seqs", c.seqs.size()}});
-    }
+    take_new_keys();  // most classes reach no new key: records are copied only when one did
   }
   record("");
   // What a cold process would spend compiling the keys startup left cold: each compiled once
@@ -281,14 +295,6 @@ void Engine::do_envelope() {
       total += it->second.first;
       reused += it->second.second;
     }
-    // The classes that first reach the cold keys, in sweep order: what envelope-warmup runs
-    // (engine.envelope_warmup_classes) to compile them at startup.
-    std::vector<std::string> warm;
-    for (const nlohmann::json& c : env["cold"]) {
-      const std::string label = c["class"].get<std::string>();
-      if (std::find(warm.begin(), warm.end(), label) == warm.end()) warm.push_back(label);
-    }
-    env["warmup_classes"] = warm;
     env["cold_compile_ms"] = total;
     env["cold_compile_reused"] = reused;
     env["compile_pass_ms"] = pass_ms;
