@@ -159,7 +159,7 @@ std::string startup_chart(const std::vector<const StrategyResult*>& rows) {
     double x = kLabelW;
     bool any = false;
     for (const auto& p : r.phases) {
-      if (p.request >= 0 || !std::isfinite(p.ms) || p.ms <= 0) continue;
+      if (!detail::is_startup_phase(p) || !std::isfinite(p.ms) || p.ms <= 0) continue;
       double w = p.ms * scale;
       s += fmt::format(
           "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{}: {}</title></rect>",
@@ -393,8 +393,8 @@ std::string coverage_block(const RunResults& run) {
        "cold then compiled once each to time them.</p>\n";
   for (const detail::CoverageRow& c : cov) {
     if (c.cold_kernels.empty()) continue;
-    s += fmt::format("<details><summary>Cold after {} ({} keys)</summary><ul>\n",
-                     esc(detail::label(*c.result)), c.cold);
+    s += fmt::format("<details><summary>Cold after {} ({} key{})</summary><ul>\n",
+                     esc(detail::label(*c.result)), c.cold, c.cold == 1 ? "" : "s");
     for (const detail::ColdKernel& k : c.cold_kernels)
       s += "<li>" + esc(detail::cold_kernel_text(k)) + "</li>\n";
     s += "</ul>\n";
@@ -507,12 +507,12 @@ std::string render_html(const std::vector<RunResults>& runs) {
       for (const auto& [phase, color] : phase_legend) {
         bool seen = false;
         for (const StrategyResult* r : rows) {
-          for (const auto& p : r->phases) seen = seen || (p.request < 0 && p.name == phase);
+          for (const auto& p : r->phases) seen = seen || (detail::is_startup_phase(p) && p.name == phase);
         }
         if (seen) used.emplace_back(phase, color);
       }
       for (const StrategyResult* r : rows) {
-        for (const auto& p : r->phases) other = other || (p.request < 0 && color_of(p.name) == kOtherPhaseColor);
+        for (const auto& p : r->phases) other = other || (detail::is_startup_phase(p) && color_of(p.name) == kOtherPhaseColor);
       }
       if (other) used.emplace_back("other", kOtherPhaseColor);
 

@@ -130,7 +130,9 @@ std::string case_output(const RunResults& run, const StrategyResult& r) {
                    ms_text(r.first_decode_ms), ms_text(r.steady_ttft_ms), ms_text(r.steady_decode_ms));
   s += "phases:\n";
   for (const auto& p : r.phases) {
-    std::string who = p.request < 0 ? "startup" : fmt::format("request {}", p.request);
+    std::string who = detail::is_startup_phase(p) ? "startup"
+                      : p.request < 0            ? "after startup"
+                                                 : fmt::format("request {}", p.request);
     s += fmt::format("  {} {}: {:.3f} ms", who, p.name, p.ms);
     if (auto g = detail::finite(p.gpu_ms)) s += fmt::format(" (gpu {:.3f} ms)", *g);
     s += "\n";

@@ -239,10 +239,12 @@ std::optional<std::string> extra_string(const StrategyResult& r, const char* key
   return s;
 }
 
+bool is_startup_phase(const PhaseTiming& p) { return p.request < 0 && p.name != "envelope"; }
+
 double startup_phase_sum(const StrategyResult& r) {
   double sum = 0;
   for (const auto& p : r.phases) {
-    if (p.request < 0 && std::isfinite(p.ms) && p.ms > 0) sum += p.ms;
+    if (is_startup_phase(p) && std::isfinite(p.ms) && p.ms > 0) sum += p.ms;
   }
   return sum;
 }

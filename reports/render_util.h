@@ -63,6 +63,9 @@ std::optional<bool> extra_bool(const StrategyResult& r, const char* key);
 std::optional<std::string> extra_string(const StrategyResult& r, const char* key);
 
 /// Sum of the startup phases' host time (request == -1), milliseconds.
+/// Whether `p` is a startup phase: request -1, other than a coverage run's envelope sweep (also
+/// request -1, run after startup in place of the requests).
+bool is_startup_phase(const PhaseTiming& p);
 double startup_phase_sum(const StrategyResult& r);
 
 /// "NVIDIA H200 (sm_90, 132 SMs)": the device name with its SM version and count, each added

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   replay->add_flag("--envelope", ra.envelope,
                    "compile-only: after startup, one key-only step of each class of the serving "
                    "envelope instead of the requests (what `coldstart coverage` runs); each "
-                   "result's extra.envelope lists the keys they reach that startup left cold");
+                   "result's envelope field lists the keys they reach that startup left cold");
   replay->add_flag("--no-isolate", ra.no_isolate,
                    "run strategies in this process (debugging; a crash ends the run)");
 
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       "coverage", "every kernel key each scenario's server can reach (its serving envelope), "
                   "which each strategy compiles at startup and which it leaves cold; "
                   "compile-only");
-  cli::add_run_options(coverage, ca);  // each result's extra.envelope holds the coverage
+  cli::add_run_options(coverage, ca);  // each result's envelope field holds the coverage
   // Coverage steps are key-only: it runs no kernel, so --device takes compile-only (or auto,
   // which it reads the same way) and refuses cuda.
   coverage->get_option("--device")->description(
@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   std::string list_filter;
   CLI::App* list = app.add_subcommand("list", "list warmers, scenarios and their strategies");
   list->add_option("scenarios", list_files, "scenario files (default: scenarios/*.yaml)");
-  list->add_option("--filter", list_filter, "only names matching this regular expression");
+  list->add_option("--filter", list_filter, "only names matching this regular expression")
+      ->envname("COLDSTART_FILTER");
 
   std::string cmp_base, cmp_cur;
   double cmp_pct = 10.0;
@@ -160,16 +161,19 @@ int main(int argc, char** argv) {
     sub->parse_complete_callback([] {});
   // A bad value that came from an environment variable (COLDSTART_JOBS=abc) is named by its
   // variable too: CLI11 names only the option, which the user may never have typed.
-  app.failure_message([argc, argv](const CLI::App* a, const CLI::Error& e) {
-    std::string msg = "coldstart: " + CLI::FailureMessage::simple(a, e);
-    const std::string what = e.what();
+  // `message` (an error's text) with, after its first line, where the value came from for each
+  // option of `a` and of its command that it names (by its long name) and whose value came from
+  // its environment variable, not from the command line.
+  auto name_environment = [argc, argv](const CLI::App* a, std::string message) {
     std::vector<const CLI::Option*> options = a->get_options();
     for (const CLI::App* sub : a->get_subcommands())  // the command being run
       for (const CLI::Option* opt : sub->get_options()) options.push_back(opt);
     for (const CLI::Option* opt : options) {
       const std::string& env = opt->get_envname();
       const char* value = env.empty() ? nullptr : std::getenv(env.c_str());
-      if (value == nullptr || what.find(opt->get_name()) == std::string::npos) continue;
+      if (value == nullptr || opt->get_lnames().empty() ||
+          message.find("--" + opt->get_lnames().front()) == std::string::npos)
+        continue;
       bool typed = false;
       for (int i = 1; i < argc && !typed; ++i) {
         const std::string arg = argv[i];
@@ -178,12 +182,15 @@ int main(int argc, char** argv) {
         for (const std::string& n : opt->get_snames())
           typed = typed || arg.rfind("-" + n, 0) == 0;
       }
-      if (!typed)
-        msg.insert(std::min(msg.find('\n'), msg.size()),
-                   " (the value comes from the environment: " + env + "='" +
-                       reports::detail::terminal_text(value, true) + "')");
+      if (!typed && message.find(env) == std::string::npos)
+        message.insert(std::min(message.find('\n'), message.size()),
+                       " (the value comes from the environment: " + env + "='" +
+                           reports::detail::terminal_text(value, true) + "')");
     }
-    return msg;
+    return message;
+  };
+  app.failure_message([name_environment](const CLI::App* a, const CLI::Error& e) {
+    return name_environment(a, "coldstart: " + CLI::FailureMessage::simple(a, e));
   });
   // A first word that is no command, or an option other than --help / --version before the
   // command: CLI11 would only say that a subcommand is required.
@@ -225,8 +232,10 @@ int main(int argc, char** argv) {
     if (*doctor) return cli::doctor_main();
   } catch (const InputError& e) {
     // Messages quote file names, keys and bytes from the user's files: escape what a terminal
-    // would act on (ESC, CR, invalid UTF-8).
-    std::cerr << "coldstart: " << reports::detail::terminal_text(e.what(), true) << "\n";
+    // would act on (ESC, CR, invalid UTF-8). An option's value checked here may have come from
+    // its environment variable: the message then says so.
+    std::cerr << "coldstart: "
+              << name_environment(&app, reports::detail::terminal_text(e.what(), true)) << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "coldstart: error: " << reports::detail::terminal_text(e.what(), true) << "\n";

@@ -486,6 +486,19 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
     EXPECT_NEAR(e.at("cold_compile_ms").get<double>(), sum, 1e-6) << k;
     EXPECT_EQ(e.at("warmup_classes").size(), classes.size()) << k;
   }
+  // The result's hot-path compiles (the sweep's key-only records) carry those measured times.
+  for (const auto& r : j.at("results")) {
+    std::map<std::string, double> ms;
+    for (const auto& c : r.at("envelope").at("cold")) ms[c.at("key")] = c.at("compile_ms");
+    size_t listed = 0;
+    for (const auto& h : r.at("hot_path_compiles")) {
+      if (h.at("source") != "key") continue;
+      ++listed;
+      ASSERT_EQ(ms.count(h.at("key")), 1u) << h.dump();
+      EXPECT_EQ(h.at("compile_ms").get<double>(), ms.at(h.at("key"))) << h.dump();
+    }
+    EXPECT_EQ(listed, ms.size()) << r.dump();
+  }
   EXPECT_NE(last_output_.find("serving envelope coverage (one key-only step per class; cold keys "
                               "then compiled once each to time them):"),
             std::string::npos) << last_output_;
@@ -524,11 +537,14 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
   const std::string out = paths::join(dir_, "refused.txt");
   EXPECT_EQ(run_coldstart("replay scenarios/nemotron-3-nano-ep4-ranks.yaml --device compile-only "
                           "--envelope", out), 2);
-  EXPECT_NE(read_text(out).find("--envelope does not replay every rank yet"), std::string::npos)
+  EXPECT_NE(read_text(out).find("coverage (replay --envelope) does not sweep every rank yet"), std::string::npos)
       << read_text(out);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device cuda --envelope", out), 2);
   EXPECT_EQ(run_coldstart("replay scenarios/qwen3-8b-bf16.yaml --device compile-only --envelope --check",
                           out), 2);
+  EXPECT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --device bogus", out), 2);
+  EXPECT_NE(read_text(out).find("--device 'bogus': expected compile-only"), std::string::npos)
+      << read_text(out);
 }
 
 /// `coverage --jobs 2` runs two strategies at once and finds what one at a time finds: the same
@@ -658,6 +674,29 @@ TEST_F(ReplayE2E, CoverageTimeoutKeepsTheSweepSoFar) {
   EXPECT_EQ(e.at("sweep_unfinished"), true) << e.dump();
 }
 
+/// A class the replayed engine crashes in ends the sweep: the crash is the outcome, and the keys
+/// the failing step reached before it crashed count as reached and cold (TurboQuant without a
+/// warmer under piecewise graphs: the 1-token prompt's cache store compiles, then the decode
+/// attention's workspace is locked).
+TEST_F(ReplayE2E, CoverageCrashKeepsTheKeysTheFailingClassReached) {
+  const std::string json = paths::join(dir_, "c.json"), out = paths::join(dir_, "c.txt");
+  run_coldstart("coverage scenarios/qwen3-8b-turboquant.yaml --strategy none --set "
+                "engine.cudagraph_mode=piecewise --set engine.max_num_batched_tokens=256 --set "
+                "engine.max_model_len=2048 --json " + json, out);
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j.at("results").size(), 1u) << read_text(out);
+  const auto& r = j.at("results").at(0);
+  ASSERT_EQ(r.at("outcome"), "crash") << r.dump();
+  const auto& e = r.at("envelope");
+  EXPECT_EQ(e.at("stopped_at_class"), "prefill 1") << e.dump();
+  EXPECT_GE(e.at("cold_keys").get<int>(), 1) << e.dump();
+  EXPECT_EQ(e.at("reached_keys").get<int>(), e.at("covered_at_startup").get<int>() +
+                                                 e.at("loaded_keys").get<int>() +
+                                                 e.at("cold_keys").get<int>()) << e.dump();
+  EXPECT_EQ(e.at("cold").size(), e.at("cold_keys").get<size_t>()) << e.dump();
+  EXPECT_EQ(e.at("warmup_classes"), nlohmann::json::array({"prefill 1"})) << e.dump();
+}
+
 /// A mistyped command is named with the commands there are (CLI11 alone only says that a
 /// subcommand is required), exit 2; the hidden child commands are not offered.
 TEST_F(ReplayE2E, UnknownCommandIsNamedWithTheCommandsThereAre) {
@@ -697,6 +736,19 @@ TEST_F(ReplayE2E, ABadEnvironmentValueNamesItsVariable) {
   EXPECT_EQ(typed_rc, 2) << typed_text;
   EXPECT_NE(typed_text.find("--jobs = x"), std::string::npos) << typed_text;
   EXPECT_EQ(typed_text.find("COLDSTART_JOBS"), std::string::npos) << typed_text;
+  // A value the tool itself refuses after parsing names its variable too.
+  ::setenv("COLDSTART_ARCH", "sm_xx", 1);
+  const int arch_rc = run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml", out);
+  ::unsetenv("COLDSTART_ARCH");
+  EXPECT_EQ(arch_rc, 2);
+  EXPECT_NE(read_text(out).find("--arch 'sm_xx': expected sm_XX, e.g. sm_86, sm_90, sm_100 (the "
+                                "value comes from the environment: COLDSTART_ARCH='sm_xx')"),
+            std::string::npos) << read_text(out);
+  // `list` reads COLDSTART_FILTER as --filter.
+  ::setenv("COLDSTART_FILTER", "(", 1);
+  const int list_filter_rc = run_coldstart("list", out);
+  ::unsetenv("COLDSTART_FILTER");
+  EXPECT_EQ(list_filter_rc, 2) << read_text(out);
 }
 
 /// The binary records the commit it was built from, read at build time (a stale configure-time
