@@ -87,7 +87,8 @@ TEST(RealScenarios, Qwen3TurboQuant) {
             (std::vector<std::string>{"tq-decode-warmup", "tq-reserve-max", "aot-prefill-warmup"}));
   EXPECT_EQ(s.strategies[5].name, "envelope");
   EXPECT_EQ(s.strategies[5].warmers.back(), "envelope-warmup");
-  EXPECT_EQ(s.engine.string_key("envelope_warmup_classes"), "decode 1 + prefill 2");
+  EXPECT_EQ(s.engine.string_key("envelope_warmup_classes"),
+            "decode 1 + prefill 2, decode 1 after 17 + prefill 2");
   // The single-warmer strategies may compile on the hot path; the combined ones must not.
   for (size_t i = 0; i < s.strategies.size(); ++i)
     EXPECT_EQ(s.strategies[i].allow_hot_path_compiles, i < 3) << s.strategies[i].name;
@@ -117,7 +118,8 @@ TEST(RealScenarios, Qwen3TurboQuant) {
 TEST(RealScenarios, Qwen3TurboQuantLongPrompt) {
   ASSERT_FALSE(source_dir().empty()) << "COLDSTART_SOURCE_DIR is not set";
   Scenario s = load_scenario(source_dir() + "/scenarios/qwen3-8b-turboquant-long-prompt.yaml", {},
-                             {"tq-decode-warmup", "tq-reserve-max", "aot-prefill-warmup"});
+                             {"tq-decode-warmup", "tq-reserve-max", "aot-prefill-warmup",
+                              "envelope-warmup"});
   EXPECT_EQ(s.name, "qwen3-8b-turboquant-long-prompt");
   EXPECT_EQ(s.model.num_hidden_layers, 36);
   EXPECT_EQ(s.engine.max_num_batched_tokens, 2048);
@@ -128,7 +130,8 @@ TEST(RealScenarios, Qwen3TurboQuantLongPrompt) {
   EXPECT_EQ(s.requests[1].prompt_tokens, 4096);
   // The prompt takes two prefill chunks: the second continues over 2048 cached tokens.
   EXPECT_EQ(s.requests[0].prompt_tokens - s.engine.max_num_batched_tokens, 2048);
-  EXPECT_EQ(s.strategies.size(), 5u);
+  EXPECT_EQ(s.strategies.size(), 6u);
+  EXPECT_EQ(s.strategies.back().warmers.back(), "envelope-warmup");
   EXPECT_EQ(s.variants.size(), 2u);
 }
 
