@@ -25,6 +25,7 @@ TEST_F(ReplayE2E, EveryTensorParallelRankRunsAsAProcess) {
   for (int world : {2}) {
     SCOPED_TRACE(world);
     auto by = replay("scenarios/qwen3-8b-tp2-ranks.yaml",
+                     "--strategy none --strategy aot-prefill-warmup "
                      "--set engine.tensor_parallel_size=" + std::to_string(world));
     ASSERT_EQ(by.size(), 2u);
     const StrategyResult& none = by.at("none []");
@@ -68,13 +69,13 @@ TEST_F(ReplayE2E, EveryTensorParallelRankRunsAsAProcess) {
 /// rank0 (the default) keeps one process and no ranks block.
 TEST_F(ReplayE2E, StoreBackendAndRankZeroOnly) {
   auto by = replay("scenarios/qwen3-8b-tp2-ranks.yaml",
-                   "--set engine.distributed_backend=store");
+                   "--strategy none --set engine.distributed_backend=store");
   const StrategyResult& none = by.at("none []");
   ASSERT_EQ(none.outcome, Outcome::kOk) << none.error.value_or("");
   EXPECT_EQ(none.extra.at("ranks").at("backend"), "store");
   EXPECT_EQ(kernels_by_rank(none).size(), 2u);
 
-  auto one = replay("scenarios/qwen3-8b-tp2-ranks.yaml", "--set engine.ranks=rank0");
+  auto one = replay("scenarios/qwen3-8b-tp2-ranks.yaml", "--strategy none --set engine.ranks=rank0");
   const StrategyResult& single = one.at("none []");
   ASSERT_EQ(single.outcome, Outcome::kOk);
   EXPECT_FALSE(single.extra.contains("ranks"));

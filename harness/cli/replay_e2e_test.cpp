@@ -53,7 +53,9 @@ TEST_F(ReplayE2E, FirstDecodeCrashesWithoutWarmupAndTheWarmersFixIt) {
 }
 
 TEST_F(ReplayE2E, ContinuationPrefillOutgrowsTheDecodeWarmersWorkspace) {
-  auto by = replay("scenarios/qwen3-8b-turboquant-long-prompt.yaml");
+  auto by = replay("scenarios/qwen3-8b-turboquant-long-prompt.yaml",
+                   "--strategy none --strategy tq-decode-warmup --strategy tq-reserve-max "
+                   "--strategy both --strategy all");
   const std::string pw = " [cudagraph_mode=piecewise]";
   // Continuation over 2048 cached tokens: two bf16 [Hk=8, 2048, D=128] buffers.
   const std::string required = "requires " +
