@@ -65,6 +65,10 @@ class EnvelopeWarmup final : public Warmer {
     std::vector<std::vector<SeqStep>> steps;
     std::vector<std::string> run, outside;
     for (const std::string& label : labels) {
+      // A class listed twice warms nothing the first step did not: it runs once.
+      if (std::find(run.begin(), run.end(), label) != run.end() ||
+          std::find(outside.begin(), outside.end(), label) != outside.end())
+        continue;
       std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size);
       if (!seqs) throw Error(fmt::format("envelope-warmup: '{}' is no envelope class", label));
       int tokens = 0, longest = 0;
