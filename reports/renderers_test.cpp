@@ -1134,6 +1134,25 @@ TEST(ReportFiles, WritesEachRequestedFileAtomically) {
   fs::remove_all(dir);
 }
 
+// A coverage run's envelope sweep (phase "envelope", request -1) runs after startup in place of
+// the requests: not a startup phase in the startup sum, the HTML startup bar or JUnit.
+TEST(Reports, EnvelopeSweepIsNoStartupPhase) {
+  StrategyResult r;
+  r.phases = {{"load_weights", 30.0, std::nullopt, -1}, {"graph_capture", 11.0, std::nullopt, -1},
+              {"envelope", 2500.0, std::nullopt, -1}};
+  EXPECT_TRUE(detail::is_startup_phase(r.phases[0]));
+  EXPECT_FALSE(detail::is_startup_phase(r.phases[2]));
+  EXPECT_DOUBLE_EQ(detail::startup_phase_sum(r), 41.0);
+  std::vector<RunResults> runs_ = {fixed_runs()[0]};
+  runs_[0].results[0].phases = r.phases;
+  const std::string xml = render_junit(runs_, {});
+  EXPECT_NE(xml.find("after startup envelope: 2500.000 ms"), std::string::npos);
+  EXPECT_EQ(xml.find("  startup envelope:"), std::string::npos);
+  const std::string html = render_html(runs_);
+  EXPECT_EQ(html.find("<title>envelope: "), std::string::npos);  // no bar segment for it
+  EXPECT_NE(html.find("<title>load_weights: 30.0 ms</title>"), std::string::npos);
+}
+
 // A coverage run's compile list names the envelope class that first reached each cold key and
 // the time its compile after the sweep took, not the class's index as a request with 0 ms.
 TEST(Html, CoverageCompileListNamesTheClassAndTheMeasuredCompileTime) {
