@@ -280,7 +280,8 @@ TEST(Warmers, EnvelopeClassLabelsGiveTheirBatches) {
   EXPECT_EQ((*chunk)[2].query_len, 5);
   EXPECT_EQ((*chunk)[2].req_slot, 2);
   EXPECT_EQ((*chunk)[2].blocks.size(), 129u);  // 2052 tokens in 16-token blocks
-  for (const char* bad : {"prefill 3 + prefill 0", "decode 2 + continue 5", "decode 0 after 16", "decode 2 after 0", "decode 2 after 16 + prefill 0",
+  for (const char* bad : {"prefill 3 + prefill 0", "decode 2 + continue 5", "decode 0 after 16",
+                          "decode 2 after 0", "decode 2 after 16 + prefill 0",
                           "decode 2 + prefill 5 after 16", "decode 2 after 16x", "prefill"})
     EXPECT_FALSE(steps(bad).has_value()) << bad;
 }

@@ -160,10 +160,10 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     sub->parse_complete_callback([] {});
   // A bad value that came from an environment variable (COLDSTART_JOBS=abc) is named by its
-  // variable too: CLI11 names only the option, which the user may never have typed.
-  // `message` (an error's text) with, after its first line, where the value came from for each
-  // option of `a` and of its command that it names (by its long name) and whose value came from
-  // its environment variable, not from the command line.
+  // variable too: CLI11 and our checks name only the option, which the user may never have typed.
+  // Returns `message` with, at the end of its first line, the variable and value of each option
+  // of `a` or of the command run that the message names by its long name and whose value came
+  // from its variable, not from the command line.
   auto name_environment = [argc, argv](const CLI::App* a, std::string message) {
     std::vector<const CLI::Option*> options = a->get_options();
     for (const CLI::App* sub : a->get_subcommands())  // the command being run

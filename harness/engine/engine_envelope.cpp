@@ -60,9 +60,22 @@
 namespace coldstart {
 namespace {
 
-/// The cached lengths of the decode rows besides the one-token context of "decode B" (see the
-/// header comment): one of each integer specialization class other than == 1.
-constexpr int kDecodeContexts[] = {16, 17};
+/// The cached lengths of the decode rows (see the header comment): one of each integer
+/// specialization class, == 1 first (the plain "decode B" rows).
+constexpr int kDecodeContexts[] = {1, 16, 17};
+
+/// "decode B" for rows after one cached token, else "decode B after C".
+std::string decode_label(int rows, int context) {
+  return context == 1 ? fmt::format("decode {}", rows)
+                      : fmt::format("decode {} after {}", rows, context);
+}
+
+/// `v` with `n` in it, sorted.
+std::vector<int> with_count(std::vector<int> v, int n) {
+  if (std::find(v.begin(), v.end(), n) == v.end()) v.push_back(n);
+  std::sort(v.begin(), v.end());
+  return v;
+}
 
 struct EnvelopeClass {
   std::string label;           ///< "prefill 17", "continue 5 after 8192", "decode 12"
@@ -77,10 +90,9 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
     labels.push_back(fmt::format("prefill {}", n));
   for (int n = 1; n <= std::min(chunk, e.max_model_len - 1 - chunk); ++n)
     labels.push_back(fmt::format("continue {} after {}", n, chunk));
-  for (int b = 1; b <= e.max_num_seqs; ++b) labels.push_back(fmt::format("decode {}", b));
   for (int c : kDecodeContexts)
     for (int b = 1; b <= e.max_num_seqs; ++b)
-      if (c + 1 <= e.max_model_len) labels.push_back(fmt::format("decode {} after {}", b, c));
+      if (c == 1 || c + 1 <= e.max_model_len) labels.push_back(decode_label(b, c));
   // The batches come from the one parser envelope-warmup also uses, so a listed class warms the
   // batch the sweep ran.
   std::vector<EnvelopeClass> out;
@@ -105,24 +117,17 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
   // makes the batch mixed is always taken, even where alone it reached no new key (with lazy
   // capture, "prefill 1" reaches the decode kernels and "prefill 2" nothing new, but a decode row
   // beside it goes through the prefill path).
-  if (std::find(prefill_reps.begin(), prefill_reps.end(), 2) == prefill_reps.end()) {
-    prefill_reps.push_back(2);
-    std::sort(prefill_reps.begin(), prefill_reps.end());
-  }
+  prefill_reps = with_count(std::move(prefill_reps), 2);
   std::vector<EnvelopeClass> out;
   auto add = [&](const std::string& label, int tokens) {
     out.push_back({label, *envelope_class_steps(label, e.block_size), tokens});
   };
-  for (int b = 1; b < e.max_num_seqs; ++b)
-    for (int n : prefill_reps) {
-      if (b + n > e.max_num_batched_tokens || n + 1 > e.max_model_len) continue;
-      add(fmt::format("decode {} + prefill {}", b, n), b + n);
-    }
   for (int c : kDecodeContexts)
     for (int b = 1; b < e.max_num_seqs; ++b)
       for (int n : prefill_reps) {
-        if (b + n > e.max_num_batched_tokens || std::max(n, c + 1) > e.max_model_len) continue;
-        add(fmt::format("decode {} after {} + prefill {}", b, c, n), b + n);
+        if (b + n > e.max_num_batched_tokens || n + 1 > e.max_model_len || c + 1 > e.max_model_len)
+          continue;
+        add(fmt::format("{} + prefill {}", decode_label(b, c), n), b + n);
       }
   // A later chunk after one token less than a full chunk: a long prompt whose first chunk ran
   // beside a decode row got max_num_batched_tokens - 1 tokens (the scheduler's token budget goes
@@ -130,20 +135,15 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
   // specialization class of "continue N after C". N: 1 and each later-chunk length at which the
   // `continue` sweep reached a new key.
   const int chunk = e.max_num_batched_tokens;
-  auto with = [](std::vector<int> v, int n) {
-    if (std::find(v.begin(), v.end(), n) == v.end()) v.push_back(n);
-    std::sort(v.begin(), v.end());
-    return v;
-  };
   if (chunk >= 2)
-    for (int n : with(continue_reps, 1))
+    for (int n : with_count(continue_reps, 1))
       if (chunk - 1 + n < e.max_model_len) add(fmt::format("continue {} after {}", n, chunk - 1), n);
   // A later chunk beside decode rows (decodes first, as above), after a full chunk and after one
   // token less; N from the `continue` sweep's key-changing lengths and 2 (a 1-token chunk beside
   // decodes is a uniform decode batch).
   for (int c : {chunk, chunk - 1})
     for (int b = 1; b < e.max_num_seqs && c >= 1; ++b)
-      for (int n : with(continue_reps, 2)) {
+      for (int n : with_count(continue_reps, 2)) {
         if (b + n > chunk || c + n >= e.max_model_len) continue;
         add(fmt::format("decode {} + continue {} after {}", b, n, c), b + n);
       }
