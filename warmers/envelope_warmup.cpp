@@ -9,8 +9,9 @@
 // (vllm/v1/worker/gpu_worker.py at vllm-project/vllm 0012cf69) calling
 // model_runner._dummy_run(size) for each compile size that is not a capture size, before
 // capture_model. Like those dummy runs, these steps run before the capture, unpadded: a class
-// whose steps after capture are padded to a piecewise capture size can reach a key with other
-// strides than its warmup step (coverage then still lists that key cold). A class is a batch
+// whose steps after capture are padded to a piecewise capture size reaches the same keys only
+// where the mixers' inputs have the same strides padded or not (fresh tensors, as the models
+// build them; coverage --strategy envelope lists any key that still differs). A class is a batch
 // shape rather than a token count only because the envelope's keys also follow the batch's
 // metadata (cached context, number of sequences); the classes run in the order listed.
 #include <fmt/format.h>

@@ -242,11 +242,17 @@ class Qwen3NextModel final : public Model {
     const int64_t N = h.size(0), cd = d_.conv_dim();
     const at::Tensor qkvz = at::linear(h, w.in_qkvz);  // [N, conv_dim + Hv*V]
     const at::Tensor ba = at::linear(h, w.in_ba);      // [N, 2*Hv]
-    // vLLM copies every part out of the interleaved projection into its own tensor.
-    const at::Tensor mixed_qkv = qkvz.narrow(1, 0, cd).contiguous();
-    const at::Tensor z = qkvz.narrow(1, cd, d_.hv * d_.dv).contiguous().view({N, d_.hv, d_.dv});
-    const at::Tensor b = ba.narrow(1, 0, d_.hv).contiguous();
-    const at::Tensor a = ba.narrow(1, d_.hv, d_.hv).contiguous();
+    // vLLM copies every part out of the interleaved projection into its own tensor
+    // (QwenGatedDeltaNetAttention.forward_cuda, qwen_gdn_linear_attn.py at 00545a8a: torch.cat
+    // of q / k / v, reshapes of the split z / b / a). A fresh tensor has the standard strides at
+    // any N: mixed_qkv's row stride is conv_dim even for one token. (`.contiguous()` would keep
+    // a one-row slice as it is, with the projection's row stride, and the conv1d kernels' compile
+    // keys hold that stride: a 1-token eager step would differ from the same step padded.)
+    auto fresh = [](const at::Tensor& t) { return t.clone(at::MemoryFormat::Contiguous); };
+    const at::Tensor mixed_qkv = fresh(qkvz.narrow(1, 0, cd));
+    const at::Tensor z = fresh(qkvz.narrow(1, cd, d_.hv * d_.dv)).view({N, d_.hv, d_.dv});
+    const at::Tensor b = fresh(ba.narrow(1, 0, d_.hv));
+    const at::Tensor a = fresh(ba.narrow(1, d_.hv, d_.hv));
     st.mixer_in = {mixed_qkv, b, a};
     st.carry = {z};
   }
