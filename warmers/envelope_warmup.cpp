@@ -13,7 +13,10 @@
 // where the mixers' inputs have the same strides padded or not (fresh tensors, as the models
 // build them; coverage --strategy envelope lists any key that still differs). A class is a batch
 // shape rather than a token count only because the envelope's keys also follow the batch's
-// metadata (cached context, number of sequences); the classes run in the order listed.
+// metadata (cached context, number of sequences); the classes run in the order listed. Under
+// expert parallelism an "experts M" class runs this rank's routed experts alone at M tokens
+// (WarmupContext::run_local_experts), after the steps: the count a rank receives follows the
+// routing, which no dummy batch fixes.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -65,11 +68,25 @@ class EnvelopeWarmup final : public Warmer {
     // named in the report.
     std::vector<std::vector<SeqStep>> steps;
     std::vector<std::string> run, outside;
+    std::vector<int64_t> expert_counts;  // "experts M" classes, run after the steps
     for (const std::string& label : labels) {
       // A class listed twice warms nothing the first step did not: it runs once.
       if (std::find(run.begin(), run.end(), label) != run.end() ||
           std::find(outside.begin(), outside.end(), label) != outside.end())
         continue;
+      // "experts M": this rank's routed experts at M tokens (expert parallelism only; a count
+      // no step could route to a rank, or a model without it, is outside the envelope).
+      if (label.rfind("experts ", 0) == 0) {
+        const int64_t m = std::stoll(label.substr(8));
+        const std::vector<int64_t> cls = ctx.expert_token_classes();
+        if (cls.empty() || m > e.max_num_batched_tokens) {
+          outside.push_back(label);
+        } else {
+          run.push_back(label);
+          expert_counts.push_back(m);
+        }
+        continue;
+      }
       std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size);
       if (!seqs) throw Error(fmt::format("envelope-warmup: '{}' is no envelope class", label));
       int tokens = 0, longest = 0;
@@ -85,7 +102,7 @@ class EnvelopeWarmup final : public Warmer {
       run.push_back(label);
       steps.push_back(std::move(*seqs));
     }
-    if (steps.empty()) {
+    if (steps.empty() && expert_counts.empty()) {
       ctx.skip(fmt::format("every class of engine.envelope_warmup_classes is outside this "
                            "server's envelope (max_num_batched_tokens {}, max_num_seqs {}, "
                            "max_model_len {})",
@@ -93,8 +110,14 @@ class EnvelopeWarmup final : public Warmer {
       return;
     }
     for (const auto& seqs : steps) ctx.dummy_run(seqs);
+    for (int64_t m : expert_counts) ctx.run_local_experts(m);
     ctx.log(fmt::format("envelope-warmup: {} dummy steps ({})", run.size(), fmt::join(run, ", ")));
-    std::string summary = fmt::format("{} envelope classes, one dummy step each", run.size());
+    std::string summary =
+        expert_counts.empty()
+            ? fmt::format("{} envelope classes, one dummy step each", run.size())
+            : fmt::format("{} envelope classes, one dummy step each ({} of them this rank's "
+                          "experts alone)",
+                          run.size(), expert_counts.size());
     if (!outside.empty())
       summary += fmt::format("; {} outside this server's envelope, not run: {}", outside.size(),
                              fmt::join(outside, ", "));

@@ -12,9 +12,10 @@ namespace coldstart {
 
 /// One envelope class label (engine_envelope.cpp): "prefill N", "continue N after C", "decode B",
 /// "decode B after C", "decode B + prefill N", "decode B after C + prefill N",
-/// "decode B + continue N after C", "prefill N + prefill M".
+/// "decode B + continue N after C", "prefill N + prefill M"; and under expert parallelism
+/// "experts M" (M tokens routed to a rank's own experts).
 inline const char* const kEnvelopeClassPattern =
-    "(prefill [1-9][0-9]{0,8}( \\+ prefill [1-9][0-9]{0,8})?|"
+    "(prefill [1-9][0-9]{0,8}( \\+ prefill [1-9][0-9]{0,8})?|experts [1-9][0-9]{0,8}|"
     "continue [1-9][0-9]{0,8} after [1-9][0-9]{0,8}|"
     "decode [1-9][0-9]{0,8}( after [1-9][0-9]{0,8})?( \\+ prefill [1-9][0-9]{0,8})?|"
     "decode [1-9][0-9]{0,8} \\+ continue [1-9][0-9]{0,8} after [1-9][0-9]{0,8})";
@@ -28,7 +29,7 @@ inline std::vector<EngineKeySpec> engine_keys_envelope_warmup() {
   k.pattern = "(" + std::string(kEnvelopeClassPattern) + "(, " + kEnvelopeClassPattern + ")*)?";
   k.pattern_doc = "envelope classes (each count a whole number from 1, at most 9 digits) "
                   "separated by a comma and a space, e.g. 'prefill 17, "
-                  "continue 2 after 2048, decode 3, decode 1 after 17 + prefill 2' (or empty)";
+                  "continue 2 after 2048, decode 3, decode 1 after 17 + prefill 2, experts 8' (or empty)";
   k.default_value = "";
   k.doc = "the envelope classes envelope-warmup runs one dummy step of each at startup (what "
           "`coldstart coverage` prints for a strategy's cold keys)";

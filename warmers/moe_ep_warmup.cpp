@@ -6,8 +6,12 @@
 // on the hot path while the others wait in the dispatch. vLLM's startup reaches the classes its
 // dummy batches happen to route to each rank (the profile run at max_num_batched_tokens, capture
 // warmups at the capture sizes). This warmer runs eager dummy steps of 1, 2, 4, ...,
-// max_num_batched_tokens synthetic tokens in the null block, so every rank's routed count passes
-// through the whole range of M classes before the first request.
+// max_num_batched_tokens synthetic tokens in the null block (the whole model: attention and
+// mixer kernels too), then each rank's routed experts once at each token count of their key
+// classes (Model::expert_token_classes: the config by M and the Triton specialization of the
+// M-dependent ints). The steps alone left some classes to chance: the routing decides the count
+// a rank receives, and `coldstart coverage` found ranks whose count later fell in a class
+// (M * top_k a multiple of 16) no step had given them.
 #include <fmt/format.h>
 
 #include "harness/models/moe.engine_keys.h"
@@ -39,8 +43,12 @@ class MoeEpWarmup final : public Warmer {
     for (int n = 1; n < e.max_num_batched_tokens; n *= 2) sizes.push_back(n);
     sizes.push_back(e.max_num_batched_tokens);
     for (int n : sizes) ctx.dummy_run({null_block_step(0, n, bs)});
-    ctx.report(fmt::format("{} eager dummy steps of 1 to {} tokens", sizes.size(), sizes.back()),
-               {{"steps", sizes}});
+    const std::vector<int64_t> counts = ctx.expert_token_classes();
+    for (int64_t m : counts) ctx.run_local_experts(m);
+    ctx.report(fmt::format("{} eager dummy steps of 1 to {} tokens; this rank's experts at {} "
+                           "token-count classes",
+                           sizes.size(), sizes.back(), counts.size()),
+               {{"steps", sizes}, {"expert_token_classes", counts}});
   }
 };
 

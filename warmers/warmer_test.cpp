@@ -105,6 +105,8 @@ class FakeContext final : public WarmupContext {
     dummy_runs.push_back(seqs);
     return std::vector<int64_t>(seqs.size(), 0);
   }
+  std::vector<int64_t> expert_token_classes() override { return expert_classes; }
+  void run_local_experts(int64_t M) override { expert_runs.push_back(M); }
   void log(const std::string&) override {}
   void skip(const std::string& reason) override { skipped.push_back(reason); }
   void report(const std::string& summary, const nlohmann::json&) override {
@@ -114,6 +116,7 @@ class FakeContext final : public WarmupContext {
   Scenario scenario_;
   std::set<std::string> asked;
   std::vector<std::vector<SeqStep>> batches, dummy_runs;
+  std::vector<int64_t> expert_classes, expert_runs;  ///< what expert_token_classes gives; M run
   std::vector<std::string> skipped, reports;
 
  private:
@@ -284,6 +287,40 @@ TEST(Warmers, EnvelopeClassLabelsGiveTheirBatches) {
                           "decode 2 after 0", "decode 2 after 16 + prefill 0",
                           "decode 2 + prefill 5 after 16", "decode 2 after 16x", "prefill"})
     EXPECT_FALSE(steps(bad).has_value()) << bad;
+}
+
+// Under expert parallelism moe-ep-warmup runs each of this rank's expert token-count classes
+// directly (the routing decides which count a dummy step gives a rank), after its dummy steps;
+// envelope-warmup runs an "experts M" class the same way, and leaves it out without EP.
+TEST(Warmers, ExpertClassesRunThisRanksExpertsDirectly) {
+  FakeContext ctx;
+  ctx.scenario_.engine.max_num_batched_tokens = 64;
+  ctx.scenario_.engine.tensor_parallel_size = 4;
+  ctx.scenario_.engine.set_key("enable_expert_parallel", "true");
+  ctx.expert_classes = {1, 8, 33};
+  make_warmer("moe-ep-warmup")->run(ctx);
+  EXPECT_EQ(ctx.dummy_runs.size(), 7u);  // 1, 2, 4, ..., 32, then 64
+  EXPECT_EQ(ctx.expert_runs, (std::vector<int64_t>{1, 8, 33}));
+
+  FakeContext env;
+  env.scenario_.engine.max_num_batched_tokens = 64;
+  env.scenario_.engine.max_num_seqs = 4;
+  env.scenario_.engine.max_model_len = 256;
+  env.scenario_.engine.set_key("envelope_warmup_classes", "experts 8, decode 2, experts 80");
+  env.expert_classes = {1, 8};
+  make_warmer("envelope-warmup")->run(env);
+  EXPECT_EQ(env.expert_runs, (std::vector<int64_t>{8}));
+  EXPECT_EQ(env.dummy_runs.size(), 1u);
+  ASSERT_EQ(env.reports.size(), 1u);
+  EXPECT_NE(env.reports[0].find("1 of them this rank's experts alone"), std::string::npos);
+  EXPECT_NE(env.reports[0].find("outside this server's envelope, not run: experts 80"),
+            std::string::npos) << env.reports[0];
+  FakeContext no_ep;  // no expert parallelism: an "experts M" class has nothing to run
+  no_ep.scenario_.engine.max_num_batched_tokens = 64;
+  no_ep.scenario_.engine.set_key("envelope_warmup_classes", "experts 8");
+  make_warmer("envelope-warmup")->run(no_ep);
+  EXPECT_TRUE(no_ep.expert_runs.empty());
+  ASSERT_EQ(no_ep.skipped.size(), 1u);
 }
 
 }  // namespace

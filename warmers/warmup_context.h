@@ -36,6 +36,13 @@ class WarmupContext {
   /// else eager; mixers included; sampling and copy to host), on synthetic tokens. Returns the
   /// sampled token ids (zeros in compile-only mode).
   virtual std::vector<int64_t> dummy_run(const std::vector<SeqStep>& seqs) = 0;
+  /// Expert parallelism: the token counts at which this rank's routed experts reach different
+  /// compile keys, up to max_num_batched_tokens (Model::expert_token_classes); empty without it.
+  virtual std::vector<int64_t> expert_token_classes() = 0;
+  /// Runs this rank's routed experts once at M tokens routed to its own experts, as the
+  /// dispatch hands them (Model::run_local_experts): the grouped GEMM's key and config at M,
+  /// whatever the routing. No collective. Throws Error without expert parallelism.
+  virtual void run_local_experts(int64_t M) = 0;
   /// Writes a progress line.
   virtual void log(const std::string& line) = 0;
   /// The running warmer finds nothing to do for this model or these settings (no layer of its

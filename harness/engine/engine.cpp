@@ -132,6 +132,12 @@ std::vector<Mixer*> Engine::mixers(const MixerRef& ref) {
   return out;
 }
 
+std::vector<int64_t> Engine::expert_token_classes() {
+  return model_->expert_token_classes(scenario_.engine.max_num_batched_tokens);
+}
+
+void Engine::run_local_experts(int64_t M) { model_->run_local_experts(M); }
+
 void Engine::build_mixers() {
   // The engine walks the model's layer plan: one mixer per layer from its registered backend.
   mixers_.clear();

@@ -95,6 +95,8 @@ class Engine final : public WarmupContext {
   std::vector<int64_t> dummy_run(const std::vector<SeqStep>& seqs) override {
     return run_step(seqs);
   }
+  std::vector<int64_t> expert_token_classes() override;
+  void run_local_experts(int64_t M) override;
   void log(const std::string& line) override;
   void skip(const std::string& reason) override;
   void report(const std::string& summary, const nlohmann::json& data) override;

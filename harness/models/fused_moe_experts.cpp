@@ -117,6 +117,12 @@ class FusedMoeExperts final : public MoeExperts {
 
   nlohmann::json report() const override { return log_.report(); }
 
+  // The classes fused_moe proves against every count (a chunk's count is one of them: chunks
+  // are at most chunk_ tokens).
+  std::vector<int64_t> token_classes(int64_t max_tokens) const override {
+    return fused_moe::envelope_token_classes(src_, shape_, std::min(max_tokens, chunk_));
+  }
+
  private:
   fused_moe::MoeShape shape_;
   fused_moe::ConfigSource src_;

@@ -5,8 +5,10 @@
 #include <ATen/ATen.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 
+#include "harness/common/error.h"
 #include "harness/common/target.h"
 #include "harness/kernels/test_util.h"
 #include "harness/models/moe.h"
@@ -57,6 +59,40 @@ TEST(FusedMoeExpertsCompileOnly, TokensRunInChunksOfTheEngineKey) {
   nano.engine.set_key("fused_moe_chunk_size", 4);
   EXPECT_EQ(nano.run(10), (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(nano.run(8), (std::vector<int64_t>{4}));
+}
+
+// A rank's experts at each of their token-count classes (run_local_experts, as moe-ep-warmup and
+// the envelope sweep run them under expert parallelism) reach every GEMM key that some count up
+// to the bound reaches, and the classes are fewer than the counts.
+TEST(FusedMoeExpertsCompileOnly, TokenClassesReachTheKeysOfEveryCount) {
+  jit::JitRuntime rt(kernels::test::compile_only_options());
+  Nano nano(rt);
+  nano.spec.num_experts = 32;  // a rank's share under EP over 4 ranks
+  nano.spec.expert_map = true;
+  const auto meta = [](at::ScalarType t) { return at::TensorOptions().device(at::kMeta).dtype(t); };
+  const MoeWeights w{at::empty({32, 1856, 2688}, meta(at::kBFloat16)),
+                     at::empty({32, 2688, 1856}, meta(at::kBFloat16)), {}, {}};
+  std::unique_ptr<MoeExperts> experts = make_moe_experts(nano.spec, nano.ctx);
+  constexpr int64_t kMax = 160;
+  const std::vector<int64_t> classes = experts->token_classes(kMax);
+  ASSERT_FALSE(classes.empty());
+  EXPECT_EQ(classes.front(), 1);
+  EXPECT_LT(classes.size(), static_cast<size_t>(kMax));
+  rt.set_key_only(true);
+  auto gemm_keys = [&] {
+    std::set<std::string> out;
+    for (const std::string& k : rt.reached_keys())
+      if (k.rfind("fused_moe_gemm", 0) == 0) out.insert(k);
+    return out;
+  };
+  rt.clear_reached_keys();
+  for (int64_t m : classes) run_local_experts(*experts, m, w, c10::Device(c10::kMeta));
+  const std::set<std::string> by_class = gemm_keys();
+  rt.clear_reached_keys();
+  for (int64_t m = 1; m <= kMax; ++m) run_local_experts(*experts, m, w, c10::Device(c10::kMeta));
+  EXPECT_EQ(gemm_keys(), by_class);
+  EXPECT_GT(by_class.size(), 2u) << "configs by M and the M * top_k specializations";
+  EXPECT_THROW(run_local_experts(*experts, 0, w, c10::Device(c10::kMeta)), InputError);
 }
 
 }  // namespace

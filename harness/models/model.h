@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/error.h"
 #include "harness/models/mixer.h"
 #include "harness/models/moe.h"
 
@@ -53,6 +54,23 @@ class Model {
   /// registry for each before anything runs, and the model builds its experts with
   /// make_moe_experts while loading weights.
   virtual std::vector<MoeSpec> moe_specs() const { return {}; }
+  /// Under expert parallelism (a rank holding some of the experts): the token counts at which
+  /// this rank's routed experts reach different compile keys, up to max_tokens
+  /// (MoeExperts::token_classes). A rank's grouped-GEMM M is the count the dispatch routes to it,
+  /// which no batch shape fixes, so a warmer or the envelope sweep runs these counts directly
+  /// (run_local_experts). Empty without expert parallelism (the default).
+  virtual std::vector<int64_t> expert_token_classes(int64_t max_tokens) const {
+    (void)max_tokens;
+    return {};
+  }
+  /// Runs this rank's routed experts once at M tokens routed to its own experts (moe.h's
+  /// run_local_experts with the first MoE layer's weights: every layer shares the spec, so the
+  /// keys). Only for a count expert_token_classes listed; throws Error without expert
+  /// parallelism.
+  virtual void run_local_experts(int64_t M) {
+    (void)M;
+    throw Error("run_local_experts: this model has no expert-parallel MoE layer");
+  }
   /// The model's multi-token-prediction head as the draft model of speculative decoding (vLLM's
   /// "mtp" method), or nullptr when the family has none. Made right after construction, before
   /// any weights; its load_weights must run after the target's (it shares the target's

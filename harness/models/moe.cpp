@@ -186,6 +186,29 @@ void simulate_routing(const MoeExpertParallel& ep, int64_t m, int top_k, std::ve
 
 }  // namespace
 
+std::vector<int64_t> MoeExperts::token_classes(int64_t max_tokens) const {
+  std::vector<int64_t> out;
+  for (int64_t m = 1; m <= max_tokens; ++m) out.push_back(m);
+  return out;
+}
+
+void run_local_experts(MoeExperts& local, int64_t M, const MoeWeights& w, c10::Device device) {
+  if (M < 1) throw InputError(fmt::format("run_local_experts: M {} must be at least 1", M));
+  const MoeSpec& s = local.spec();
+  const int64_t k = s.top_k;
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device);
+  if (device.is_meta()) {
+    local.forward(at::empty({M, s.hidden}, bf16), at::empty({M, k}, bf16.dtype(at::kFloat)),
+                  at::empty({M, k}, bf16.dtype(at::kInt)), w);
+    return;
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(M * k));
+  for (int64_t i = 0; i < M * k; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i % s.num_experts);
+  const at::Tensor topk_ids = upload(ids, at::kInt, device).view({M, k});
+  const at::Tensor topk_w = at::full({M, k}, 1.0 / static_cast<double>(k), bf16.dtype(at::kFloat));
+  local.forward(at::randn({M, s.hidden}, bf16), topk_w, topk_ids, w);
+}
+
 void moe_layer_forward_ep(MoeExperts& local, const MoeExpertParallel& ep, const at::Tensor& hidden,
                           const at::Tensor& router_logits, const MoeLayerWeights& w,
                           double routed_scale, const at::Tensor& out) {

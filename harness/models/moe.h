@@ -99,6 +99,10 @@ class MoeExperts {
   /// What the backend records for the result (e.g. which tuned config each token count used);
   /// null when nothing.
   virtual nlohmann::json report() const { return nullptr; }
+  /// The token counts M in [1, max_tokens] whose forward() calls reach different compile keys,
+  /// each class by its smallest M, ascending (issue 29's envelope classes for a backend). The
+  /// default, for a backend that has not derived its classes, is every count.
+  virtual std::vector<int64_t> token_classes(int64_t max_tokens) const;
 
  protected:
   MoeSpec spec_;
@@ -180,6 +184,14 @@ struct MoeExpertParallel {
 void moe_layer_forward_ep(MoeExperts& local, const MoeExpertParallel& ep, const at::Tensor& hidden,
                           const at::Tensor& router_logits, const MoeLayerWeights& w,
                           double routed_scale, const at::Tensor& out);
+
+/// `local`'s forward over M rows whose every choice is one of this rank's experts: what the
+/// all-to-all dispatch of moe_layer_forward_ep hands a rank that received M tokens (its grouped
+/// GEMM at M, the key and config that M selects). Synthetic rows in the experts' input width
+/// (random on a GPU; ids (row * top_k + j) mod E, weights 1 / top_k); meta tensors in compile-only
+/// mode. No collective: a warmup or envelope step of one rank's experts. Throws InputError for
+/// M < 1.
+void run_local_experts(MoeExperts& local, int64_t M, const MoeWeights& w, c10::Device device);
 
 /// Registers a MoeBackendInfo built by the expression `info` at static-initialization time.
 #define CS_REGISTER_MOE_BACKEND(info) \

@@ -427,6 +427,21 @@ class NemotronHModel final : public Model {
   // the float32 router (GateLinear), then the MoE layer: sigmoid + correction-bias grouped top-k,
   // fc1_latent_proj / fc2_latent_proj around the relu2 routed experts, the routed output scaled
   // by routed_scaling_factor, plus the relu2 shared expert.
+  std::vector<int64_t> expert_token_classes(int64_t max_tokens) const override {
+    if (d_.ep <= 1 || !moe_) return {};
+    return moe_->token_classes(max_tokens);
+  }
+
+  void run_local_experts(int64_t M) override {
+    CS_CHECK(d_.ep > 1 && moe_, "run_local_experts without expert parallelism");
+    for (size_t l = 0; l < d_.pattern.size(); ++l) {
+      if (d_.pattern[l] != 'E') continue;
+      const Weights& w = layers_[l];
+      ::coldstart::run_local_experts(*moe_, M, {w.w13, w.w2, {}, {}}, device_);
+      return;
+    }
+  }
+
   at::Tensor moe(int l, const Weights& w, const at::Tensor& h) {
     const at::Tensor logits = at::linear(h.to(at::kFloat), w.router);  // [M, E] float32
     MoeLayerWeights mw;
