@@ -393,8 +393,8 @@ std::string coverage_block(const RunResults& run) {
        "cold then compiled once each to time them.</p>\n";
   for (const detail::CoverageRow& c : cov) {
     if (c.cold_kernels.empty()) continue;
-    s += fmt::format("<details><summary>Cold after {} ({} key{})</summary><ul>\n",
-                     esc(detail::label(*c.result)), c.cold, c.cold == 1 ? "" : "s");
+    s += fmt::format("<details><summary>Cold after {} ({})</summary><ul>\n",
+                     esc(detail::label(*c.result)), esc(detail::cold_count_text(c)));
     for (const detail::ColdKernel& k : c.cold_kernels)
       s += "<li>" + esc(detail::cold_kernel_text(k)) + "</li>\n";
     s += "</ul>\n";

@@ -266,8 +266,8 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
       if (detail != Detail::kBrief) {
         for (const detail::CoverageRow& c : cov) {
           if (c.cold_kernels.empty()) continue;
-          out += fmt::format("<details><summary>Cold after {} ({} key{})</summary>\n\n",
-                             cell(detail::label(*c.result)), c.cold, c.cold == 1 ? "" : "s");
+          out += fmt::format("<details><summary>Cold after {} ({})</summary>\n\n",
+                             cell(detail::label(*c.result)), detail::cold_count_text(c));
           for (const detail::ColdKernel& k : c.cold_kernels)
             out += "- " + cell(detail::cold_kernel_text(k)) + "\n";
           if (!c.warmup_classes.empty())

@@ -456,6 +456,12 @@ double hot_path_compile_ms(const StrategyResult& r) {
   return sum;
 }
 
+std::string cold_count_text(const CoverageRow& c) {
+  std::string s = fmt::format("{} key{}", c.cold, c.cold == 1 ? "" : "s");
+  if (c.ranks > 0) s += fmt::format(", counted per rank over {} ranks", c.ranks);
+  return s;
+}
+
 std::vector<CoverageRow> coverage_rows(const RunResults& run) {
   std::vector<CoverageRow> rows;
   for (const StrategyResult& r : run.results) {
@@ -474,6 +480,8 @@ std::vector<CoverageRow> coverage_rows(const RunResults& run) {
       row.cold_compile_ms = e["cold_compile_ms"].get<double>();
     row.stopped_at = e.value("stopped_at_class", "");
     row.unfinished = e.value("sweep_unfinished", false);
+    if (e.value("keys_counted", "") == "per rank")
+      row.ranks = static_cast<int>(e.value("per_rank", nlohmann::json::array()).size());
     const std::vector<std::string> warm = e.value("warmup_classes", std::vector<std::string>{});
     row.warmup_classes = fmt::format("{}", fmt::join(warm, ", "));
     for (const auto& c : e.value("cold", nlohmann::json::array())) {

@@ -212,10 +212,15 @@ struct CoverageRow {
   bool unfinished = false;                ///< a partial report: the run was stopped after
                                           ///< stopped_at (timeout, interrupt)
   std::vector<ColdKernel> cold_kernels;   ///< by first reach
+  int ranks = 0;  ///< engine.ranks: all: the ranks whose sweeps the counts add up (keys per rank)
   /// The classes that first reach the cold keys (engine.envelope_warmup_classes for
   /// envelope-warmup), joined with ", "; "" when none is cold.
   std::string warmup_classes;
 };
+
+/// "3 keys" / "1 key" of a row's cold keys, with ", counted per rank over N ranks" under
+/// engine.ranks: all.
+std::string cold_count_text(const CoverageRow& c);
 
 /// The coverage rows of `run`'s results that carry extra.envelope, in result order.
 std::vector<CoverageRow> coverage_rows(const RunResults& run);

@@ -1177,5 +1177,26 @@ TEST(Html, CoverageCompileListNamesTheClassAndTheMeasuredCompileTime) {
   EXPECT_EQ(html.find("first wave, request"), std::string::npos);
 }
 
+// A sweep of every rank (engine.ranks: all) counts keys per rank: each report says so.
+TEST(Reports, RanksCoverageSaysKeysAreCountedPerRank) {
+  std::vector<RunResults> r = {fixed_runs()[0]};
+  StrategyResult& s = r[0].results[2];
+  s.extra["envelope"] = {
+      {"classes", 40}, {"reached_keys", 8}, {"covered_at_startup", 6}, {"cold_keys", 2},
+      {"keys_counted", "per rank"},
+      {"per_rank", nlohmann::json::array({{{"rank", 0}}, {{"rank", 1}}})},
+      {"warmup_classes", {"prefill 10"}},
+      {"cold", nlohmann::json::array(
+                   {{{"kernel", "fused_moe_gemm"}, {"key", "a"}, {"class", "prefill 10"}, {"rank", 0}},
+                    {{"kernel", "fused_moe_gemm"}, {"key", "a"}, {"class", "prefill 10"}, {"rank", 1}}})}};
+  const std::string table = render_table(r[0], false);
+  EXPECT_NE(table.find("keys counted once per rank that reaches them (the sweeps of 2 ranks"),
+            std::string::npos) << table;
+  EXPECT_NE(render_markdown(r).find("(2 keys, counted per rank over 2 ranks)"), std::string::npos);
+  EXPECT_NE(render_html(r).find("(2 keys, counted per rank over 2 ranks)"), std::string::npos);
+  s.extra["envelope"].erase("keys_counted");  // one process: no such note
+  EXPECT_EQ(render_markdown(r).find("counted per rank"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace coldstart::reports

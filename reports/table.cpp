@@ -323,6 +323,10 @@ std::string render_table(const RunResults& raw_run, bool color) {
                                            : std::string("-"));
     }
     for (const CoverageRow& c : cov) {
+      if (c.ranks > 0)
+        out += fmt::format("  {}: keys counted once per rank that reaches them (the sweeps of {} "
+                           "ranks, each its own process)\n",
+                           label(*c.result), c.ranks);
       if (!c.stopped_at.empty())
         out += fmt::format(c.unfinished ? "  {}: the run was stopped after class '{}' (its last "
                                           "report; {} of {} classes run)\n"

@@ -132,7 +132,9 @@ TEST_F(ReplayE2E, AStoppedMultiRankRunSaysWhatEachRankWasDoing) {
 /// stall analysis names a compiling rank as the last to arrive. The warmer's dummy steps leave
 /// nothing to compile on any rank.
 TEST_F(ReplayE2E, ExpertParallelRanksCompileTheirOwnMClasses) {
-  auto by = replay("scenarios/nemotron-3-nano-ep4-ranks.yaml", "--strategy mamba");
+  // The kernel cache lets the coverage run below load its startup instead of compiling it.
+  const std::string cache = paths::join(dir_, "cache");
+  auto by = replay("scenarios/nemotron-3-nano-ep4-ranks.yaml", "--strategy mamba --cache-dir " + cache);
   ASSERT_EQ(by.size(), 1u);
   const StrategyResult& r = by.at("mamba []");
   ASSERT_EQ(r.outcome, Outcome::kOk) << r.error.value_or("");
@@ -159,6 +161,39 @@ TEST_F(ReplayE2E, ExpertParallelRanksCompileTheirOwnMClasses) {
     EXPECT_FALSE(st.at("why").empty()) << "rank " << last;
   }
   EXPECT_TRUE(prefill) << ranks.dump();
+
+  // Coverage sweeps every rank's envelope (a small one here): the ranks run the same classes,
+  // meeting in every step's collectives, and the result counts each rank's keys. Keys the
+  // replay above compiled on a rank are on disk for it.
+  const nlohmann::json cov = replay_json(
+      "scenarios/nemotron-3-nano-ep4-ranks.yaml --arch sm_90 --envelope --strategy mamba "
+      "--cache-dir " + cache + " --set engine.max_num_batched_tokens=40 "
+      "--set engine.max_model_len=64 --set engine.max_num_seqs=2");
+  ASSERT_FALSE(cov.is_null());
+  const nlohmann::json& env = cov.at("results").at(0).at("envelope");
+  ASSERT_EQ(env.at("per_rank").size(), 4u) << env.dump();
+  long long reached = 0;
+  for (const auto& pr : env.at("per_rank")) {
+    EXPECT_GT(pr.at("reached_keys").get<long long>(), 0) << pr.dump();
+    reached += pr.at("reached_keys").get<long long>();
+  }
+  EXPECT_EQ(env.at("reached_keys").get<long long>(), reached);
+  EXPECT_EQ(env.at("reached_keys").get<long long>(),
+            env.at("covered_at_startup").get<long long>() + env.at("loaded_keys").get<long long>() +
+                env.at("cold_keys").get<long long>());
+  // Each rank's fused-MoE keys of the envelope are its own, and every one is first reached by an
+  // "experts M" class (the rank's experts alone at a count class, run before the batches: what
+  // a rank receives follows the routing): ranks 1 and 2, which the replay's prompt left without
+  // a small-M GEMM, reach one too.
+  std::set<int> moe_ranks;
+  for (const char* part : {"cold", "loaded"})
+    for (const auto& c : env.at(part))
+      if (c.at("kernel") == "fused_moe_gemm") {
+        moe_ranks.insert(c.at("rank").get<int>());
+        EXPECT_EQ(c.at("class").get<std::string>().rfind("experts ", 0), 0u) << c.dump();
+      }
+  EXPECT_TRUE(moe_ranks.count(1) && moe_ranks.count(2)) << env.dump();
+  EXPECT_FALSE(env.at("warmup_classes").empty());
 
   // Refused before anything runs: EP without every rank, or with graphs, and in compile-only
   // mode without a routing simulation (the router's scores need the GPU).

@@ -2,6 +2,7 @@
 // Torch-free but for the stall analysis's library; unit-tested without processes.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "harness/cli/ranks_run.h"
@@ -11,6 +12,58 @@
 #include "harness/dist/stalls.h"
 
 namespace coldstart::cli {
+namespace {
+
+/// Every rank's envelope sweep folded into `out`'s extra["envelope"] (see merge_rank_results);
+/// ranks that stopped before their sweep began have none and are left out of it.
+void merge_envelopes(const std::vector<StrategyResult>& ranks, StrategyResult& out) {
+  nlohmann::json merged;
+  nlohmann::json per_rank = nlohmann::json::array();
+  std::vector<std::string> warm;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const auto it = ranks[r].extra.find("envelope");
+    if (it == ranks[r].extra.end() || !it->is_object()) continue;
+    const nlohmann::json& e = *it;
+    if (merged.is_null()) {
+      merged = e;  // classes, classes_run, stopped_at_class: the first sweeping rank's
+      for (const char* k : {"cold", "loaded"}) merged[k] = nlohmann::json::array();
+      for (const char* k : {"startup_keys", "reached_keys", "covered_at_startup", "loaded_keys",
+                            "cold_keys", "cold_compile_reused"})
+        merged[k] = 0;
+      merged["cold_compile_ms"] = 0.0;
+      merged["compile_pass_ms"] = 0.0;
+    }
+    for (const char* k : {"cold", "loaded"})
+      for (nlohmann::json c : e.value(k, nlohmann::json::array())) {
+        c["rank"] = r;
+        merged[k].push_back(std::move(c));
+      }
+    for (const char* k : {"startup_keys", "reached_keys", "covered_at_startup", "loaded_keys",
+                          "cold_keys", "cold_compile_reused"})
+      merged[k] = merged[k].get<long long>() + e.value(k, 0LL);
+    for (const char* k : {"cold_compile_ms", "compile_pass_ms"})
+      merged[k] = merged[k].get<double>() + e.value(k, 0.0);
+    merged["sweep_ms"] = std::max(merged.value("sweep_ms", 0.0), e.value("sweep_ms", 0.0));
+    merged["classes_run"] = std::min(merged.value("classes_run", 0LL), e.value("classes_run", 0LL));
+    if (e.value("sweep_unfinished", false)) merged["sweep_unfinished"] = true;
+    if (!merged.contains("stopped_at_class") && e.contains("stopped_at_class"))
+      merged["stopped_at_class"] = e["stopped_at_class"];
+    for (const std::string& c : e.value("warmup_classes", std::vector<std::string>{}))
+      if (std::find(warm.begin(), warm.end(), c) == warm.end()) warm.push_back(c);
+    per_rank.push_back({{"rank", r},
+                        {"reached_keys", e.value("reached_keys", 0LL)},
+                        {"covered_at_startup", e.value("covered_at_startup", 0LL)},
+                        {"cold_keys", e.value("cold_keys", 0LL)},
+                        {"cold_compile_ms", e.value("cold_compile_ms", 0.0)}});
+  }
+  if (merged.is_null()) return;
+  merged["warmup_classes"] = warm;
+  merged["per_rank"] = std::move(per_rank);
+  merged["keys_counted"] = "per rank";
+  out.extra["envelope"] = std::move(merged);
+}
+
+}  // namespace
 
 StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::string& backend,
                                   long long timeout_ms) {
@@ -85,6 +138,7 @@ StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::
       else out.extra.erase(k);
     }
   }
+  merge_envelopes(ranks, out);
   out.extra["ranks"] = {{"world", ranks.size()},
                         {"backend", backend},
                         {"collective_timeout_ms", timeout_ms},

@@ -3,6 +3,8 @@
 // strategy's outcome.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "harness/cli/ranks_run.h"
 #include "harness/dist/rank_group.h"
 
@@ -104,6 +106,49 @@ TEST(MergeRankResults, ARankReportThatDoesNotParseCountsAsNoCollectives) {
   const StrategyResult m = merge_rank_results(ranks, "store", 1000);
   EXPECT_EQ(m.extra.at("ranks").at("per_rank")[1].at("collectives"), 0);
   EXPECT_TRUE(m.extra.at("ranks").at("steps").empty());
+}
+
+/// A rank's coverage sweep: `cold` lists (kernel, first class) of its cold keys.
+nlohmann::json sweep(int reached, int at_startup,
+                     std::vector<std::pair<std::string, std::string>> cold, double compile_ms) {
+  nlohmann::json c = nlohmann::json::array();
+  std::vector<std::string> warm;
+  for (const auto& [kernel, cls] : cold) {
+    c.push_back({{"kernel", kernel}, {"key", kernel + "[k]"}, {"class", cls}});
+    if (std::find(warm.begin(), warm.end(), cls) == warm.end()) warm.push_back(cls);
+  }
+  return {{"classes", 100},          {"classes_run", 100},
+          {"startup_keys", at_startup}, {"reached_keys", reached},
+          {"covered_at_startup", at_startup}, {"loaded_keys", 0},
+          {"cold_keys", cold.size()}, {"cold", c},
+          {"loaded", nlohmann::json::array()}, {"warmup_classes", warm},
+          {"cold_compile_ms", compile_ms}, {"sweep_ms", 10.0 + reached}};
+}
+
+TEST(MergeRankResults, EveryRanksEnvelopeCountsItsOwnKeys) {
+  // Under expert parallelism rank 1 reaches a MoE key of its own at a class rank 0 never needs;
+  // both reach the conv1d key at "decode 2". Rank 2 stopped before its sweep.
+  std::vector<StrategyResult> ranks = {rank_result(Outcome::kOk, {}), rank_result(Outcome::kOk, {}),
+                                       rank_result(Outcome::kOk, {})};
+  ranks[0].extra["envelope"] = sweep(10, 9, {{"conv1d_update", "decode 2"}}, 30.0);
+  ranks[1].extra["envelope"] =
+      sweep(12, 10, {{"fused_moe_gemm", "prefill 10"}, {"conv1d_update", "decode 2"}}, 50.0);
+  ranks[1].extra["envelope"]["sweep_unfinished"] = true;
+  const nlohmann::json e = merge_rank_results(ranks, "store", 1000).extra.at("envelope");
+  EXPECT_EQ(e.at("reached_keys"), 22);
+  EXPECT_EQ(e.at("covered_at_startup"), 19);
+  EXPECT_EQ(e.at("cold_keys"), 3);
+  EXPECT_DOUBLE_EQ(e.at("cold_compile_ms").get<double>(), 80.0);
+  EXPECT_DOUBLE_EQ(e.at("sweep_ms").get<double>(), 22.0) << "the slowest rank's sweep";
+  EXPECT_TRUE(e.value("sweep_unfinished", false));
+  ASSERT_EQ(e.at("cold").size(), 3u);
+  EXPECT_EQ(e["cold"][0].at("rank"), 0);
+  EXPECT_EQ(e["cold"][1].at("rank"), 1);
+  EXPECT_EQ(e["cold"][1].at("kernel"), "fused_moe_gemm");
+  EXPECT_EQ(e.at("warmup_classes"), (std::vector<std::string>{"decode 2", "prefill 10"}));
+  ASSERT_EQ(e.at("per_rank").size(), 2u) << "rank 2 never swept";
+  EXPECT_EQ(e["per_rank"][1].at("cold_keys"), 2);
+  EXPECT_EQ(e.at("keys_counted"), "per rank");
 }
 
 }  // namespace

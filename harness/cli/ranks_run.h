@@ -39,7 +39,12 @@ StrategyResult run_one_rank(const ChildJob& job, SnapshotFn on_snapshot);
 /// hot_path_compiles, startup_compiles, ttft_ms, collectives, wait_ms, last_arrivals}],
 /// steps: dist::analyse_stalls' steps}. Outcome: ok when every rank's is; else that of the
 /// first rank whose collective timed out (the engine's watchdog), else of the first rank that
-/// did not end ok, with its error, failed phase and failed step.
+/// did not end ok, with its error, failed phase and failed step. A coverage run's
+/// extra["envelope"] (engine_envelope.cpp) becomes every rank's: each rank is a process with its
+/// own JIT, so a key counts once per rank that reaches it (under expert parallelism the ranks
+/// route their own tokens and reach their own MoE keys). Counts and compile times are summed,
+/// `cold` and `loaded` entries carry their rank, warmup_classes is the union (rank 0's order,
+/// then classes only later ranks need), and `per_rank` keeps each rank's counts.
 StrategyResult merge_rank_results(std::vector<StrategyResult> ranks, const std::string& backend,
                                   long long timeout_ms);
 

@@ -321,15 +321,6 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     ReplayArgs one = a;
     one.scenario = f;
     scenarios.push_back(load(one));
-    // Each rank of a multi-rank run would sweep its own envelope, and only rank 0's result is
-    // kept: refused until the ranks' envelopes are merged.
-    if (a.envelope)
-      for (const Variant& v : scenarios.back().variants)
-        if (replays_all_ranks(apply_variant(scenarios.back(), v).engine))
-          throw InputError(fmt::format("{}: coverage (replay --envelope) does not sweep every "
-                                       "rank yet (engine.ranks: all); run it with --set "
-                                       "engine.ranks=rank0",
-                                       f));
   }
   // Every output must be writable, and none may be one of the run's inputs (it would be
   // overwritten after the first strategy, and the children, which read the scenario, would then

@@ -3,7 +3,7 @@
 // JIT in key-only mode (JitRuntime::set_key_only), so every kernel key the envelope reaches is
 // known without compiling it, next to the keys startup compiled.
 //
-// The classes, first version, in this order (each a step the engine runs as it would serve it:
+// The classes, in this order (each a step the engine runs as it would serve it:
 // graph replay where a captured size holds it, else eager, through Engine::run_step):
 //   prefill n     one sequence, no cached context, n = 1 .. min(max_num_batched_tokens,
 //                 max_model_len - 1): every prompt chunk a fresh prompt can start with. Every
@@ -38,6 +38,9 @@
 // (TurboQuant's dequantizes its cached tokens with their count as an argument); a first version
 // that kept every decode row at one cached token left that count's other two classes out of the
 // envelope, while the lazy-capture scenario's second request reached one of them.
+//   experts M     (first) under expert parallelism, this rank's routed experts alone at M tokens,
+//                 for each of their token-count classes (MoeExperts::token_classes): the count a
+//                 rank receives follows the routing, which no batch shape fixes.
 // Batches of three or more prompts, prompts beside decode rows and a later chunk together, and
 // speculative verify rows are not enumerated yet. Keys inside a replayed CUDA graph are not
 // reached by the replay (its kernels were captured at startup); such a class is counted as
@@ -53,6 +56,7 @@
 #include <vector>
 
 #include "harness/common/error.h"
+#include "harness/dist/rank_group.h"
 #include "harness/engine/engine.h"
 #include "harness/engine/engine_internal.h"
 #include "warmers/warmup_context.h"
@@ -81,6 +85,7 @@ struct EnvelopeClass {
   std::string label;           ///< "prefill 17", "continue 5 after 8192", "decode 12"
   std::vector<SeqStep> seqs;
   int tokens = 0;
+  bool experts_only = false;   ///< "experts M": this rank's routed experts at M = tokens
 };
 
 std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
@@ -172,11 +177,20 @@ void Engine::do_envelope() {
   jit::JitRuntime& rt = *jit_;
   std::set<std::string> startup_keys;
   for (const jit::CompileRecord& r : rt.monitor().records()) startup_keys.insert(r.key);
-  std::vector<EnvelopeClass> classes = envelope_classes(scenario_.engine);
+  std::vector<EnvelopeClass> classes;
+  // Expert parallelism: the count the dispatch routes to a rank follows the routing, not the
+  // batch, so a batch class reaches whichever counts its draw gives. Every count class of this
+  // rank's experts runs first, directly (each rank alone: no collective), so the MoE keys are
+  // first reached by a class that reaches them whatever the routing: the one envelope-warmup
+  // can rely on.
+  for (int64_t m : model_->expert_token_classes(scenario_.engine.max_num_batched_tokens))
+    classes.push_back({fmt::format("experts {}", m), {}, static_cast<int>(m), true});
+  for (EnvelopeClass& c : envelope_classes(scenario_.engine)) classes.push_back(std::move(c));
   const size_t base_classes = classes.size();
   // The prefill lengths at which some key was reached first: the token-count classes the mixed
   // batches below take their prefill part from.
   std::vector<int> prefill_reps, continue_reps;
+  std::vector<int64_t> new_key_at(base_classes, 0);  // 1: base class i reached a new key
   size_t reached_count = 0;
   const auto t0 = std::chrono::steady_clock::now();
   rt.clear_reached_keys();
@@ -240,7 +254,10 @@ void Engine::do_envelope() {
       }
     };
     try {
-      run_step(c.seqs);
+      if (c.experts_only)
+        model_->run_local_experts(c.tokens);
+      else
+        run_step(c.seqs);
     } catch (...) {
       take_new_keys();  // what the failing step reached before it failed counts as reached
       record(c.label);
@@ -257,13 +274,21 @@ void Engine::do_envelope() {
     }
     if (i < base_classes) {
       const size_t now_reached = rt.reached_key_count();
-      if (now_reached > reached_count && c.label.rfind("prefill ", 0) == 0)
-        prefill_reps.push_back(c.tokens);
-      if (now_reached > reached_count && c.label.rfind("continue ", 0) == 0)
-        continue_reps.push_back(c.tokens);
+      new_key_at[i] = now_reached > reached_count ? 1 : 0;
       reached_count = now_reached;
     }
     if (i + 1 == base_classes) {
+      // Under engine.ranks: all every rank sweeps in its own process, and the ranks' steps meet
+      // in collectives, so they must run the same classes: a length counts as key-changing when
+      // it reached a new key on any rank (under expert parallelism each rank routes its own
+      // tokens and reaches its own MoE keys).
+      if (options_.ranks != nullptr && options_.ranks->world() > 1)
+        new_key_at = options_.ranks->all_reduce(new_key_at, "envelope: key-changing lengths");
+      for (size_t k = 0; k < base_classes; ++k) {
+        if (new_key_at[k] == 0) continue;
+        if (classes[k].label.rfind("prefill ", 0) == 0) prefill_reps.push_back(classes[k].tokens);
+        if (classes[k].label.rfind("continue ", 0) == 0) continue_reps.push_back(classes[k].tokens);
+      }
       for (EnvelopeClass& m : mixed_classes(scenario_.engine, prefill_reps, continue_reps))
         classes.push_back(std::move(m));
     }
