@@ -128,6 +128,7 @@ struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
 #endif
   std::vector<CollectiveRecord> records;
+  bool paused = false;  // set_paused
   std::string phase = "init";
   int request = -1, step = -1;
   std::function<Where()> where;
@@ -307,8 +308,11 @@ void RankGroup::mark_stopped(const std::string& why) {
   impl_->publish_locked();
 }
 
+void RankGroup::set_paused(bool paused) { impl_->paused = paused; }
+
 std::vector<int64_t> RankGroup::all_reduce(std::vector<int64_t> values, const std::string& site) {
   Impl& m = *impl_;
+  if (m.paused) return values;
   CollectiveRecord rec;
   rec.seq = static_cast<int64_t>(m.records.size());
   rec.op = "all_reduce";

@@ -132,6 +132,11 @@ class RankGroup {
   /// collective. Throws CollectiveTimeoutError after timeout(), Error on another failure (a
   /// peer gone).
   std::vector<int64_t> all_reduce(std::vector<int64_t> values, const std::string& site);
+  /// While paused, all_reduce returns `values` unchanged at once, without meeting the other
+  /// ranks or recording anything. For a compile-only envelope sweep (engine_envelope.cpp): there
+  /// the model's collectives carry no bytes and no time is measured, so each rank sweeps at its
+  /// own pace; a collective whose result matters is made after resuming.
+  void set_paused(bool paused);
 
   /// The phase and scheduler step the next collectives belong to.
   void set_step(const std::string& phase, int request, int step);
