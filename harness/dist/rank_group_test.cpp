@@ -87,6 +87,23 @@ TEST(RankGroup, AllReduceSumsEveryRanksValuesInOrder) {
   }
 }
 
+// Paused (a compile-only envelope sweep), a rank's all-reduces return its own values without
+// waiting for the others, who may make a different number of them; resumed, they meet again.
+TEST(RankGroup, APausedGroupSkipsCollectivesUntilResumed) {
+  std::vector<bool> kids;
+  const bool ok = run_ranks(2, "store", milliseconds(20000), [&](RankGroup& g) {
+    g.set_paused(true);
+    for (int i = 0; i <= g.rank() * 3; ++i)  // rank 1 makes 4, rank 0 one
+      if (g.all_reduce({7}, "paused") != std::vector<int64_t>{7}) return false;
+    g.set_paused(false);
+    const auto sum = g.all_reduce({g.rank() + 1}, "resumed");
+    return sum == std::vector<int64_t>{3} && g.records().size() == 1 &&
+           g.records()[0].site == "resumed";
+  }, &kids);
+  EXPECT_TRUE(ok);
+  for (size_t i = 0; i < kids.size(); ++i) EXPECT_TRUE(kids[i]) << "rank " << i + 1;
+}
+
 TEST(RankGroup, CompilesBetweenCollectivesGoWithTheNextRecord) {
   std::vector<bool> kids;
   const bool ok = run_ranks(2, "store", milliseconds(20000), [](RankGroup& g) {
