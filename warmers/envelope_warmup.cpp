@@ -32,6 +32,20 @@
 namespace coldstart {
 namespace {
 
+// The largest count in `label` (its digit runs; the loader allows at most 9 digits each).
+long long largest_count(const std::string& label) {
+  long long best = 0, cur = 0;
+  for (char ch : label) {
+    if (ch >= '0' && ch <= '9') {
+      cur = cur * 10 + (ch - '0');
+      best = std::max(best, cur);
+    } else {
+      cur = 0;
+    }
+  }
+  return best;
+}
+
 // The labels of a validated engine.envelope_warmup_classes value ("a, b, c").
 std::vector<std::string> split_classes(const std::string& list) {
   std::vector<std::string> out;
@@ -69,22 +83,33 @@ class EnvelopeWarmup final : public Warmer {
     std::vector<std::vector<SeqStep>> steps;
     std::vector<std::string> run, outside;
     std::vector<int64_t> expert_counts;  // "experts M" classes, run after the steps
+    std::vector<std::string> no_experts;    // "experts M" without expert parallelism
+    // No count of a class this server can be sent exceeds the largest of its limits; a larger
+    // one is outside before its batch is built (a 9-digit "decode B" would build B rows).
+    const long long limit = std::max<long long>(
+        {e.max_num_seqs, e.max_num_batched_tokens, e.max_model_len});
     for (const std::string& label : labels) {
       // A class listed twice warms nothing the first step did not: it runs once.
       if (std::find(run.begin(), run.end(), label) != run.end() ||
-          std::find(outside.begin(), outside.end(), label) != outside.end())
+          std::find(outside.begin(), outside.end(), label) != outside.end() ||
+          std::find(no_experts.begin(), no_experts.end(), label) != no_experts.end())
         continue;
-      // "experts M": this rank's routed experts at M tokens (expert parallelism only; a count
-      // no step could route to a rank, or a model without it, is outside the envelope).
+      // "experts M": this rank's routed experts at M tokens (a count no step could route to a
+      // rank is outside the envelope; without expert parallelism there is nothing to run).
       if (label.rfind("experts ", 0) == 0) {
         const int64_t m = std::stoll(label.substr(8));
-        const std::vector<int64_t> cls = ctx.expert_token_classes();
-        if (cls.empty() || m > e.max_num_batched_tokens) {
+        if (ctx.expert_token_classes().empty()) {
+          no_experts.push_back(label);
+        } else if (m > e.max_num_batched_tokens) {
           outside.push_back(label);
         } else {
           run.push_back(label);
           expert_counts.push_back(m);
         }
+        continue;
+      }
+      if (largest_count(label) > limit) {
+        outside.push_back(label);
         continue;
       }
       std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size);
@@ -102,11 +127,24 @@ class EnvelopeWarmup final : public Warmer {
       run.push_back(label);
       steps.push_back(std::move(*seqs));
     }
+    const std::string no_ep =
+        no_experts.empty()
+            ? std::string()
+            : fmt::format("{} without expert parallelism (no rank holds only some experts), not "
+                          "run: {}",
+                          no_experts.size(), fmt::join(no_experts, ", "));
     if (steps.empty() && expert_counts.empty()) {
+      if (outside.empty()) {
+        ctx.skip(fmt::format("every class of engine.envelope_warmup_classes is an experts class, "
+                             "and this server has no expert parallelism ({})",
+                             fmt::join(no_experts, ", ")));
+        return;
+      }
       ctx.skip(fmt::format("every class of engine.envelope_warmup_classes is outside this "
                            "server's envelope (max_num_batched_tokens {}, max_num_seqs {}, "
-                           "max_model_len {})",
-                           e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len));
+                           "max_model_len {}){}",
+                           e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len,
+                           no_ep.empty() ? "" : "; " + no_ep));
       return;
     }
     for (const auto& seqs : steps) ctx.dummy_run(seqs);
@@ -121,7 +159,9 @@ class EnvelopeWarmup final : public Warmer {
     if (!outside.empty())
       summary += fmt::format("; {} outside this server's envelope, not run: {}", outside.size(),
                              fmt::join(outside, ", "));
-    ctx.report(summary, {{"classes", run}, {"outside_envelope", outside}});
+    if (!no_ep.empty()) summary += "; " + no_ep;
+    ctx.report(summary, {{"classes", run}, {"outside_envelope", outside},
+                         {"no_expert_parallelism", no_experts}});
   }
 };
 

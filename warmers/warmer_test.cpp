@@ -306,14 +306,17 @@ TEST(Warmers, ExpertClassesRunThisRanksExpertsDirectly) {
   env.scenario_.engine.max_num_batched_tokens = 64;
   env.scenario_.engine.max_num_seqs = 4;
   env.scenario_.engine.max_model_len = 256;
-  env.scenario_.engine.set_key("envelope_warmup_classes", "experts 8, decode 2, experts 80");
+  env.scenario_.engine.set_key("envelope_warmup_classes",
+                               "experts 8, decode 2, experts 80, decode 999999999");
   env.expert_classes = {1, 8};
   make_warmer("envelope-warmup")->run(env);
   EXPECT_EQ(env.expert_runs, (std::vector<int64_t>{8}));
   EXPECT_EQ(env.dummy_runs.size(), 1u);
   ASSERT_EQ(env.reports.size(), 1u);
   EXPECT_NE(env.reports[0].find("1 of them this rank's experts alone"), std::string::npos);
-  EXPECT_NE(env.reports[0].find("outside this server's envelope, not run: experts 80"),
+  // A 9-digit count is outside before its batch is built (B rows for "decode B").
+  EXPECT_NE(env.reports[0].find("outside this server's envelope, not run: experts 80, decode "
+                                "999999999"),
             std::string::npos) << env.reports[0];
   FakeContext no_ep;  // no expert parallelism: an "experts M" class has nothing to run
   no_ep.scenario_.engine.max_num_batched_tokens = 64;
@@ -321,6 +324,8 @@ TEST(Warmers, ExpertClassesRunThisRanksExpertsDirectly) {
   make_warmer("envelope-warmup")->run(no_ep);
   EXPECT_TRUE(no_ep.expert_runs.empty());
   ASSERT_EQ(no_ep.skipped.size(), 1u);
+  EXPECT_NE(no_ep.skipped[0].find("no expert parallelism (experts 8)"), std::string::npos)
+      << no_ep.skipped[0];
 }
 
 }  // namespace
