@@ -21,6 +21,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,17 +89,16 @@ class EnvelopeWarmup final : public Warmer {
     // one is outside before its batch is built (a 9-digit "decode B" would build B rows).
     const long long limit = std::max<long long>(
         {e.max_num_seqs, e.max_num_batched_tokens, e.max_model_len});
+    const bool has_experts = !ctx.expert_token_classes().empty();  // expert parallelism
+    std::set<std::string> seen;
     for (const std::string& label : labels) {
       // A class listed twice warms nothing the first step did not: it runs once.
-      if (std::find(run.begin(), run.end(), label) != run.end() ||
-          std::find(outside.begin(), outside.end(), label) != outside.end() ||
-          std::find(no_experts.begin(), no_experts.end(), label) != no_experts.end())
-        continue;
+      if (!seen.insert(label).second) continue;
       // "experts M": this rank's routed experts at M tokens (a count no step could route to a
       // rank is outside the envelope; without expert parallelism there is nothing to run).
       if (label.rfind("experts ", 0) == 0) {
         const int64_t m = std::stoll(label.substr(8));
-        if (ctx.expert_token_classes().empty()) {
+        if (!has_experts) {
           no_experts.push_back(label);
         } else if (m > e.max_num_batched_tokens) {
           outside.push_back(label);

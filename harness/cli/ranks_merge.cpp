@@ -17,6 +17,9 @@ namespace {
 /// Every rank's envelope sweep folded into `out`'s extra["envelope"] (see merge_rank_results);
 /// ranks that stopped before their sweep began have none and are left out of it.
 void merge_envelopes(const std::vector<StrategyResult>& ranks, StrategyResult& out) {
+  // Summed over the ranks (each rank's keys are its own).
+  static const char* const kCounts[] = {"startup_keys", "reached_keys", "covered_at_startup",
+                                        "loaded_keys",  "cold_keys",    "cold_compile_reused"};
   nlohmann::json merged;
   nlohmann::json per_rank = nlohmann::json::array();
   std::vector<std::string> warm;
@@ -27,9 +30,7 @@ void merge_envelopes(const std::vector<StrategyResult>& ranks, StrategyResult& o
     if (merged.is_null()) {
       merged = e;  // classes, classes_run, stopped_at_class: the first sweeping rank's
       for (const char* k : {"cold", "loaded"}) merged[k] = nlohmann::json::array();
-      for (const char* k : {"startup_keys", "reached_keys", "covered_at_startup", "loaded_keys",
-                            "cold_keys", "cold_compile_reused"})
-        merged[k] = 0;
+      for (const char* k : kCounts) merged[k] = 0;
       merged["cold_compile_ms"] = 0.0;
       merged["compile_pass_ms"] = 0.0;
     }
@@ -38,9 +39,7 @@ void merge_envelopes(const std::vector<StrategyResult>& ranks, StrategyResult& o
         c["rank"] = r;
         merged[k].push_back(std::move(c));
       }
-    for (const char* k : {"startup_keys", "reached_keys", "covered_at_startup", "loaded_keys",
-                          "cold_keys", "cold_compile_reused"})
-      merged[k] = merged[k].get<long long>() + e.value(k, 0LL);
+    for (const char* k : kCounts) merged[k] = merged[k].get<long long>() + e.value(k, 0LL);
     for (const char* k : {"cold_compile_ms", "compile_pass_ms"})
       merged[k] = merged[k].get<double>() + e.value(k, 0.0);
     merged["sweep_ms"] = std::max(merged.value("sweep_ms", 0.0), e.value("sweep_ms", 0.0));
