@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "harness/common/error.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "warmers/envelope_warmup.engine_keys.h"
 #include "warmers/warmer.h"
 #include "warmers/warmup_context.h"
@@ -90,6 +91,7 @@ class EnvelopeWarmup final : public Warmer {
     const long long limit = std::max<long long>(
         {e.max_num_seqs, e.max_num_batched_tokens, e.max_model_len});
     const bool has_experts = !ctx.expert_token_classes().empty();  // expert parallelism
+    const int spec_k = num_speculative_tokens(e);
     std::set<std::string> seen;
     for (const std::string& label : labels) {
       // A class listed twice warms nothing the first step did not: it runs once.
@@ -112,7 +114,12 @@ class EnvelopeWarmup final : public Warmer {
         outside.push_back(label);
         continue;
       }
-      std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size);
+      // A verify row needs speculative decoding: without it no step of this server has one.
+      if (spec_k == 0 && label.find("verify ") != std::string::npos) {
+        outside.push_back(label);
+        continue;
+      }
+      std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size, spec_k);
       if (!seqs) throw Error(fmt::format("envelope-warmup: '{}' is no envelope class", label));
       int tokens = 0, longest = 0;
       for (const SeqStep& s : *seqs) {

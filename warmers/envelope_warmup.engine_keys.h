@@ -10,15 +10,18 @@
 
 namespace coldstart {
 
-/// One envelope class label (engine_envelope.cpp): "prefill N", "continue N after C", "decode B",
-/// "decode B after C", "decode B + prefill N", "decode B after C + prefill N",
-/// "decode B + continue N after C", "prefill N + prefill M"; and under expert parallelism
-/// "experts M" (M tokens routed to a rank's own experts).
+/// One envelope class label (warmup_context.h, envelope_class_steps): parts joined by " + ",
+/// each "prefill N", "prefill N x S", "continue N after C", "decode B", "decode B after C",
+/// "verify B" or "verify B after C"; or, under expert parallelism, "experts M" (M tokens routed
+/// to a rank's own experts).
+#define CS_ENVELOPE_COUNT "[1-9][0-9]{0,8}"
+#define CS_ENVELOPE_PART                                                                     \
+  "(prefill " CS_ENVELOPE_COUNT "( x " CS_ENVELOPE_COUNT ")?|continue " CS_ENVELOPE_COUNT \
+  " after " CS_ENVELOPE_COUNT "|(decode|verify) " CS_ENVELOPE_COUNT "( after " CS_ENVELOPE_COUNT ")?)"
 inline const char* const kEnvelopeClassPattern =
-    "(prefill [1-9][0-9]{0,8}( \\+ prefill [1-9][0-9]{0,8})?|experts [1-9][0-9]{0,8}|"
-    "continue [1-9][0-9]{0,8} after [1-9][0-9]{0,8}|"
-    "decode [1-9][0-9]{0,8}( after [1-9][0-9]{0,8})?( \\+ prefill [1-9][0-9]{0,8})?|"
-    "decode [1-9][0-9]{0,8} \\+ continue [1-9][0-9]{0,8} after [1-9][0-9]{0,8})";
+    "(experts " CS_ENVELOPE_COUNT "|" CS_ENVELOPE_PART "( \\+ " CS_ENVELOPE_PART ")*)";
+#undef CS_ENVELOPE_PART
+#undef CS_ENVELOPE_COUNT
 
 inline std::vector<EngineKeySpec> engine_keys_envelope_warmup() {
   EngineKeySpec k;
@@ -29,7 +32,8 @@ inline std::vector<EngineKeySpec> engine_keys_envelope_warmup() {
   k.pattern = "(" + std::string(kEnvelopeClassPattern) + "(, " + kEnvelopeClassPattern + ")*)?";
   k.pattern_doc = "envelope classes (each count a whole number from 1, at most 9 digits) "
                   "separated by a comma and a space, e.g. 'prefill 17, "
-                  "continue 2 after 2048, decode 3, decode 1 after 17 + prefill 2, experts 8' (or empty)";
+                  "continue 2 after 2048, decode 3, decode 1 after 17 + prefill 2, "
+                  "prefill 2 x 3, verify 2 + prefill 5, experts 8' (or empty)";
   k.default_value = "";
   k.doc = "the envelope classes envelope-warmup runs one dummy step of each at startup (what "
           "`coldstart coverage` prints for a strategy's cold keys)";

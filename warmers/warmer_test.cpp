@@ -273,8 +273,9 @@ TEST(Warmers, EnvelopeClassLabelsGiveTheirBatches) {
   const auto one = steps("prefill 3 + prefill 1");  // the 1-token prompt leads, as a decode row
   ASSERT_TRUE(one.has_value());
   EXPECT_EQ((*one)[0].query_len, 1);
-  EXPECT_EQ((*one)[0].req_slot, 1);
+  EXPECT_EQ((*one)[0].req_slot, 0) << "slots follow the reordered rows (Engine::make_batch)";
   EXPECT_EQ((*one)[1].query_len, 3);
+  EXPECT_EQ((*one)[1].req_slot, 1);
   const auto chunk = steps("decode 2 + continue 5 after 2047");
   ASSERT_TRUE(chunk.has_value());
   ASSERT_EQ(chunk->size(), 3u);
@@ -283,7 +284,51 @@ TEST(Warmers, EnvelopeClassLabelsGiveTheirBatches) {
   EXPECT_EQ((*chunk)[2].query_len, 5);
   EXPECT_EQ((*chunk)[2].req_slot, 2);
   EXPECT_EQ((*chunk)[2].blocks.size(), 129u);  // 2052 tokens in 16-token blocks
-  for (const char* bad : {"prefill 3 + prefill 0", "decode 2 + continue 5", "decode 0 after 16",
+  // Three or more prompts, and a later chunk beside a prompt and decode rows.
+  const auto three = steps("prefill 5 x 3");
+  ASSERT_TRUE(three.has_value());
+  ASSERT_EQ(three->size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ((*three)[r].query_len, 5);
+    EXPECT_EQ((*three)[r].context_len, 0);
+    EXPECT_EQ((*three)[r].req_slot, r);
+  }
+  const auto all = steps("decode 1 + continue 3 after 2048 + prefill 2 x 2");
+  ASSERT_TRUE(all.has_value());
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].query_len, 1);
+  EXPECT_EQ((*all)[1].context_len, 2048);
+  EXPECT_EQ((*all)[1].query_len, 3);
+  EXPECT_EQ((*all)[3].query_len, 2);
+  EXPECT_EQ((*all)[3].req_slot, 3);
+  // A part written after a longer one still goes where the batch reorder puts it.
+  const auto late = steps("prefill 7 + decode 2 after 16");
+  ASSERT_TRUE(late.has_value());
+  ASSERT_EQ(late->size(), 3u);
+  EXPECT_EQ((*late)[0].context_len, 16);
+  EXPECT_EQ((*late)[2].query_len, 7);
+  EXPECT_EQ((*late)[2].req_slot, 2);
+  // Verify rows: 1 + k tokens with k state pages more, only under speculative decoding, ahead of
+  // decode rows and prompts.
+  EXPECT_FALSE(steps("verify 2").has_value()) << "no verify rows without speculative decoding";
+  const auto verify = envelope_class_steps("decode 1 + verify 2 after 17 + prefill 4", 16, 2);
+  ASSERT_TRUE(verify.has_value());
+  ASSERT_EQ(verify->size(), 4u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE((*verify)[r].verify);
+    EXPECT_EQ((*verify)[r].query_len, 3);
+    EXPECT_EQ((*verify)[r].context_len, 17);
+    EXPECT_EQ((*verify)[r].state_pages.size(), 3u);
+    EXPECT_EQ((*verify)[r].blocks.size(), 2u);  // 20 tokens in 16-token blocks
+  }
+  EXPECT_FALSE((*verify)[2].verify);
+  EXPECT_EQ((*verify)[2].query_len, 1);
+  EXPECT_EQ((*verify)[3].query_len, 4);
+  EXPECT_EQ(envelope_class_steps("verify 3", 16, 1)->at(2).context_len, 1);
+  for (const char* bad : {"verify 0", "verify 2 after 0", "verify 2 after 3x", "verify"})
+    EXPECT_FALSE(envelope_class_steps(bad, 16, 2).has_value()) << bad;
+  for (const char* bad : {"prefill 3 + prefill 0", "prefill 2 x 0", "prefill 2 x", "prefill 2 +",
+                          "decode 1 + + prefill 2", "prefill 2 x 3 x 4", "decode 2 + continue 5", "decode 0 after 16",
                           "decode 2 after 0", "decode 2 after 16 + prefill 0",
                           "decode 2 + prefill 5 after 16", "decode 2 after 16x", "prefill"})
     EXPECT_FALSE(steps(bad).has_value()) << bad;

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -65,64 +66,68 @@ inline SeqStep null_block_step(int context_len, int query_len, int block_size) {
   return s;
 }
 
-/// The batch of one serving-envelope class (engine_envelope.cpp, `coldstart coverage`), every
-/// block the null block 0: "prefill N" one fresh prompt of N tokens; "continue N after C" N new
-/// tokens after C cached ones; "decode B" B sequences of one new token after one cached, request
-/// slots 0..B-1 ("decode B after C": after C cached tokens each); "decode B + prefill N" and
-/// "decode B after C + prefill N" those B decode rows, then a fresh prompt of N tokens in slot B;
-/// "decode B + continue N after C" the B decode rows, then N new tokens after C cached ones in
-/// slot B; "prefill N + prefill M" two fresh prompts, slots 0 and 1 (a 1-token one first: it is a
-/// decode row to the batch split). nullopt when `label` is none of these forms or a count is not
-/// positive.
+/// The batch of one serving-envelope class (engine_envelope.cpp, `coldstart coverage`,
+/// envelope-warmup), every block the null block 0. A label is one part or several joined by
+/// " + ", each part some rows of the step:
+///   "prefill N"           a fresh prompt of N tokens ("prefill N x S": S such prompts);
+///   "continue N after C"  N new tokens after C cached ones (a later chunk of a prompt);
+///   "decode B"            B rows of one new token after one cached ("decode B after C": after C);
+///   "verify B"            B speculative verify rows of 1 + spec_k tokens (the last sampled
+///                         token and spec_k drafts) after one cached ("verify B after C"), each
+///                         with 1 + spec_k state pages and one accepted token before; only when
+///                         spec_k > 0.
+/// The rows are ordered as the engines' batch reorder leaves them (vLLM's
+/// reorder_batch_to_split_decodes_and_prefills, decode_threshold 1 + k; verify rows first, as
+/// Engine::make_batch requires): verify rows, then one-token rows (a 1-token prompt or chunk is a
+/// decode row to the split), then the rest, each group in label order; request slots 0..B-1 in
+/// that order. nullopt when a part is none of these forms or a count is not positive.
 inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::string& label,
-                                                                int block_size) {
-  int n = 0, c = 0;
-  char tail = 0;
-  if (std::sscanf(label.c_str(), "prefill %d%c", &n, &tail) == 1 && n > 0)
-    return std::vector<SeqStep>{null_block_step(0, n, block_size)};
-  if (std::sscanf(label.c_str(), "continue %d after %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0)
-    return std::vector<SeqStep>{null_block_step(c, n, block_size)};
-  // B decode rows, each one new token after `context` cached ones, in slots 0..B-1; then a fresh
-  // prompt of `prompt` tokens in slot B when `prompt` > 0.
-  auto decodes = [block_size](int rows, int context, int prompt) {
-    std::vector<SeqStep> seqs;
-    for (int r = 0; r < rows; ++r) {
-      seqs.push_back(null_block_step(context, 1, block_size));
-      seqs.back().req_slot = r;
+                                                                int block_size, int spec_k = 0) {
+  std::vector<SeqStep> rows;
+  size_t start = 0;
+  while (true) {
+    const size_t plus = label.find(" + ", start);
+    const std::string part =
+        label.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+    const char* p = part.c_str();
+    int n = 0, c = 0;
+    char tail = 0;
+    auto add = [&](int count, int context, int query) {
+      for (int r = 0; r < count; ++r) rows.push_back(null_block_step(context, query, block_size));
+    };
+    if (std::sscanf(p, "prefill %d x %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0) {
+      add(c, 0, n);
+    } else if (std::sscanf(p, "prefill %d%c", &n, &tail) == 1 && n > 0) {
+      add(1, 0, n);
+    } else if (std::sscanf(p, "continue %d after %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0) {
+      add(1, c, n);
+    } else if (std::sscanf(p, "decode %d after %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0) {
+      add(n, c, 1);
+    } else if (std::sscanf(p, "decode %d%c", &n, &tail) == 1 && n > 0) {
+      add(n, 1, 1);
+    } else if (part.rfind("verify ", 0) == 0) {
+      const bool after = std::sscanf(p, "verify %d after %d%c", &n, &c, &tail) == 2;
+      if (!after && std::sscanf(p, "verify %d%c", &n, &tail) != 1) return std::nullopt;
+      if (!after) c = 1;  // "verify B": after one cached token, as "decode B"
+      if (spec_k <= 0 || n <= 0 || c <= 0) return std::nullopt;
+      const size_t first = rows.size();
+      add(n, c, 1 + spec_k);
+      for (size_t r = first; r < rows.size(); ++r) {
+        rows[r].verify = true;
+        rows[r].state_pages.assign(1 + spec_k, 0);
+        rows[r].num_accepted = 1;
+      }
+    } else {
+      return std::nullopt;
     }
-    if (prompt > 0) {
-      seqs.push_back(null_block_step(0, prompt, block_size));
-      seqs.back().req_slot = rows;
-    }
-    return seqs;
-  };
-  int p = 0;
-  if (std::sscanf(label.c_str(), "prefill %d + prefill %d%c", &n, &p, &tail) == 2 && n > 0 &&
-      p > 0) {
-    std::vector<SeqStep> seqs{null_block_step(0, n, block_size), null_block_step(0, p, block_size)};
-    seqs[1].req_slot = 1;
-    // A 1-token prompt is a decode row to the engines' batch split (vLLM's
-    // split_decodes_and_prefills, decode_threshold 1), and decodes lead the batch.
-    if (p == 1 && n > 1) std::swap(seqs[0], seqs[1]);
-    return seqs;
+    if (plus == std::string::npos) break;
+    start = plus + 3;
   }
-  if (std::sscanf(label.c_str(), "decode %d + continue %d after %d%c", &n, &p, &c, &tail) == 3 &&
-      n > 0 && p > 0 && c > 0) {
-    std::vector<SeqStep> seqs = decodes(n, 1, 0);
-    seqs.push_back(null_block_step(c, p, block_size));
-    seqs.back().req_slot = n;
-    return seqs;
-  }
-  if (std::sscanf(label.c_str(), "decode %d after %d + prefill %d%c", &n, &c, &p, &tail) == 3 &&
-      n > 0 && c > 0 && p > 0)
-    return decodes(n, c, p);
-  if (std::sscanf(label.c_str(), "decode %d after %d%c", &n, &c, &tail) == 2 && n > 0 && c > 0)
-    return decodes(n, c, 0);
-  if (std::sscanf(label.c_str(), "decode %d + prefill %d%c", &n, &c, &tail) == 2 && n > 0 &&
-      c > 0)
-    return decodes(n, 1, c);
-  if (std::sscanf(label.c_str(), "decode %d%c", &n, &tail) == 1 && n > 0) return decodes(n, 1, 0);
-  return std::nullopt;
+  auto group = [](const SeqStep& s) { return s.verify ? 0 : s.query_len == 1 ? 1 : 2; };
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const SeqStep& a, const SeqStep& b) { return group(a) < group(b); });
+  for (size_t r = 0; r < rows.size(); ++r) rows[r].req_slot = static_cast<int>(r);
+  return rows;
 }
 
 }  // namespace coldstart

@@ -30,7 +30,21 @@
 //                 and C - 1 cached ones, N = 2 and the `continue` sweep's key-changing lengths;
 //   prefill N + prefill M
 //                 two fresh prompts in one step, N and M each of the mixed batches' prompt
-//                 lengths (derived).
+//                 lengths (derived);
+//   prefill N x S three or more fresh prompts of N tokens each, S = 3 .. max_num_seqs, N each
+//                 key-changing prompt length (derived);
+//   decode B + prefill 2 x S
+//                 decode rows beside S >= 2 prompts, every B and S the row limit allows;
+//   continue N after C + prefill M, decode 1 + continue N after C + prefill M
+//                 a later chunk beside a fresh prompt, with and without a decode row; one of N
+//                 and M varied over its key-changing lengths, the other 2 (derived: not every
+//                 pair), and B decode rows with both 2;
+//   verify B, verify B after C
+//                 speculative decoding only: B verify rows of 1 + k tokens (the scheduler's
+//                 rows for a running request with k drafts), every B whose rows fit the token
+//                 budget, C = 16 and 17 as for decodes; and in every mixed class above, verify
+//                 rows in the decode rows' place. The drafter's passes run after every class's
+//                 step (Engine::run_step proposes drafts), so its rows are reached with them.
 // The decode rows' cached lengths: a kernel that takes a row's context length as an integer
 // argument is keyed by its specialization class (== 1, a multiple of 16, neither: the JIT's
 // Triton-style specialization, compile_key.cpp), so 1, 16 and 17 reach every class a decode row
@@ -41,8 +55,8 @@
 //   experts M     (first) under expert parallelism, this rank's routed experts alone at M tokens,
 //                 for each of their token-count classes (MoeExperts::token_classes): the count a
 //                 rank receives follows the routing, which no batch shape fixes.
-// Batches of three or more prompts, prompts beside decode rows and a later chunk together, and
-// speculative verify rows are not enumerated yet. Keys inside a replayed CUDA graph are not
+// Verify rows cut short (fewer than k drafts, at the token budget or max_model_len) are not
+// enumerated. Keys inside a replayed CUDA graph are not
 // reached by the replay (its kernels were captured at startup); such a class is counted as
 // covered by its graph.
 #include <ATen/ATen.h>
@@ -59,6 +73,7 @@
 #include "harness/dist/rank_group.h"
 #include "harness/engine/engine.h"
 #include "harness/engine/engine_internal.h"
+#include "harness/models/spec_decode.engine_keys.h"
 #include "warmers/warmup_context.h"
 
 namespace coldstart {
@@ -68,11 +83,13 @@ namespace {
 /// specialization class, == 1 first (the plain "decode B" rows).
 constexpr int kDecodeContexts[] = {1, 16, 17};
 
-/// "decode B" for rows after one cached token, else "decode B after C".
-std::string decode_label(int rows, int context) {
-  return context == 1 ? fmt::format("decode {}", rows)
-                      : fmt::format("decode {} after {}", rows, context);
+/// "decode B" (or "verify B") for rows after one cached token, else "decode B after C".
+std::string row_label(const char* kind, int rows, int context) {
+  return context == 1 ? fmt::format("{} {}", kind, rows)
+                      : fmt::format("{} {} after {}", kind, rows, context);
 }
+
+std::string decode_label(int rows, int context) { return row_label("decode", rows, context); }
 
 /// `v` with `n` in it, sorted.
 std::vector<int> with_count(std::vector<int> v, int n) {
@@ -98,11 +115,17 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
   for (int c : kDecodeContexts)
     for (int b = 1; b <= e.max_num_seqs; ++b)
       if (c == 1 || c + 1 <= e.max_model_len) labels.push_back(decode_label(b, c));
+  // Speculative decoding: B verify rows of 1 + k tokens, every B whose rows fit the token budget.
+  const int k = num_speculative_tokens(e);
+  if (k > 0)
+    for (int c : kDecodeContexts)
+      for (int b = 1; b <= e.max_num_seqs && b * (1 + k) <= chunk; ++b)
+        if (c + 1 + k <= e.max_model_len) labels.push_back(row_label("verify", b, c));
   // The batches come from the one parser envelope-warmup also uses, so a listed class warms the
   // batch the sweep ran.
   std::vector<EnvelopeClass> out;
   for (std::string& label : labels) {
-    std::vector<SeqStep> seqs = *envelope_class_steps(label, e.block_size);
+    std::vector<SeqStep> seqs = *envelope_class_steps(label, e.block_size, k);
     int tokens = 0;
     for (const SeqStep& s : seqs) tokens += s.query_len;
     out.push_back({std::move(label), std::move(seqs), tokens});
@@ -123,44 +146,85 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
   // capture, "prefill 1" reaches the decode kernels and "prefill 2" nothing new, but a decode row
   // beside it goes through the prefill path).
   prefill_reps = with_count(std::move(prefill_reps), 2);
+  // A 1-token later chunk beside decodes is a uniform decode batch too: 2 likewise.
+  const std::vector<int> chunk_reps = with_count(continue_reps, 2);
+  const int chunk = e.max_num_batched_tokens;
+  const int k = num_speculative_tokens(e);
   std::vector<EnvelopeClass> out;
-  auto add = [&](const std::string& label, int tokens) {
-    out.push_back({label, *envelope_class_steps(label, e.block_size), tokens});
+  std::set<std::string> seen;
+  // Every class is checked against the server's limits here, once: a batch within the token
+  // budget, max_num_seqs rows, and every row's cached + new tokens below max_model_len.
+  auto add = [&](const std::string& label) {
+    if (!seen.insert(label).second) return;
+    std::vector<SeqStep> seqs = *envelope_class_steps(label, e.block_size, k);
+    int tokens = 0;
+    for (const SeqStep& s : seqs) {
+      tokens += s.query_len;
+      if (s.context_len + s.query_len >= e.max_model_len) return;
+    }
+    if (tokens > chunk || static_cast<int>(seqs.size()) > e.max_num_seqs) return;
+    out.push_back({label, std::move(seqs), tokens});
   };
-  for (int c : kDecodeContexts)
-    for (int b = 1; b < e.max_num_seqs; ++b)
-      for (int n : prefill_reps) {
-        if (b + n > e.max_num_batched_tokens || n + 1 > e.max_model_len || c + 1 > e.max_model_len)
-          continue;
-        add(fmt::format("{} + prefill {}", decode_label(b, c), n), b + n);
-      }
+  // The running rows of a mixed batch: decode rows after each cached-length class, and under
+  // speculative decoding verify rows the same way (a running request with drafts).
+  std::vector<const char*> running = {"decode"};
+  if (k > 0) running.push_back("verify");
+  for (const char* kind : running)
+    for (int c : kDecodeContexts)
+      for (int b = 1; b < e.max_num_seqs; ++b)
+        for (int n : prefill_reps) add(fmt::format("{} + prefill {}", row_label(kind, b, c), n));
   // A later chunk after one token less than a full chunk: a long prompt whose first chunk ran
   // beside a decode row got max_num_batched_tokens - 1 tokens (the scheduler's token budget goes
   // to the decodes first), so its next chunk starts after a cached length of neither
   // specialization class of "continue N after C". N: 1 and each later-chunk length at which the
   // `continue` sweep reached a new key.
-  const int chunk = e.max_num_batched_tokens;
   if (chunk >= 2)
-    for (int n : with_count(continue_reps, 1))
-      if (chunk - 1 + n < e.max_model_len) add(fmt::format("continue {} after {}", n, chunk - 1), n);
-  // A later chunk beside decode rows (decodes first, as above), after a full chunk and after one
-  // token less; N from the `continue` sweep's key-changing lengths and 2 (a 1-token chunk beside
-  // decodes is a uniform decode batch).
-  for (int c : {chunk, chunk - 1})
-    for (int b = 1; b < e.max_num_seqs && c >= 1; ++b)
-      for (int n : with_count(continue_reps, 2)) {
-        if (b + n > chunk || c + n >= e.max_model_len) continue;
-        add(fmt::format("decode {} + continue {} after {}", b, n, c), b + n);
-      }
+    for (int n : with_count(continue_reps, 1)) add(fmt::format("continue {} after {}", n, chunk - 1));
+  // A later chunk beside running rows (decodes first, as above), after a full chunk and after
+  // one token less; N from the `continue` sweep's key-changing lengths and 2.
+  for (const char* kind : running)
+    for (int c : {chunk, chunk - 1})
+      for (int b = 1; b < e.max_num_seqs && c >= 1; ++b)
+        for (int n : chunk_reps)
+          add(fmt::format("{} {} + continue {} after {}", kind, b, n, c));
   // Two fresh prompts in one step (the scheduler admits waiting requests while the token budget
   // lasts): every ordered pair of the prefill sweep's key-changing lengths and 2, the second
   // prompt's rows starting at row N. A 1-token prompt is left out: the batch split takes it for
   // a decode row and puts it first (the decode-first mixed classes above).
   for (int n : prefill_reps)
     for (int m : prefill_reps)
-      if (n >= 2 && m >= 2 && n + m <= chunk && e.max_num_seqs >= 2 &&
-          std::max(n, m) < e.max_model_len)
-        add(fmt::format("prefill {} + prefill {}", n, m), n + m);
+      if (n >= 2 && m >= 2) add(fmt::format("prefill {} + prefill {}", n, m));
+  // Three or more fresh prompts: S prompts of N tokens, S = 3 .. max_num_seqs, N each
+  // key-changing length (the prompt count reaches keys through the batch metadata: number of
+  // sequences, the last prompt's offset).
+  for (int n : prefill_reps)
+    for (int s = 3; n >= 2 && s <= e.max_num_seqs && s * n <= chunk; ++s)
+      add(fmt::format("prefill {} x {}", n, s));
+  // Running rows beside several prompts: B running rows and S >= 2 prompts of the smallest
+  // mixed length, every B and S the row limit allows.
+  for (const char* kind : running)
+    for (int b = 1; b + 2 <= e.max_num_seqs; ++b)
+      for (int s = 2; b + s <= e.max_num_seqs; ++s)
+        add(fmt::format("{} {} + prefill 2 x {}", kind, b, s));
+  // A later chunk beside a fresh prompt (the running chunked prompt first, then the waiting
+  // one), alone and behind running rows: the chunk's key-changing lengths with a 2-token prompt
+  // and each key-changing prompt length with a 2-token chunk (one length varied at a time, not
+  // every pair: derived), after a full chunk and one token less; the running rows: one, or every
+  // count with both lengths 2.
+  for (int c : {chunk, chunk - 1}) {
+    if (c < 1) continue;
+    std::vector<std::pair<int, int>> pairs;  // (chunk tokens, prompt tokens)
+    for (int n : chunk_reps) pairs.push_back({n, 2});
+    for (int m : prefill_reps) pairs.push_back({2, m});
+    for (const auto& [n, m] : pairs) {
+      add(fmt::format("continue {} after {} + prefill {}", n, c, m));
+      for (const char* kind : running)
+        add(fmt::format("{} 1 + continue {} after {} + prefill {}", kind, n, c, m));
+    }
+    for (const char* kind : running)
+      for (int b = 2; b + 2 <= e.max_num_seqs; ++b)
+        add(fmt::format("{} {} + continue 2 after {} + prefill 2", kind, b, c));
+  }
   return out;
 }
 

@@ -266,6 +266,14 @@ TEST_F(ScenarioFiles, EnvelopeWarmupClassesAreCheckedAtLoad) {
                 .engine.string_key("envelope_warmup_classes"), after);
   expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "decode 1 + prefill 2 after 16\n")),
             9, "engine.envelope_warmup_classes", "is not of the form");
+  // Several prompts, verify rows, a chunk beside a prompt: parts joined by " + ".
+  const std::string parts =
+      "prefill 2 x 3, verify 2 after 17 + prefill 5, decode 1 + continue 2 after 2048 + prefill 2";
+  EXPECT_EQ(load(replace(kBase, "  block_size: 16\n", with + parts + "\n"))
+                .engine.string_key("envelope_warmup_classes"), parts);
+  for (const char* bad : {"prefill 2 x 0", "experts 4 + prefill 2", "verify 2 + ", "prefill 2 x"})
+    expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "'" + bad + "'\n")), 9,
+              "engine.envelope_warmup_classes", "is not of the form");
 }
 
 // ---------------------------------------------------------------------------------------------
