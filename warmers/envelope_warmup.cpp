@@ -127,7 +127,7 @@ class EnvelopeWarmup final : public Warmer {
         longest = std::max(longest, s.context_len + s.query_len);
       }
       if (tokens > e.max_num_batched_tokens || static_cast<int>(seqs->size()) > e.max_num_seqs ||
-          longest > e.max_model_len) {
+          longest >= e.max_model_len) {  // a request's prompt leaves room for a token
         outside.push_back(label);
         continue;
       }

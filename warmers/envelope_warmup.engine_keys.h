@@ -30,6 +30,7 @@ inline std::vector<EngineKeySpec> engine_keys_envelope_warmup() {
   k.type = EngineKeyType::kText;
   // Empty: the same as unset (the warmer skips itself).
   k.pattern = "(" + std::string(kEnvelopeClassPattern) + "(, " + kEnvelopeClassPattern + ")*)?";
+  k.item_pattern = kEnvelopeClassPattern;
   k.pattern_doc = "envelope classes (each count a whole number from 1, at most 9 digits) "
                   "separated by a comma and a space, e.g. 'prefill 17, "
                   "continue 2 after 2048, decode 3, decode 1 after 17 + prefill 2, "

@@ -373,5 +373,45 @@ TEST(Warmers, ExpertClassesRunThisRanksExpertsDirectly) {
       << no_ep.skipped[0];
 }
 
+// envelope-warmup runs every class form the sweep lists: verify rows (speculative decoding
+// only), several prompts, a chunk beside a prompt; a class this server cannot be sent (a prompt
+// of max_model_len tokens, more rows than max_num_seqs) is outside and named.
+TEST(Warmers, EnvelopeWarmupRunsEveryClassForm) {
+  FakeContext ctx;
+  ctx.scenario_.engine.max_num_batched_tokens = 64;
+  ctx.scenario_.engine.max_num_seqs = 4;
+  ctx.scenario_.engine.max_model_len = 64;
+  ctx.scenario_.engine.set_key("num_speculative_tokens", 2);
+  ctx.scenario_.engine.set_key(
+      "envelope_warmup_classes",
+      "verify 2 + prefill 5, prefill 3 x 3, decode 1 + continue 2 after 32 + prefill 2, "
+      "prefill 64, prefill 63, verify 5");
+  make_warmer("envelope-warmup")->run(ctx);
+  ASSERT_EQ(ctx.dummy_runs.size(), 4u) << (ctx.reports.empty() ? "" : ctx.reports[0]);
+  const std::vector<SeqStep>& v = ctx.dummy_runs[0];
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_TRUE(v[0].verify && v[1].verify && !v[2].verify);
+  EXPECT_EQ(v[0].query_len, 3);
+  EXPECT_EQ(v[0].state_pages.size(), 3u);
+  EXPECT_EQ(v[2].query_len, 5);
+  EXPECT_EQ(ctx.dummy_runs[1].size(), 3u);
+  ASSERT_EQ(ctx.dummy_runs[2].size(), 3u);
+  EXPECT_EQ(ctx.dummy_runs[2][1].context_len, 32);
+  EXPECT_EQ(ctx.dummy_runs[3].at(0).query_len, 63);
+  ASSERT_EQ(ctx.reports.size(), 1u);
+  EXPECT_NE(ctx.reports[0].find("outside this server's envelope, not run: prefill 64, verify 5"),
+            std::string::npos) << ctx.reports[0];
+
+  FakeContext plain;  // no speculative decoding: no step of this server has verify rows
+  plain.scenario_.engine.max_num_batched_tokens = 64;
+  plain.scenario_.engine.max_num_seqs = 4;
+  plain.scenario_.engine.max_model_len = 64;
+  plain.scenario_.engine.set_key("envelope_warmup_classes", "verify 1, decode 1 + prefill 2");
+  make_warmer("envelope-warmup")->run(plain);
+  EXPECT_EQ(plain.dummy_runs.size(), 1u);
+  ASSERT_EQ(plain.reports.size(), 1u);
+  EXPECT_NE(plain.reports[0].find("not run: verify 1"), std::string::npos) << plain.reports[0];
+}
+
 }  // namespace
 }  // namespace coldstart

@@ -2,6 +2,7 @@
 // (Qwen3-Next, DeepSeek V4) and the refusals of what the replay cannot run.
 #include "harness/cli/e2e_fixture.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -248,6 +249,41 @@ TEST_F(ReplayE2E, DeepseekV4MtpVerifyStepsTakeThePagedIndexer) {
     paged_in_mixed |= c.kernel == "fp8_paged_mqa_logits" && c.step.step == 1 && c.step.batch_mixed &&
                       c.key.find("NEXT_N=2") != std::string::npos;
   EXPECT_TRUE(paged_in_mixed);
+}
+
+/// The envelope sweep under speculative decoding runs verify batches (issue 29): with k = 3 the
+/// seed's DeepGEMM warmup leaves the paged indexer's schedule metadata of verify batches cold
+/// (its 32-aligned buckets of B x (1 + k) rows, beyond the decode batches it warms), first
+/// reached by a "verify B" class of B rows; the MTP-aware warmer covers them.
+TEST_F(ReplayE2E, CoverageSweepsVerifyBatches) {
+  const nlohmann::json j = replay_json(
+      "scenarios/deepseek-v4-flash-mtp.yaml --target h200 --envelope --strategy deepgemm-warmup "
+      "--strategy deepgemm-warmup-mtp --set engine.num_speculative_tokens=3 --set "
+      "engine.max_num_batched_tokens=96");
+  ASSERT_FALSE(j.is_null());
+  std::map<std::string, nlohmann::json> env;
+  for (const auto& r : j.at("results")) {
+    ASSERT_EQ(r.at("outcome"), "ok") << r.dump();
+    env[r.at("strategy").get<std::string>()] = r.at("envelope");
+  }
+  ASSERT_EQ(env.size(), 2u);
+  int verify_cold = 0;
+  for (const auto& c : env.at("deepgemm-warmup").at("cold")) {
+    const std::string cls = c.at("class").get<std::string>();
+    if (cls.rfind("verify ", 0) != 0) continue;
+    ++verify_cold;
+    EXPECT_EQ(c.at("kernel"), "get_paged_mqa_logits_metadata") << c.dump();
+    // "verify B": B rows of 1 + k = 4 tokens each.
+    const int rows = std::stoi(cls.substr(7));
+    EXPECT_EQ(c.at("seqs").get<int>(), rows) << c.dump();
+    EXPECT_EQ(c.at("tokens").get<int>(), 4 * rows) << c.dump();
+  }
+  EXPECT_GE(verify_cold, 1) << env.at("deepgemm-warmup").dump();
+  const auto& mtp = env.at("deepgemm-warmup-mtp");
+  for (const auto& c : mtp.at("cold"))
+    EXPECT_NE(c.at("class").get<std::string>().rfind("verify ", 0), 0u) << c.dump();
+  EXPECT_EQ(mtp.at("reached_keys").get<int>(),
+            mtp.at("covered_at_startup").get<int>() + mtp.at("cold_keys").get<int>());
 }
 
 }  // namespace

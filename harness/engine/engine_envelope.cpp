@@ -20,7 +20,7 @@
 //                 vllm/v1/core/sched/scheduler.py at b4622cf9): B = 1 .. max_num_seqs - 1,
 //                 N each prefill length at which the prefill sweep reached a new key
 //                 (mixed_classes: derived, not every N); "decode B after C + prefill N" the
-//                 same with C = 16 and 17 cached tokens per decode row;
+//                 same with C = 16 and 17 cached tokens per decode row, for B = 1 or N = 2;
 //   continue N after C - 1
 //                 a later chunk after one token less than a full chunk (C =
 //                 max_num_batched_tokens), N = 1 and each N at which the `continue` sweep reached a
@@ -42,8 +42,9 @@
 //   verify B, verify B after C
 //                 speculative decoding only: B verify rows of 1 + k tokens (the scheduler's
 //                 rows for a running request with k drafts), every B whose rows fit the token
-//                 budget, C = 16 and 17 as for decodes; and in every mixed class above, verify
-//                 rows in the decode rows' place. The drafter's passes run after every class's
+//                 budget, C = 16 and 17 as for decodes; and in the mixed classes above, verify
+//                 rows in the decode rows' place (fewer: beside a prompt of N > 2 tokens and
+//                 beside S > 2 prompts as one row only). The drafter's passes run after every class's
 //                 step (Engine::run_step proposes drafts), so its rows are reached with them.
 // The decode rows' cached lengths: a kernel that takes a row's context length as an integer
 // argument is keyed by its specialization class (== 1, a multiple of 16, neither: the JIT's
@@ -169,10 +170,16 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
   // speculative decoding verify rows the same way (a running request with drafts).
   std::vector<const char*> running = {"decode"};
   if (k > 0) running.push_back("verify");
+  // Every pair of B and N for decode rows after one cached token; after 16 and 17 cached tokens,
+  // and for verify rows, one row beside each length and every count of rows beside the 2-token
+  // prompt (not every pair: DeepSeek V4 MTP's coverage, max_num_seqs 64, fits 5 minutes on 2
+  // cores with them; every pair took 5.5 to 6 minutes).
   for (const char* kind : running)
     for (int c : kDecodeContexts)
       for (int b = 1; b < e.max_num_seqs; ++b)
-        for (int n : prefill_reps) add(fmt::format("{} + prefill {}", row_label(kind, b, c), n));
+        for (int n : prefill_reps)
+          if ((kind[0] == 'd' && c == 1) || b == 1 || n == 2)
+            add(fmt::format("{} + prefill {}", row_label(kind, b, c), n));
   // A later chunk after one token less than a full chunk: a long prompt whose first chunk ran
   // beside a decode row got max_num_batched_tokens - 1 tokens (the scheduler's token budget goes
   // to the decodes first), so its next chunk starts after a cached length of neither
@@ -200,12 +207,14 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
   for (int n : prefill_reps)
     for (int s = 3; n >= 2 && s <= e.max_num_seqs && s * n <= chunk; ++s)
       add(fmt::format("prefill {} x {}", n, s));
-  // Running rows beside several prompts: B running rows and S >= 2 prompts of the smallest
-  // mixed length, every B and S the row limit allows.
+  // Running rows beside several prompts: B decode rows and S >= 2 prompts of the smallest mixed
+  // length, every B and S the row limit allows; verify rows as one row beside every S, and every
+  // B beside two prompts.
   for (const char* kind : running)
     for (int b = 1; b + 2 <= e.max_num_seqs; ++b)
       for (int s = 2; b + s <= e.max_num_seqs; ++s)
-        add(fmt::format("{} {} + prefill 2 x {}", kind, b, s));
+        if (kind[0] == 'd' || b == 1 || s == 2)
+          add(fmt::format("{} {} + prefill 2 x {}", kind, b, s));
   // A later chunk beside a fresh prompt (the running chunked prompt first, then the waiting
   // one), alone and behind running rows: the chunk's key-changing lengths with a 2-token prompt
   // and each key-changing prompt length with a 2-token chunk (one length varied at a time, not

@@ -28,6 +28,26 @@ constexpr long long kMaxGpuBlocks = std::numeric_limits<int32_t>::max();
 
 // Reads the engine keys their owners declare (engine_keys.h) into e.owned; a key left out stays
 // absent (it reads as its default).
+// The message for a text key's value that is not of its form: a list names its first bad item
+// (its place and text), not only the whole value.
+std::string text_key_error(const EngineKeySpec& k, const std::string& v) {
+  if (!k.item_pattern.empty()) {
+    std::vector<std::string> items;
+    for (size_t start = 0;;) {
+      const size_t comma = v.find(", ", start);
+      items.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 2;
+    }
+    const std::regex item(k.item_pattern);
+    for (size_t i = 0; i < items.size() && items.size() > 1; ++i)
+      if (!std::regex_match(items[i], item))
+        return fmt::format("item {} of {}, '{}', is not of the form {}", i + 1, items.size(),
+                           items[i], k.pattern_doc);
+  }
+  return fmt::format("'{}' is not of the form {}", v, k.pattern_doc);
+}
+
 void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
   for (const EngineKeySpec& k : declared_engine_keys()) {
     const Entry* x = ev.get(k.name);
@@ -52,8 +72,7 @@ void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
       case EngineKeyType::kText:
         if (auto v = read_string(c, x->path, x->value)) {
           if (!std::regex_match(*v, std::regex(k.pattern)))
-            c.fail(x->path, x->value.Mark(),
-                   fmt::format("'{}' is not of the form {}", *v, k.pattern_doc));
+            c.fail(x->path, x->value.Mark(), text_key_error(k, *v));
           else
             e.owned[k.name] = *v;
         }

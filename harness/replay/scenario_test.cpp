@@ -271,6 +271,10 @@ TEST_F(ScenarioFiles, EnvelopeWarmupClassesAreCheckedAtLoad) {
       "prefill 2 x 3, verify 2 after 17 + prefill 5, decode 1 + continue 2 after 2048 + prefill 2";
   EXPECT_EQ(load(replace(kBase, "  block_size: 16\n", with + parts + "\n"))
                 .engine.string_key("envelope_warmup_classes"), parts);
+  // A bad class in a list is named with its place, not only the whole value.
+  const std::string err = error_of(replace(kBase, "  block_size: 16\n",
+                                           with + "prefill 2, prefill two, decode 1\n"));
+  expect_at(err, 9, "engine.envelope_warmup_classes", "item 2 of 3, 'prefill two', is not of the form");
   for (const char* bad : {"prefill 2 x 0", "experts 4 + prefill 2", "verify 2 + ", "prefill 2 x"})
     expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "'" + bad + "'\n")), 9,
               "engine.envelope_warmup_classes", "is not of the form");
