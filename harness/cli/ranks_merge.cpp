@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <map>
 
 #include "harness/cli/ranks_run.h"
 #include "harness/common/error.h"
@@ -23,6 +25,7 @@ void merge_envelopes(const std::vector<StrategyResult>& ranks, StrategyResult& o
   nlohmann::json merged;
   nlohmann::json per_rank = nlohmann::json::array();
   std::vector<std::string> warm;
+  std::map<std::string, long long> first_at;  // class -> its index in the sweep
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto it = ranks[r].extra.find("envelope");
     if (it == ranks[r].extra.end() || !it->is_object()) continue;
@@ -49,6 +52,12 @@ void merge_envelopes(const std::vector<StrategyResult>& ranks, StrategyResult& o
       merged["stopped_at_class"] = e["stopped_at_class"];
     for (const std::string& c : e.value("warmup_classes", std::vector<std::string>{}))
       if (std::find(warm.begin(), warm.end(), c) == warm.end()) warm.push_back(c);
+    for (const nlohmann::json& c : e.value("cold", nlohmann::json::array()))
+      if (c.contains("class_index")) {
+        const long long at = c["class_index"].get<long long>();
+        auto [it, fresh] = first_at.emplace(c["class"].get<std::string>(), at);
+        if (!fresh) it->second = std::min(it->second, at);
+      }
     per_rank.push_back({{"rank", r},
                         {"reached_keys", e.value("reached_keys", 0LL)},
                         {"covered_at_startup", e.value("covered_at_startup", 0LL)},
@@ -56,6 +65,14 @@ void merge_envelopes(const std::vector<StrategyResult>& ranks, StrategyResult& o
                         {"cold_compile_ms", e.value("cold_compile_ms", 0.0)}});
   }
   if (merged.is_null()) return;
+  // In sweep order, as one process lists them (every rank runs the same classes in one order):
+  // the union above has each rank's in turn.
+  std::stable_sort(warm.begin(), warm.end(), [&](const std::string& a, const std::string& b) {
+    const auto ia = first_at.find(a), ib = first_at.find(b);
+    const long long na = ia == first_at.end() ? LLONG_MAX : ia->second;
+    const long long nb = ib == first_at.end() ? LLONG_MAX : ib->second;
+    return na < nb;
+  });
   merged["warmup_classes"] = warm;
   merged["per_rank"] = std::move(per_rank);
   merged["keys_counted"] = "per rank";

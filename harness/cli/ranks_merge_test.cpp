@@ -114,7 +114,9 @@ nlohmann::json sweep(int reached, int at_startup,
   nlohmann::json c = nlohmann::json::array();
   std::vector<std::string> warm;
   for (const auto& [kernel, cls] : cold) {
-    c.push_back({{"kernel", kernel}, {"key", kernel + "[k]"}, {"class", cls}});
+    // The sweep runs prefill classes before decode ones (engine_envelope.cpp).
+    const int index = (cls.rfind("prefill ", 0) == 0 ? 0 : 5000) + std::stoi(cls.substr(cls.find(' ') + 1));
+    c.push_back({{"kernel", kernel}, {"key", kernel + "[k]"}, {"class", cls}, {"class_index", index}});
     if (std::find(warm.begin(), warm.end(), cls) == warm.end()) warm.push_back(cls);
   }
   return {{"classes", 100},          {"classes_run", 100},
@@ -145,7 +147,8 @@ TEST(MergeRankResults, EveryRanksEnvelopeCountsItsOwnKeys) {
   EXPECT_EQ(e["cold"][0].at("rank"), 0);
   EXPECT_EQ(e["cold"][1].at("rank"), 1);
   EXPECT_EQ(e["cold"][1].at("kernel"), "fused_moe_gemm");
-  EXPECT_EQ(e.at("warmup_classes"), (std::vector<std::string>{"decode 2", "prefill 10"}));
+  // In sweep order, not rank 0's classes and then rank 1's.
+  EXPECT_EQ(e.at("warmup_classes"), (std::vector<std::string>{"prefill 10", "decode 2"}));
   ASSERT_EQ(e.at("per_rank").size(), 2u) << "rank 2 never swept";
   EXPECT_EQ(e["per_rank"][1].at("cold_keys"), 2);
   EXPECT_EQ(e.at("keys_counted"), "per rank");

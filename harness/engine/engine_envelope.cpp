@@ -336,7 +336,7 @@ void Engine::do_envelope() {
         if (recs[k].source != "key" && recs[k].source != "disk") continue;
         (recs[k].source == "key" ? cold : loaded)
             .push_back({{"kernel", recs[k].kernel}, {"key", recs[k].key}, {"class", c.label},
-                        {"tokens", c.tokens}, {"seqs", c.seqs.size()}});
+                        {"class_index", i}, {"tokens", c.tokens}, {"seqs", c.seqs.size()}});
       }
     };
     try {
