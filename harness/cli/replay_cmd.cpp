@@ -137,39 +137,19 @@ void fill_meta_from_target(const ReplayArgs& a, RunMeta& m) {
   m.sm_count = t->sm_count;
 }
 
-/// Folds N runs of one strategy: the first run's result, with startup / TTFT / first-decode /
-/// steady figures replaced by their medians and the spread kept as `<field>_min` / `<field>_max`
-/// (what `coldstart compare` uses to tell a regression from noise), plus every run's outcome.
-StrategyResult fold_repeats(std::vector<StrategyResult> runs) {
-  StrategyResult out = runs.front();
-  if (runs.size() == 1) return out;
-  out.extra["repeats"] = runs.size();
-  nlohmann::json outcomes = nlohmann::json::array();
-  for (const auto& r : runs) outcomes.push_back(outcome_name(r.outcome));
-  out.extra["repeat_outcomes"] = outcomes;
-  for (const TimingField& t : repeat_timings()) {
-    std::vector<double> v;
-    for (const auto& r : runs)
-      if (r.*t.field) v.push_back(*(r.*t.field));
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    out.*t.field = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-    out.extra[std::string(t.name) + "_min"] = v.front();
-    out.extra[std::string(t.name) + "_max"] = v.back();
-  }
-  return out;
-}
-
 /// The result of one strategy's repeated runs: fold_repeats of `reps` when all `wanted` runs
-/// finished. Otherwise the run was interrupted: the interrupted run's result (or, when the
-/// interrupt came between two runs, the fold of those that finished), with outcome
-/// `interrupted` and extra["repeats_completed"] saying how many finished.
+/// finished. Otherwise the run was interrupted: the interrupted run's result with the times of
+/// the runs that finished before it (take_finished_times), or, when the interrupt came between
+/// two runs, the fold of those that finished; outcome `interrupted` and
+/// extra["repeats_completed"] saying how many finished.
 StrategyResult interrupted_repeats(std::vector<StrategyResult> reps, int wanted) {
   const bool stopped = !reps.empty() && reps.back().outcome == Outcome::kInterrupted;
   if (!stopped && static_cast<int>(reps.size()) == wanted) return fold_repeats(std::move(reps));
   const int completed = static_cast<int>(reps.size()) - (stopped ? 1 : 0);
   StrategyResult out = stopped ? reps.back() : fold_repeats(reps);
+  // The runs that finished before the interrupted one keep their times (its own are partial).
+  if (stopped && completed > 0)
+    take_finished_times(out, std::vector<StrategyResult>(reps.begin(), reps.end() - 1));
   if (!stopped) {
     const int sig = isolate::interrupt_signal();
     out.outcome = Outcome::kInterrupted;

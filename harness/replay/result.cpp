@@ -143,6 +143,45 @@ const std::vector<TimingField>& repeat_timings() {
   return fields;
 }
 
+StrategyResult fold_repeats(std::vector<StrategyResult> runs) {
+  StrategyResult out = runs.front();
+  if (runs.size() == 1) return out;
+  out.extra["repeats"] = runs.size();
+  nlohmann::json outcomes = nlohmann::json::array();
+  for (const auto& r : runs) outcomes.push_back(outcome_name(r.outcome));
+  out.extra["repeat_outcomes"] = outcomes;
+  for (const TimingField& t : repeat_timings()) {
+    std::vector<double> v;
+    for (const auto& r : runs)
+      if (r.*t.field) v.push_back(*(r.*t.field));
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    out.*t.field = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+    out.extra[std::string(t.name) + "_min"] = v.front();
+    out.extra[std::string(t.name) + "_max"] = v.back();
+  }
+  return out;
+}
+
+
+void take_finished_times(StrategyResult& out, std::vector<StrategyResult> finished) {
+  if (finished.empty()) return;
+  const size_t n = finished.size();
+  const StrategyResult f = fold_repeats(std::move(finished));
+  for (const TimingField& t : repeat_timings()) {
+    out.*t.field = f.*t.field;
+    for (const char* end : {"_min", "_max"}) {
+      const std::string k = std::string(t.name) + end;
+      if (f.extra.contains(k))
+        out.extra[k] = f.extra.at(k);
+      else
+        out.extra.erase(k);
+    }
+  }
+  out.extra["times_from_runs"] = n;
+}
+
 const char* outcome_name(Outcome o) {
   switch (o) {
     case Outcome::kOk: return "ok";

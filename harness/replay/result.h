@@ -128,6 +128,20 @@ struct TimingField {
 /// spread (what fold_repeats folds, what the results reader checks the spreads of).
 const std::vector<TimingField>& repeat_timings();
 
+/// Folds the N >= 1 runs of one strategy (--repeat; `runs` must not be empty): the first run's
+/// result, with each repeat_timings() figure replaced by its median over the runs that have it
+/// and its spread kept as extra `<name>_min` / `<name>_max` (what `coldstart compare` uses to
+/// tell a regression from noise), plus every run's outcome (extra `repeats`,
+/// `repeat_outcomes`). One run is returned as it is.
+StrategyResult fold_repeats(std::vector<StrategyResult> runs);
+
+/// The run of a --repeat series that an interrupt stopped: its repeat_timings() figures become
+/// those of the runs that finished before it (`finished`: their fold_repeats medians and
+/// spreads; a figure none of them has is cleared), not its own partial ones, and extra
+/// `times_from_runs` says how many runs they come from. Outcome, error and phases stay the
+/// interrupted run's. Nothing changes when `finished` is empty.
+void take_finished_times(StrategyResult& interrupted, std::vector<StrategyResult> finished);
+
 /// One file (or directory) a run read its scenario from, as the run's children used it. JSON:
 /// {role, path, bytes, fnv1a64} for a file, plus `files` for a directory.
 struct InputFile {

@@ -344,5 +344,41 @@ TEST(JsonErrorText, DropsTheLibraryTagOnly) {
   }
 }
 
+// --repeat: the folded figures are medians with their spread; a series an interrupt stopped
+// keeps the finished runs' times, not the stopped run's partial ones.
+TEST(Repeats, FoldAndInterruptedSeriesKeepFinishedRunsTimes) {
+  auto run = [](double ttft, std::optional<double> steady) {
+    StrategyResult r;
+    r.strategy = "s";
+    r.outcome = Outcome::kOk;
+    r.ttft_ms = ttft;
+    r.steady_ttft_ms = steady;
+    return r;
+  };
+  const StrategyResult f = fold_repeats({run(30, 5), run(10, 7), run(20, std::nullopt)});
+  EXPECT_EQ(f.ttft_ms, 20.0);
+  EXPECT_EQ(f.extra.at("ttft_ms_min"), 10.0);
+  EXPECT_EQ(f.extra.at("ttft_ms_max"), 30.0);
+  EXPECT_EQ(f.steady_ttft_ms, 6.0) << "the median of the runs that have it";
+  EXPECT_EQ(f.extra.at("repeats"), 3);
+
+  StrategyResult stopped = run(999, std::nullopt);  // partial: stopped before its steady request
+  stopped.outcome = Outcome::kInterrupted;
+  stopped.startup_ms = 1.0;
+  stopped.failed_phase = "prefill";
+  take_finished_times(stopped, {run(12, 4), run(14, 6)});
+  EXPECT_EQ(stopped.outcome, Outcome::kInterrupted);
+  EXPECT_EQ(stopped.failed_phase, "prefill");
+  EXPECT_EQ(stopped.ttft_ms, 13.0);
+  EXPECT_EQ(stopped.steady_ttft_ms, 5.0);
+  EXPECT_FALSE(stopped.startup_ms.has_value()) << "no finished run has it";
+  EXPECT_EQ(stopped.extra.at("ttft_ms_min"), 12.0);
+  EXPECT_EQ(stopped.extra.at("times_from_runs"), 2);
+  StrategyResult alone = run(999, std::nullopt);
+  take_finished_times(alone, {});
+  EXPECT_EQ(alone.ttft_ms, 999.0) << "no finished run: nothing to take";
+  EXPECT_FALSE(alone.extra.contains("times_from_runs"));
+}
+
 }  // namespace
 }  // namespace coldstart
