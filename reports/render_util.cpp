@@ -309,19 +309,25 @@ static std::string ranks_lines(const std::string& who, const nlohmann::json& ran
     if (!err.empty())
       out += fmt::format("  rank {}: {}\n", pr.value("rank", -1), err.substr(0, err.find('\n')));
   }
-  // The largest stall of startup and of the request steps, each with who arrived last and what
-  // it compiled there (kernel x count, total ms).
+  // The largest stall of startup, of the request steps and of an envelope sweep (coverage:
+  // its steps are classes, stamped with the class's index where a request's number goes), each
+  // with who arrived last and what it compiled there (kernel x count, total ms).
   const nlohmann::json steps = ranks.value("steps", nlohmann::json::array());
-  for (bool requests : {false, true}) {
+  auto part_of = [](const nlohmann::json& st) {
+    if (st.value("request", -1) < 0) return 0;
+    return st.value("phase", std::string()) == "envelope" ? 2 : 1;
+  };
+  for (int part : {0, 1, 2}) {
     const nlohmann::json* worst = nullptr;
     for (const auto& st : steps) {
-      if ((st.value("request", -1) >= 0) != requests) continue;
+      if (part_of(st) != part) continue;
       if (worst == nullptr || st.value("stall_ms", 0.0) > worst->value("stall_ms", 0.0)) worst = &st;
     }
     if (worst == nullptr) continue;
     const int request = worst->value("request", -1);
     std::string where = worst->value("phase", std::string("?"));
-    if (request >= 0) where += fmt::format(" (request {}, step {})", request, worst->value("step", -1));
+    if (part == 1) where += fmt::format(" (request {}, step {})", request, worst->value("step", -1));
+    if (part == 2) where += fmt::format(" (after class {} of the sweep)", request);
     // Its compiles no other rank ran there (the divergence) by kernel, then a count of those
     // every rank ran too (same keys: they explain the stall only by their time spread).
     std::vector<std::pair<std::string, std::pair<int, double>>> kernels;
@@ -356,7 +362,7 @@ static std::string ranks_lines(const std::string& who, const nlohmann::json& ran
     else
       tail = " (it compiled nothing there)";
     out += fmt::format("  largest {} stall: {}: {:.1f} ms over {} collectives; rank {} arrived last{}\n",
-                       requests ? "request-step" : "startup", where, worst->value("stall_ms", 0.0),
+                       part == 0 ? "startup" : part == 1 ? "request-step" : "envelope-sweep", where, worst->value("stall_ms", 0.0),
                        worst->value("collectives", 0), worst->value("last_rank", -1), tail);
   }
   return out;

@@ -875,8 +875,14 @@ TEST(Reports, MultiRankResultsShowEachRankAndTheLargestStall) {
                                        {"kernel": "conv1d", "compile_ms": 30.0, "every_rank": true}]},
               {"phase": "profile_run", "request": -1, "step": -1, "stall_ms": 12.0,
                "collectives": 1, "last_rank": 0,
-               "why": [{"kernel": "ssd", "compile_ms": 900.0, "every_rank": true}]}]})");
+               "why": [{"kernel": "ssd", "compile_ms": 900.0, "every_rank": true}]},
+              {"phase": "envelope", "request": 138, "step": 0, "stall_ms": 400.0,
+               "collectives": 1, "last_rank": 3, "why": []}]})");
   run.results = {r};
+  // A coverage sweep's collective is no request step: named apart, by the class it followed.
+  EXPECT_NE(render_table(run, false).find("largest envelope-sweep stall: envelope (after class "
+                                          "138 of the sweep): 400.0 ms over 1 collectives"),
+            std::string::npos) << render_table(run, false);
   const std::string stall =
       "largest request-step stall: prefill (request 0, step 0): 149.0 ms over 2 collectives; "
       "rank 3 arrived last after compiling fused_moe_gemm 148 ms; 2 compiles every rank ran too "

@@ -149,9 +149,10 @@ class EnvelopeWarmup final : public Warmer {
       }
       ctx.skip(fmt::format("every class of engine.envelope_warmup_classes is outside this "
                            "server's envelope (max_num_batched_tokens {}, max_num_seqs {}, "
-                           "max_model_len {}){}",
+                           "max_model_len {}{}): {}{}",
                            e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len,
-                           no_ep.empty() ? "" : "; " + no_ep));
+                           spec_k == 0 ? ", no speculative decoding" : "",
+                           fmt::join(outside, ", "), no_ep.empty() ? "" : "; " + no_ep));
       return;
     }
     for (const auto& seqs : steps) ctx.dummy_run(seqs);
@@ -159,10 +160,11 @@ class EnvelopeWarmup final : public Warmer {
     ctx.log(fmt::format("envelope-warmup: {} dummy steps ({})", run.size(), fmt::join(run, ", ")));
     std::string summary =
         expert_counts.empty()
-            ? fmt::format("{} envelope classes, one dummy step each", run.size())
-            : fmt::format("{} envelope classes, one dummy step each ({} of them this rank's "
+            ? fmt::format("{} envelope class{}, one dummy step each", run.size(),
+                          run.size() == 1 ? "" : "es")
+            : fmt::format("{} envelope class{}, one dummy step each ({} of them this rank's "
                           "experts alone)",
-                          run.size(), expert_counts.size());
+                          run.size(), run.size() == 1 ? "" : "es", expert_counts.size());
     if (!outside.empty())
       summary += fmt::format("; {} outside this server's envelope, not run: {}", outside.size(),
                              fmt::join(outside, ", "));

@@ -411,6 +411,19 @@ TEST(Warmers, EnvelopeWarmupRunsEveryClassForm) {
   EXPECT_EQ(plain.dummy_runs.size(), 1u);
   ASSERT_EQ(plain.reports.size(), 1u);
   EXPECT_NE(plain.reports[0].find("not run: verify 1"), std::string::npos) << plain.reports[0];
+  EXPECT_NE(plain.reports[0].find("1 envelope class, one dummy step"), std::string::npos)
+      << plain.reports[0];
+
+  FakeContext none;  // every class outside: the skip names them and why
+  none.scenario_.engine.max_num_batched_tokens = 64;
+  none.scenario_.engine.max_num_seqs = 4;
+  none.scenario_.engine.max_model_len = 64;
+  none.scenario_.engine.set_key("envelope_warmup_classes", "verify 1, prefill 65");
+  make_warmer("envelope-warmup")->run(none);
+  EXPECT_TRUE(none.dummy_runs.empty());
+  ASSERT_EQ(none.skipped.size(), 1u);
+  EXPECT_NE(none.skipped[0].find("no speculative decoding): verify 1, prefill 65"),
+            std::string::npos) << none.skipped[0];
 }
 
 }  // namespace

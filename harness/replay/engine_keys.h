@@ -49,8 +49,9 @@ struct EngineKeySpec {
   std::vector<std::string> choices;  ///< kChoice: the accepted values
   std::string pattern;               ///< kText: an ECMAScript regex the whole value must match
   std::string pattern_doc;           ///< kText: the form in words, for messages and `list`
-  /// kText lists (items joined by ", "): one item's regex, so a value that fails `pattern`
-  /// names its first bad item; empty for a text key that is no list.
+  /// kText lists (items joined by ", "): one item's regex. The value is then checked item by
+  /// item (`pattern` documents the whole), so any number of items can be given and a bad one is
+  /// named with its place; empty for a text key that is no list.
   std::string item_pattern;
   std::string default_value;         ///< the value when the scenario leaves the key out ("" for a
                                      ///< kDirectory means none given); kInt as decimal text

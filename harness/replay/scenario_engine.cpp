@@ -9,7 +9,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include "harness/common/error.h"
 #include "harness/common/paths.h"
@@ -28,24 +31,40 @@ constexpr long long kMaxGpuBlocks = std::numeric_limits<int32_t>::max();
 
 // Reads the engine keys their owners declare (engine_keys.h) into e.owned; a key left out stays
 // absent (it reads as its default).
-// The message for a text key's value that is not of its form: a list names its first bad item
-// (its place and text), not only the whole value.
-std::string text_key_error(const EngineKeySpec& k, const std::string& v) {
-  if (!k.item_pattern.empty()) {
-    std::vector<std::string> items;
-    for (size_t start = 0;;) {
-      const size_t comma = v.find(", ", start);
-      items.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-      if (comma == std::string::npos) break;
-      start = comma + 2;
-    }
-    const std::regex item(k.item_pattern);
-    for (size_t i = 0; i < items.size() && items.size() > 1; ++i)
-      if (!std::regex_match(items[i], item))
-        return fmt::format("item {} of {}, '{}', is not of the form {}", i + 1, items.size(),
-                           items[i], k.pattern_doc);
+// What is wrong with a text key's value, nullopt when nothing is. A list key (item_pattern
+// set: items joined by ", ") is checked item by item and names its first bad item and its
+// place; any value or item longer than kMaxTextItem characters is refused before a regex sees
+// it (libstdc++'s std::regex matches recursively: a 30 KB class list overflowed the stack).
+constexpr size_t kMaxTextItem = 4096;
+std::optional<std::string> text_key_problem(const EngineKeySpec& k, const std::string& v) {
+  if (k.item_pattern.empty()) {
+    if (v.size() > kMaxTextItem)
+      return fmt::format("the value is {} characters long, more than {}", v.size(), kMaxTextItem);
+    if (!std::regex_match(v, std::regex(k.pattern)))
+      return fmt::format("'{}' is not of the form {}", v, k.pattern_doc);
+    return std::nullopt;
   }
-  return fmt::format("'{}' is not of the form {}", v, k.pattern_doc);
+  if (v.empty()) return std::nullopt;  // an empty list reads as unset
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    const size_t comma = v.find(", ", start);
+    items.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 2;
+  }
+  const std::regex item(k.item_pattern);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string which = items.size() == 1 ? std::string("the value")
+                                                : fmt::format("item {} of {}", i + 1, items.size());
+    if (items[i].size() > kMaxTextItem)
+      return fmt::format("{} is {} characters long, more than {}", which, items[i].size(),
+                         kMaxTextItem);
+    if (!std::regex_match(items[i], item))
+      return items.size() == 1
+                 ? fmt::format("'{}' is not of the form {}", v, k.pattern_doc)
+                 : fmt::format("{}, '{}', is not of the form {}", which, items[i], k.pattern_doc);
+  }
+  return std::nullopt;
 }
 
 void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
@@ -71,8 +90,8 @@ void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
         break;
       case EngineKeyType::kText:
         if (auto v = read_string(c, x->path, x->value)) {
-          if (!std::regex_match(*v, std::regex(k.pattern)))
-            c.fail(x->path, x->value.Mark(), text_key_error(k, *v));
+          if (const std::optional<std::string> bad = text_key_problem(k, *v))
+            c.fail(x->path, x->value.Mark(), *bad);
           else
             e.owned[k.name] = *v;
         }

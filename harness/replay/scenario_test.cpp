@@ -275,6 +275,16 @@ TEST_F(ScenarioFiles, EnvelopeWarmupClassesAreCheckedAtLoad) {
   const std::string err = error_of(replace(kBase, "  block_size: 16\n",
                                            with + "prefill 2, prefill two, decode 1\n"));
   expect_at(err, 9, "engine.envelope_warmup_classes", "item 2 of 3, 'prefill two', is not of the form");
+  // A long list is checked item by item (a 30 KB value once overflowed the regex's stack); an
+  // item of more than 4096 characters is refused before any regex sees it.
+  std::string many = "prefill 1";
+  for (int b = 2; b <= 3000; ++b) many += ", decode " + std::to_string(b);
+  EXPECT_EQ(load(replace(kBase, "  block_size: 16\n", with + many + "\n"))
+                .engine.string_key("envelope_warmup_classes"), many);
+  std::string huge = "prefill 1";
+  for (int p = 0; p < 1000; ++p) huge += " + prefill 1";
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "decode 1, " + huge + "\n")), 9,
+            "engine.envelope_warmup_classes", "item 2 of 2 is 12009 characters long, more than 4096");
   for (const char* bad : {"prefill 2 x 0", "experts 4 + prefill 2", "verify 2 + ", "prefill 2 x"})
     expect_at(error_of(replace(kBase, "  block_size: 16\n", with + "'" + bad + "'\n")), 9,
               "engine.envelope_warmup_classes", "is not of the form");
