@@ -140,6 +140,8 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
 // (the prompt's rows start at row B: unaligned slices of state indices and query offsets).
 // N is taken from the prefill lengths where a new key appeared, not every length: derived, on
 // the assumption that the prompt part's keys change at the same lengths inside a mixed batch.
+// The other batch shapes (later chunks, several prompts, verify rows) follow, each explained
+// where it is added.
 std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int> prefill_reps,
                                          std::vector<int> continue_reps) {
   // A 1-token prompt beside decode rows makes a uniform decode batch; the smallest prompt that
@@ -172,8 +174,9 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
   if (k > 0) running.push_back("verify");
   // Every pair of B and N for decode rows after one cached token; after 16 and 17 cached tokens,
   // and for verify rows, one row beside each length and every count of rows beside the 2-token
-  // prompt (not every pair: DeepSeek V4 MTP's coverage, max_num_seqs 64, fits 5 minutes on 2
-  // cores with them; every pair took 5.5 to 6 minutes).
+  // prompt (not every pair: DeepSeek V4 MTP's coverage, max_num_seqs 64, takes 4 minutes on 2
+  // cores so; with every pair of decode rows after 16 and 17 it took 5.5, with every pair of
+  // verify rows too 8.3, and reached the same keys).
   for (const char* kind : running)
     for (int c : kDecodeContexts)
       for (int b = 1; b < e.max_num_seqs; ++b)
