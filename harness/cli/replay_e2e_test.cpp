@@ -454,6 +454,16 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
     // tokens, then mixed batches of 1..3 decodes (the same three cached lengths) and a prompt of
     // 2 and of each length where the prefill sweep reached a new key, and later chunks after 255.
     EXPECT_GE(e.at("classes").get<int>(), 256 + 256 + 3 * 4 + 3 * 3 + 1) << k;
+    // The classes by form add up to the count, with every prefill and later-chunk length.
+    int by_form = 0;
+    for (const auto& [form, n] : e.at("class_forms").items()) by_form += n.get<int>();
+    EXPECT_EQ(by_form, e.at("classes").get<int>()) << k;
+    EXPECT_EQ(e.at("class_forms").at("prefill N"), 256) << k;
+    EXPECT_EQ(e.at("class_forms").at("decode N"), 4) << k;
+    EXPECT_GE(e.at("class_forms").at("continue N after N"), 256) << k;
+    EXPECT_GT(e.at("class_forms").value("prefill N x N", 0), 0) << k << ": three or more prompts";
+    EXPECT_GT(e.at("class_forms").value("decode N + prefill N x N", 0), 0) << k;
+    EXPECT_FALSE(e.at("class_forms").contains("verify N")) << k << ": no speculative decoding";
     EXPECT_EQ(e.at("reached_keys").get<int>(),
               e.at("covered_at_startup").get<int>() + e.at("cold_keys").get<int>()) << k;
     EXPECT_EQ(e.at("loaded_keys"), 0) << k << ": a fresh kernel cache";

@@ -320,6 +320,19 @@ void Engine::do_envelope() {
     rt.set_key_only(false);
     rt.monitor().set_step(StepContext{});
     write(stopped_at, false);
+    // How many classes of each form the sweep holds ("decode N + prefill N": 3,600), so a
+    // reader can trace `classes` to the enumeration rules.
+    std::map<std::string, int> forms;
+    for (const EnvelopeClass& c : classes) {
+      std::string form;
+      for (size_t p = 0; p < c.label.size(); ++p) {
+        const bool digit = c.label[p] >= '0' && c.label[p] <= '9';
+        if (!digit) form += c.label[p];
+        else if (p == 0 || c.label[p - 1] < '0' || c.label[p - 1] > '9') form += 'N';
+      }
+      ++forms[form];
+    }
+    result_.extra["envelope"]["class_forms"] = forms;
   };
   for (size_t i = 0; i < classes.size(); ++i) {
     const EnvelopeClass c = classes[i];  // a copy: the mixed classes are appended below
