@@ -361,8 +361,9 @@ static std::string ranks_lines(const std::string& who, const nlohmann::json& ran
       tail = " after " + shared_text + ", none of its own";
     else
       tail = " (it compiled nothing there)";
+    static const char* const kPart[] = {"startup", "request-step", "envelope-sweep"};
     out += fmt::format("  largest {} stall: {}: {:.1f} ms over {} collectives; rank {} arrived last{}\n",
-                       part == 0 ? "startup" : part == 1 ? "request-step" : "envelope-sweep", where, worst->value("stall_ms", 0.0),
+                       kPart[part], where, worst->value("stall_ms", 0.0),
                        worst->value("collectives", 0), worst->value("last_rank", -1), tail);
   }
   return out;

@@ -48,19 +48,6 @@ long long largest_count(const std::string& label) {
   return best;
 }
 
-// The labels of a validated engine.envelope_warmup_classes value ("a, b, c").
-std::vector<std::string> split_classes(const std::string& list) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start < list.size()) {
-    size_t comma = list.find(", ", start);
-    out.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 2;
-  }
-  return out;
-}
-
 class EnvelopeWarmup final : public Warmer {
  public:
   std::string name() const override { return "envelope-warmup"; }
@@ -78,7 +65,7 @@ class EnvelopeWarmup final : public Warmer {
                "to the classes it lists for the strategy)");
       return;
     }
-    const std::vector<std::string> labels = split_classes(list);
+    const std::vector<std::string> labels = split_list_items(list);
     // The loader checked each class's form. A class this server could never be sent (after a
     // --set that shrank the envelope, say) warms nothing a request could reach: left out, and
     // named in the report.
@@ -121,13 +108,7 @@ class EnvelopeWarmup final : public Warmer {
       }
       std::optional<std::vector<SeqStep>> seqs = envelope_class_steps(label, e.block_size, spec_k);
       if (!seqs) throw Error(fmt::format("envelope-warmup: '{}' is no envelope class", label));
-      int tokens = 0, longest = 0;
-      for (const SeqStep& s : *seqs) {
-        tokens += s.query_len;
-        longest = std::max(longest, s.context_len + s.query_len);
-      }
-      if (tokens > e.max_num_batched_tokens || static_cast<int>(seqs->size()) > e.max_num_seqs ||
-          longest >= e.max_model_len) {  // a request's prompt leaves room for a token
+      if (!envelope_batch_fits(*seqs, e)) {
         outside.push_back(label);
         continue;
       }

@@ -130,4 +130,17 @@ inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::strin
   return rows;
 }
 
+/// Whether a server with engine settings `e` can be sent the batch `seqs` (an envelope class's):
+/// at most max_num_batched_tokens new tokens and max_num_seqs rows, and every row's cached plus
+/// new tokens below max_model_len (a request's prompt leaves room for the token it generates).
+/// The coverage sweep's mixed classes and envelope-warmup apply this one rule.
+inline bool envelope_batch_fits(const std::vector<SeqStep>& seqs, const EngineConfig& e) {
+  int tokens = 0;
+  for (const SeqStep& s : seqs) {
+    tokens += s.query_len;
+    if (s.context_len + s.query_len >= e.max_model_len) return false;
+  }
+  return tokens <= e.max_num_batched_tokens && static_cast<int>(seqs.size()) <= e.max_num_seqs;
+}
+
 }  // namespace coldstart

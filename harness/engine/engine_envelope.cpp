@@ -106,6 +106,13 @@ struct EnvelopeClass {
   bool experts_only = false;   ///< "experts M": this rank's routed experts at M = tokens
 };
 
+/// A step class of `label` with rows `seqs`, its token count summed.
+EnvelopeClass make_class(std::string label, std::vector<SeqStep> seqs) {
+  int tokens = 0;
+  for (const SeqStep& s : seqs) tokens += s.query_len;
+  return {std::move(label), std::move(seqs), tokens};
+}
+
 std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
   std::vector<std::string> labels;
   const int chunk = e.max_num_batched_tokens;
@@ -127,9 +134,7 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
   std::vector<EnvelopeClass> out;
   for (std::string& label : labels) {
     std::vector<SeqStep> seqs = *envelope_class_steps(label, e.block_size, k);
-    int tokens = 0;
-    for (const SeqStep& s : seqs) tokens += s.query_len;
-    out.push_back({std::move(label), std::move(seqs), tokens});
+    out.push_back(make_class(std::move(label), std::move(seqs)));
   }
   return out;
 }
@@ -155,18 +160,12 @@ std::vector<EnvelopeClass> mixed_classes(const EngineConfig& e, std::vector<int>
   const int k = num_speculative_tokens(e);
   std::vector<EnvelopeClass> out;
   std::set<std::string> seen;
-  // Every class is checked against the server's limits here, once: a batch within the token
-  // budget, max_num_seqs rows, and every row's cached + new tokens below max_model_len.
+  // Every class is checked against the server's limits here, once (envelope_batch_fits, the
+  // rule envelope-warmup applies too).
   auto add = [&](const std::string& label) {
     if (!seen.insert(label).second) return;
     std::vector<SeqStep> seqs = *envelope_class_steps(label, e.block_size, k);
-    int tokens = 0;
-    for (const SeqStep& s : seqs) {
-      tokens += s.query_len;
-      if (s.context_len + s.query_len >= e.max_model_len) return;
-    }
-    if (tokens > chunk || static_cast<int>(seqs.size()) > e.max_num_seqs) return;
-    out.push_back({label, std::move(seqs), tokens});
+    if (envelope_batch_fits(seqs, e)) out.push_back(make_class(label, std::move(seqs)));
   };
   // The running rows of a mixed batch: decode rows after each cached-length class, and under
   // speculative decoding verify rows the same way (a running request with drafts).

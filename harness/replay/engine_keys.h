@@ -66,4 +66,18 @@ const std::vector<EngineKeySpec>& declared_engine_keys();
 /// The declared key `name`, or nullptr.
 const EngineKeySpec* find_engine_key(const std::string& name);
 
+/// The items of a list key's value (EngineKeySpec::item_pattern: items joined by ", "): none for
+/// "", else every piece between separators, an empty one kept (a stray separator shows as an
+/// empty item).
+inline std::vector<std::string> split_list_items(const std::string& v) {
+  std::vector<std::string> out;
+  if (v.empty()) return out;
+  for (size_t start = 0;;) {
+    const size_t comma = v.find(", ", start);
+    out.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 2;
+  }
+}
+
 }  // namespace coldstart

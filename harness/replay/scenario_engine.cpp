@@ -29,8 +29,6 @@ namespace {
 const std::vector<int> kBlockSizes = {1, 8, 16, 32, 64, 128, 256};
 constexpr long long kMaxGpuBlocks = std::numeric_limits<int32_t>::max();
 
-// Reads the engine keys their owners declare (engine_keys.h) into e.owned; a key left out stays
-// absent (it reads as its default).
 // What is wrong with a text key's value, nullopt when nothing is. A list key (item_pattern
 // set: items joined by ", ") is checked item by item and names its first bad item and its
 // place; any value or item longer than kMaxTextItem characters is refused before a regex sees
@@ -44,14 +42,7 @@ std::optional<std::string> text_key_problem(const EngineKeySpec& k, const std::s
       return fmt::format("'{}' is not of the form {}", v, k.pattern_doc);
     return std::nullopt;
   }
-  if (v.empty()) return std::nullopt;  // an empty list reads as unset
-  std::vector<std::string> items;
-  for (size_t start = 0;;) {
-    const size_t comma = v.find(", ", start);
-    items.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 2;
-  }
+  const std::vector<std::string> items = split_list_items(v);  // none: an empty list reads as unset
   const std::regex item(k.item_pattern);
   for (size_t i = 0; i < items.size(); ++i) {
     const std::string which = items.size() == 1 ? std::string("the value")
@@ -67,6 +58,8 @@ std::optional<std::string> text_key_problem(const EngineKeySpec& k, const std::s
   return std::nullopt;
 }
 
+// Reads the engine keys their owners declare (engine_keys.h) into e.owned; a key left out stays
+// absent (it reads as its default).
 void load_owned_engine_keys(Checker& c, const MapView& ev, EngineConfig& e) {
   for (const EngineKeySpec& k : declared_engine_keys()) {
     const Entry* x = ev.get(k.name);
