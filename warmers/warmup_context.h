@@ -76,11 +76,15 @@ inline SeqStep null_block_step(int context_len, int query_len, int block_size) {
 ///                         token and spec_k drafts) after one cached ("verify B after C"), each
 ///                         with 1 + spec_k state pages and one accepted token before; only when
 ///                         spec_k > 0.
-/// The rows are ordered as the engines' batch reorder leaves them (vLLM's
-/// reorder_batch_to_split_decodes_and_prefills, decode_threshold 1 + k; verify rows first, as
-/// Engine::make_batch requires): verify rows, then one-token rows (a 1-token prompt or chunk is a
-/// decode row to the split), then the rest, each group in label order; request slots 0..B-1 in
-/// that order. nullopt when a part is none of these forms or a count is not positive.
+/// The rows are grouped as vLLM's batch reorder groups them: requests of at most decode_threshold
+/// scheduled tokens first, the rest after (reorder_batch_to_split_decodes_and_prefills,
+/// vllm/v1/attention/backends/utils.py, read in a stored tree where it sits at line 665; it
+/// swaps rows, so the order inside a group is vLLM's own, kept here as written). Inside the
+/// front group verify rows lead, as Engine::make_batch requires (the replay's convention: vLLM
+/// does not order verify rows before one-token decodes). So: verify rows, then one-token rows
+/// (a 1-token prompt or chunk is a decode row to the split), then the rest, each group in label
+/// order; request slots 0..B-1 in that order. Newer trees split the later group further
+/// (chunked-prefill extends apart from first chunks); the label order stands in for that. nullopt when a part is none of these forms or a count is not positive.
 inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::string& label,
                                                                 int block_size, int spec_k = 0) {
   std::vector<SeqStep> rows;
