@@ -960,7 +960,7 @@ INSTANTIATE_TEST_SUITE_P(AllScenarios, ScenarioExpectations, ::testing::ValuesIn
                          });
 
 /// Compile-only mode's device-memory model against the GPUs' measurements (baselines/
-/// h200-sm90.json, replayed at 7ff6b40; h100-sm90.json, at a22b93d): every phase's peak of the
+/// h200-sm90.json, replayed at 7ff6b40; h100-sm90.json, at 683e0fa): every phase's peak of the
 /// dense model on both targets, and of DeepSeek V4 (whose FP8 activation quantization and MoE
 /// routing temporaries have no meta kernels in libtorch 1.13 and are allocated by size instead)
 /// on the H200, within 1% of what torch's caching allocator reported there.
