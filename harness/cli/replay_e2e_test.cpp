@@ -555,6 +555,29 @@ TEST_F(ReplayE2E, EnvelopeListsTheKeysEachStrategyLeavesCold) {
       << read_text(out);
 }
 
+/// Every class the sweep runs obeys the fit rule envelope-warmup applies (envelope_batch_fits):
+/// at max_model_len 18 a decode row after 17 cached tokens would hold 18 tokens, so no class
+/// "decode B after 17" is in the envelope, while "decode B after 16" is, for B = 1 .. 4; the
+/// prompts are 1 .. 16 tokens (the token budget) and one later chunk of 1 fits after 16.
+TEST_F(ReplayE2E, EnvelopeClassesStayBelowMaxModelLen) {
+  const nlohmann::json j = replay_json(
+      "scenarios/qwen3-8b-bf16.yaml --target h200 --envelope --strategy none --set "
+      "engine.max_num_batched_tokens=16 --set engine.max_model_len=18 --set "
+      "requests.0.prompt_tokens=8 --set requests.1.prompt_tokens=8 --set "
+      "requests.0.decode_steps=2 --set requests.1.decode_steps=2");
+  ASSERT_FALSE(j.is_null());
+  ASSERT_EQ(j.at("results").size(), 2u);  // piecewise and full graphs
+  for (const auto& r : j.at("results")) {
+    ASSERT_EQ(r.at("outcome"), "ok") << r.dump();
+    const auto& forms = r.at("envelope").at("class_forms");
+    EXPECT_EQ(forms.at("prefill N"), 16) << forms.dump();
+    EXPECT_EQ(forms.at("decode N"), 4) << forms.dump();
+    EXPECT_EQ(forms.at("decode N after N"), 4) << forms.dump() << ": after 16 only";
+    for (const auto& c : r.at("envelope").at("cold"))
+      EXPECT_EQ(c.at("class").get<std::string>().find("after 17"), std::string::npos) << c.dump();
+  }
+}
+
 /// `coverage --jobs 2` runs two strategies at once and finds what one at a time finds: the same
 /// results in the same order, each with the same classes, reachable keys, cold keys and the
 /// classes that reach them.

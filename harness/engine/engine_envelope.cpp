@@ -121,20 +121,21 @@ std::vector<EnvelopeClass> envelope_classes(const EngineConfig& e) {
   for (int n = 1; n <= std::min(chunk, e.max_model_len - 1 - chunk); ++n)
     labels.push_back(fmt::format("continue {} after {}", n, chunk));
   for (int c : kDecodeContexts)
-    for (int b = 1; b <= e.max_num_seqs; ++b)
-      if (c == 1 || c + 1 <= e.max_model_len) labels.push_back(decode_label(b, c));
+    for (int b = 1; b <= e.max_num_seqs; ++b) labels.push_back(decode_label(b, c));
   // Speculative decoding: B verify rows of 1 + k tokens, every B whose rows fit the token budget.
   const int k = num_speculative_tokens(e);
   if (k > 0)
     for (int c : kDecodeContexts)
       for (int b = 1; b <= e.max_num_seqs && b * (1 + k) <= chunk; ++b)
-        if (c + 1 + k <= e.max_model_len) labels.push_back(row_label("verify", b, c));
-  // The batches come from the one parser envelope-warmup also uses, so a listed class warms the
-  // batch the sweep ran.
+        labels.push_back(row_label("verify", b, c));
+  // The batches come from the one parser envelope-warmup also uses, and pass the one fit rule it
+  // applies (envelope_batch_fits: a decode or verify row's cached plus new tokens stay below
+  // max_model_len), so a listed class warms the batch the sweep ran and no class the sweep
+  // reports is one the warmer would refuse as outside.
   std::vector<EnvelopeClass> out;
   for (std::string& label : labels) {
     std::vector<SeqStep> seqs = *envelope_class_steps(label, e.block_size, k);
-    out.push_back(make_class(std::move(label), std::move(seqs)));
+    if (envelope_batch_fits(seqs, e)) out.push_back(make_class(std::move(label), std::move(seqs)));
   }
   return out;
 }
