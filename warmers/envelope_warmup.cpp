@@ -61,8 +61,8 @@ class EnvelopeWarmup final : public Warmer {
     const EngineConfig& e = ctx.scenario().engine;
     const std::string& list = envelope_warmup_classes(e);
     if (list.empty()) {
-      ctx.skip("engine.envelope_warmup_classes is not set (run `coldstart coverage` and set it "
-               "to the classes it lists for the strategy)");
+      ctx.skip("engine.envelope_warmup_classes is not set or is empty (run `coldstart coverage` "
+               "and set it to the classes it lists for the strategy)");
       return;
     }
     const std::vector<std::string> labels = split_list_items(list);

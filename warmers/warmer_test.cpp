@@ -424,6 +424,13 @@ TEST(Warmers, EnvelopeWarmupRunsEveryClassForm) {
   ASSERT_EQ(none.skipped.size(), 1u);
   EXPECT_NE(none.skipped[0].find("no speculative decoding): verify 1, prefill 65"),
             std::string::npos) << none.skipped[0];
+
+  FakeContext empty;  // an empty value (as `--set engine.envelope_warmup_classes=` gives)
+  empty.scenario_.engine.set_key("envelope_warmup_classes", "");
+  make_warmer("envelope-warmup")->run(empty);
+  EXPECT_TRUE(empty.dummy_runs.empty());
+  ASSERT_EQ(empty.skipped.size(), 1u);
+  EXPECT_NE(empty.skipped[0].find("is not set or is empty"), std::string::npos) << empty.skipped[0];
 }
 
 }  // namespace
