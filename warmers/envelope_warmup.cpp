@@ -21,6 +21,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -80,6 +81,8 @@ class EnvelopeWarmup final : public Warmer {
     const bool has_experts = !ctx.expert_token_classes().empty();  // expert parallelism
     const int spec_k = num_speculative_tokens(e);
     std::set<std::string> seen;
+    std::map<std::string, std::string> batches;  // each batch run, by its rows, and its label
+    std::vector<std::string> same_batch;          // "label (as earlier label)"
     for (const std::string& label : labels) {
       // A class listed twice warms nothing the first step did not: it runs once.
       if (!seen.insert(label).second) continue;
@@ -110,6 +113,16 @@ class EnvelopeWarmup final : public Warmer {
       if (!seqs) throw Error(fmt::format("envelope-warmup: '{}' is no envelope class", label));
       if (!envelope_batch_fits(*seqs, e)) {
         outside.push_back(label);
+        continue;
+      }
+      // Parts written in another order can give the same batch (the rows go in the engines'
+      // order: "prefill 2 + decode 1" is "decode 1 + prefill 2"): that batch runs once.
+      std::string batch;
+      for (const SeqStep& r : *seqs)
+        batch += fmt::format("{}:{}:{}:{};", r.context_len, r.query_len, r.verify ? 1 : 0,
+                             r.state_pages.size());
+      if (const auto [it, fresh] = batches.emplace(batch, label); !fresh) {
+        same_batch.push_back(fmt::format("{} (as {})", label, it->second));
         continue;
       }
       run.push_back(label);
@@ -150,8 +163,11 @@ class EnvelopeWarmup final : public Warmer {
       summary += fmt::format("; {} outside this server's envelope, not run: {}", outside.size(),
                              fmt::join(outside, ", "));
     if (!no_ep.empty()) summary += "; " + no_ep;
+    if (!same_batch.empty())
+      summary += fmt::format("; {} the same batch as an earlier class, run once: {}",
+                             same_batch.size(), fmt::join(same_batch, ", "));
     ctx.report(summary, {{"classes", run}, {"outside_envelope", outside},
-                         {"no_expert_parallelism", no_experts}});
+                         {"no_expert_parallelism", no_experts}, {"same_batch", same_batch}});
   }
 };
 

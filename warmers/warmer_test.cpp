@@ -425,6 +425,20 @@ TEST(Warmers, EnvelopeWarmupRunsEveryClassForm) {
   EXPECT_NE(none.skipped[0].find("no speculative decoding): verify 1, prefill 65"),
             std::string::npos) << none.skipped[0];
 
+  FakeContext twice;  // parts in another order: the same batch, run once
+  twice.scenario_.engine.max_num_batched_tokens = 64;
+  twice.scenario_.engine.max_num_seqs = 4;
+  twice.scenario_.engine.max_model_len = 64;
+  twice.scenario_.engine.set_key("envelope_warmup_classes",
+                                 "decode 1 + prefill 2, prefill 2 + decode 1, prefill 3 + prefill 2, "
+                                 "prefill 2 + prefill 3");
+  make_warmer("envelope-warmup")->run(twice);
+  EXPECT_EQ(twice.dummy_runs.size(), 3u) << "two prompts in either order are two batches";
+  ASSERT_EQ(twice.reports.size(), 1u);
+  EXPECT_NE(twice.reports[0].find("1 the same batch as an earlier class, run once: prefill 2 + "
+                                  "decode 1 (as decode 1 + prefill 2)"),
+            std::string::npos) << twice.reports[0];
+
   FakeContext empty;  // an empty value (as `--set engine.envelope_warmup_classes=` gives)
   empty.scenario_.engine.set_key("envelope_warmup_classes", "");
   make_warmer("envelope-warmup")->run(empty);
