@@ -2,6 +2,7 @@
 // the keys their owners declare, engine_keys.h), and vLLM's defaults it falls back to. Part of
 // the loader (scenario.cpp), which calls load_engine during its walk.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -30,8 +31,7 @@ const std::vector<int> kBlockSizes = {1, 8, 16, 32, 64, 128, 256};
 constexpr long long kMaxGpuBlocks = std::numeric_limits<int32_t>::max();
 
 // What is wrong with a text key's value, nullopt when nothing is. A list key (item_pattern
-// set: items joined by ", ") is checked item by item and names its first bad item and its
-// place; any value or item longer than kMaxTextItem characters is refused before a regex sees
+// set: items joined by ", ") is checked item by item and names its bad items and their places; any value or item longer than kMaxTextItem characters is refused before a regex sees
 // it (libstdc++'s std::regex matches recursively: a 30 KB class list overflowed the stack).
 constexpr size_t kMaxTextItem = 4096;
 std::optional<std::string> text_key_problem(const EngineKeySpec& k, const std::string& v) {
@@ -44,18 +44,29 @@ std::optional<std::string> text_key_problem(const EngineKeySpec& k, const std::s
   }
   const std::vector<std::string> items = split_list_items(v);  // none: an empty list reads as unset
   const std::regex item(k.item_pattern);
+  std::vector<size_t> bad;  // the items not of the form, in order
   for (size_t i = 0; i < items.size(); ++i) {
     const std::string which = items.size() == 1 ? std::string("the value")
                                                 : fmt::format("item {} of {}", i + 1, items.size());
     if (items[i].size() > kMaxTextItem)
       return fmt::format("{} is {} characters long, more than {}", which, items[i].size(),
                          kMaxTextItem);
-    if (!std::regex_match(items[i], item))
-      return items.size() == 1
-                 ? fmt::format("'{}' is not of the form {}", v, k.pattern_doc)
-                 : fmt::format("{}, '{}', is not of the form {}", which, items[i], k.pattern_doc);
+    if (!std::regex_match(items[i], item)) bad.push_back(i);
   }
-  return std::nullopt;
+  if (bad.empty()) return std::nullopt;
+  if (items.size() == 1) return fmt::format("'{}' is not of the form {}", v, k.pattern_doc);
+  if (bad.size() == 1)
+    return fmt::format("item {} of {}, '{}', is not of the form {}", bad[0] + 1, items.size(),
+                       items[bad[0]], k.pattern_doc);
+  // Several: every bad item named at once (up to 8), so one fix-and-rerun clears them all.
+  constexpr size_t kNamed = 8;
+  std::vector<std::string> named;
+  for (size_t j = 0; j < bad.size() && j < kNamed; ++j)
+    named.push_back(fmt::format("{} ('{}')", bad[j] + 1, items[bad[j]]));
+  return fmt::format("items {} of {}{} are not of the form {}", fmt::join(named, ", "),
+                     items.size(),
+                     bad.size() > kNamed ? fmt::format(", and {} more", bad.size() - kNamed) : "",
+                     k.pattern_doc);
 }
 
 // Reads the engine keys their owners declare (engine_keys.h) into e.owned; a key left out stays

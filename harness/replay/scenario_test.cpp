@@ -275,6 +275,17 @@ TEST_F(ScenarioFiles, EnvelopeWarmupClassesAreCheckedAtLoad) {
   const std::string err = error_of(replace(kBase, "  block_size: 16\n",
                                            with + "prefill 2, prefill two, decode 1\n"));
   expect_at(err, 9, "engine.envelope_warmup_classes", "item 2 of 3, 'prefill two', is not of the form");
+  // Several bad classes are named at once, up to 8, then counted.
+  expect_at(error_of(replace(kBase, "  block_size: 16\n",
+                             with + "prefill 2, prefill two, decode 1, decode one\n")),
+            9, "engine.envelope_warmup_classes",
+            "items 2 ('prefill two'), 4 ('decode one') of 4 are not of the form");
+  std::string typos = "prefill 1";
+  for (int b = 0; b < 10; ++b) typos += ", decode x" + std::to_string(b);
+  expect_at(error_of(replace(kBase, "  block_size: 16\n", with + typos + "\n")), 9,
+            "engine.envelope_warmup_classes",
+            "items 2 ('decode x0'), 3 ('decode x1'), 4 ('decode x2'), 5 ('decode x3'), 6 ('decode "
+            "x4'), 7 ('decode x5'), 8 ('decode x6'), 9 ('decode x7') of 11, and 2 more are not of");
   // A long list is checked item by item (a 30 KB value once overflowed the regex's stack); an
   // item of more than 4096 characters is refused before any regex sees it.
   std::string many = "prefill 1";
