@@ -399,7 +399,8 @@ std::string coverage_block(const RunResults& run) {
       s += "<li>" + esc(detail::cold_kernel_text(k)) + "</li>\n";
     s += "</ul>\n";
     if (!c.warmup_classes.empty())
-      s += "<p>Warm them at startup: <code>envelope-warmup</code> with "
+      s += "<p>Warm them at startup" + esc(detail::partial_sweep_caveat(c)) +
+           ": <code>envelope-warmup</code> (last in the strategy) with "
            "<code>engine.envelope_warmup_classes: " + esc(c.warmup_classes) + "</code></p>\n";
     s += "</details>\n";
   }

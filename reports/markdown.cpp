@@ -271,8 +271,9 @@ std::string render_scenario(const RunResults& run, const std::string& first_devi
           for (const detail::ColdKernel& k : c.cold_kernels)
             out += "- " + cell(detail::cold_kernel_text(k)) + "\n";
           if (!c.warmup_classes.empty())
-            out += "\nWarm them at startup: `envelope-warmup` with `engine.envelope_warmup_classes: " +
-                   cell(c.warmup_classes) + "`\n";
+            out += "\nWarm them at startup" + detail::partial_sweep_caveat(c) +
+                   ": `envelope-warmup` (last in the strategy) with "
+                   "`engine.envelope_warmup_classes: " + cell(c.warmup_classes) + "`\n";
           out += "\n</details>\n\n";
         }
       }

@@ -469,6 +469,13 @@ std::string cold_count_text(const CoverageRow& c) {
   return s;
 }
 
+std::string partial_sweep_caveat(const CoverageRow& c) {
+  if (c.stopped_at.empty()) return "";
+  return fmt::format(" (what the first {} of {} classes found: the sweep stopped, so more may be "
+                     "cold)",
+                     c.classes_run, c.classes);
+}
+
 std::vector<CoverageRow> coverage_rows(const RunResults& run) {
   std::vector<CoverageRow> rows;
   for (const StrategyResult& r : run.results) {

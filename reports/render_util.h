@@ -222,6 +222,11 @@ struct CoverageRow {
 /// engine.ranks: all.
 std::string cold_count_text(const CoverageRow& c);
 
+/// "" for a finished sweep; for one that stopped (a crash in a class, a timeout, an interrupt)
+/// a caveat for its "warm them at startup" line: the classes found so far, not all that a
+/// finished sweep would list.
+std::string partial_sweep_caveat(const CoverageRow& c);
+
 /// The coverage rows of `run`'s results that carry extra.envelope, in result order.
 std::vector<CoverageRow> coverage_rows(const RunResults& run);
 

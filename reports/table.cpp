@@ -336,8 +336,9 @@ std::string render_table(const RunResults& raw_run, bool color) {
       out += fmt::format("  cold after {} (kernel, keys, first reached by):\n", label(*c.result));
       for (const ColdKernel& k : c.cold_kernels) out += "    " + detail::cold_kernel_text(k) + "\n";
       if (!c.warmup_classes.empty())
-        out += fmt::format("    warm them at startup: envelope-warmup (last in the strategy) with "
-                           "--set engine.envelope_warmup_classes='{}'\n", c.warmup_classes);
+        out += fmt::format("    warm them at startup{}: envelope-warmup (last in the strategy) "
+                           "with --set engine.envelope_warmup_classes='{}'\n",
+                           detail::partial_sweep_caveat(c), c.warmup_classes);
     }
   }
   return out;

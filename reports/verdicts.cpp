@@ -267,9 +267,21 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
     for (const StrategyResult* r : rows)
       if (const double c = hot_path_compile_ms(*r); c > 0)
         compile_time.push_back(fmt::format("{} {}", r->strategy, ms_text(c)));
+    // A strategy that failed paid nothing on a hot path it may never have reached: named, so
+    // "0" does not read as a warm start.
+    std::vector<std::string> failed_early;
+    for (const StrategyResult* r : rows)
+      if (r->outcome != Outcome::kOk && hot_path_compile_ms(*r) <= 0)
+        failed_early.push_back(r->strategy);
+    const std::string unfinished =
+        failed_early.empty()
+            ? std::string()
+            : fmt::format(" ({} failed having compiled nothing on the hot path: {})", failed_early.size(),
+                          fmt::join(failed_early, ", "));
     v.lines.emplace_back("hot-path compile time",
-                         compile_time.empty() ? std::string("0 for every strategy")
-                                              : fmt::format("{}", fmt::join(compile_time, ", ")));
+                         compile_time.empty()
+                             ? "0 for every strategy" + unfinished
+                             : fmt::format("{}{}", fmt::join(compile_time, ", "), unfinished));
     const StrategyResult* none = nullptr;
     for (const StrategyResult* r : rows)
       if (r->strategy == "none" && finite(r->startup_ms)) none = r;

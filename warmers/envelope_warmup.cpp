@@ -49,6 +49,15 @@ long long largest_count(const std::string& label) {
   return best;
 }
 
+/// `items` joined by ", ", the first `shown` of them and a count of the rest: a generated list
+/// of thousands of classes stays readable in a report line (the JSON detail keeps them all).
+std::string first_of(const std::vector<std::string>& items, size_t shown = 8) {
+  if (items.size() <= shown) return fmt::format("{}", fmt::join(items, ", "));
+  return fmt::format("{}, and {} more",
+                     fmt::join(items.begin(), items.begin() + static_cast<long>(shown), ", "),
+                     items.size() - shown);
+}
+
 class EnvelopeWarmup final : public Warmer {
  public:
   std::string name() const override { return "envelope-warmup"; }
@@ -133,12 +142,12 @@ class EnvelopeWarmup final : public Warmer {
             ? std::string()
             : fmt::format("{} without expert parallelism (no rank holds only some experts), not "
                           "run: {}",
-                          no_experts.size(), fmt::join(no_experts, ", "));
+                          no_experts.size(), first_of(no_experts));
     if (steps.empty() && expert_counts.empty()) {
       if (outside.empty()) {
         ctx.skip(fmt::format("every class of engine.envelope_warmup_classes is an experts class, "
                              "and this server has no expert parallelism ({})",
-                             fmt::join(no_experts, ", ")));
+                             first_of(no_experts)));
         return;
       }
       ctx.skip(fmt::format("every class of engine.envelope_warmup_classes is outside this "
@@ -146,7 +155,7 @@ class EnvelopeWarmup final : public Warmer {
                            "max_model_len {}{}): {}{}",
                            e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len,
                            spec_k == 0 ? ", no speculative decoding" : "",
-                           fmt::join(outside, ", "), no_ep.empty() ? "" : "; " + no_ep));
+                           first_of(outside), no_ep.empty() ? "" : "; " + no_ep));
       return;
     }
     for (const auto& seqs : steps) ctx.dummy_run(seqs);
@@ -161,11 +170,11 @@ class EnvelopeWarmup final : public Warmer {
                           run.size(), run.size() == 1 ? "" : "es", expert_counts.size());
     if (!outside.empty())
       summary += fmt::format("; {} outside this server's envelope, not run: {}", outside.size(),
-                             fmt::join(outside, ", "));
+                             first_of(outside));
     if (!no_ep.empty()) summary += "; " + no_ep;
     if (!same_batch.empty())
       summary += fmt::format("; {} the same batch as an earlier class, run once: {}",
-                             same_batch.size(), fmt::join(same_batch, ", "));
+                             same_batch.size(), first_of(same_batch));
     ctx.report(summary, {{"classes", run}, {"outside_envelope", outside},
                          {"no_expert_parallelism", no_experts}, {"same_batch", same_batch}});
   }

@@ -34,7 +34,8 @@ inline std::vector<EngineKeySpec> engine_keys_envelope_warmup() {
   k.pattern_doc = "envelope classes (each count a whole number from 1, at most 9 digits) "
                   "separated by a comma and a space, e.g. 'prefill 17, "
                   "continue 2 after 2048, decode 3, decode 1 after 17 + prefill 2, "
-                  "prefill 2 x 3, verify 2 + prefill 5, experts 8' (or empty)";
+                  "prefill 2 x 3, verify 2 + prefill 5, experts 8' ('experts M' stands "
+                  "alone, never joined to another part by ' + '; or empty)";
   k.default_value = "";
   k.doc = "the envelope classes envelope-warmup runs one dummy step of each at startup (what "
           "`coldstart coverage` prints for a strategy's cold keys)";

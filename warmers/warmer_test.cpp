@@ -439,6 +439,22 @@ TEST(Warmers, EnvelopeWarmupRunsEveryClassForm) {
                                   "decode 1 (as decode 1 + prefill 2)"),
             std::string::npos) << twice.reports[0];
 
+  FakeContext many;  // thousands of classes outside: the report names 8 and counts the rest
+  many.scenario_.engine.max_num_batched_tokens = 64;
+  many.scenario_.engine.max_num_seqs = 4;
+  many.scenario_.engine.max_model_len = 64;
+  std::string big = "prefill 2";
+  for (int n = 100; n < 2100; ++n) big += ", prefill " + std::to_string(n);
+  many.scenario_.engine.set_key("envelope_warmup_classes", big);
+  make_warmer("envelope-warmup")->run(many);
+  EXPECT_EQ(many.dummy_runs.size(), 1u);
+  ASSERT_EQ(many.reports.size(), 1u);
+  EXPECT_NE(many.reports[0].find("2000 outside this server's envelope, not run: prefill 100, "
+                                 "prefill 101, prefill 102, prefill 103, prefill 104, prefill 105, "
+                                 "prefill 106, prefill 107, and 1992 more"),
+            std::string::npos) << many.reports[0].substr(0, 400);
+  EXPECT_LT(many.reports[0].size(), 400u);
+
   FakeContext empty;  // an empty value (as `--set engine.envelope_warmup_classes=` gives)
   empty.scenario_.engine.set_key("envelope_warmup_classes", "");
   make_warmer("envelope-warmup")->run(empty);

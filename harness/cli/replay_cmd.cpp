@@ -565,7 +565,14 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     }
   }
   for (const RunResults& run : runs) {
-    if (!run.results.empty()) std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+    if (run.results.empty()) continue;
+    std::cout << reports::render_table(run, isatty(STDOUT_FILENO) != 0);
+    // A coverage run whose every strategy stopped before the sweep has no envelope table: say
+    // why, so the missing section does not read as an empty envelope.
+    if (a.envelope && !reports::detail::is_envelope_run(run))
+      std::cout << fmt::format("\nserving envelope coverage of {}: no strategy reached the sweep "
+                               "(each stopped before it; see the outcomes above)\n",
+                               run.scenario.name);
   }
   if (!write_failed.empty()) {
     // The table above is what remains of this run: say so, and fail (a harness error).

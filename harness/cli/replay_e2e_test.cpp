@@ -727,6 +727,22 @@ TEST_F(ReplayE2E, CoverageCrashKeepsTheKeysTheFailingClassReached) {
                                                  e.at("cold_keys").get<int>()) << e.dump();
   EXPECT_EQ(e.at("cold").size(), e.at("cold_keys").get<size_t>()) << e.dump();
   EXPECT_EQ(e.at("warmup_classes"), nlohmann::json::array({"prefill 1"})) << e.dump();
+  // The suggestion of a stopped sweep says it is partial.
+  EXPECT_NE(read_text(out).find("warm them at startup (what the first "), std::string::npos)
+      << read_text(out);
+  EXPECT_NE(read_text(out).find("the sweep stopped, so more may be cold)"), std::string::npos)
+      << read_text(out);
+  // A strategy that stops before the sweep (Qwen3-8B's bf16 weights do not fit a 16 GB card)
+  // leaves no envelope table: the output says why, and the verdict names the failure next to
+  // its zero hot-path compile time.
+  ASSERT_EQ(run_coldstart("coverage scenarios/qwen3-8b-bf16.yaml --strategy none --target "
+                          "rtx-a4000 --set engine.cudagraph_mode=piecewise --json " + json, out),
+            0) << read_text(out);
+  EXPECT_EQ(nlohmann::json::parse(read_text(json)).at("results").at(0).at("outcome"), "crash");
+  EXPECT_NE(read_text(out).find("serving envelope coverage of qwen3-8b-bf16: no strategy reached "
+                                "the sweep"), std::string::npos) << read_text(out);
+  EXPECT_NE(read_text(out).find("hot-path compile time: 0 for every strategy (1 failed having "
+                                "compiled nothing on the hot path: none)"), std::string::npos) << read_text(out);
 }
 
 /// A mistyped command is named with the commands there are (CLI11 alone only says that a
