@@ -571,7 +571,7 @@ int replay_main(ReplayArgs a, const std::string& cmdline) {
     // why, so the missing section does not read as an empty envelope.
     if (a.envelope && !reports::detail::is_envelope_run(run))
       std::cout << fmt::format("\nserving envelope coverage of {}: no strategy reached the sweep "
-                               "(each stopped before it; see the outcomes above)\n",
+                               "(each was skipped or stopped before it; see the outcomes above)\n",
                                run.scenario.name);
   }
   if (!write_failed.empty()) {
