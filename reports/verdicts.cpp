@@ -264,20 +264,20 @@ std::vector<VariantVerdict> verdicts(const RunResults& run) {
     }
     // What each strategy paid on the hot path and at startup.
     std::vector<std::string> compile_time;
-    for (const StrategyResult* r : rows)
-      if (const double c = hot_path_compile_ms(*r); c > 0)
-        compile_time.push_back(fmt::format("{} {}", r->strategy, ms_text(c)));
     // A strategy that failed paid nothing on a hot path it may never have reached: named, so
     // "0" does not read as a warm start.
     std::vector<std::string> failed_early;
-    for (const StrategyResult* r : rows)
-      if (r->outcome != Outcome::kOk && hot_path_compile_ms(*r) <= 0)
+    for (const StrategyResult* r : rows) {
+      if (const double c = hot_path_compile_ms(*r); c > 0)
+        compile_time.push_back(fmt::format("{} {}", r->strategy, ms_text(c)));
+      else if (r->outcome != Outcome::kOk)
         failed_early.push_back(r->strategy);
+    }
     const std::string unfinished =
         failed_early.empty()
             ? std::string()
-            : fmt::format(" ({} failed having compiled nothing on the hot path: {})", failed_early.size(),
-                          fmt::join(failed_early, ", "));
+            : fmt::format(" ({} failed having compiled nothing on the hot path: {})",
+                          failed_early.size(), fmt::join(failed_early, ", "));
     v.lines.emplace_back("hot-path compile time",
                          compile_time.empty()
                              ? "0 for every strategy" + unfinished

@@ -429,9 +429,9 @@ TEST(Warmers, EnvelopeWarmupRunsEveryClassForm) {
   twice.scenario_.engine.max_num_batched_tokens = 64;
   twice.scenario_.engine.max_num_seqs = 4;
   twice.scenario_.engine.max_model_len = 64;
-  twice.scenario_.engine.set_key("envelope_warmup_classes",
-                                 "decode 1 + prefill 2, prefill 2 + decode 1, prefill 3 + prefill 2, "
-                                 "prefill 2 + prefill 3");
+  twice.scenario_.engine.set_key(
+      "envelope_warmup_classes",
+      "decode 1 + prefill 2, prefill 2 + decode 1, prefill 3 + prefill 2, prefill 2 + prefill 3");
   make_warmer("envelope-warmup")->run(twice);
   EXPECT_EQ(twice.dummy_runs.size(), 3u) << "two prompts in either order are two batches";
   ASSERT_EQ(twice.reports.size(), 1u);

@@ -84,7 +84,8 @@ inline SeqStep null_block_step(int context_len, int query_len, int block_size) {
 /// does not order verify rows before one-token decodes). So: verify rows, then one-token rows
 /// (a 1-token prompt or chunk is a decode row to the split), then the rest, each group in label
 /// order; request slots 0..B-1 in that order. Newer trees split the later group further
-/// (chunked-prefill extends apart from first chunks); the label order stands in for that. nullopt when a part is none of these forms or a count is not positive.
+/// (chunked-prefill extends apart from first chunks); the label order stands in for that.
+/// nullopt when a part is none of these forms or a count is not positive.
 inline std::optional<std::vector<SeqStep>> envelope_class_steps(const std::string& label,
                                                                 int block_size, int spec_k = 0) {
   std::vector<SeqStep> rows;

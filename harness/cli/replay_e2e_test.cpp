@@ -742,7 +742,8 @@ TEST_F(ReplayE2E, CoverageCrashKeepsTheKeysTheFailingClassReached) {
   EXPECT_NE(read_text(out).find("serving envelope coverage of qwen3-8b-bf16: no strategy reached "
                                 "the sweep"), std::string::npos) << read_text(out);
   EXPECT_NE(read_text(out).find("hot-path compile time: 0 for every strategy (1 failed having "
-                                "compiled nothing on the hot path: none)"), std::string::npos) << read_text(out);
+                                "compiled nothing on the hot path: none)"),
+            std::string::npos) << read_text(out);
 }
 
 /// A mistyped command is named with the commands there are (CLI11 alone only says that a

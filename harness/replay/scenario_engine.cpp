@@ -31,7 +31,8 @@ const std::vector<int> kBlockSizes = {1, 8, 16, 32, 64, 128, 256};
 constexpr long long kMaxGpuBlocks = std::numeric_limits<int32_t>::max();
 
 // What is wrong with a text key's value, nullopt when nothing is. A list key (item_pattern
-// set: items joined by ", ") is checked item by item and names its bad items and their places; any value or item longer than kMaxTextItem characters is refused before a regex sees
+// set: items joined by ", ") is checked item by item and names its bad items and their
+// places; any value or item longer than kMaxTextItem characters is refused before a regex sees
 // it (libstdc++'s std::regex matches recursively: a 30 KB class list overflowed the stack).
 constexpr size_t kMaxTextItem = 4096;
 std::optional<std::string> text_key_problem(const EngineKeySpec& k, const std::string& v) {
